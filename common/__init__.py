@@ -1,0 +1,1 @@
+"""Pieces shared by broker, controller and operator: ZooKeeper layout, wire framing, messages."""

@@ -1,0 +1,110 @@
+"""Configuration with Kafka's keys: pydantic models whose aliases are the dotted Kafka names.
+
+A process reads a Java-style properties file and `--override key=value` pairs (as
+`kafka-server-start.sh` does); unknown keys are kept for the future but do not fail start-up.
+"""
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class _KafkaKeys(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]):
+        return cls.model_validate(props)
+
+    def kafka_items(self) -> dict[str, object]:
+        """This configuration under Kafka's key names (for DescribeConfigs)."""
+        return self.model_dump(by_alias=True)
+
+
+class ZkClientConfig(_KafkaKeys):
+    zookeeper_connect: str = Field(alias="zookeeper.connect")
+    """host:port[,host:port]/chroot; the chroot is applied by kazoo."""
+    zookeeper_session_timeout_ms: int = Field(18000, alias="zookeeper.session.timeout.ms")
+    zookeeper_connection_timeout_ms: int = Field(18000, alias="zookeeper.connection.timeout.ms")
+
+
+class BrokerConfig(ZkClientConfig):
+    broker_id: int = Field(alias="broker.id")
+    broker_rack: str | None = Field(None, alias="broker.rack")
+    log_dirs: str = Field("/tmp/kafka-logs", alias="log.dirs")
+    listeners: str = Field("PLAINTEXT://127.0.0.1:9092", alias="listeners")
+    advertised_listeners: str | None = Field(None, alias="advertised.listeners")
+
+    num_partitions: int = Field(1, alias="num.partitions")
+    default_replication_factor: int = Field(1, alias="default.replication.factor")
+    min_insync_replicas: int = Field(1, alias="min.insync.replicas")
+    auto_create_topics_enable: bool = Field(True, alias="auto.create.topics.enable")
+    delete_topic_enable: bool = Field(True, alias="delete.topic.enable")
+
+    log_segment_bytes: int = Field(1 << 30, alias="log.segment.bytes")
+    log_roll_ms: int = Field(7 * DAY_MS, alias="log.roll.ms")
+    log_retention_ms: int = Field(7 * DAY_MS, alias="log.retention.ms")
+    log_retention_bytes: int = Field(-1, alias="log.retention.bytes")
+    log_retention_check_interval_ms: int = Field(300_000, alias="log.retention.check.interval.ms")
+    log_index_interval_bytes: int = Field(4096, alias="log.index.interval.bytes")
+    log_index_size_max_bytes: int = Field(10 * 1024 * 1024, alias="log.index.size.max.bytes")
+    log_flush_interval_messages: int = Field(2**63 - 1, alias="log.flush.interval.messages")
+    log_flush_interval_ms: int | None = Field(None, alias="log.flush.interval.ms")
+    log_flush_scheduler_interval_ms: int = Field(2**63 - 1, alias="log.flush.scheduler.interval.ms")
+    message_max_bytes: int = Field(1048588, alias="message.max.bytes")
+    socket_request_max_bytes: int = Field(104857600, alias="socket.request.max.bytes")
+
+    replica_lag_time_max_ms: int = Field(30000, alias="replica.lag.time.max.ms")
+    replica_high_watermark_checkpoint_interval_ms: int = Field(
+        5000, alias="replica.high.watermark.checkpoint.interval.ms"
+    )
+    unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
+    request_timeout_ms: int = Field(30000, alias="request.timeout.ms")
+
+
+class ControllerConfig(ZkClientConfig):
+    controller_id: int = Field(alias="controller.id")
+    listeners: str = Field("PLAINTEXT://127.0.0.1:9093", alias="listeners")
+    default_replication_factor: int = Field(1, alias="default.replication.factor")
+    unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
+    auto_leader_rebalance_enable: bool = Field(True, alias="auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: int = Field(
+        300, alias="leader.imbalance.check.interval.seconds"
+    )
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java properties, the subset people write: `key=value` or `key: value`, # and ! comments."""
+    props: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            props[line] = ""
+        else:
+            props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+def load_properties(path: str | Path | None, overrides: list[str] = ()) -> dict[str, str]:
+    props = parse_properties(Path(path).read_text()) if path else {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--override wants key=value, got {item!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def parse_listeners(value: str) -> list[tuple[str, str, int]]:
+    """`PLAINTEXT://host:port,...` → [(listener, host, port)]."""
+    out = []
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        name, rest = item.split("://", 1)
+        host, port = rest.rsplit(":", 1)
+        out.append((name, host.strip("[]"), int(port)))
+    return out

@@ -1,0 +1,260 @@
+"""The ZooKeeper-era inter-broker messages kio lacks, in kio's dataclass style.
+
+LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6) and ControlledShutdown (7) at the versions
+Kafka 2.x used (LeaderAndIsr v2, StopReplica v1, UpdateMetadata v5, ControlledShutdown v2): all
+non-flexible, so they travel with request header v1 and response header v0. Only Odradek's own
+controller and brokers speak them, so one version of each is enough.
+"""
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader
+from kio.schema.response_header.v0.header import ResponseHeader
+from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32, i64
+
+_frozen = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+def _int32():
+    return field(metadata={"kafka_type": "int32"})
+
+
+def _int64():
+    return field(metadata={"kafka_type": "int64"})
+
+
+def _string():
+    return field(metadata={"kafka_type": "string"})
+
+
+def _errors():
+    return field(metadata={"kafka_type": "error_code"})
+
+
+class _Message:
+    __flexible__: ClassVar[bool] = False
+    __header_schema__: ClassVar[type] = RequestHeader
+
+
+# --- LeaderAndIsr v2 -----------------------------------------------------------------------------
+
+
+class _LeaderAndIsr(_Message):
+    __api_key__: ClassVar[i16] = i16(4)
+    __version__: ClassVar[i16] = i16(2)
+
+
+@_frozen
+class LeaderAndIsrPartitionState(_LeaderAndIsr):
+    __type__: ClassVar = EntityType.nested
+    partition_index: i32 = _int32()
+    controller_epoch: i32 = _int32()
+    leader: i32 = _int32()
+    leader_epoch: i32 = _int32()
+    isr: tuple[i32, ...] = _int32()
+    zk_version: i32 = _int32()
+    """The version of the partition state znode: the partition epoch AlterPartition compares."""
+    replicas: tuple[i32, ...] = _int32()
+    is_new: bool = field(metadata={"kafka_type": "bool"}, default=False)
+
+
+@_frozen
+class LeaderAndIsrTopicState(_LeaderAndIsr):
+    __type__: ClassVar = EntityType.nested
+    topic_name: str = _string()
+    partition_states: tuple[LeaderAndIsrPartitionState, ...]
+
+
+@_frozen
+class LeaderAndIsrLiveLeader(_LeaderAndIsr):
+    __type__: ClassVar = EntityType.nested
+    broker_id: i32 = _int32()
+    host_name: str = _string()
+    port: i32 = _int32()
+
+
+@_frozen
+class LeaderAndIsrRequest(_LeaderAndIsr):
+    __type__: ClassVar = EntityType.request
+    controller_id: i32 = _int32()
+    controller_epoch: i32 = _int32()
+    broker_epoch: i64 = _int64()
+    topic_states: tuple[LeaderAndIsrTopicState, ...]
+    live_leaders: tuple[LeaderAndIsrLiveLeader, ...]
+
+
+@_frozen
+class LeaderAndIsrPartitionError(_LeaderAndIsr):
+    __type__: ClassVar = EntityType.nested
+    __header_schema__: ClassVar[type] = ResponseHeader
+    topic_name: str = _string()
+    partition_index: i32 = _int32()
+    error_code: ErrorCode = _errors()
+
+
+@_frozen
+class LeaderAndIsrResponse(_LeaderAndIsr):
+    __type__: ClassVar = EntityType.response
+    __header_schema__: ClassVar[type] = ResponseHeader
+    error_code: ErrorCode = _errors()
+    partition_errors: tuple[LeaderAndIsrPartitionError, ...]
+
+
+# --- StopReplica v1 ------------------------------------------------------------------------------
+
+
+class _StopReplica(_Message):
+    __api_key__: ClassVar[i16] = i16(5)
+    __version__: ClassVar[i16] = i16(1)
+
+
+@_frozen
+class StopReplicaTopic(_StopReplica):
+    __type__: ClassVar = EntityType.nested
+    name: str = _string()
+    partition_indexes: tuple[i32, ...] = _int32()
+
+
+@_frozen
+class StopReplicaRequest(_StopReplica):
+    __type__: ClassVar = EntityType.request
+    controller_id: i32 = _int32()
+    controller_epoch: i32 = _int32()
+    broker_epoch: i64 = _int64()
+    delete_partitions: bool = field(metadata={"kafka_type": "bool"})
+    topics: tuple[StopReplicaTopic, ...]
+
+
+@_frozen
+class StopReplicaPartitionError(_StopReplica):
+    __type__: ClassVar = EntityType.nested
+    __header_schema__: ClassVar[type] = ResponseHeader
+    topic_name: str = _string()
+    partition_index: i32 = _int32()
+    error_code: ErrorCode = _errors()
+
+
+@_frozen
+class StopReplicaResponse(_StopReplica):
+    __type__: ClassVar = EntityType.response
+    __header_schema__: ClassVar[type] = ResponseHeader
+    error_code: ErrorCode = _errors()
+    partition_errors: tuple[StopReplicaPartitionError, ...]
+
+
+# --- UpdateMetadata v5 ---------------------------------------------------------------------------
+
+
+class _UpdateMetadata(_Message):
+    __api_key__: ClassVar[i16] = i16(6)
+    __version__: ClassVar[i16] = i16(5)
+
+
+LEADER_DURING_DELETE = -2
+"""A partition state with this leader tells brokers the topic is being deleted (Kafka's marker)."""
+
+
+@_frozen
+class UpdateMetadataPartitionState(_UpdateMetadata):
+    __type__: ClassVar = EntityType.nested
+    partition_index: i32 = _int32()
+    controller_epoch: i32 = _int32()
+    leader: i32 = _int32()
+    leader_epoch: i32 = _int32()
+    isr: tuple[i32, ...] = _int32()
+    zk_version: i32 = _int32()
+    replicas: tuple[i32, ...] = _int32()
+    offline_replicas: tuple[i32, ...] = _int32()
+
+
+@_frozen
+class UpdateMetadataTopicState(_UpdateMetadata):
+    __type__: ClassVar = EntityType.nested
+    topic_name: str = _string()
+    partition_states: tuple[UpdateMetadataPartitionState, ...]
+
+
+@_frozen
+class UpdateMetadataEndpoint(_UpdateMetadata):
+    __type__: ClassVar = EntityType.nested
+    port: i32 = _int32()
+    host: str = _string()
+    listener: str = _string()
+    security_protocol: i16 = field(metadata={"kafka_type": "int16"})
+
+
+@_frozen
+class UpdateMetadataBroker(_UpdateMetadata):
+    __type__: ClassVar = EntityType.nested
+    id: i32 = _int32()
+    endpoints: tuple[UpdateMetadataEndpoint, ...]
+    rack: str | None = _string()
+
+
+@_frozen
+class UpdateMetadataRequest(_UpdateMetadata):
+    """Partition states listed replace the broker's; live_brokers always replaces the whole set."""
+
+    __type__: ClassVar = EntityType.request
+    controller_id: i32 = _int32()
+    controller_epoch: i32 = _int32()
+    broker_epoch: i64 = _int64()
+    topic_states: tuple[UpdateMetadataTopicState, ...]
+    live_brokers: tuple[UpdateMetadataBroker, ...]
+
+
+@_frozen
+class UpdateMetadataResponse(_UpdateMetadata):
+    __type__: ClassVar = EntityType.response
+    __header_schema__: ClassVar[type] = ResponseHeader
+    error_code: ErrorCode = _errors()
+
+
+# --- ControlledShutdown v2 -----------------------------------------------------------------------
+
+
+class _ControlledShutdown(_Message):
+    __api_key__: ClassVar[i16] = i16(7)
+    __version__: ClassVar[i16] = i16(2)
+
+
+@_frozen
+class ControlledShutdownRequest(_ControlledShutdown):
+    __type__: ClassVar = EntityType.request
+    broker_id: i32 = _int32()
+    broker_epoch: i64 = _int64()
+
+
+@_frozen
+class RemainingPartition(_ControlledShutdown):
+    __type__: ClassVar = EntityType.nested
+    __header_schema__: ClassVar[type] = ResponseHeader
+    topic_name: str = _string()
+    partition_index: i32 = _int32()
+
+
+@_frozen
+class ControlledShutdownResponse(_ControlledShutdown):
+    __type__: ClassVar = EntityType.response
+    __header_schema__: ClassVar[type] = ResponseHeader
+    error_code: ErrorCode = _errors()
+    remaining_partitions: tuple[RemainingPartition, ...]
+
+
+INTER_BROKER_REQUESTS: dict[int, type] = {
+    4: LeaderAndIsrRequest,
+    5: StopReplicaRequest,
+    6: UpdateMetadataRequest,
+    7: ControlledShutdownRequest,
+}
+"""API key → the one request class Odradek speaks for it."""
+
+INTER_BROKER_RESPONSES: dict[int, type] = {
+    4: LeaderAndIsrResponse,
+    5: StopReplicaResponse,
+    6: UpdateMetadataResponse,
+    7: ControlledShutdownResponse,
+}

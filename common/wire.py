@@ -1,0 +1,124 @@
+"""Kafka framing: the int32 size prefix, request and response headers, schema lookup.
+
+kio decodes and encodes message bodies but does not frame, and knows only the client-facing APIs;
+this module adds both, so the broker's server, the controller's channel and any test client frame
+the same way.
+"""
+
+import io
+import struct
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from .messages import INTER_BROKER_REQUESTS, INTER_BROKER_RESPONSES
+
+SIZE = struct.Struct(">i")
+API_VERSIONS_KEY = 18
+
+_read_header_v1 = entity_reader(RequestHeaderV1)
+_read_header_v2 = entity_reader(RequestHeaderV2)
+_write_header_v1 = entity_writer(RequestHeaderV1)
+_write_header_v2 = entity_writer(RequestHeaderV2)
+
+
+def request_schema(api_key: int, version: int) -> type:
+    """The request class for (api_key, version); KeyError when nobody here knows it."""
+    own = INTER_BROKER_REQUESTS.get(api_key)
+    if own is not None:
+        if own.__version__ != version:
+            raise KeyError((api_key, version))
+        return own
+    try:
+        return load_request_schema(api_key, version)
+    except Exception as e:  # kio raises its own index errors, and ImportError underneath
+        raise KeyError((api_key, version)) from e
+
+
+def response_schema(api_key: int, version: int) -> type:
+    own = INTER_BROKER_RESPONSES.get(api_key)
+    if own is not None:
+        return own
+    return load_response_schema(api_key, version)
+
+
+def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request frame body, before any decoding.
+
+    These three fields sit at the same place in every request header version, so an unknown API or
+    version can still be answered with the right correlation id.
+    """
+    if len(frame) < 8:
+        raise ValueError("request header truncated")
+    api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+    return api_key, version, correlation_id
+
+
+def decode_request(frame: bytes) -> tuple[object, object, type]:
+    """(header, payload, schema) of a request frame body (without the size prefix).
+
+    Raises KeyError for an unknown (api_key, version) and ValueError for a malformed body.
+    """
+    api_key, version, _ = peek_api(frame)
+    schema = request_schema(api_key, version)
+    read_header = _read_header_v2 if schema.__flexible__ else _read_header_v1
+    try:
+        header, offset = read_header(frame, 0)
+        payload, _ = entity_reader(schema)(frame, offset)
+    except Exception as e:  # kio raises KeyError on unknown tagged fields, among others
+        raise ValueError(f"malformed {schema.__name__}: {e}") from e
+    return header, payload, schema
+
+
+def response_header_flexible(api_key: int, request_flexible: bool) -> bool:
+    """ApiVersions answers with header v0 always, so old clients can read the version list."""
+    return request_flexible and api_key != API_VERSIONS_KEY
+
+
+def encode_response(payload: object, correlation_id: int, *, flexible_header: bool) -> bytes:
+    """A whole response frame: size prefix, response header, body."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    if flexible_header:
+        entity_writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=i32(correlation_id)))
+    else:
+        entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
+    entity_writer(type(payload))(buf, payload)
+    data = buf.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def encode_request(payload: object, correlation_id: int, client_id: str | None) -> bytes:
+    """A whole request frame: size prefix, request header (v1 or v2 by the schema), body."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    fields = dict(
+        request_api_key=i16(payload.__api_key__),
+        request_api_version=i16(payload.__version__),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    if payload.__flexible__:
+        _write_header_v2(buf, RequestHeaderV2(**fields))
+    else:
+        _write_header_v1(buf, RequestHeaderV1(**fields))
+    entity_writer(type(payload))(buf, payload)
+    data = buf.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def decode_response(schema: type, frame: bytes) -> tuple[int, object]:
+    """(correlation_id, payload) of a response frame body for a request of `schema`."""
+    api_key = int(schema.__api_key__)
+    flexible = response_header_flexible(api_key, schema.__flexible__)
+    header_schema = ResponseHeaderV1 if flexible else ResponseHeaderV0
+    header, offset = entity_reader(header_schema)(frame, 0)
+    payload, _ = entity_reader(response_schema(api_key, int(schema.__version__)))(frame, offset)
+    return int(header.correlation_id), payload

@@ -1,0 +1,230 @@
+"""Kafka's ZooKeeper layout: znode paths and their JSON, as Kafka 2.x writes them.
+
+Paths are relative to the chroot in `zookeeper.connect` (kazoo applies it), so Kafka's own tooling
+and knowledge apply. Every function here is pure: bytes in, plain data out, and back.
+"""
+
+import json
+import time
+from dataclasses import dataclass, field
+
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS)
+"""Created (if missing) by whoever connects first, as Kafka does at start-up."""
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def _dump(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+# --- /brokers/ids/<id> ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndPoint:
+    host: str
+    port: int
+    listener: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
+
+    def url(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A broker's registration. `epoch` is the czxid of its znode (not stored in the JSON)."""
+
+    id: int
+    endpoints: tuple[EndPoint, ...]
+    rack: str | None = None
+    epoch: int = -1
+
+    def endpoint(self, listener: str = "PLAINTEXT") -> EndPoint:
+        for ep in self.endpoints:
+            if ep.listener == listener:
+                return ep
+        return self.endpoints[0]
+
+
+def encode_broker(info: BrokerInfo) -> bytes:
+    first = info.endpoints[0]
+    return _dump(
+        {
+            "version": 5,
+            "host": first.host,
+            "port": first.port,
+            "jmx_port": -1,
+            "timestamp": str(int(time.time() * 1000)),
+            "endpoints": [ep.url() for ep in info.endpoints],
+            "listener_security_protocol_map": {
+                ep.listener: ep.security_protocol for ep in info.endpoints
+            },
+            "rack": info.rack,
+            "features": {},
+        }
+    )
+
+
+def decode_broker(broker_id: int, data: bytes, czxid: int = -1) -> BrokerInfo:
+    obj = json.loads(data)
+    protocols = obj.get("listener_security_protocol_map") or {}
+    endpoints = []
+    for url in obj.get("endpoints", []):
+        listener, rest = url.split("://", 1)
+        host, port = rest.rsplit(":", 1)
+        host = host.strip("[]")
+        endpoints.append(EndPoint(host, int(port), listener, protocols.get(listener, listener)))
+    if not endpoints:
+        endpoints.append(EndPoint(obj["host"], int(obj["port"])))
+    return BrokerInfo(broker_id, tuple(endpoints), obj.get("rack"), czxid)
+
+
+# --- /brokers/topics/<topic> ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """partition → replica list; the first replica is the preferred leader."""
+
+    partitions: dict[int, tuple[int, ...]]
+    topic_id: str | None = None
+    adding_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing_replicas: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+def encode_topic_assignment(a: TopicAssignment) -> bytes:
+    obj = {
+        "version": 2,
+        "partitions": {str(p): list(r) for p, r in sorted(a.partitions.items())},
+        "adding_replicas": {str(p): list(r) for p, r in sorted(a.adding_replicas.items())},
+        "removing_replicas": {str(p): list(r) for p, r in sorted(a.removing_replicas.items())},
+    }
+    if a.topic_id:
+        obj["topic_id"] = a.topic_id
+    return _dump(obj)
+
+
+def decode_topic_assignment(data: bytes) -> TopicAssignment:
+    obj = json.loads(data)
+
+    def parts(key: str) -> dict[int, tuple[int, ...]]:
+        return {int(p): tuple(r) for p, r in (obj.get(key) or {}).items()}
+
+    return TopicAssignment(
+        parts("partitions"), obj.get("topic_id"), parts("adding_replicas"), parts("removing_replicas")
+    )
+
+
+# --- /brokers/topics/<topic>/partitions/<p>/state -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaderIsrAndControllerEpoch:
+    """The partition state znode. `zk_version` is its znode version, the compare-and-set token."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = 0
+
+
+def encode_partition_state(s: LeaderIsrAndControllerEpoch) -> bytes:
+    return _dump(
+        {
+            "controller_epoch": s.controller_epoch,
+            "leader": s.leader,
+            "version": 1,
+            "leader_epoch": s.leader_epoch,
+            "isr": list(s.isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes, zk_version: int = 0) -> LeaderIsrAndControllerEpoch:
+    obj = json.loads(data)
+    return LeaderIsrAndControllerEpoch(
+        int(obj["leader"]),
+        int(obj["leader_epoch"]),
+        tuple(int(b) for b in obj["isr"]),
+        int(obj["controller_epoch"]),
+        zk_version,
+    )
+
+
+# --- /config/topics/<topic> ----------------------------------------------------------------------
+
+
+def encode_topic_config(config: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    return dict(json.loads(data).get("config") or {})
+
+
+# --- /controller and /controller_epoch ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    """Who is the active controller. Odradek's controller is its own process with its own id
+    (`controller.id`), so `brokerid` names a controller, not a broker; `endpoint` is where it
+    takes broker-to-controller requests (AlterPartition, ControlledShutdown), when it has one."""
+
+    controller_id: int
+    endpoint: EndPoint | None = None
+
+
+def encode_controller(info: ControllerInfo) -> bytes:
+    obj: dict = {"version": 1, "brokerid": info.controller_id, "timestamp": str(int(time.time() * 1000))}
+    if info.endpoint is not None:
+        obj["host"] = info.endpoint.host
+        obj["port"] = info.endpoint.port
+    return _dump(obj)
+
+
+def decode_controller(data: bytes) -> ControllerInfo:
+    obj = json.loads(data)
+    endpoint = EndPoint(obj["host"], int(obj["port"])) if "host" in obj else None
+    return ControllerInfo(int(obj["brokerid"]), endpoint)
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data)

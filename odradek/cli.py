@@ -1,0 +1,26 @@
+"""The `odradek` command: one entry point for every process the image runs."""
+
+import sys
+
+COMMANDS = {
+    "broker": ("odradek.broker.server", "run a broker (config file + --override key=value)"),
+    "controller": ("odradek.controller.main", "run a controller candidate"),
+    "dev": ("odradek.dev.cluster", "run a local cluster: ZooKeeper, controllers, brokers"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: odradek {" + ",".join(COMMANDS) + "} [options]", file=sys.stderr)
+        for name, (_, text) in COMMANDS.items():
+            print(f"  {name:12} {text}", file=sys.stderr)
+        return 2
+    import importlib
+
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return module.main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

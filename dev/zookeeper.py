@@ -1,0 +1,119 @@
+"""A ZooKeeper server as a plain child process, from Debian's `zookeeper` package.
+
+Used by `odradek dev` and by the test fixtures, so there is one way to start one. It binds
+127.0.0.1 only and is ready when the `srvr` four-letter command answers (connecting earlier can
+stall kazoo for seconds).
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+CLASSPATH_JARS = (
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/zookeeper-jute.jar",
+    "/usr/share/java/slf4j-api.jar",
+    "/usr/share/java/slf4j-simple.jar",
+)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def four_letter(host: str, port: int, word: bytes = b"srvr", timeout: float = 1.0) -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word)
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class ZooKeeperServer:
+    """One standalone server. `start()` returns when it serves; `stop()` always reaps it."""
+
+    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500, host: str = "127.0.0.1"):
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port or free_port(host)
+        self.tick_ms = tick_ms
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _java(self) -> str:
+        java = shutil.which("java")
+        if java is None:
+            raise RuntimeError("java not found: install Debian's zookeeper package (make dev does)")
+        for jar in CLASSPATH_JARS[:1]:
+            if not Path(jar).exists():
+                raise RuntimeError(f"{jar} missing: install Debian's zookeeper package (make dev does)")
+        return java
+
+    def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
+        java = self._java()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={self.tick_ms}\n"
+            f"dataDir={self.data_dir / 'data'}\n"
+            f"clientPort={self.port}\n"
+            f"clientPortAddress={self.host}\n"
+            "maxClientCnxns=0\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=srvr,ruok,stat,mntr\n"
+            f"minSessionTimeout={2 * self.tick_ms}\n"
+            "maxSessionTimeout=60000\n"
+        )
+        log = open(self.data_dir / "zookeeper.log", "ab")
+        classpath = ":".join(j for j in CLASSPATH_JARS if Path(j).exists())
+        self.process = subprocess.Popen(
+            [
+                java, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-Dzookeeper.admin.enableServer=false",
+                "-Dzookeeper.4lw.commands.whitelist=*",
+                "-cp", classpath,
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),
+            ],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.process.returncode}; see {self.data_dir}/zookeeper.log")
+            try:
+                if b"Mode:" in four_letter(self.host, self.port):
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not serve on {self.connect} within {timeout}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        p, self.process = self.process, None
+        if p is None or p.poll() is not None:
+            return
+        p.terminate()
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

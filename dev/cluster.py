@@ -1,0 +1,401 @@
+"""A local cluster on 127.0.0.1: ZooKeeper, controller processes and broker processes.
+
+`LocalCluster` is the one way this project starts a whole cluster: `odradek dev` runs it in the
+foreground and the integration tests and the benchmark drive it directly (kill, restart), so what
+the tests exercise is what a developer runs.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from odradek.common import zk_data
+from odradek.dev.zookeeper import ZooKeeperServer, free_port
+
+DEFAULT_CHROOT = "/odradek"
+CONTROLLER_ID_BASE = 1000
+
+_PR_SET_PDEATHSIG = 1
+try:  # looked up once here: the child between fork and exec should only make the call
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it when the parent dies, so nothing outlives a crash."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not come up (or a process died); the message names the log to read."""
+
+
+@dataclass
+class ManagedProcess:
+    """One `odradek broker|controller` child process, its overrides and its log file."""
+
+    name: str
+    role: str
+    overrides: dict[str, str]
+    log_path: Path
+    popen: subprocess.Popen | None = field(default=None, repr=False)
+
+    def argv(self) -> list[str]:
+        args = [sys.executable, "-m", "odradek.cli", self.role]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        return args
+
+    def start(self) -> "ManagedProcess":
+        if self.alive:
+            raise ClusterError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv())}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll() if self.popen else None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` (SIGKILL by default, for crash tests); reaps the process if it is fatal."""
+        if not self.alive:
+            return
+        self.popen.send_signal(sig)
+        if sig == signal.SIGKILL:
+            self.popen.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                print(f"{self.name} ignored SIGTERM for {timeout}s; killing it", file=sys.stderr)
+                self.popen.kill()
+                self.popen.wait(10)
+        return self.popen.returncode
+
+    def restart(self, timeout: float = 15.0) -> "ManagedProcess":
+        self.stop(timeout)
+        return self.start()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class LocalCluster:
+    """ZooKeeper + `controllers` controller candidates + `brokers` brokers, all on 127.0.0.1.
+
+    ZooKeeper is either started here (data under `data_dir/zookeeper`, reused on restart) or an
+    existing one given as `zookeeper_connect` (`host:port/chroot`, e.g. a test's own chroot).
+    Broker i has `broker.id` i, listens on `broker_ports[i]` (default `port + i`) and keeps its log
+    in `data_dir/broker-i`; controller j has `controller.id` 1000+j. Logs go to `data_dir/logs`.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        brokers: int = 3,
+        port: int = 9092,
+        controllers: int = 1,
+        *,
+        broker_ports: list[int] | None = None,
+        zookeeper_connect: str | None = None,
+        zookeeper_port: int | None = None,
+        broker_overrides: dict[str, object] | None = None,
+        controller_overrides: dict[str, object] | None = None,
+    ):
+        self.data_dir = Path(data_dir).absolute()
+        self.log_dir = self.data_dir / "logs"
+        self.broker_ports = list(broker_ports) if broker_ports else [port + i for i in range(brokers)]
+        if len(self.broker_ports) != brokers:
+            raise ValueError(f"{brokers} brokers need {brokers} ports, got {self.broker_ports}")
+        self._external_zk = zookeeper_connect
+        self.zookeeper: ZooKeeperServer | None = None
+        if zookeeper_connect is None:
+            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", port=zookeeper_port or None)
+        self._broker_overrides = {k: str(v) for k, v in (broker_overrides or {}).items()}
+        self._controller_overrides = {k: str(v) for k, v in (controller_overrides or {}).items()}
+        self.brokers = [self._broker_process(i) for i in range(brokers)]
+        self.controllers = [self._controller_process(j) for j in range(controllers)]
+
+    # --- wiring -------------------------------------------------------------------------------
+
+    @property
+    def zookeeper_connect(self) -> str:
+        """`host:port/chroot` as brokers and controllers get it."""
+        if self._external_zk is not None:
+            return self._external_zk if "/" in self._external_zk else self._external_zk + DEFAULT_CHROOT
+        return self.zookeeper.connect + DEFAULT_CHROOT
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports)
+
+    def _broker_process(self, i: int) -> ManagedProcess:
+        overrides = {
+            "broker.id": str(i),
+            "zookeeper.connect": self.zookeeper_connect,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]}",
+            "log.dirs": str(self.data_dir / f"broker-{i}"),
+        }
+        overrides.update(self._broker_overrides)
+        return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log")
+
+    def _controller_process(self, j: int) -> ManagedProcess:
+        # Controllers get a listener of their own (ControlledShutdown goes to the controller);
+        # Kafka's default port would collide with broker 1 at PORT+1.
+        overrides = {
+            "controller.id": str(CONTROLLER_ID_BASE + j),
+            "zookeeper.connect": self.zookeeper_connect,
+            "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+        }
+        overrides.update(self._controller_overrides)
+        return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log")
+
+    def broker(self, i: int) -> ManagedProcess:
+        return self.brokers[i]
+
+    def controller(self, j: int) -> ManagedProcess:
+        return self.controllers[j]
+
+    def controller_by_id(self, controller_id: int) -> ManagedProcess:
+        return self.controllers[controller_id - CONTROLLER_ID_BASE]
+
+    def processes(self) -> list[ManagedProcess]:
+        return self.controllers + self.brokers
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> "LocalCluster":
+        """Start everything and return once the controller is elected and every broker registered."""
+        try:
+            if self.zookeeper is not None:
+                self.zookeeper.start()
+            self._ensure_chroot()
+            for c in self.controllers:
+                c.start()
+            for b in self.brokers:
+                b.start()
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Brokers first (so they can shut down while a controller still runs), then controllers,
+        then ZooKeeper. Each gets SIGTERM and `timeout` seconds before SIGKILL."""
+        for group in (self.brokers, self.controllers):
+            for p in group:
+                if p.alive:
+                    p.popen.send_signal(signal.SIGTERM)
+            for p in group:
+                p.stop(timeout)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- ZooKeeper views ------------------------------------------------------------------------
+
+    def zk_client(self, timeout: float = 10.0) -> KazooClient:
+        """A started kazoo client inside the cluster's chroot; the caller stops it."""
+        zk = KazooClient(hosts=self.zookeeper_connect, timeout=timeout)
+        zk.start(timeout=timeout)
+        return zk
+
+    def _ensure_chroot(self) -> None:
+        hosts, _, chroot = self.zookeeper_connect.partition("/")
+        zk = KazooClient(hosts=hosts, timeout=10)
+        zk.start(timeout=15)
+        try:
+            zk.ensure_path("/" + chroot)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def active_controller(self, zk: KazooClient) -> int | None:
+        """`controller.id` of the active controller, or None while there is none."""
+        try:
+            data, _ = zk.get(zk_data.CONTROLLER)
+        except NoNodeError:
+            return None
+        return json.loads(data)["brokerid"]
+
+    def registered_brokers(self, zk: KazooClient) -> set[int]:
+        try:
+            return {int(c) for c in zk.get_children(zk_data.BROKER_IDS)}
+        except NoNodeError:
+            return set()
+
+    def wait_ready(self, timeout: float = 60.0, brokers: list[int] | None = None) -> None:
+        """Wait until `/controller` exists and every (given) running broker is registered.
+
+        Raises ClusterError naming the log to read if a process exits or the time runs out."""
+        wanted = set(range(len(self.brokers)) if brokers is None else brokers)
+        zk = self.zk_client()
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                for p in self.processes():
+                    if p.popen is not None and not p.alive:
+                        raise ClusterError(
+                            f"{p.name} exited with code {p.returncode}; read {p.log_path}\n{p.log_tail()}"
+                        )
+                controller = self.active_controller(zk)
+                missing = wanted - self.registered_brokers(zk)
+                if controller is not None and not missing:
+                    return
+                if time.monotonic() > deadline:
+                    if controller is None:
+                        logs = ", ".join(str(c.log_path) for c in self.controllers)
+                        raise ClusterError(f"no controller elected within {timeout}s; read {logs}")
+                    late = [self.brokers[i] for i in sorted(missing)]
+                    raise ClusterError(
+                        f"brokers {sorted(missing)} not registered within {timeout}s; read "
+                        + ", ".join(str(b.log_path) for b in late)
+                        + "\n" + late[0].log_tail()
+                    )
+                time.sleep(0.1)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def wait_broker_gone(self, broker_id: int, timeout: float = 30.0) -> None:
+        """Wait until `/brokers/ids/<id>` is gone (after a kill: until the session expires)."""
+        zk = self.zk_client()
+        try:
+            deadline = time.monotonic() + timeout
+            while broker_id in self.registered_brokers(zk):
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"broker {broker_id} still registered after {timeout}s")
+                time.sleep(0.1)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def dead_processes(self) -> list[ManagedProcess]:
+        return [p for p in self.processes() if p.popen is not None and not p.alive]
+
+
+# --- `odradek dev` ------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="odradek dev",
+        description="Run ZooKeeper, controllers and brokers on 127.0.0.1 until Ctrl-C or SIGTERM.",
+    )
+    parser.add_argument("--brokers", type=int, default=3, help="number of brokers (ids 0..N-1)")
+    parser.add_argument("--controllers", type=int, default=1, help="controller candidates (1 active, rest standby)")
+    parser.add_argument("--data-dir", default="./data", help="ZooKeeper data, broker logs and process logs")
+    parser.add_argument("--port", type=int, default=9092, help="broker i listens on PORT+i")
+    parser.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper client port (0: a free one)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to come up")
+    parser.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra broker configuration (repeatable)")
+    parser.add_argument("--controller-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra controller configuration (repeatable)")
+    args = parser.parse_args(argv)
+    if args.brokers < 1 or args.controllers < 1:
+        parser.error("--brokers and --controllers must be at least 1")
+    return args
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"override wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    stopping = threading.Event()
+
+    def on_signal(signum, _frame):
+        if stopping.is_set():
+            return
+        stopping.set()
+        raise KeyboardInterrupt  # interrupts start-up as well as the supervise loop
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    cluster = LocalCluster(
+        args.data_dir, brokers=args.brokers, port=args.port, controllers=args.controllers,
+        zookeeper_port=args.zookeeper_port or None,
+        broker_overrides=_pairs(args.broker_override),
+        controller_overrides=_pairs(args.controller_override),
+    )
+    log = lambda msg: print(f"odradek dev: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        try:
+            cluster.start(timeout=args.timeout)
+        except ClusterError as e:
+            log(f"cluster did not start: {e}")
+            return 1
+        log(f"ZooKeeper {cluster.zookeeper_connect}; logs in {cluster.log_dir}; Ctrl-C stops")
+        print(f"bootstrap.servers={cluster.bootstrap}", flush=True)
+        reported: set[str] = set()
+        while not stopping.is_set():
+            for p in cluster.dead_processes():
+                if p.name not in reported:
+                    reported.add(p.name)
+                    log(f"{p.name} exited with code {p.returncode}; read {p.log_path}")
+            stopping.wait(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log("stopping brokers, controllers, ZooKeeper")
+        cluster.stop()
+        log("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,457 @@
+"""Topic administration at a broker: validate, plan, write the znodes, wait for the controller.
+
+The decisions (name rules, replica assignment, request validation) are pure functions over plain
+data, Kafka's rules (`Topic.validate`, `AdminUtils.assignReplicasToBrokers`); `AdminManager` is the
+thin shell that writes ZooKeeper and waits until the controller's UpdateMetadata shows the result.
+"""
+
+import logging
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from odradek.common.config import BrokerConfig
+from odradek.common.zk_data import TopicAssignment
+
+from .metadata_cache import MetadataCache
+from .zk_client import BrokerZkClient, TopicExistsError, new_base64_uuid
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class ApiError(Exception):
+    """A Kafka error code with a message, the result of a failed admin step."""
+
+    def __init__(self, error_code: ErrorCode, message: str | None = None):
+        super().__init__(message or error_code.name)
+        self.error_code = error_code
+        self.message = message
+
+
+# --- pure rules ------------------------------------------------------------------------------------
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Why `name` is not a legal topic name (Kafka's Topic.validate), or None when it is."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters"
+    if not _LEGAL.fullmatch(name):
+        return (
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+def validate_topic_name(name: str | None) -> None:
+    error = topic_name_error(name)
+    if error is not None:
+        raise ApiError(ErrorCode.invalid_topic_exception, error)
+
+
+def has_collision_chars(name: str) -> bool:
+    """'.' and '_' collide in metric names; Kafka warns (we only warn too)."""
+    return "." in name or "_" in name
+
+
+def assign_replicas_to_brokers(
+    brokers: Sequence[tuple[int, str | None]],
+    num_partitions: int,
+    replication_factor: int,
+    fixed_start_index: int = -1,
+    start_partition_id: int = -1,
+    rng: random.Random | None = None,
+) -> dict[int, tuple[int, ...]]:
+    """Kafka's AdminUtils.assignReplicasToBrokers: partition → replicas, first is preferred leader.
+
+    Leaders go round-robin over the brokers from a random start; followers follow at a shift that
+    grows each time the partitions wrap around, so replicas of one broker's leaders spread over the
+    others. Rack-aware (racks alternate in the broker order, one replica per rack while racks are
+    left) when every broker has a rack; otherwise rack-unaware.
+    """
+    if num_partitions <= 0:
+        raise ApiError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+    if replication_factor <= 0:
+        raise ApiError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
+    if replication_factor > len(brokers):
+        raise ApiError(
+            ErrorCode.invalid_replication_factor,
+            f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}.",
+        )
+    rng = rng or random.Random()
+    racks = {b: r for b, r in brokers}
+    if all(r is not None for r in racks.values()):
+        return _assign_rack_aware(racks, num_partitions, replication_factor, fixed_start_index, start_partition_id, rng)
+    return _assign_rack_unaware(
+        sorted(racks), num_partitions, replication_factor, fixed_start_index, start_partition_id, rng
+    )
+
+
+def _replica_index(first_index: int, shift: int, j: int, n: int) -> int:
+    return (first_index + 1 + (shift + j) % (n - 1)) % n
+
+
+def _assign_rack_unaware(
+    ids: list[int], n_parts: int, rf: int, fixed_start: int, start_partition: int, rng: random.Random
+) -> dict[int, tuple[int, ...]]:
+    n = len(ids)
+    start = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    pid = max(0, start_partition)
+    out: dict[int, tuple[int, ...]] = {}
+    for _ in range(n_parts):
+        if pid > 0 and pid % n == 0:
+            shift += 1
+        first = (pid + start) % n
+        out[pid] = (ids[first],) + tuple(ids[_replica_index(first, shift, j, n)] for j in range(rf - 1))
+        pid += 1
+    return out
+
+
+def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
+    """Brokers ordered so consecutive ones sit in different racks (racks sorted, ids sorted)."""
+    by_rack: dict[str, list[int]] = {}
+    for broker in sorted(racks):
+        by_rack.setdefault(racks[broker], []).append(broker)
+    iters = [iter(by_rack[r]) for r in sorted(by_rack)]
+    out: list[int] = []
+    i = 0
+    while len(out) < len(racks):
+        nxt = next(iters[i], None)
+        if nxt is not None:
+            out.append(nxt)
+        i = (i + 1) % len(iters)
+    return out
+
+
+def _assign_rack_aware(
+    racks: Mapping[int, str], n_parts: int, rf: int, fixed_start: int, start_partition: int, rng: random.Random
+) -> dict[int, tuple[int, ...]]:
+    arranged = rack_alternated_brokers(racks)
+    n = len(arranged)
+    num_racks = len(set(racks.values()))
+    start = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    pid = max(0, start_partition)
+    out: dict[int, tuple[int, ...]] = {}
+    for _ in range(n_parts):
+        if pid > 0 and pid % n == 0:
+            shift += 1
+        first = (pid + start) % n
+        leader = arranged[first]
+        replicas = [leader]
+        racks_used = {racks[leader]}
+        brokers_used = {leader}
+        k = 0
+        for _ in range(rf - 1):
+            while True:  # ends within n steps: some broker always qualifies
+                broker = arranged[_replica_index(first, shift * num_racks, k, n)]
+                rack = racks[broker]
+                k += 1
+                if (rack not in racks_used or len(racks_used) == num_racks) and (
+                    broker not in brokers_used or len(brokers_used) == n
+                ):
+                    replicas.append(broker)
+                    racks_used.add(rack)
+                    brokers_used.add(broker)
+                    break
+        out[pid] = tuple(replicas)
+        pid += 1
+    return out
+
+
+def validate_manual_assignment(
+    assignment: Mapping[int, Sequence[int]], live_broker_ids: set[int]
+) -> dict[int, tuple[int, ...]]:
+    """Kafka's checks on a client-given assignment; returns it normalised or raises ApiError."""
+    if not assignment:
+        raise ApiError(ErrorCode.invalid_replica_assignment, "Replica assignment is empty.")
+    if sorted(assignment) != list(range(len(assignment))):
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            "Partitions should be a consecutive 0-based integer sequence",
+        )
+    sizes = set()
+    for p, replicas in assignment.items():
+        if not replicas:
+            raise ApiError(ErrorCode.invalid_replica_assignment, f"Partition {p} has no replicas.")
+        if len(set(replicas)) != len(replicas):
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"Duplicate brokers not allowed in replica assignment: {list(replicas)} for partition {p}.",
+            )
+        unknown = set(replicas) - live_broker_ids
+        if unknown:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"Unknown broker(s) {sorted(unknown)} in replica assignment of partition {p}.",
+            )
+        sizes.add(len(replicas))
+    if len(sizes) > 1:
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            "All partitions should have the same number of replicas",
+        )
+    return {p: tuple(r) for p, r in sorted(assignment.items())}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic of a CreateTopics request, as plain data."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """What to write for a topic that passed validation."""
+
+    name: str
+    assignment: dict[int, tuple[int, ...]]
+    config: dict[str, str]
+    topic_id: str
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.assignment)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(next(iter(self.assignment.values())))
+
+
+def plan_topic(
+    spec: TopicSpec,
+    *,
+    default_partitions: int,
+    default_replication_factor: int,
+    live_brokers: Sequence[tuple[int, str | None]],
+    validate_config: Callable[[dict[str, str]], None],
+    existing: bool = False,
+    rng: random.Random | None = None,
+    topic_id: str | None = None,
+) -> TopicPlan:
+    """Validate one CreateTopics entry and compute its assignment; ApiError with Kafka's code if not.
+
+    Order as Kafka checks: name, existence, partitions/replication factor vs manual assignment,
+    configs, then the assignment itself.
+    """
+    validate_topic_name(spec.name)
+    if existing:
+        raise ApiError(ErrorCode.topic_already_exists, f"Topic '{spec.name}' already exists.")
+    if spec.assignments:
+        if spec.num_partitions != -1 or spec.replication_factor != -1:
+            raise ApiError(
+                ErrorCode.invalid_request,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.",
+            )
+    else:
+        partitions = default_partitions if spec.num_partitions == -1 else spec.num_partitions
+        rf = default_replication_factor if spec.replication_factor == -1 else spec.replication_factor
+        if partitions <= 0:
+            raise ApiError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+        if rf <= 0:
+            raise ApiError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
+    config: dict[str, str] = {}
+    for key, value in spec.configs.items():
+        if value is None:
+            raise ApiError(ErrorCode.invalid_config, f"Null value not supported for topic configs: {key}")
+        config[key] = value
+    try:
+        validate_config(config)
+    except ValueError as e:
+        raise ApiError(ErrorCode.invalid_config, str(e)) from e
+    if spec.assignments:
+        assignment = validate_manual_assignment(spec.assignments, {b for b, _ in live_brokers})
+    else:
+        assignment = assign_replicas_to_brokers(live_brokers, partitions, rf, rng=rng)
+    return TopicPlan(spec.name, assignment, config, topic_id or new_base64_uuid())
+
+
+def duplicate_names(names: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    dups: set[str] = set()
+    for n in names:
+        (dups if n in seen else seen).add(n)
+    return dups
+
+
+# --- the shell -------------------------------------------------------------------------------------
+
+
+@dataclass
+class CreateResult:
+    name: str
+    error: ApiError | None = None
+    plan: TopicPlan | None = None
+
+
+def _default_validate_config(config: dict[str, str]) -> None:
+    from odradek.broker.log import LogConfig  # written concurrently; imported when first needed
+
+    LogConfig.validate_overrides(config)
+
+
+class AdminManager:
+    """Carries out CreateTopics/DeleteTopics through ZooKeeper and waits for the controller."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        metadata_cache: MetadataCache,
+        zk: BrokerZkClient,
+        validate_config: Callable[[dict[str, str]], None] = _default_validate_config,
+    ):
+        self.config = config
+        self.metadata_cache = metadata_cache
+        self.zk = zk
+        self.validate_config = validate_config
+        self._auto_creating: set[str] = set()
+
+    def _live_brokers(self) -> list[tuple[int, str | None]]:
+        return [(int(b.id), b.rack) for b in self.metadata_cache.live_brokers().values()]
+
+    async def _exists(self, name: str) -> bool:
+        return self.metadata_cache.contains(name) or await self.zk.topic_exists(name)
+
+    async def create_topics(
+        self, specs: Sequence[TopicSpec], timeout_ms: int, validate_only: bool
+    ) -> list[CreateResult]:
+        """One result per spec, in order. Waits (up to timeout_ms) until every created topic has a
+        leader for each partition in this broker's MetadataCache; REQUEST_TIMED_OUT for those that
+        do not. timeout_ms <= 0 or validate_only answer as soon as the znodes are written."""
+        dups = duplicate_names([s.name for s in specs])
+        results: list[CreateResult] = []
+        for spec in specs:
+            result = CreateResult(spec.name)
+            results.append(result)
+            if spec.name in dups:
+                result.error = ApiError(
+                    ErrorCode.invalid_request, "Create topics request contains duplicate topic names."
+                )
+                continue
+            try:
+                name_ok = topic_name_error(spec.name) is None
+                plan = plan_topic(
+                    spec,
+                    default_partitions=self.config.num_partitions,
+                    default_replication_factor=self.config.default_replication_factor,
+                    live_brokers=self._live_brokers(),
+                    validate_config=self.validate_config,
+                    existing=name_ok and await self._exists(spec.name),
+                )
+                if not validate_only:
+                    await self._write(plan)
+                result.plan = plan
+            except ApiError as e:
+                result.error = e
+            except Exception as e:  # noqa: BLE001 - one topic's failure must not sink the others
+                log.exception("creating topic %r failed", spec.name)
+                result.error = ApiError(ErrorCode.unknown_server_error, str(e))
+        created = [r for r in results if r.plan is not None]
+        if validate_only or timeout_ms <= 0 or not created:
+            return results
+        cache = self.metadata_cache
+        await cache.wait_for(
+            lambda: all(cache.all_partitions_have_leaders(r.name) for r in created), timeout_ms / 1000
+        )
+        for r in created:
+            if not cache.all_partitions_have_leaders(r.name):
+                r.error = ApiError(
+                    ErrorCode.request_timed_out,
+                    f"Topic '{r.name}' was created but its metadata did not arrive within {timeout_ms} ms.",
+                )
+        return results
+
+    async def _write(self, plan: TopicPlan) -> None:
+        if has_collision_chars(plan.name):
+            log.warning("topic %r uses '.' or '_', which collide in metric names", plan.name)
+        assignment = TopicAssignment(dict(plan.assignment), topic_id=plan.topic_id)
+        try:
+            await self.zk.create_topic(plan.name, assignment, plan.config)
+        except TopicExistsError as e:
+            raise ApiError(ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists.") from e
+        log.info(
+            "created topic %s: %d partitions, assignment %s, config %s",
+            plan.name, plan.num_partitions, plan.assignment, plan.config,
+        )
+
+    async def auto_create_topic(self, name: str) -> ErrorCode:
+        """Metadata's auto-creation: write the znodes with the broker defaults, do not wait.
+
+        Returns the code the Metadata response carries for the topic meanwhile (Kafka's rule:
+        LEADER_NOT_AVAILABLE while it is being created, or the creation error).
+        """
+        if name in self._auto_creating:
+            return ErrorCode.leader_not_available
+        self._auto_creating.add(name)
+        try:
+            plan = plan_topic(
+                TopicSpec(name),
+                default_partitions=self.config.num_partitions,
+                default_replication_factor=self.config.default_replication_factor,
+                live_brokers=self._live_brokers(),
+                validate_config=lambda _: None,
+            )
+            await self._write(plan)
+        except ApiError as e:
+            if e.error_code == ErrorCode.topic_already_exists:
+                return ErrorCode.leader_not_available
+            log.info("auto-creation of topic %r failed: %s", name, e)
+            return e.error_code
+        finally:
+            self._auto_creating.discard(name)
+        return ErrorCode.leader_not_available
+
+    async def delete_topics(self, names: Sequence[str], timeout_ms: int) -> list[ApiError | None]:
+        """Mark each topic for deletion; wait (up to timeout_ms) until the cache drops it."""
+        errors: list[ApiError | None] = []
+        marked: list[str] = []
+        dups = duplicate_names(list(names))
+        for name in names:
+            try:
+                if name in dups:
+                    raise ApiError(ErrorCode.invalid_request, "Duplicate topic names in the request.")
+                if not self.config.delete_topic_enable:
+                    raise ApiError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+                if topic_name_error(name) is not None or not await self._exists(name):
+                    raise ApiError(
+                        ErrorCode.unknown_topic_or_partition,
+                        "This server does not host this topic-partition.",
+                    )
+                await self.zk.delete_topic(name)
+                log.info("marked topic %s for deletion", name)
+                marked.append(name)
+                errors.append(None)
+            except ApiError as e:
+                errors.append(e)
+            except Exception as e:  # noqa: BLE001
+                log.exception("deleting topic %r failed", name)
+                errors.append(ApiError(ErrorCode.unknown_server_error, str(e)))
+        if marked and timeout_ms > 0:
+            cache = self.metadata_cache
+            await cache.wait_for(lambda: not any(cache.contains(t) for t in marked), timeout_ms / 1000)
+            for i, name in enumerate(names):
+                if errors[i] is None and name in marked and cache.contains(name):
+                    errors[i] = ApiError(
+                        ErrorCode.request_timed_out,
+                        f"Topic '{name}' is marked for deletion but is not gone within {timeout_ms} ms.",
+                    )
+        return errors
+

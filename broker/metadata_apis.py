@@ -1,0 +1,466 @@
+"""The broker's metadata and admin APIs: Metadata, UpdateMetadata, CreateTopics, DeleteTopics,
+DescribeConfigs, DescribeCluster.
+
+Each handler takes (header, request) and returns the kio response of the request's version. One
+builder per API fills whatever fields that version's classes have (`_make` drops the rest), so
+every version comes from the same code. broker-data's KafkaApis merges `handlers`/`versions` into
+its dispatch table and ApiVersions answer.
+"""
+
+import datetime
+import logging
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import fields
+from functools import cache
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from odradek.common.config import BrokerConfig
+from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
+
+from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, TopicSpec, topic_name_error
+from .metadata_cache import MetadataCache, StaleControllerEpochError
+from .zk_client import BrokerZkClient, base64_to_uuid
+
+log = logging.getLogger(__name__)
+
+METADATA, UPDATE_METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 3, 6, 19, 20, 32, 60
+
+# DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource).
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+SOURCE_TOPIC_CONFIG, SOURCE_STATIC_BROKER_CONFIG, SOURCE_DEFAULT_CONFIG = 1, 4, 5
+ENDPOINT_TYPE_BROKER = 1
+
+ZERO_UUID = uuid.UUID(int=0)
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def _make(cls: type, **values):
+    """An instance of a kio class with the values its version has; the others are dropped."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@cache
+def _response_module(api_key: int, version: int):
+    return sys.modules[load_response_schema(api_key, version).__module__]
+
+
+def _ms(td: datetime.timedelta) -> int:
+    return int(td.total_seconds() * 1000)
+
+
+def config_text(value: object) -> str | None:
+    """A config value as Kafka prints it (booleans in lower case)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class MetadataApis:
+    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient, log_manager=None):
+        self.config = config
+        self.metadata_cache = metadata_cache
+        self.zk = zk
+        self.log_manager = log_manager
+        self.admin = AdminManager(config, metadata_cache, zk)
+        self.update_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
+        """Called with the partitions an accepted UpdateMetadata deleted (for broker-data's use)."""
+        self._cluster_id: str | None = None
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_cache: dict[tuple[int, str], object] = {}
+        self._topic_cache_generation = -1
+        self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
+            METADATA: self.handle_metadata,
+            UPDATE_METADATA: self.handle_update_metadata,
+            CREATE_TOPICS: self.handle_create_topics,
+            DELETE_TOPICS: self.handle_delete_topics,
+            DESCRIBE_CONFIGS: self.handle_describe_configs,
+            DESCRIBE_CLUSTER: self.handle_describe_cluster,
+        }
+        self.versions: dict[int, tuple[int, int]] = {
+            METADATA: (0, 13),
+            UPDATE_METADATA: (5, 5),
+            CREATE_TOPICS: (2, 7),
+            DELETE_TOPICS: (1, 6),
+            DESCRIBE_CONFIGS: (1, 4),
+            DESCRIBE_CLUSTER: (0, 2),
+        }
+
+    # --- shared pieces -------------------------------------------------------------------------
+
+    def controller_id(self) -> int:
+        """The smallest live broker: the controller process is no broker, so clients send admin
+        requests to a live broker, which carries them out through ZooKeeper."""
+        brokers = self.metadata_cache.live_brokers()
+        return min(brokers) if brokers else -1
+
+    async def cluster_id(self) -> str | None:
+        if self._cluster_id is None:
+            try:
+                self._cluster_id = await self.zk.get_cluster_id()
+            except Exception:  # noqa: BLE001 - ZooKeeper away: answer without, try next time
+                log.warning("cannot read the cluster id from ZooKeeper", exc_info=True)
+        return self._cluster_id
+
+    async def topic_ids(self, topics: list[str]) -> dict[str, uuid.UUID]:
+        """topic → topic id from its assignment znode (zero UUID when it has none), memoised."""
+        missing = [t for t in topics if t not in self._topic_ids]
+        if missing:
+            try:
+                found = await self.zk.get_topic_ids(missing)
+            except Exception:  # noqa: BLE001
+                log.warning("cannot read topic ids from ZooKeeper", exc_info=True)
+                found = {}
+            for t in missing:
+                text = found.get(t)
+                if t in found:
+                    self._topic_ids[t] = base64_to_uuid(text) if text else ZERO_UUID
+        return {t: self._topic_ids.get(t, ZERO_UUID) for t in topics}
+
+    async def topic_name_by_id(self, topic_id: uuid.UUID) -> str | None:
+        if topic_id == ZERO_UUID:
+            return None
+        ids = await self.topic_ids(self.metadata_cache.topics())
+        for name, tid in ids.items():
+            if tid == topic_id:
+                return name
+        return None
+
+    @staticmethod
+    def broker_address(broker: UpdateMetadataBroker) -> tuple[str, int] | None:
+        for endpoint in broker.endpoints:
+            if endpoint.listener == "PLAINTEXT":
+                return endpoint.host, int(endpoint.port)
+        if broker.endpoints:
+            return broker.endpoints[0].host, int(broker.endpoints[0].port)
+        return None
+
+    # --- Metadata (3) --------------------------------------------------------------------------
+
+    async def handle_metadata(self, header, request):
+        version = int(request.__version__)
+        mod = _response_module(METADATA, version)
+        cache = self.metadata_cache
+        requested = request.topics
+        all_topics = requested is None or (version == 0 and not requested)
+        allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
+
+        topics_out = []
+        if all_topics:
+            names = sorted(cache.topics())
+            unknown_ids: list[uuid.UUID] = []
+        else:
+            names, unknown_ids = [], []
+            for t in requested:
+                name = getattr(t, "name", None)
+                if name is None:
+                    tid = getattr(t, "topic_id", None)
+                    name = await self.topic_name_by_id(tid) if tid is not None else None
+                    if name is None:
+                        unknown_ids.append(tid or ZERO_UUID)
+                        continue
+                if name not in names:
+                    names.append(name)
+        ids = await self.topic_ids([n for n in names if cache.contains(n)]) if version >= 10 else {}
+        for name in names:
+            if cache.contains(name):
+                topics_out.append(self._metadata_topic(mod, version, name, ids.get(name, ZERO_UUID)))
+                continue
+            if topic_name_error(name) is not None:
+                error = ErrorCode.invalid_topic_exception
+            elif allow_auto and self.config.auto_create_topics_enable and not all_topics:
+                error = await self.admin.auto_create_topic(name)
+            else:
+                error = ErrorCode.unknown_topic_or_partition
+            topics_out.append(
+                _make(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID, partitions=())
+            )
+        for tid in unknown_ids:
+            topics_out.append(
+                _make(
+                    mod.MetadataResponseTopic,
+                    error_code=ErrorCode.unknown_topic_id, name=None, topic_id=tid, partitions=(),
+                )
+            )
+        return _make(
+            mod.MetadataResponse,
+            throttle_time=NO_THROTTLE,
+            brokers=self._metadata_brokers(mod),
+            cluster_id=await self.cluster_id(),
+            controller_id=self.controller_id(),
+            topics=tuple(topics_out),
+            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            error_code=ErrorCode.none,
+        )
+
+    def _metadata_brokers(self, mod) -> tuple:
+        out = []
+        for broker_id, broker in sorted(self.metadata_cache.live_brokers().items()):
+            address = self.broker_address(broker)
+            if address is not None:
+                out.append(
+                    _make(mod.MetadataResponseBroker, node_id=broker_id, host=address[0], port=address[1], rack=broker.rack)
+                )
+        return tuple(out)
+
+    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID):
+        """A topic's entry, memoised per (version, topic) until the next UpdateMetadata."""
+        cache = self.metadata_cache
+        if self._topic_cache_generation != cache.generation:
+            self._topic_cache.clear()
+            self._topic_cache_generation = cache.generation
+        key = (version, name)
+        entry = self._topic_cache.get(key)
+        if entry is not None:
+            return entry
+        partitions = []
+        for p, state in sorted((cache.topic_partitions(name) or {}).items()):
+            leader = int(state.leader)
+            alive = leader >= 0 and cache.is_alive(leader)
+            partitions.append(
+                _make(
+                    mod.MetadataResponsePartition,
+                    error_code=ErrorCode.none if alive else ErrorCode.leader_not_available,
+                    partition_index=p,
+                    leader_id=leader if alive else -1,
+                    leader_epoch=int(state.leader_epoch),
+                    replica_nodes=tuple(state.replicas),
+                    isr_nodes=tuple(state.isr),
+                    offline_replicas=tuple(state.offline_replicas),
+                )
+            )
+        entry = _make(
+            mod.MetadataResponseTopic,
+            error_code=ErrorCode.none,
+            name=name,
+            topic_id=topic_id,
+            is_internal=name in INTERNAL_TOPICS,
+            partitions=tuple(partitions),
+            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
+        self._topic_cache[key] = entry
+        return entry
+
+    # --- UpdateMetadata (6) --------------------------------------------------------------------
+
+    async def handle_update_metadata(self, header, request):
+        request_epoch = int(request.broker_epoch)
+        if request_epoch != -1 and request_epoch < self.zk.broker_epoch:
+            log.info("UpdateMetadata with stale broker epoch %d < %d", request_epoch, self.zk.broker_epoch)
+            return UpdateMetadataResponse(error_code=ErrorCode.stale_broker_epoch)
+        try:
+            deleted = self.metadata_cache.update(request)
+        except StaleControllerEpochError as e:
+            log.info("rejected UpdateMetadata: %s", e)
+            return UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch)
+        for topic in {t for t, _ in deleted}:
+            if not self.metadata_cache.contains(topic):
+                self._topic_ids.pop(topic, None)
+        for listener in list(self.update_listeners):
+            try:
+                listener(deleted)
+            except Exception:  # noqa: BLE001
+                log.exception("UpdateMetadata listener failed")
+        return UpdateMetadataResponse(error_code=ErrorCode.none)
+
+    # --- CreateTopics (19) ---------------------------------------------------------------------
+
+    async def handle_create_topics(self, header, request):
+        version = int(request.__version__)
+        mod = _response_module(CREATE_TOPICS, version)
+        specs = [
+            TopicSpec(
+                name=t.name,
+                num_partitions=int(t.num_partitions),
+                replication_factor=int(t.replication_factor),
+                assignments={int(a.partition_index): tuple(int(b) for b in a.broker_ids) for a in t.assignments},
+                configs={c.name: c.value for c in t.configs},
+            )
+            for t in request.topics
+        ]
+        results = await self.admin.create_topics(specs, _ms(request.timeout), bool(request.validate_only))
+        out = []
+        for r in results:
+            values: dict = dict(name=r.name, topic_id=ZERO_UUID, configs=())
+            if r.error is not None:
+                values.update(error_code=r.error.error_code, error_message=r.error.message)
+            else:
+                plan = r.plan
+                values.update(
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    topic_id=base64_to_uuid(plan.topic_id),
+                    num_partitions=plan.num_partitions,
+                    replication_factor=plan.replication_factor,
+                )
+                if version >= 5:
+                    try:
+                        values["configs"] = tuple(
+                            _make(
+                                mod.CreatableTopicConfigs,
+                                name=name, value=value, read_only=False,
+                                config_source=source, is_sensitive=False,
+                            )
+                            for name, value, source in self.topic_config_entries(plan.config)
+                        )
+                    except Exception:  # noqa: BLE001 - the topic is created; only its config view failed
+                        log.exception("describing the configs of new topic %r failed", r.name)
+                        values["topic_config_error_code"] = int(ErrorCode.unknown_server_error)
+            out.append(_make(mod.CreatableTopicResult, **values))
+        return _make(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(out))
+
+    def topic_config_entries(self, overrides: dict[str, str]) -> list[tuple[str, str | None, int]]:
+        """(name, value, config_source) of a topic's full config: its overrides, else the defaults."""
+        from odradek.broker.log import LogConfig  # written concurrently; imported when first needed
+
+        described = LogConfig.from_broker(self.config, overrides).describe()
+        return [
+            (name, config_text(value), SOURCE_DEFAULT_CONFIG if is_default else SOURCE_TOPIC_CONFIG)
+            for name, (value, is_default) in sorted(described.items())
+        ]
+
+    # --- DeleteTopics (20) ---------------------------------------------------------------------
+
+    async def handle_delete_topics(self, header, request):
+        version = int(request.__version__)
+        mod = _response_module(DELETE_TOPICS, version)
+        entries: list[tuple[str | None, uuid.UUID | None]] = []
+        if version >= 6:
+            for t in request.topics:
+                if t.name is not None:
+                    entries.append((t.name, None))
+                else:
+                    entries.append((await self.topic_name_by_id(t.topic_id), t.topic_id or ZERO_UUID))
+        else:
+            entries = [(name, None) for name in request.topic_names]
+        known = [(i, name) for i, (name, _) in enumerate(entries) if name is not None]
+        ids = await self.topic_ids([name for _, name in known]) if version >= 6 else {}
+        errors = await self.admin.delete_topics([name for _, name in known], _ms(request.timeout))
+        error_at = {i: err for (i, _), err in zip(known, errors)}
+        out = []
+        for i, (name, tid) in enumerate(entries):
+            if name is None:
+                error = ApiError(ErrorCode.unknown_topic_id, f"Topic id {tid} not found.")
+            else:
+                error = error_at[i]
+            out.append(
+                _make(
+                    mod.DeletableTopicResult,
+                    name=name,
+                    topic_id=tid if tid is not None else ids.get(name, ZERO_UUID),
+                    error_code=ErrorCode.none if error is None else error.error_code,
+                    error_message=None if error is None else error.message,
+                )
+            )
+        return _make(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(out))
+
+    # --- DescribeConfigs (32) ------------------------------------------------------------------
+
+    async def handle_describe_configs(self, header, request):
+        version = int(request.__version__)
+        mod = _response_module(DESCRIBE_CONFIGS, version)
+        results = []
+        for resource in request.resources:
+            rtype, rname = int(resource.resource_type), resource.resource_name
+            try:
+                if rtype == RESOURCE_TOPIC:
+                    entries = await self._describe_topic(rname)
+                elif rtype == RESOURCE_BROKER:
+                    entries = self._describe_broker(rname)
+                else:
+                    raise ApiError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
+                keys = resource.configuration_keys
+                if keys is not None:
+                    wanted = set(keys)
+                    entries = [e for e in entries if e[0] in wanted]
+                configs = tuple(
+                    _make(
+                        mod.DescribeConfigsResourceResult,
+                        name=name, value=value, read_only=read_only, config_source=source,
+                        is_default=source == SOURCE_DEFAULT_CONFIG, is_sensitive=False, synonyms=(),
+                        config_type=0, documentation=None,
+                    )
+                    for name, value, source, read_only in entries
+                )
+                error, message = ErrorCode.none, None
+            except ApiError as e:
+                configs, error, message = (), e.error_code, e.message
+            except Exception as e:  # noqa: BLE001 - one resource's failure must not sink the others
+                log.exception("DescribeConfigs of %d/%r failed", rtype, rname)
+                configs, error, message = (), ErrorCode.unknown_server_error, str(e)
+            results.append(
+                _make(
+                    mod.DescribeConfigsResult,
+                    error_code=error, error_message=message,
+                    resource_type=rtype, resource_name=rname, configs=configs,
+                )
+            )
+        return _make(mod.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    async def _describe_topic(self, topic: str) -> list[tuple[str, str | None, int, bool]]:
+        error = topic_name_error(topic)
+        if error is not None:
+            raise ApiError(ErrorCode.invalid_topic_exception, error)
+        if not self.metadata_cache.contains(topic) and not await self.zk.topic_exists(topic):
+            raise ApiError(ErrorCode.unknown_topic_or_partition, f"Topic '{topic}' does not exist.")
+        overrides = await self.zk.get_topic_config(topic)
+        return [(n, v, s, False) for n, v, s in self.topic_config_entries(overrides)]
+
+    def _describe_broker(self, name: str) -> list[tuple[str, str | None, int, bool]]:
+        """This broker's own static config (Kafka answers only for itself)."""
+        if name not in ("", str(self.config.broker_id)):
+            raise ApiError(
+                ErrorCode.invalid_request,
+                f"Unexpected broker id, expected {self.config.broker_id} or empty string, but received {name}",
+            )
+        model_fields = type(self.config).model_fields
+        explicit = {model_fields[f].alias or f for f in self.config.model_fields_set}
+        return [
+            (key, config_text(value), SOURCE_STATIC_BROKER_CONFIG if key in explicit else SOURCE_DEFAULT_CONFIG, True)
+            for key, value in sorted(self.config.kafka_items().items())
+        ]
+
+    # --- DescribeCluster (60) ------------------------------------------------------------------
+
+    async def handle_describe_cluster(self, header, request):
+        version = int(request.__version__)
+        mod = _response_module(DESCRIBE_CLUSTER, version)
+        endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
+        cluster_id = await self.cluster_id() or ""
+        if endpoint_type != ENDPOINT_TYPE_BROKER:
+            return _make(
+                mod.DescribeClusterResponse,
+                throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
+                error_message="Only broker endpoints can be described.", endpoint_type=endpoint_type,
+                cluster_id=cluster_id, controller_id=-1, brokers=(),
+                cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        brokers = []
+        for broker_id, broker in sorted(self.metadata_cache.live_brokers().items()):
+            address = self.broker_address(broker)
+            if address is not None:
+                brokers.append(
+                    _make(
+                        mod.DescribeClusterBroker,
+                        broker_id=broker_id, host=address[0], port=address[1], rack=broker.rack, is_fenced=False,
+                    )
+                )
+        return _make(
+            mod.DescribeClusterResponse,
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+            endpoint_type=endpoint_type, cluster_id=cluster_id, controller_id=self.controller_id(),
+            brokers=tuple(brokers), cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )

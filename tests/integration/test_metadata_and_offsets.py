@@ -1,0 +1,118 @@
+"""Acceptance: `kcat -L` lists the cluster; ListOffsets by timestamp finds the right offsets;
+topics are created and deleted through the admin APIs of both clients."""
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from .kafka_helpers import Record, admin, confluent_produce, create_topic, wait_for_leaders
+
+
+def kcat(*args: str, timeout: float = 30.0, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["kcat", *args], input=input, capture_output=True, timeout=timeout, check=True)
+
+
+def test_kcat_lists_brokers_and_topics(shared_cluster):
+    create_topic(shared_cluster.bootstrap, "kcat-listed", 3)
+    out = kcat("-b", shared_cluster.bootstrap, "-L", "-J")
+    md = json.loads(out.stdout)
+    assert {b["id"]: b["name"] for b in md["brokers"]} == {
+        i: f"127.0.0.1:{port}" for i, port in enumerate(shared_cluster.broker_ports)
+    }
+    assert md["controllerid"] in {0, 1}, "controller_id must name a live broker"
+    topics = {t["topic"]: t for t in md["topics"]}
+    assert "kcat-listed" in topics
+    parts = topics["kcat-listed"]["partitions"]
+    assert sorted(p["partition"] for p in parts) == [0, 1, 2]
+    assert all(p["leader"] in {0, 1} for p in parts)
+
+    text = kcat("-b", shared_cluster.bootstrap, "-L", "-t", "kcat-listed").stdout.decode()
+    assert "2 brokers:" in text
+    assert 'topic "kcat-listed" with 3 partitions' in text
+
+
+N = 3_000
+STEP_MS = 10
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_list_offsets_by_timestamp(shared_cluster, codec):
+    from confluent_kafka import Consumer
+    from kafka import KafkaConsumer, TopicPartition as KTP
+
+    topic = f"timestamps-{codec}"
+    create_topic(shared_cluster.bootstrap, topic, 2)
+    base = int(time.time() * 1000) - 3_600_000
+    # One key, so one partition holds everything (in batches of many records: lookups land
+    # inside batches) and the other stays empty.
+    records = [Record(b"k", b"v%d" % i, (), timestamp=base + i * STEP_MS) for i in range(N)]
+    delivered = confluent_produce(shared_cluster.bootstrap, topic, records, {"compression.type": codec, "linger.ms": 50})
+    (full,) = {d.partition for d in delivered}
+    empty = 1 - full
+    rows = [(d.offset, base + i * STEP_MS) for i, d in enumerate(delivered)]
+
+    probes: dict[int, int] = {}  # timestamp → the offset Kafka answers
+    for idx in (0, 1, N // 3, N // 2, N - 1):
+        offset, ts = rows[idx]
+        probes[ts] = offset                    # exact timestamp → that record
+        if idx:
+            probes[ts - STEP_MS // 2] = offset  # between two records → the later one
+    probes[base - 60_000] = 0                  # before everything → the first record
+    probes[rows[-1][1] + 1] = -1               # after everything → none (Kafka answers -1)
+
+    c = Consumer({"bootstrap.servers": shared_cluster.bootstrap, "group.id": "ts-lookup", "enable.auto.commit": False})
+    try:
+        assert c.get_watermark_offsets(TopicPartition(topic, full), timeout=10) == (0, N)
+        assert c.get_watermark_offsets(TopicPartition(topic, empty), timeout=10) == (0, 0)
+        asked = [TopicPartition(topic, full, ts) for ts in probes]
+        asked.append(TopicPartition(topic, empty, base))
+        answers = c.offsets_for_times(asked, timeout=10)
+        assert len(answers) == len(asked)
+        for q, a in zip(asked, answers):
+            assert a.error is None, a.error
+            want = probes[q.offset] if q.partition == full else -1
+            assert a.offset == want, f"partition {q.partition} timestamp {q.offset}: offset {a.offset}, want {want}"
+    finally:
+        c.close()
+
+    kc = KafkaConsumer(bootstrap_servers=shared_cluster.bootstrap, group_id=None)
+    try:
+        offset, ts = rows[N // 2]
+        found = kc.offsets_for_times({KTP(topic, full): ts - 1})[KTP(topic, full)]
+        assert (found.offset, found.timestamp) == (offset, ts)
+    finally:
+        kc.close()
+
+
+def test_kafka_python_admin_creates_and_deletes_a_topic(shared_cluster):
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    client = KafkaAdminClient(bootstrap_servers=shared_cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        client.create_topics([NewTopic("kp-admin", num_partitions=4, replication_factor=1)])
+        wait_for_leaders(shared_cluster.bootstrap, "kp-admin", 4)
+        assert "kp-admin" in client.list_topics()
+        client.delete_topics(["kp-admin"])
+        assert "kp-admin" not in client.list_topics()
+    finally:
+        client.close()
+
+
+def test_delete_topic_removes_it_and_its_files(shared_cluster):
+    bootstrap = shared_cluster.bootstrap
+    create_topic(bootstrap, "to-delete", 4)
+    confluent_produce(bootstrap, "to-delete", [Record(b"k%d" % i, b"v", ()) for i in range(100)])
+    log_dirs = [Path(b.overrides["log.dirs"]) for b in shared_cluster.brokers]
+    assert any(d.name.startswith("to-delete-") for ld in log_dirs for d in ld.iterdir())
+
+    admin(bootstrap).delete_topics(["to-delete"], operation_timeout=30)["to-delete"].result(timeout=35)
+    md = admin(bootstrap).list_topics(timeout=10)
+    assert "to-delete" not in md.topics
+    deadline = time.monotonic() + 30
+    while any(d.name.startswith("to-delete-") for ld in log_dirs for d in ld.iterdir()):
+        assert time.monotonic() < deadline, "partition directories still there 30s after DeleteTopics"
+        time.sleep(0.2)

@@ -1,0 +1,42 @@
+# Two commands: `make dev` (set up, then run a local cluster) and `make test` (set up, then the
+# whole test suite). Set-up works on a fresh Debian bookworm machine as root with python3 + venv.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
+DEV_ARGS ?= --brokers 3 --controllers 1 --data-dir ./data --port 9092
+TEST_TIMEOUT ?= 600
+PYTEST_ARGS ?=
+
+.PHONY: setup system-packages dev test
+
+setup: system-packages $(STAMP)
+
+# Debian's zookeeper (with a JRE) and kcat, installed only when missing; the package lists are
+# refreshed only when the first install attempt cannot find them.
+system-packages:
+	@missing=""; \
+	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(APT) install --no-install-recommends $$missing \
+		|| { $(APT) update && $(APT) install --no-install-recommends $$missing; }; \
+	fi
+
+# The virtualenv and the project (editable, with the test extra); redone when pyproject changes.
+$(STAMP): pyproject.toml
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+dev: setup
+	$(BIN)/odradek dev $(DEV_ARGS)
+
+test: setup
+	$(BIN)/pytest tests/ -ra --timeout=$(TEST_TIMEOUT) $(PYTEST_ARGS)

@@ -1,0 +1,204 @@
+"""An asyncio Kafka request client for one destination, like Kafka's NetworkClient for one node.
+
+The controller's channels, the replica fetchers and tests all talk to a broker the same way:
+size-prefixed frames (common/wire.py), correlation ids to match responses, several requests in
+flight on one connection (Kafka answers in order per connection). A request that times out closes
+the connection, as in Kafka: a late answer must never be taken for a newer request's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from . import wire
+
+log = logging.getLogger(__name__)
+
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class _Pending:
+    __slots__ = ("schema", "future")
+
+    def __init__(self, schema: type, future: asyncio.Future):
+        self.schema = schema
+        self.future = future
+
+
+class _ClientProtocol(asyncio.Protocol):
+    """Splits the byte stream into frames and completes the matching pending request."""
+
+    def __init__(self, owner: "NetworkClient"):
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.pending: dict[int, _Pending] = {}
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data: bytes):
+        buf = self.buffer
+        buf += data
+        while len(buf) >= 4:
+            (size,) = wire.SIZE.unpack_from(buf, 0)
+            if size < 4 or size > MAX_RESPONSE_BYTES:
+                self._abort(ConnectionError(f"bad response frame size {size}"))
+                return
+            if len(buf) < 4 + size:
+                return
+            frame = bytes(buf[4 : 4 + size])
+            del buf[: 4 + size]
+            self._complete(frame)
+
+    def _complete(self, frame: bytes):
+        (correlation_id,) = wire.SIZE.unpack_from(frame, 0)
+        pending = self.pending.pop(correlation_id, None)
+        if pending is None:
+            self._abort(ConnectionError(f"response with unknown correlation id {correlation_id}"))
+            return
+        if pending.future.done():
+            return
+        try:
+            _, payload = wire.decode_response(pending.schema, frame)
+        except Exception as e:  # a malformed answer fails this request, not the process
+            pending.future.set_exception(ValueError(f"malformed {pending.schema.__name__} response: {e}"))
+            return
+        pending.future.set_result(payload)
+
+    def _abort(self, exc: Exception):
+        self._fail_all(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _fail_all(self, exc: Exception):
+        pending, self.pending = self.pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(exc)
+
+    def connection_lost(self, exc):
+        self._fail_all(ConnectionError(f"connection lost: {exc or 'closed'}"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class NetworkClient:
+    """Requests to one (host, port). `send()` connects on demand; `close()` fails what is in flight.
+
+    Connecting retries `connect_attempts` times with exponential backoff (bounded), then raises
+    ConnectionError; callers decide whether to try again later.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str | None = "odradek",
+        connect_timeout: float = 5.0,
+        connect_attempts: int = 3,
+        backoff_ms: int = 50,
+        backoff_max_ms: int = 1000,
+    ):
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.connect_timeout = connect_timeout
+        self.connect_attempts = max(1, connect_attempts)
+        self.backoff_ms = backoff_ms
+        self.backoff_max_ms = backoff_max_ms
+        self._protocol: _ClientProtocol | None = None
+        self._connect_lock = asyncio.Lock()
+        self._correlation = itertools.count(1)
+        self._closed = False
+
+    def __repr__(self):
+        return f"NetworkClient({self.host}:{self.port})"
+
+    @property
+    def connected(self) -> bool:
+        p = self._protocol
+        return p is not None and p.transport is not None and not p.transport.is_closing()
+
+    async def connect(self) -> None:
+        async with self._connect_lock:
+            if self.connected:
+                return
+            if self._closed:
+                raise ConnectionError(f"{self} is closed")
+            loop = asyncio.get_running_loop()
+            delay = self.backoff_ms / 1000
+            last: Exception | None = None
+            for attempt in range(self.connect_attempts):
+                if attempt:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.backoff_max_ms / 1000)
+                try:
+                    _, protocol = await asyncio.wait_for(
+                        loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port),
+                        self.connect_timeout,
+                    )
+                except (OSError, asyncio.TimeoutError) as e:
+                    last = e
+                    continue
+                self._protocol = protocol
+                return
+            raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {last}")
+
+    def _next_correlation_id(self) -> int:
+        cid = next(self._correlation)
+        if cid >= 2**31 - 1:
+            self._correlation = itertools.count(1)
+        return cid
+
+    async def send(self, payload: object, timeout: float = 30.0, *, expect_response: bool = True):
+        """Send one request and return its decoded response payload.
+
+        Raises ConnectionError when the connection fails or closes, TimeoutError after `timeout`
+        seconds (the connection is closed then, failing every request in flight on it, as Kafka's
+        client does). With `expect_response=False` (Produce acks=0) it returns None once written.
+        """
+        if not self.connected:
+            await self.connect()
+        protocol = self._protocol
+        correlation_id = self._next_correlation_id()
+        frame = wire.encode_request(payload, correlation_id, self.client_id)
+        future = asyncio.get_running_loop().create_future()
+        if expect_response:
+            protocol.pending[correlation_id] = _Pending(type(payload), future)
+        protocol.transport.write(frame)
+        if not expect_response:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except asyncio.TimeoutError:
+            log.warning("%s: request %s timed out after %.1fs; disconnecting", self, type(payload).__name__, timeout)
+            protocol.pending.pop(correlation_id, None)
+            future.cancel()
+            protocol._abort(ConnectionError("disconnected after a request timeout"))
+            raise TimeoutError(f"{type(payload).__name__} to {self.host}:{self.port} timed out") from None
+        finally:
+            if not future.done():
+                future.cancel()
+            protocol.pending.pop(correlation_id, None)
+
+    def disconnect(self) -> None:
+        """Drop the current connection (in-flight requests fail); the next send reconnects."""
+        p, self._protocol = self._protocol, None
+        if p is not None and p.transport is not None:
+            p._abort(ConnectionError("disconnected"))
+
+    async def close(self) -> None:
+        self._closed = True
+        p, self._protocol = self._protocol, None
+        if p is not None and p.transport is not None:
+            p._fail_all(ConnectionError("client closed"))
+            p.transport.close()
+            try:
+                await asyncio.wait_for(asyncio.shield(p.closed), 1.0)
+            except asyncio.TimeoutError:
+                p.transport.abort()

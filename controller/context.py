@@ -1,0 +1,66 @@
+"""ControllerContext: what the active controller knows about the cluster, as plain data.
+
+Loaded from ZooKeeper on failover, then changed only by applying the decisions of the state
+machines (controller/state_machine.py) after their ZooKeeper writes succeeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from odradek.common.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self):
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass
+class ControllerContext:
+    controller_id: int = -1
+    epoch: int = 0
+    """This controller's epoch (the value it wrote to /controller_epoch); requests carry it."""
+    epoch_zk_version: int = -1
+    """Version of /controller_epoch after our increment: every write checks it (fencing)."""
+    live_brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    """Registered brokers; BrokerInfo.epoch is the czxid of the registration znode."""
+    shutting_down_brokers: set[int] = field(default_factory=set)
+    """Brokers in controlled shutdown (issue 3): alive, but not eligible as leaders."""
+    assignments: dict[str, TopicAssignment] = field(default_factory=dict)
+    partition_states: dict[TopicPartition, LeaderIsrAndControllerEpoch] = field(default_factory=dict)
+    """Only partitions whose state znode exists; a partition missing here is New (never led)."""
+    topics_to_delete: set[str] = field(default_factory=set)
+    """Topics marked under /admin/delete_topics that still exist (deletion waits for replicas)."""
+    unclean_leader_election: bool = False
+
+    def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
+        a = self.assignments.get(tp.topic)
+        return a.partitions.get(tp.partition, ()) if a else ()
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        a = self.assignments.get(topic)
+        return [TopicPartition(topic, p) for p in sorted(a.partitions)] if a else []
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [tp for t in sorted(self.assignments) for tp in self.partitions_of(t)]
+
+    def is_live(self, broker_id: int) -> bool:
+        return broker_id in self.live_brokers
+
+    def copy(self) -> "ControllerContext":
+        return ControllerContext(
+            self.controller_id,
+            self.epoch,
+            self.epoch_zk_version,
+            dict(self.live_brokers),
+            set(self.shutting_down_brokers),
+            dict(self.assignments),
+            dict(self.partition_states),
+            set(self.topics_to_delete),
+            self.unclean_leader_election,
+        )

@@ -1,0 +1,440 @@
+"""The controller's decisions as pure functions: (ControllerContext, event) → Decisions.
+
+Kafka's PartitionStateMachine, ReplicaStateMachine and TopicDeletionManager folded into functions
+that only compute. The caller (controller/controller.py) makes the ZooKeeper writes with
+compare-and-set, applies the decisions to the context once they succeeded, and hands the requests
+to the channel manager. On a compare-and-set conflict it re-reads the conflicting partitions and
+asks again: every handler is idempotent (it diffs the event against the context), so a decision
+made after a partial write still sends everything the event calls for.
+
+Partition states (Kafka's names): New (assignment, no state znode yet), Online (leader live),
+Offline (leader -1 or not live), NonExistent (no assignment). Leader election for an offline
+partition: the first replica in assignment order that is live and in the ISR; none → the first
+live replica if unclean election is enabled, else leader -1 with the ISR kept (never emptied: the
+last ISR member stays, as in Kafka, so a clean election is possible when it returns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from odradek.common import messages as m
+from odradek.common.zk_data import (
+    BrokerInfo,
+    LeaderIsrAndControllerEpoch,
+    TopicAssignment,
+    delete_topic_path,
+    topic_config_path,
+    topic_path,
+)
+
+from .context import ControllerContext, TopicPartition
+
+NO_LEADER = -1
+SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+Request = tuple[int, object]
+"""(destination broker id, request payload)."""
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """Create (expected_version None) or compare-and-set a partition state znode.
+
+    `state.zk_version` is the version the znode has after the write (0 on create, expected + 1)."""
+
+    tp: TopicPartition
+    state: LeaderIsrAndControllerEpoch
+    expected_version: int | None
+
+
+@dataclass
+class Decisions:
+    """What to do, in this order: state writes (all must succeed), `requests`, `zk_deletes`
+    (paths, each deleted recursively), `final_requests`; then the context changes below."""
+
+    state_writes: list[StateWrite] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    zk_deletes: list[str] = field(default_factory=list)
+    final_requests: list[Request] = field(default_factory=list)
+    live_brokers: dict[int, BrokerInfo] | None = None
+    added_topics: dict[str, TopicAssignment] = field(default_factory=dict)
+    removed_topics: set[str] = field(default_factory=set)
+    topics_to_delete: set[str] | None = None
+    deposed: bool = False
+    """A partition state was written by a newer controller: stop acting (Kafka's ControllerMoved)."""
+
+    def requests_to(self, broker_id: int, kind: type | None = None) -> list[object]:
+        """The requests (both phases) for one broker, optionally of one type; for tests and logs."""
+        return [
+            p for b, p in self.requests + self.final_requests
+            if b == broker_id and (kind is None or isinstance(p, kind))
+        ]
+
+
+def apply_decisions(ctx: ControllerContext, d: Decisions) -> ControllerContext:
+    """Record decisions whose writes succeeded in the context (mutates and returns it)."""
+    if d.live_brokers is not None:
+        ctx.live_brokers = dict(d.live_brokers)
+    ctx.assignments.update(d.added_topics)
+    for w in d.state_writes:
+        ctx.partition_states[w.tp] = w.state
+    if d.topics_to_delete is not None:
+        ctx.topics_to_delete = set(d.topics_to_delete)
+    for topic in d.removed_topics:
+        ctx.assignments.pop(topic, None)
+        ctx.topics_to_delete.discard(topic)
+        for tp in [tp for tp in ctx.partition_states if tp.topic == topic]:
+            del ctx.partition_states[tp]
+    return ctx
+
+
+# --- leader election ------------------------------------------------------------------------------
+
+
+def initial_leader_and_isr(replicas: Iterable[int], live: set[int], controller_epoch: int) -> LeaderIsrAndControllerEpoch | None:
+    """A New partition: leader = first live replica, ISR = live replicas; None if none is live."""
+    live_replicas = tuple(r for r in replicas if r in live)
+    if not live_replicas:
+        return None
+    return LeaderIsrAndControllerEpoch(live_replicas[0], 0, live_replicas, controller_epoch, 0)
+
+
+def reconcile_leader_and_isr(
+    replicas: tuple[int, ...],
+    state: LeaderIsrAndControllerEpoch,
+    live: set[int],
+    controller_epoch: int,
+    unclean: bool = False,
+    not_eligible: set[int] = frozenset(),
+) -> LeaderIsrAndControllerEpoch | None:
+    """The state a partition must move to given the live brokers, or None if it is fine as is.
+
+    A live leader keeps leading and dead replicas leave the ISR (Kafka's OfflineReplica step);
+    an offline partition elects (see the module docstring). Any change bumps the leader epoch and
+    expects the znode version we know (compare-and-set).
+    """
+    leader, isr = state.leader, state.isr
+    live_isr = tuple(b for b in isr if b in live)
+    if leader >= 0 and leader in live:
+        new_leader, new_isr = leader, (live_isr if leader in live_isr else isr)
+    else:
+        candidates = [r for r in replicas if r in live and r in isr and r not in not_eligible]
+        live_replicas = [r for r in replicas if r in live and r not in not_eligible]
+        if candidates:
+            new_leader, new_isr = candidates[0], live_isr
+        elif unclean and live_replicas:
+            new_leader, new_isr = live_replicas[0], (live_replicas[0],)
+        else:
+            new_leader = NO_LEADER
+            if live_isr:
+                new_isr = live_isr
+            elif len(isr) <= 1:
+                new_isr = isr
+            else:
+                new_isr = (leader,) if leader in isr else (isr[-1],)
+    if new_leader == leader and new_isr == isr:
+        return None
+    return LeaderIsrAndControllerEpoch(new_leader, state.leader_epoch + 1, new_isr, controller_epoch, state.zk_version + 1)
+
+
+# --- request batching (Kafka's ControllerBrokerRequestBatch) -------------------------------------
+
+
+class RequestBatch:
+    """Collects per-broker partition updates of one decision and builds one request of each kind
+    per broker: LeaderAndIsr, then UpdateMetadata, then StopReplica (Kafka's order)."""
+
+    def __init__(self, ctx: ControllerContext, live_brokers: dict[int, BrokerInfo]):
+        self.ctx = ctx
+        self.live = live_brokers
+        self.leader_and_isr: dict[int, dict[TopicPartition, tuple]] = {}
+        self.update_metadata: dict[int, dict[TopicPartition, tuple]] = {}
+        self.stop_replica: dict[tuple[int, bool], set[TopicPartition]] = {}
+
+    def add_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
+                           replicas: tuple[int, ...], is_new: bool = False) -> None:
+        for b in brokers:
+            if b in self.live:
+                self.leader_and_isr.setdefault(b, {})[tp] = (state, replicas, is_new)
+
+    def add_update_metadata(self, brokers: Iterable[int],
+                            partitions: dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, tuple[int, ...]]] = {}) -> None:
+        """Partitions listed replace the brokers' copies; brokers listed with none still get the
+        live broker list."""
+        for b in brokers:
+            if b in self.live:
+                self.update_metadata.setdefault(b, {}).update(partitions)
+
+    def add_stop_replica(self, brokers: Iterable[int], tp: TopicPartition, delete: bool) -> None:
+        for b in brokers:
+            if b in self.live:
+                self.stop_replica.setdefault((b, delete), set()).add(tp)
+
+    def build(self) -> list[Request]:
+        out: list[Request] = []
+        for b in sorted(set(self.leader_and_isr) | set(self.update_metadata) | {b for b, _ in self.stop_replica}):
+            if b in self.leader_and_isr:
+                out.append((b, self._leader_and_isr(b, self.leader_and_isr[b])))
+            if b in self.update_metadata:
+                out.append((b, self._update_metadata(b, self.update_metadata[b])))
+            for delete in (False, True):
+                if (b, delete) in self.stop_replica:
+                    out.append((b, self._stop_replica(b, self.stop_replica[(b, delete)], delete)))
+        return out
+
+    def _broker_epoch(self, b: int) -> int:
+        return self.live[b].epoch
+
+    def _leader_and_isr(self, b: int, parts: dict) -> m.LeaderAndIsrRequest:
+        topics: dict[str, list] = {}
+        leaders: set[int] = set()
+        for tp in sorted(parts):
+            state, replicas, is_new = parts[tp]
+            topics.setdefault(tp.topic, []).append(
+                m.LeaderAndIsrPartitionState(
+                    partition_index=tp.partition, controller_epoch=state.controller_epoch, leader=state.leader,
+                    leader_epoch=state.leader_epoch, isr=tuple(state.isr), zk_version=state.zk_version,
+                    replicas=tuple(replicas), is_new=is_new,
+                )
+            )
+            if state.leader in self.live:
+                leaders.add(state.leader)
+        live_leaders = []
+        for leader in sorted(leaders):
+            ep = self.live[leader].endpoint("PLAINTEXT")
+            live_leaders.append(m.LeaderAndIsrLiveLeader(broker_id=leader, host_name=ep.host, port=ep.port))
+        return m.LeaderAndIsrRequest(
+            controller_id=self.ctx.controller_id, controller_epoch=self.ctx.epoch, broker_epoch=self._broker_epoch(b),
+            topic_states=tuple(m.LeaderAndIsrTopicState(topic_name=t, partition_states=tuple(ps)) for t, ps in topics.items()),
+            live_leaders=tuple(live_leaders),
+        )
+
+    def _update_metadata(self, b: int, parts: dict) -> m.UpdateMetadataRequest:
+        topics: dict[str, list] = {}
+        for tp in sorted(parts):
+            state, replicas = parts[tp]
+            topics.setdefault(tp.topic, []).append(
+                m.UpdateMetadataPartitionState(
+                    partition_index=tp.partition, controller_epoch=state.controller_epoch, leader=state.leader,
+                    leader_epoch=state.leader_epoch, isr=tuple(state.isr), zk_version=state.zk_version,
+                    replicas=tuple(replicas), offline_replicas=tuple(r for r in replicas if r not in self.live),
+                )
+            )
+        brokers = tuple(
+            m.UpdateMetadataBroker(
+                id=info.id,
+                endpoints=tuple(
+                    m.UpdateMetadataEndpoint(port=ep.port, host=ep.host, listener=ep.listener,
+                                             security_protocol=SECURITY_PROTOCOLS.get(ep.security_protocol, 0))
+                    for ep in info.endpoints
+                ),
+                rack=info.rack,
+            )
+            for _, info in sorted(self.live.items())
+        )
+        return m.UpdateMetadataRequest(
+            controller_id=self.ctx.controller_id, controller_epoch=self.ctx.epoch, broker_epoch=self._broker_epoch(b),
+            topic_states=tuple(m.UpdateMetadataTopicState(topic_name=t, partition_states=tuple(ps)) for t, ps in topics.items()),
+            live_brokers=brokers,
+        )
+
+    def _stop_replica(self, b: int, tps: set[TopicPartition], delete: bool) -> m.StopReplicaRequest:
+        topics: dict[str, list[int]] = {}
+        for tp in sorted(tps):
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        return m.StopReplicaRequest(
+            controller_id=self.ctx.controller_id, controller_epoch=self.ctx.epoch, broker_epoch=self._broker_epoch(b),
+            delete_partitions=delete,
+            topics=tuple(m.StopReplicaTopic(name=t, partition_indexes=tuple(ps)) for t, ps in topics.items()),
+        )
+
+
+# --- shared steps ---------------------------------------------------------------------------------
+
+
+def _written_by_newer_controller(ctx: ControllerContext) -> bool:
+    return any(s.controller_epoch > ctx.epoch for s in ctx.partition_states.values())
+
+
+def _elect(ctx: ControllerContext, tps: Iterable[TopicPartition], replicas_of, live: set[int],
+           states: dict[TopicPartition, LeaderIsrAndControllerEpoch], d: Decisions) -> dict[TopicPartition, bool]:
+    """Bring each partition to the state the live brokers call for; record writes in `d` and the
+    new states in `states`. Returns changed partitions → whether the znode was created."""
+    changed: dict[TopicPartition, bool] = {}
+    for tp in tps:
+        replicas = replicas_of(tp)
+        state = states.get(tp)
+        if state is None:
+            new = initial_leader_and_isr(replicas, live, ctx.epoch)
+            if new is not None:
+                d.state_writes.append(StateWrite(tp, new, None))
+                states[tp] = new
+                changed[tp] = True
+            continue
+        new = reconcile_leader_and_isr(replicas, state, live, ctx.epoch, ctx.unclean_leader_election,
+                                       ctx.shutting_down_brokers)
+        if new is not None:
+            d.state_writes.append(StateWrite(tp, new, state.zk_version))
+            states[tp] = new
+            changed[tp] = False
+    return changed
+
+
+def _deleting_state(state: LeaderIsrAndControllerEpoch | None) -> LeaderIsrAndControllerEpoch:
+    """The UpdateMetadata form of a partition being deleted: leader -2 means "drop it"."""
+    if state is None:
+        return LeaderIsrAndControllerEpoch(m.LEADER_DURING_DELETE, 0, (), 0, 0)
+    return LeaderIsrAndControllerEpoch(m.LEADER_DURING_DELETE, state.leader_epoch, state.isr,
+                                       state.controller_epoch, state.zk_version)
+
+
+def _deleting_partitions(ctx: ControllerContext, topics: Iterable[str]) -> dict:
+    return {tp: (_deleting_state(ctx.partition_states.get(tp)), ctx.replicas(tp))
+            for t in sorted(topics) for tp in ctx.partitions_of(t)}
+
+
+def _progress_deletions(ctx: ControllerContext, marked: set[str], newly_marked: set[str],
+                        live: dict[int, BrokerInfo], batch: RequestBatch, d: Decisions) -> None:
+    """Kafka's TopicDeletionManager, simplified: a marked topic is announced (UpdateMetadata with
+    leader -2) and its live replicas are told to stop and delete; it is completed (znodes removed,
+    then the marker, then a final UpdateMetadata with -2 so every broker drops it) once every
+    replica is on a live broker, so that no broker keeps a stray log. Until then it waits and is
+    retried on every broker change."""
+    existing = {t for t in marked if t in ctx.assignments}
+    for t in sorted(marked - existing):  # marker for a topic that does not exist: just clear it
+        d.zk_deletes.append(delete_topic_path(t))
+    if newly_marked & existing:
+        batch.add_update_metadata(live, _deleting_partitions(ctx, newly_marked & existing))
+    final = RequestBatch(ctx, live)
+    completed = set()
+    for t in sorted(existing):
+        tps = ctx.partitions_of(t)
+        replicas = {r for tp in tps for r in ctx.replicas(tp)}
+        complete = all(r in live for r in replicas)
+        if complete or t in newly_marked:
+            for tp in tps:
+                batch.add_stop_replica(ctx.replicas(tp), tp, delete=True)
+        if complete:
+            completed.add(t)
+            d.zk_deletes += [topic_path(t), topic_config_path(t), delete_topic_path(t)]
+    if completed:
+        final.add_update_metadata(live, _deleting_partitions(ctx, completed))
+        d.final_requests += final.build()
+    d.removed_topics |= completed
+    d.topics_to_delete = existing - completed
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+def on_controller_failover(ctx: ControllerContext) -> Decisions:
+    """A freshly loaded context: finish what the previous controller left (New partitions, dead
+    leaders, dead ISR members, pending deletions), then tell every live broker everything."""
+    if _written_by_newer_controller(ctx):
+        return Decisions(deposed=True)
+    d = Decisions()
+    live = set(ctx.live_brokers)
+    marked = set(ctx.topics_to_delete)
+    states = dict(ctx.partition_states)
+    tps = [tp for tp in ctx.all_partitions() if tp.topic not in marked]
+    created = _elect(ctx, tps, ctx.replicas, live, states, d)
+    batch = RequestBatch(ctx, ctx.live_brokers)
+    full = {}
+    for tp in tps:
+        if tp in states:
+            batch.add_leader_and_isr(ctx.replicas(tp), tp, states[tp], ctx.replicas(tp), created.get(tp, False))
+            full[tp] = (states[tp], ctx.replicas(tp))
+    full.update(_deleting_partitions(ctx, marked & set(ctx.assignments)))
+    batch.add_update_metadata(ctx.live_brokers, full)
+    # pending deletions restart from the top: brokers may not have heard of them
+    _progress_deletions(ctx, marked, marked, ctx.live_brokers, batch, d)
+    d.requests = batch.build()
+    return d
+
+
+def on_broker_change(ctx: ControllerContext, live_brokers: dict[int, BrokerInfo]) -> Decisions:
+    """Brokers registered or gone. A broker whose registration epoch changed bounced: it counts as
+    dead and new. Dead ones leave ISRs and lose leaderships; new ones get the full metadata and a
+    LeaderAndIsr for all their replicas; offline partitions with a live ISR member elect it."""
+    old = ctx.live_brokers
+    dead = {b for b, info in old.items() if b not in live_brokers or live_brokers[b].epoch != info.epoch}
+    born = {b for b, info in live_brokers.items() if b not in old or old[b].epoch != info.epoch}
+    d = Decisions(live_brokers=dict(live_brokers))
+    if not dead and not born:
+        return d
+    if _written_by_newer_controller(ctx):
+        return Decisions(deposed=True)
+    live = set(live_brokers)
+    marked = ctx.topics_to_delete
+    states = dict(ctx.partition_states)
+    tps = [tp for tp in ctx.all_partitions() if tp.topic not in marked]
+    # a bounced broker lost its ISR membership: elect as if it were gone, then as if it were back
+    if dead & born:
+        _elect(ctx, tps, ctx.replicas, live - (dead & born), states, d)
+    _elect(ctx, tps, ctx.replicas, live, states, d)
+    changed_all = {w.tp: w.expected_version is None for w in d.state_writes}
+    batch = RequestBatch(ctx, live_brokers)
+    touched = dead | born
+    partial, full = {}, {}
+    for tp in tps:
+        if tp not in states:
+            continue
+        replicas = ctx.replicas(tp)
+        entry = (states[tp], replicas)
+        full[tp] = entry
+        if tp in changed_all:
+            batch.add_leader_and_isr(replicas, tp, states[tp], replicas, changed_all[tp])
+        elif born.intersection(replicas):
+            batch.add_leader_and_isr(born.intersection(replicas), tp, states[tp], replicas)
+        if tp in changed_all or touched.intersection(replicas):
+            partial[tp] = entry
+    full.update(_deleting_partitions(ctx, marked))
+    batch.add_update_metadata(sorted(set(live_brokers) - born), partial)
+    batch.add_update_metadata(sorted(born), full)
+    _progress_deletions(ctx, set(marked), set(), live_brokers, batch, d)
+    d.live_brokers = dict(live_brokers)
+    d.requests = batch.build()
+    return d
+
+
+def on_topic_change(ctx: ControllerContext, assignments: dict[str, TopicAssignment]) -> Decisions:
+    """The children of /brokers/topics changed: new topics get their partition states (New →
+    Online) and are announced; topics whose znode vanished outside a deletion are dropped."""
+    added = {t: a for t, a in assignments.items() if t not in ctx.assignments}
+    removed = {t for t in ctx.assignments if t not in assignments}
+    d = Decisions(added_topics=added, removed_topics=set(removed))
+    if not added and not removed:
+        return d
+    live = set(ctx.live_brokers)
+    states = dict(ctx.partition_states)
+    replicas_of = lambda tp: added[tp.topic].partitions[tp.partition]  # noqa: E731
+    tps = [TopicPartition(t, p) for t in sorted(added) for p in sorted(added[t].partitions)]
+    if any(states[tp].controller_epoch > ctx.epoch for tp in tps if tp in states):
+        return Decisions(deposed=True)
+    _elect(ctx, tps, replicas_of, live, states, d)
+    batch = RequestBatch(ctx, ctx.live_brokers)
+    parts = {}
+    for tp in tps:
+        if tp in states:
+            replicas = replicas_of(tp)
+            batch.add_leader_and_isr(replicas, tp, states[tp], replicas, is_new=True)
+            parts[tp] = (states[tp], replicas)
+    parts.update(_deleting_partitions(ctx, removed))
+    batch.add_update_metadata(ctx.live_brokers, parts)
+    d.requests = batch.build()
+    return d
+
+
+def on_topic_deletion(ctx: ControllerContext, marked: set[str]) -> Decisions:
+    """The children of /admin/delete_topics changed: start deleting the newly marked topics and
+    complete those whose replicas are all live."""
+    d = Decisions()
+    newly = set(marked) - ctx.topics_to_delete
+    if not newly:
+        return Decisions()
+    batch = RequestBatch(ctx, ctx.live_brokers)
+    _progress_deletions(ctx, set(marked) | ctx.topics_to_delete, newly, ctx.live_brokers, batch, d)
+    d.requests = batch.build()
+    return d

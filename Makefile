@@ -32,7 +32,7 @@ system-packages:
 # The virtualenv and the project (editable, with the test extra); redone when pyproject changes.
 $(STAMP): pyproject.toml
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
 dev: setup

@@ -54,7 +54,8 @@ class ManagedProcess:
     popen: subprocess.Popen | None = field(default=None, repr=False)
 
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "odradek.cli", self.role]
+        # -P: the checkout's operator/ folder must not shadow the standard library's `operator`.
+        args = [sys.executable, "-P", "-m", "odradek.cli", self.role]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         return args

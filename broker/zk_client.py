@@ -90,17 +90,16 @@ class BrokerZkClient:
         await asyncio.to_thread(self._start_blocking)
 
     def _start_blocking(self) -> None:
-        if self.chroot:
-            bootstrap = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
-            bootstrap.start(timeout=self.connection_timeout_s)
-            try:
-                bootstrap.ensure_path(self.chroot)
-            finally:
-                bootstrap.stop()
-                bootstrap.close()
-        zk = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
-        zk.add_listener(self._on_state)
         try:
+            if self.chroot:
+                bootstrap = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
+                bootstrap.start(timeout=self.connection_timeout_s)
+                try:
+                    bootstrap.ensure_path(self.chroot)
+                finally:
+                    _close(bootstrap)
+            zk = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+            zk.add_listener(self._on_state)
             zk.start(timeout=self.connection_timeout_s)
         except KazooTimeoutError as e:
             raise ConnectionError(f"ZooKeeper {self.config.zookeeper_connect} unreachable") from e

@@ -1,0 +1,386 @@
+"""KafkaApis: one dispatch table for every API the broker speaks, and the error path around it.
+
+The data APIs (Produce, Fetch, ListOffsets, LeaderAndIsr, StopReplica) and ApiVersions live here;
+the metadata and admin APIs come from MetadataApis and are merged in, so ApiVersions advertises
+exactly what the two together implement.
+
+Bad input follows Kafka: an unknown API or version closes the connection (ApiVersions instead
+answers UNSUPPORTED_VERSION with the version list, in its v0 layout, so any client can read it), a
+malformed body is logged (rate-limited) and closes the connection, and an exception escaping a
+handler becomes Kafka's error code in an ordinary response (UNKNOWN_SERVER_ERROR by default).
+"""
+
+import dataclasses
+import datetime
+import io
+import logging
+import sys
+import typing
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import cache
+
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32, i32Timedelta, i64
+
+from odradek.broker import fetch as fetch_codec
+from odradek.broker import produce as produce_codec
+from odradek.broker.log.errors import LogError
+from odradek.broker.network.encoding import frame, response_header
+from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
+from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
+from odradek.common import wire
+
+log = logging.getLogger(__name__)
+
+PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, API_VERSIONS = 0, 1, 2, 4, 5, 18
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+DATA_VERSIONS: dict[int, tuple[int, int]] = {
+    PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
+    FETCH: (fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION),
+    LIST_OFFSETS: (1, 6),  # v7+ add MAX_TIMESTAMP (-3) and tiered-storage lookups
+    LEADER_AND_ISR: (2, 2),
+    STOP_REPLICA: (1, 1),
+    API_VERSIONS: (0, 3),
+}
+
+
+class Body:
+    """A response body already encoded by hand: chunks (bytes and file regions) and their size."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks: list, size: int):
+        self.chunks = chunks
+        self.size = size
+
+
+@cache
+def _response_module(api_key: int, version: int):
+    return sys.modules[wire.response_schema(api_key, version).__module__]
+
+
+def _ms(td) -> int:
+    return int(td.total_seconds() * 1000) if isinstance(td, datetime.timedelta) else int(td)
+
+
+def encode_body(payload) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(payload))(buf, payload)
+    return buf.getvalue()
+
+
+# --- the generic error response -------------------------------------------------------------------
+
+_ALIASES = [
+    {"name", "topic", "topic_name"},
+    {"index", "partition", "partition_index"},
+]
+
+
+def _source_value(source, name: str):
+    if source is None:
+        return None
+    if hasattr(source, name):
+        return getattr(source, name)
+    for group in _ALIASES:
+        if name in group:
+            for alias in group:
+                if hasattr(source, alias):
+                    return getattr(source, alias)
+    return None
+
+
+def _entity_sequences(source) -> list[tuple]:
+    if source is None or not dataclasses.is_dataclass(source):
+        return []
+    out = []
+    for f in dataclasses.fields(source):
+        value = getattr(source, f.name)
+        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            out.append(value)
+    return out
+
+
+def _strip_optional(tp):
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if args else tp, True
+    return tp, False
+
+
+def _build(cls, code: ErrorCode, source):
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        kafka_type = f.metadata.get("kafka_type")
+        if kafka_type == "error_code":
+            kwargs[f.name] = code
+            continue
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        tp, optional = _strip_optional(f.type)
+        mirrored = _source_value(source, f.name)
+        if typing.get_origin(tp) is tuple:
+            (elem,) = typing.get_args(tp)[:1]
+            if dataclasses.is_dataclass(elem):
+                seq = mirrored if isinstance(mirrored, tuple) else None
+                if seq is None:
+                    candidates = _entity_sequences(source)
+                    seq = candidates[0] if candidates else ()
+                kwargs[f.name] = tuple(_build(elem, code, s) for s in seq)
+            else:
+                kwargs[f.name] = ()
+        elif dataclasses.is_dataclass(tp):
+            kwargs[f.name] = _build(tp, code, mirrored)
+        elif kafka_type in ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64"):
+            kwargs[f.name] = mirrored if isinstance(mirrored, (int, float)) and f.name != "error_code" else tp(
+                -1 if f.name.endswith(("offset", "epoch", "timestamp", "_id")) else 0
+            )
+        elif kafka_type == "string":
+            kwargs[f.name] = mirrored if isinstance(mirrored, str) else (None if optional else "")
+        elif kafka_type == "bool":
+            kwargs[f.name] = False
+        elif kafka_type in ("timedelta_i32", "timedelta_i64"):
+            kwargs[f.name] = NO_THROTTLE
+        elif kafka_type in ("records", "bytes"):
+            kwargs[f.name] = None if optional else b""
+        elif kafka_type == "uuid":
+            kwargs[f.name] = mirrored if isinstance(mirrored, uuid.UUID) else (None if optional else uuid.UUID(int=0))
+        else:
+            kwargs[f.name] = None
+    return cls(**kwargs)
+
+
+def error_response(request, error_code: ErrorCode):
+    """The response to `request` with every error_code field set, mirroring its topics/partitions.
+
+    Kafka's AbstractRequest.getErrorResponse, done generically over kio's classes.
+    """
+    cls = wire.response_schema(int(request.__api_key__), int(request.__version__))
+    return _build(cls, error_code, request)
+
+
+# --- KafkaApis ------------------------------------------------------------------------------------
+
+
+class KafkaApis:
+    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis):
+        self.config = config
+        self.replica_manager = replica_manager
+        self.handlers: dict[int, Callable[..., Awaitable]] = {
+            PRODUCE: self.handle_produce,
+            FETCH: self.handle_fetch,
+            LIST_OFFSETS: self.handle_list_offsets,
+            LEADER_AND_ISR: self.handle_leader_and_isr,
+            STOP_REPLICA: self.handle_stop_replica,
+            API_VERSIONS: self.handle_api_versions,
+        }
+        self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
+        if metadata_apis is not None:
+            for key, handler in metadata_apis.handlers.items():
+                if key in self.handlers:
+                    raise ValueError(f"API {key} handled twice")
+                self.handlers[key] = handler
+                self.versions[key] = tuple(metadata_apis.versions[key])
+        self.bad_input = RateLimitedLog(log)
+        self._api_versions_bodies: dict[int, Body] = {}
+
+    # --- dispatch -------------------------------------------------------------------------------
+
+    async def handle(self, frame_body, conn) -> list | None:
+        """Answers one request frame (without its size prefix): response chunks, or None."""
+        peer = getattr(conn, "peer", None)
+        try:
+            api_key, version, correlation_id = wire.peek_api(frame_body)
+        except ValueError:
+            self.bad_input.warning("truncated", "closing connection from %s: truncated request header", peer)
+            raise CloseConnection()
+        if api_key == API_VERSIONS and not DATA_VERSIONS[API_VERSIONS][0] <= version <= DATA_VERSIONS[API_VERSIONS][1]:
+            return self._api_versions_unsupported(correlation_id)
+        supported = self.versions.get(api_key)
+        if supported is None or not supported[0] <= version <= supported[1]:
+            self.bad_input.warning(
+                f"version-{api_key}",
+                "closing connection from %s: unsupported API key %d version %d",
+                peer, api_key, version,
+            )
+            raise CloseConnection()
+        if api_key == PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
+            return self._produce_legacy(frame_body, version, correlation_id, peer)
+        try:
+            header, request, schema = wire.decode_request(frame_body)
+        except (KeyError, ValueError) as e:
+            self.bad_input.warning(
+                f"malformed-{api_key}", "closing connection from %s: malformed request (API %d v%d): %s",
+                peer, api_key, version, e,
+            )
+            raise CloseConnection()
+        try:
+            result = await self.handlers[api_key](header, request)
+        except CloseConnection:
+            raise
+        except Exception as e:
+            code = e.error_code if isinstance(e, LogError) else ErrorCode.unknown_server_error
+            self.bad_input.warning(
+                f"handler-{api_key}", "API %d v%d from %s failed; answering %s", api_key, version, peer, code.name,
+                exc_info=True,
+            )
+            if api_key == PRODUCE and request.acks == 0:
+                raise CloseConnection()
+            try:
+                result = error_response(request, code)
+            except Exception:
+                log.exception("cannot build an error response for API %d v%d; closing the connection", api_key, version)
+                raise CloseConnection()
+        if result is None:
+            return None
+        flexible = wire.response_header_flexible(api_key, schema.__flexible__)
+        if isinstance(result, Body):
+            return frame(response_header(correlation_id, flexible), result.chunks, result.size)
+        return [wire.encode_response(result, correlation_id, flexible_header=flexible)]
+
+    # --- ApiVersions ----------------------------------------------------------------------------
+
+    def _api_versions_payload(self, version: int, error_code: ErrorCode):
+        mod = _response_module(API_VERSIONS, version)
+        keys = tuple(
+            mod.ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
+            for k, (lo, hi) in sorted(self.versions.items())
+        )
+        fields = {"error_code": error_code, "api_keys": keys}
+        if version >= 1:
+            fields["throttle_time"] = NO_THROTTLE
+        return mod.ApiVersionsResponse(**fields)
+
+    async def handle_api_versions(self, header, request) -> Body:
+        version = int(header.request_api_version)
+        body = self._api_versions_bodies.get(version)
+        if body is None:
+            data = encode_body(self._api_versions_payload(version, ErrorCode.none))
+            body = self._api_versions_bodies[version] = Body([data], len(data))
+        return body
+
+    def _api_versions_unsupported(self, correlation_id: int) -> list:
+        """A version newer than ours: UNSUPPORTED_VERSION and our list, as v0 (KIP-511)."""
+        data = encode_body(self._api_versions_payload(0, ErrorCode.unsupported_version))
+        return frame(response_header(correlation_id, False), [data], len(data))
+
+    # --- Produce --------------------------------------------------------------------------------
+
+    def _produce_legacy(self, frame_body, version: int, correlation_id: int, peer) -> list | None:
+        try:
+            acks, topics = produce_codec.parse_legacy_request(frame_body)
+        except ValueError as e:
+            self.bad_input.warning("malformed-0", "closing connection from %s: %s", peer, e)
+            raise CloseConnection()
+        if acks == 0:
+            raise CloseConnection()  # Kafka's way to tell an acks=0 producer about an error
+        rejected = ProduceResult(error=ErrorCode.unsupported_version)
+        chunks, size = produce_codec.encode_produce_response(
+            version, [(name, [(p, rejected) for p in parts]) for name, parts in topics]
+        )
+        return frame(response_header(correlation_id, False), chunks, size)
+
+    async def handle_produce(self, header, request) -> Body | None:
+        version = int(header.request_api_version)
+        acks = int(request.acks)
+        if request.transactional_id is not None or acks not in (0, 1, -1):
+            code = (
+                ErrorCode.transactional_id_authorization_failed
+                if request.transactional_id is not None
+                else ErrorCode.invalid_required_acks
+            )
+            if acks == 0:
+                raise CloseConnection()
+            failed = ProduceResult(error=code)
+            topics = [(t.name, [(int(p.index), failed) for p in t.partition_data]) for t in request.topic_data]
+        else:
+            entries = [(t.name, int(p.index), p.records) for t in request.topic_data for p in t.partition_data]
+            results = await self.replica_manager.append_records(_ms(request.timeout), acks, entries)
+            if acks == 0:
+                if any(r.error != ErrorCode.none for r in results.values()):
+                    raise CloseConnection()
+                return None
+            topics = [
+                (t.name, [(int(p.index), results[(t.name, int(p.index))]) for p in t.partition_data])
+                for t in request.topic_data
+            ]
+        chunks, size = produce_codec.encode_produce_response(version, topics)
+        return Body(chunks, size)
+
+    # --- Fetch ----------------------------------------------------------------------------------
+
+    async def handle_fetch(self, header, request) -> Body:
+        version = int(header.request_api_version)
+        if version >= 7:
+            session_id = int(request.session_id)
+            session_epoch = int(request.session_epoch)
+            if session_id != 0 or session_epoch > 0:
+                # Sessions are never handed out (session_id 0 = sessionless full fetches), so an
+                # incremental fetch refers to a session we do not have.
+                code = (
+                    ErrorCode.fetch_session_id_not_found if session_id != 0 else ErrorCode.invalid_fetch_session_epoch
+                )
+                chunks, size = fetch_codec.encode_fetch_response(version, [], error_code=int(code))
+                return Body(chunks, size)
+        infos = [
+            FetchInfo(
+                t.topic,
+                int(p.partition),
+                int(p.fetch_offset),
+                int(p.partition_max_bytes),
+                int(getattr(p, "current_leader_epoch", -1)),
+            )
+            for t in request.topics
+            for p in t.partitions
+        ]
+        results = await self.replica_manager.fetch_messages(
+            int(request.replica_id),
+            _ms(request.max_wait),
+            int(request.min_bytes),
+            int(getattr(request, "max_bytes", 2**31 - 1)),
+            infos,
+        )
+        it = iter(results)
+        topics = [(t.topic, [(int(p.partition), next(it)) for p in t.partitions]) for t in request.topics]
+        chunks, size = fetch_codec.encode_fetch_response(version, topics)
+        return Body(chunks, size)
+
+    # --- ListOffsets ----------------------------------------------------------------------------
+
+    async def handle_list_offsets(self, header, request):
+        version = int(header.request_api_version)
+        mod = _response_module(LIST_OFFSETS, version)
+        rm = self.replica_manager
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for p in t.partitions:
+                r = rm.fetch_offset_for_timestamp(
+                    t.name, int(p.partition_index), int(p.timestamp), int(request.replica_id),
+                    int(getattr(p, "current_leader_epoch", -1)),
+                )
+                fields = dict(
+                    partition_index=p.partition_index,
+                    error_code=r.error,
+                    timestamp=i64(r.timestamp),
+                    offset=i64(r.offset),
+                )
+                if version >= 4:
+                    fields["leader_epoch"] = i32(r.leader_epoch)
+                partitions.append(mod.ListOffsetsPartitionResponse(**fields))
+            topics.append(mod.ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
+        fields = {"topics": tuple(topics)}
+        if version >= 2:
+            fields["throttle_time"] = NO_THROTTLE
+        return mod.ListOffsetsResponse(**fields)
+
+    # --- controller requests --------------------------------------------------------------------
+
+    async def handle_leader_and_isr(self, header, request):
+        return await self.replica_manager.become_leader_or_follower(request)
+
+    async def handle_stop_replica(self, header, request):
+        return await self.replica_manager.stop_replicas(request)

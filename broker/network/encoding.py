@@ -1,0 +1,118 @@
+"""Hand encoding of response bodies into chunks: bytes for the fields, file regions for records.
+
+kio's writer is pure Python and builds the whole body in memory; the hot responses (Produce, Fetch)
+are written here field by field instead, so record data never passes through Python: a `Records`
+field becomes its length prefix followed by the log's FileRegion, which the socket layer sends with
+sendfile.
+"""
+
+import struct
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_SIZE = struct.Struct(">i")
+
+
+def uvarint(value: int) -> bytes:
+    """Unsigned varint (protobuf style), used by flexible versions for lengths and tag counts."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class BodyWriter:
+    """Writes one response body; `chunks()` returns bytes and region objects in wire order.
+
+    `flexible` selects the compact encodings (varint lengths, tagged-field sections) of KIP-482.
+    """
+
+    __slots__ = ("flexible", "_buf", "_chunks", "size")
+
+    def __init__(self, flexible: bool):
+        self.flexible = flexible
+        self._buf = bytearray()
+        self._chunks: list = []
+        self.size = 0
+        """Bytes in regions already handed over (the buffer's own length is added by total())."""
+
+    def int8(self, v: int) -> None:
+        self._buf += _I8.pack(v)
+
+    def int16(self, v: int) -> None:
+        self._buf += _I16.pack(v)
+
+    def int32(self, v: int) -> None:
+        self._buf += _I32.pack(v)
+
+    def int64(self, v: int) -> None:
+        self._buf += _I64.pack(v)
+
+    def string(self, s: str | None) -> None:
+        if s is None:
+            self._buf += b"\0" if self.flexible else b"\xff\xff"
+            return
+        data = s.encode()
+        if self.flexible:
+            self._buf += uvarint(len(data) + 1)
+        else:
+            self._buf += _I16.pack(len(data))
+        self._buf += data
+
+    def array(self, n: int | None) -> None:
+        """The length of an array whose elements the caller writes next (None: a null array)."""
+        if n is None:
+            self._buf += b"\0" if self.flexible else b"\xff\xff\xff\xff"
+        elif self.flexible:
+            self._buf += uvarint(n + 1)
+        else:
+            self._buf += _I32.pack(n)
+
+    def tags(self) -> None:
+        """An empty tagged-field section (flexible versions end every struct with one)."""
+        if self.flexible:
+            self._buf.append(0)
+
+    def raw(self, data: bytes) -> None:
+        self._buf += data
+
+    def records(self, regions: list, size: int) -> None:
+        """A `records` field: the length, then the regions as they are (no copy)."""
+        if self.flexible:
+            self._buf += uvarint(size + 1)
+        else:
+            self._buf += _I32.pack(size)
+        for region in regions:
+            if self._buf:
+                self._chunks.append(bytes(self._buf))
+                self.size += len(self._buf)
+                self._buf = bytearray()
+            self._chunks.append(region)
+            self.size += region.size
+
+    def null_records(self) -> None:
+        self._buf += b"\0" if self.flexible else b"\xff\xff\xff\xff"
+
+    def chunks(self) -> list:
+        if self._buf:
+            self._chunks.append(bytes(self._buf))
+            self.size += len(self._buf)
+            self._buf = bytearray()
+        return self._chunks
+
+
+def frame(header: bytes, body_chunks: list, body_size: int) -> list:
+    """Size prefix + response header + body, the header merged into the first bytes chunk."""
+    head = _SIZE.pack(len(header) + body_size) + header
+    if body_chunks and isinstance(body_chunks[0], (bytes, bytearray)):
+        return [head + body_chunks[0], *body_chunks[1:]]
+    return [head, *body_chunks]
+
+
+def response_header(correlation_id: int, flexible: bool) -> bytes:
+    """Response header v0 (correlation id) or v1 (plus an empty tagged-field section)."""
+    return _I32.pack(correlation_id) + (b"\0" if flexible else b"")

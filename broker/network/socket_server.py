@@ -1,0 +1,322 @@
+"""The broker's socket server: Kafka framing over asyncio.BufferedProtocol, one request at a time.
+
+Bytes are received straight into the frame's own buffer where possible (small frames share one
+receive buffer and are sliced out once; a large frame gets a bytearray of its exact size that the
+socket fills directly), so a 1 MiB produce request is copied once, by kio, and no more.
+
+Like Kafka's "muted channel", a connection handles its requests strictly in order, one at a time;
+reading continues meanwhile into a bounded queue (reading pauses when it is full). A response is a
+list of chunks: bytes, written as they are, and file regions (`.file`, `.position`, `.size`), sent
+with sendfile so record data never enters Python.
+"""
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import struct
+import time
+from typing import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+RECV_BUFFER = 256 * 1024
+"""Shared receive buffer; frames larger than half of it get a buffer of their own."""
+MAX_QUEUED_BYTES = 32 * 1024 * 1024
+"""Read-ahead bound per connection: reading pauses while this much is waiting to be handled."""
+SENDFILE_MIN = 64 * 1024
+"""Smaller file regions are read with pread and written: cheaper than a sendfile round."""
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+
+
+class CloseConnection(Exception):
+    """Raised by a handler: close this connection without answering (Kafka's answer to some input)."""
+
+
+Handler = Callable[[memoryview, "KafkaConnection"], Awaitable[list | None]]
+
+
+class RateLimitedLog:
+    """Logs a given kind of event at most once per `interval_s`, counting the ones it skipped."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0):
+        self._log = logger
+        self._interval = interval_s
+        self._last: dict[str, float] = {}
+        self._skipped: collections.Counter = collections.Counter()
+
+    def warning(self, kind: str, msg: str, *args, exc_info=None) -> None:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._interval:
+            self._skipped[kind] += 1
+            return
+        self._last[kind] = now
+        skipped = self._skipped.pop(kind, 0)
+        suffix = f" ({skipped} more like this not logged)" if skipped else ""
+        self._log.warning(msg + suffix, *args, exc_info=exc_info)
+
+
+class _PositionalFile:
+    """A file descriptor seen as a file whose position is private to one send.
+
+    loop.sendfile seeks the file object it is given (and its fallback reads through the
+    position); the log's segment files are shared with appenders and other readers, so they are
+    wrapped here and read only with pread.
+    """
+
+    mode = "rb"
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._pos = 0
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        if whence != 0:
+            raise OSError("only absolute seeks")
+        self._pos = pos
+        return pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buf) -> int:
+        n = os.preadv(self._fd, [buf], self._pos)
+        self._pos += n
+        return n
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, server: "SocketServer"):
+        self.server = server
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.peer = None
+        self._buf = bytearray(RECV_BUFFER)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._big: bytearray | None = None
+        self._big_fill = 0
+        self._frames: collections.deque = collections.deque()
+        self._queued = 0
+        self._reading_paused = False
+        self._closed = False
+        self._wake: asyncio.Future | None = None
+        self._can_write: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+
+    # --- asyncio callbacks --------------------------------------------------------------------
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(high=SOCKET_BUFFER_BYTES)
+        self.server.connections.add(self)
+        self._task = self.loop.create_task(self._run())
+
+    def get_buffer(self, sizehint: int):
+        if self._big is not None:
+            return memoryview(self._big)[self._big_fill :]
+        if self._end == len(self._buf):
+            self._compact()
+        return self._view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._big is not None:
+            self._big_fill += nbytes
+            if self._big_fill == len(self._big):
+                self._enqueue(memoryview(self._big).toreadonly())
+                self._big = None
+            return
+        self._end += nbytes
+        self._parse()
+
+    def eof_received(self):
+        return False
+
+    def connection_lost(self, exc):
+        self._closed = True
+        self.server.connections.discard(self)
+        self._wakeup()
+        if self._can_write is not None and not self._can_write.done():
+            self._can_write.set_result(None)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def pause_writing(self):
+        if self._can_write is None or self._can_write.done():
+            self._can_write = self.loop.create_future()
+
+    def resume_writing(self):
+        if self._can_write is not None and not self._can_write.done():
+            self._can_write.set_result(None)
+
+    # --- framing ------------------------------------------------------------------------------
+
+    def _compact(self) -> None:
+        n = self._end - self._start
+        if self._start:
+            self._buf[0:n] = self._buf[self._start : self._end]
+        self._start, self._end = 0, n
+
+    def _parse(self) -> None:
+        buf = self._buf
+        while not self._closed:
+            avail = self._end - self._start
+            if avail < 4:
+                break
+            (size,) = _SIZE.unpack_from(buf, self._start)
+            if size < 0 or size > self.server.max_request_bytes:
+                self.server.bad_input.warning(
+                    "size",
+                    "closing connection from %s: request size %d outside [0, %d] (socket.request.max.bytes)",
+                    self.peer,
+                    size,
+                    self.server.max_request_bytes,
+                )
+                self.close()
+                return
+            body_start = self._start + 4
+            if avail - 4 >= size:
+                self._enqueue(bytes(buf[body_start : body_start + size]))
+                self._start = body_start + size
+                continue
+            if size > len(buf) // 2:
+                # A large frame: give it a buffer of its own that the socket fills directly.
+                big = bytearray(size)
+                have = self._end - body_start
+                big[0:have] = buf[body_start : self._end]
+                self._big, self._big_fill = big, have
+                self._start = self._end = 0
+            elif size + 4 > len(buf) - self._start:
+                self._compact()
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _enqueue(self, frame) -> None:
+        self._frames.append(frame)
+        self._queued += len(frame)
+        if self._queued > MAX_QUEUED_BYTES and not self._reading_paused and not self._closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wakeup()
+
+    def _wakeup(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    # --- request processing -------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                while not self._frames:
+                    if self._closed:
+                        return
+                    self._wake = self.loop.create_future()
+                    await self._wake
+                    self._wake = None
+                if self._closed:
+                    return
+                frame = self._frames.popleft()
+                self._queued -= len(frame)
+                if self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
+                    self._reading_paused = False
+                    self.transport.resume_reading()
+                try:
+                    response = await self.server.handler(frame, self)
+                except CloseConnection:
+                    self.close()
+                    return
+                if response:
+                    await self._send(response)
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection from %s failed; closing it", self.peer)
+            self.close()
+
+    async def _send(self, chunks: list) -> None:
+        transport = self.transport
+        for chunk in chunks:
+            if self._closed:
+                return
+            if isinstance(chunk, (bytes, bytearray, memoryview)):
+                transport.write(chunk)
+                continue
+            size = chunk.size
+            if size <= 0:
+                continue
+            fd = chunk.file.fileno()
+            if size < SENDFILE_MIN:
+                data = os.pread(fd, size, chunk.position)
+                if len(data) != size:
+                    raise OSError(f"short read of a log segment: {len(data)} of {size} bytes")
+                transport.write(data)
+                continue
+            sent = await self.loop.sendfile(
+                transport, _PositionalFile(fd), chunk.position, size, fallback=True
+            )
+            if sent != size:
+                raise OSError(f"sendfile sent {sent} of {size} bytes")
+        if self._can_write is not None and not self._can_write.done():
+            await self._can_write
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._wakeup()
+            if self.transport is not None:
+                self.transport.close()
+
+
+class SocketServer:
+    """Listens on one (host, port) and feeds each connection's frames to `handler`."""
+
+    def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int):
+        self.host = host
+        self.port = port
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        self.connections: set[KafkaConnection] = set()
+        self.bad_input = RateLimitedLog(log)
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> int:
+        """Starts listening; returns the bound port (useful when configured as 0)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=128
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def stop(self) -> None:
+        """Stops accepting, closes every connection (requests in flight are abandoned)."""
+        self.stop_accepting()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            except asyncio.TimeoutError:
+                log.warning("socket server did not close within 5 s")

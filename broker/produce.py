@@ -1,0 +1,92 @@
+"""Produce (api 0) wire pieces written by hand: the response, and the pre-v3 request.
+
+The response is small but frequent, and kio's writer is slow; it is written field by field here
+(Kafka's ProduceResponse.json: responses[name, partition_responses[index, error_code, base_offset,
+v2+ log_append_time_ms, v5+ log_start_offset, v8+ record_errors, error_message]], v1+
+throttle_time_ms; v9+ flexible).
+
+Produce v0–v2 (message format v0/v1) is advertised, because librdkafka only enables compression when
+it sees Produce 0 in ApiVersions, but rejected: kio cannot read it, so `parse_legacy_request` reads
+just enough of it to answer every partition with UNSUPPORTED_VERSION.
+"""
+
+import struct
+
+from odradek.broker.network.encoding import BodyWriter
+
+MIN_VERSION = 0
+"""Advertised (see above)."""
+MIN_SUPPORTED_VERSION = 3
+"""Really implemented from here (record batch v2)."""
+MAX_VERSION = 9
+"""v10+ add tagged leader hints only; v9 is the last version Kafka 2.8–3.7 clients need."""
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def encode_produce_response(version: int, topics: list[tuple[str, list[tuple[int, object]]]]) -> tuple[list, int]:
+    """(chunks, size) of a ProduceResponse body; `topics` = [(name, [(index, ProduceResult)])]."""
+    w = BodyWriter(flexible=version >= 9)
+    w.array(len(topics))
+    for name, partitions in topics:
+        w.string(name)
+        w.array(len(partitions))
+        for index, r in partitions:
+            w.int32(index)
+            w.int16(int(r.error))
+            w.int64(r.base_offset)
+            if version >= 2:
+                w.int64(r.log_append_time)
+            if version >= 5:
+                w.int64(r.log_start_offset)
+            if version >= 8:
+                w.array(0)  # record_errors
+                w.string(None)  # error_message
+            w.tags()
+        w.tags()
+    if version >= 1:
+        w.int32(0)  # throttle_time_ms
+    w.tags()
+    return w.chunks(), w.size
+
+
+def parse_legacy_request(frame) -> tuple[int, list[tuple[str, list[int]]]]:
+    """(acks, [(topic, [partition])]) of a Produce v0–v2 request frame (header v1 included).
+
+    Raises ValueError when the frame is not a well-formed request.
+    """
+    try:
+        pos = 8
+        (client_len,) = _I16.unpack_from(frame, pos)
+        pos += 2 + max(0, client_len)
+        (acks,) = _I16.unpack_from(frame, pos)
+        pos += 2 + 4  # acks, timeout
+        (n_topics,) = _I32.unpack_from(frame, pos)
+        pos += 4
+        if n_topics < 0 or n_topics > len(frame):
+            raise ValueError("bad topic count")
+        topics = []
+        for _ in range(n_topics):
+            (name_len,) = _I16.unpack_from(frame, pos)
+            pos += 2
+            if name_len < 0 or pos + name_len > len(frame):
+                raise ValueError("bad topic name")
+            name = bytes(frame[pos : pos + name_len]).decode()
+            pos += name_len
+            (n_parts,) = _I32.unpack_from(frame, pos)
+            pos += 4
+            if n_parts < 0 or n_parts > len(frame):
+                raise ValueError("bad partition count")
+            parts = []
+            for _ in range(n_parts):
+                (index,) = _I32.unpack_from(frame, pos)
+                (size,) = _I32.unpack_from(frame, pos + 4)
+                pos += 8 + max(0, size)
+                if pos > len(frame):
+                    raise ValueError("records run past the frame")
+                parts.append(index)
+            topics.append((name, parts))
+        return acks, topics
+    except (struct.error, UnicodeDecodeError) as e:
+        raise ValueError(f"malformed produce request: {e}") from e

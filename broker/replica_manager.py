@@ -1,0 +1,478 @@
+"""ReplicaManager: the partitions this broker hosts, and the data path through them.
+
+LeaderAndIsr and StopReplica (from the controller) decide which partitions are hosted and in which
+role; Produce appends to leaders (acks=-1 waits in the produce purgatory until the high watermark
+covers the batch); Fetch reads from leaders (long polls wait in the fetch purgatory until enough
+data is there); ListOffsets answers from the leader's log. Every change that can complete a waiting
+request (an append, a high-watermark move, a leadership change) re-checks the purgatories for that
+partition, so no request waits by sleeping.
+"""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
+from odradek.broker.log import LogConfig
+from odradek.broker.log.errors import LogError
+from odradek.broker.partition import Partition
+from odradek.common.messages import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaPartitionError,
+    StopReplicaRequest,
+    StopReplicaResponse,
+)
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
+"""ListOffsets/Fetch replica_id of tools that may read from a follower (Kafka's value)."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- results --------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProduceResult:
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    required_offset: int = -1
+    """The offset the high watermark must reach before acks=-1 is satisfied."""
+    pending: bool = False
+
+
+@dataclass(frozen=True)
+class FetchInfo:
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass
+class FetchResult:
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    regions: list = field(default_factory=list)
+    size: int = 0
+
+
+@dataclass
+class ListOffsetResult:
+    error: ErrorCode = ErrorCode.none
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+# --- delayed operations ---------------------------------------------------------------------------
+
+
+class DelayedProduce(DelayedOperation):
+    """acks=-1: completes when every appended partition's HW reaches its batch, or on timeout."""
+
+    def __init__(self, delay_ms: float, manager: "ReplicaManager", results: dict):
+        super().__init__(delay_ms)
+        self.manager = manager
+        self.results = results
+
+    def try_complete(self) -> bool:
+        for key, result in self.results.items():
+            if not result.pending:
+                continue
+            partition = self.manager.partitions.get(key)
+            if partition is None or not partition.is_leader:
+                result.error = ErrorCode.not_leader_or_follower
+                result.pending = False
+            elif partition.log.high_watermark >= result.required_offset:
+                if len(partition.isr) < partition.min_insync_replicas():
+                    result.error = ErrorCode.not_enough_replicas_after_append
+                result.pending = False
+        if any(r.pending for r in self.results.values()):
+            return False
+        return self.force_complete()
+
+    def on_expiration(self) -> None:
+        for result in self.results.values():
+            if result.pending:
+                result.error = ErrorCode.request_timed_out
+                result.pending = False
+
+
+class DelayedFetch(DelayedOperation):
+    """A long poll: completes once min_bytes are readable, a partition changes role, or at max_wait."""
+
+    def __init__(self, delay_ms: float, manager: "ReplicaManager", replica_id: int, min_bytes: int, infos):
+        super().__init__(delay_ms)
+        self.manager = manager
+        self.replica_id = replica_id
+        self.min_bytes = min_bytes
+        self.infos = infos
+
+    def try_complete(self) -> bool:
+        accumulated = 0
+        for info in self.infos:
+            partition = self.manager.partitions.get((info.topic, info.partition))
+            if partition is None or (not partition.is_leader and self.replica_id != DEBUGGING_REPLICA_ID):
+                return self.force_complete()
+            plog = partition.log
+            end = plog.log_end_offset if self.replica_id >= 0 else plog.high_watermark
+            if info.fetch_offset > plog.log_end_offset or info.fetch_offset < plog.log_start_offset:
+                return self.force_complete()
+            if end <= info.fetch_offset:
+                continue
+            if self.min_bytes <= 1:
+                return self.force_complete()
+            try:
+                data = plog.read(info.fetch_offset, info.max_bytes, max_offset=end, min_one_message=True)
+            except Exception:
+                return self.force_complete()
+            accumulated += data.size
+            if accumulated >= self.min_bytes:
+                return self.force_complete()
+        return False
+
+
+# --- the manager ----------------------------------------------------------------------------------
+
+
+class ReplicaManager:
+    def __init__(self, config, log_manager, metadata_cache, zk):
+        self.config = config
+        self.broker_id = int(config.broker_id)
+        self.log_manager = log_manager
+        self.metadata_cache = metadata_cache
+        self.zk = zk
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.controller_epoch = 0
+        self.broker_epoch = -1
+        """This broker's registration epoch (czxid), set by the server once registered."""
+        self.produce_purgatory = DelayedOperationPurgatory("Produce")
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
+        self._state_change_lock = asyncio.Lock()
+
+    # --- lookups --------------------------------------------------------------------------------
+
+    def _unknown_partition_error(self, topic: str, partition: int) -> ErrorCode:
+        """Kafka's rule: a partition the cluster knows but we don't host is 'not leader'."""
+        state = self.metadata_cache.partition_state(topic, partition)
+        if state is not None:
+            return ErrorCode.not_leader_or_follower
+        return ErrorCode.unknown_topic_or_partition
+
+    def leader_partition(self, topic: str, partition: int) -> tuple[Partition | None, ErrorCode]:
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return None, self._unknown_partition_error(topic, partition)
+        if not p.is_leader:
+            return None, ErrorCode.not_leader_or_follower
+        return p, ErrorCode.none
+
+    def complete_delayed_requests(self, key) -> None:
+        self.fetch_purgatory.check_and_complete(key)
+        self.produce_purgatory.check_and_complete(key)
+
+    # --- controller requests --------------------------------------------------------------------
+
+    def _fence(self, request) -> ErrorCode:
+        if request.controller_epoch < self.controller_epoch:
+            log.warning(
+                "ignoring %s from controller %d with epoch %d < %d",
+                type(request).__name__, request.controller_id, request.controller_epoch, self.controller_epoch,
+            )
+            return ErrorCode.stale_controller_epoch
+        if 0 <= request.broker_epoch < self.broker_epoch:
+            log.warning(
+                "ignoring %s for broker epoch %d < ours %d", type(request).__name__, request.broker_epoch, self.broker_epoch
+            )
+            return ErrorCode.stale_broker_epoch
+        return ErrorCode.none
+
+    async def become_leader_or_follower(self, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        async with self._state_change_lock:
+            error = self._fence(request)
+            if error != ErrorCode.none:
+                return LeaderAndIsrResponse(error_code=error, partition_errors=())
+            self.controller_epoch = int(request.controller_epoch)
+            errors: list[LeaderAndIsrPartitionError] = []
+            changed: list[tuple[Partition, object]] = []
+
+            def answer(topic, index, code):
+                errors.append(LeaderAndIsrPartitionError(topic_name=topic, partition_index=index, error_code=code))
+
+            for ts in request.topic_states:
+                topic = ts.topic_name
+                topic_config = None
+                for ps in ts.partition_states:
+                    index = int(ps.partition_index)
+                    if self.broker_id not in ps.replicas:
+                        answer(topic, index, ErrorCode.unknown_topic_or_partition)
+                        continue
+                    partition = self.partitions.get((topic, index))
+                    if partition is not None and ps.leader_epoch <= partition.leader_epoch:
+                        log.info(
+                            "ignoring LeaderAndIsr for %s-%d: leader epoch %d not newer than %d",
+                            topic, index, ps.leader_epoch, partition.leader_epoch,
+                        )
+                        answer(topic, index, ErrorCode.stale_controller_epoch)
+                        continue
+                    if partition is None:
+                        try:
+                            plog = self.log_manager.get_log(topic, index)
+                            if plog is None:
+                                if topic_config is None:
+                                    topic_config = await self.zk.get_topic_config(topic)
+                                plog = self.log_manager.get_or_create_log(
+                                    topic, index, LogConfig.from_broker(self.config, topic_config)
+                                )
+                        except Exception:
+                            log.exception("cannot create the log of %s-%d", topic, index)
+                            answer(topic, index, ErrorCode.kafka_storage_error)
+                            continue
+                        partition = Partition(topic, index, self.broker_id, plog)
+                        self.partitions[(topic, index)] = partition
+                    changed.append((partition, ps))
+                    answer(topic, index, ErrorCode.none)
+
+            new_followers = []
+            for partition, ps in changed:
+                if ps.leader == self.broker_id:
+                    self.remove_fetchers([partition.key])
+                    if partition.make_leader(ps):
+                        log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
+                else:
+                    if partition.make_follower(ps):
+                        new_followers.append(partition)
+                    log.info("%s-%d: now follower of %d at epoch %d", *partition.key, partition.leader_id, partition.leader_epoch)
+                self.complete_delayed_requests(partition.key)
+            if new_followers:
+                self.add_fetchers(new_followers, request.live_leaders)
+            return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(errors))
+
+    async def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
+        async with self._state_change_lock:
+            error = self._fence(request)
+            if error != ErrorCode.none:
+                return StopReplicaResponse(error_code=error, partition_errors=())
+            self.controller_epoch = int(request.controller_epoch)
+            keys = [(t.name, int(p)) for t in request.topics for p in t.partition_indexes]
+            self.remove_fetchers(keys)
+            errors = []
+            for topic, index in keys:
+                code = ErrorCode.none
+                partition = self.partitions.get((topic, index))
+                if request.delete_partitions:
+                    self.partitions.pop((topic, index), None)
+                    try:
+                        if self.log_manager.get_log(topic, index) is not None:
+                            self.log_manager.delete_log(topic, index)
+                            log.info("%s-%d: deleted", topic, index)
+                    except Exception:
+                        log.exception("cannot delete the log of %s-%d", topic, index)
+                        code = ErrorCode.kafka_storage_error
+                elif partition is not None:
+                    partition.make_offline()
+                self.complete_delayed_requests((topic, index))
+                errors.append(StopReplicaPartitionError(topic_name=topic, partition_index=index, error_code=code))
+            return StopReplicaResponse(error_code=ErrorCode.none, partition_errors=tuple(errors))
+
+    # --- replica fetchers (issue 3) -------------------------------------------------------------
+
+    def add_fetchers(self, partitions: list[Partition], live_leaders) -> None:
+        """Seam for the replica fetcher manager: followers start fetching from their leader here."""
+        for p in partitions:
+            log.debug("%s-%d: would fetch from leader %d (replica fetchers not built yet)", *p.key, p.leader_id)
+
+    def remove_fetchers(self, keys) -> None:
+        """Seam for the replica fetcher manager: stop fetching these partitions."""
+
+    # --- produce --------------------------------------------------------------------------------
+
+    async def append_records(self, timeout_ms: int, required_acks: int, entries) -> dict:
+        """Appends `entries` [(topic, partition, records)] as leader; returns {(t, p): ProduceResult}.
+
+        acks=-1 waits (up to timeout_ms) until the HW covers every successful append.
+        """
+        results: dict[tuple[str, int], ProduceResult] = {}
+        any_pending = False
+        for topic, index, records in entries:
+            key = (topic, index)
+            partition, error = self.leader_partition(topic, index)
+            if partition is None:
+                results[key] = ProduceResult(error=error)
+                continue
+            if not records:
+                results[key] = ProduceResult(error=ErrorCode.invalid_record)
+                continue
+            try:
+                info = partition.append_records_to_leader(records, required_acks)
+            except LogError as e:
+                log.debug("append to %s-%d rejected: %s", topic, index, e)
+                results[key] = ProduceResult(error=e.error_code)
+                continue
+            except Exception:
+                log.exception("append to %s-%d failed", topic, index)
+                results[key] = ProduceResult(error=ErrorCode.unknown_server_error)
+                continue
+            if isinstance(info, ErrorCode):
+                results[key] = ProduceResult(error=info)
+                continue
+            plog = partition.log
+            result = ProduceResult(
+                base_offset=info.first_offset,
+                log_append_time=info.log_append_time if info.log_append_time is not None else -1,
+                log_start_offset=plog.log_start_offset,
+                required_offset=info.last_offset + 1,
+                pending=required_acks == -1,
+            )
+            results[key] = result
+            any_pending |= result.pending
+            hw_moved = partition.maybe_increment_high_watermark()
+            self.fetch_purgatory.check_and_complete(key)
+            if hw_moved:
+                self.produce_purgatory.check_and_complete(key)
+        if any_pending:
+            op = DelayedProduce(timeout_ms, self, results)
+            keys = [k for k, r in results.items() if r.pending]
+            if not self.produce_purgatory.try_complete_else_watch(op, keys):
+                await op.wait()
+        return results
+
+    # --- fetch ----------------------------------------------------------------------------------
+
+    def read_from_local_log(self, replica_id: int, fetch_max_bytes: int, infos: list[FetchInfo]) -> list[FetchResult]:
+        """Reads each partition in order within the byte limits (Kafka's readFromLocalLog).
+
+        The first partition with data gets at least one whole batch even beyond the limits, so a
+        consumer can always make progress; consumers read below the HW, followers to the LEO.
+        """
+        remaining = max(0, fetch_max_bytes)
+        min_one = True
+        out = []
+        for info in infos:
+            result = FetchResult()
+            out.append(result)
+            p = self.partitions.get((info.topic, info.partition))
+            if p is None:
+                result.error = self._unknown_partition_error(info.topic, info.partition)
+                continue
+            if not p.is_leader and replica_id != DEBUGGING_REPLICA_ID:
+                result.error = ErrorCode.not_leader_or_follower
+                continue
+            epoch_error = p.check_leader_epoch(info.current_leader_epoch)
+            if epoch_error != ErrorCode.none:
+                result.error = epoch_error
+                continue
+            plog = p.log
+            hw = plog.high_watermark
+            leo = plog.log_end_offset
+            result.high_watermark = hw
+            result.last_stable_offset = hw
+            result.log_start_offset = plog.log_start_offset
+            offset = info.fetch_offset
+            if offset < plog.log_start_offset or offset > leo:
+                result.error = ErrorCode.offset_out_of_range
+                continue
+            end = leo if replica_id >= 0 else hw
+            if offset >= end:
+                continue
+            limit = min(max(0, info.max_bytes), remaining)
+            if limit <= 0 and not min_one:
+                continue
+            try:
+                data = plog.read(offset, limit, max_offset=None if replica_id >= 0 else end, min_one_message=min_one)
+            except LogError as e:
+                result.error = e.error_code
+                continue
+            except Exception:
+                log.exception("read of %s-%d at %d failed", info.topic, info.partition, offset)
+                result.error = ErrorCode.unknown_server_error
+                continue
+            result.regions = list(data.regions)
+            result.size = data.size
+            if data.size:
+                min_one = False
+                remaining = max(0, remaining - data.size)
+        return out
+
+    async def fetch_messages(
+        self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, infos: list[FetchInfo]
+    ) -> list[FetchResult]:
+        results = self.read_from_local_log(replica_id, max_bytes, infos)
+        if replica_id >= 0:
+            self._update_follower_fetch_state(replica_id, infos, results)
+        total = sum(r.size for r in results)
+        if (
+            max_wait_ms <= 0
+            or not infos
+            or total >= min_bytes
+            or any(r.error != ErrorCode.none for r in results)
+        ):
+            return results
+        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos)
+        if not self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos]):
+            await op.wait()
+        return self.read_from_local_log(replica_id, max_bytes, infos)
+
+    def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
+        now = _now_ms()
+        for info, result in zip(infos, results):
+            if result.error != ErrorCode.none:
+                continue
+            p = self.partitions.get((info.topic, info.partition))
+            if p is not None and p.update_follower_fetch_state(replica_id, info.fetch_offset, now):
+                self.complete_delayed_requests(p.key)
+
+    # --- list offsets ---------------------------------------------------------------------------
+
+    def fetch_offset_for_timestamp(
+        self, topic: str, index: int, timestamp: int, replica_id: int, current_leader_epoch: int = -1
+    ) -> ListOffsetResult:
+        p = self.partitions.get((topic, index))
+        if p is None:
+            return ListOffsetResult(error=self._unknown_partition_error(topic, index))
+        if not p.is_leader and replica_id != DEBUGGING_REPLICA_ID:
+            return ListOffsetResult(error=ErrorCode.not_leader_or_follower)
+        epoch_error = p.check_leader_epoch(current_leader_epoch)
+        if epoch_error != ErrorCode.none:
+            return ListOffsetResult(error=epoch_error)
+        plog = p.log
+        # Consumers see only offsets below the high watermark (read_committed: the LSO, the same
+        # here without transactions); followers and debugging tools see the whole log.
+        last_fetchable = plog.high_watermark if replica_id == CONSUMER_REPLICA_ID else plog.log_end_offset
+        try:
+            if timestamp == EARLIEST_TIMESTAMP:
+                return ListOffsetResult(offset=plog.log_start_offset)
+            if timestamp == LATEST_TIMESTAMP:
+                return ListOffsetResult(offset=last_fetchable, leader_epoch=p.leader_epoch)
+            if timestamp < 0:
+                return ListOffsetResult(error=ErrorCode.unsupported_version)
+            found = plog.fetch_offset_by_timestamp(timestamp)
+        except LogError as e:
+            return ListOffsetResult(error=e.error_code)
+        if found is None or found[0] >= last_fetchable:
+            return ListOffsetResult()
+        return ListOffsetResult(offset=int(found[0]), timestamp=int(found[1]))
+
+    # --- shutdown -------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()

@@ -1,0 +1,172 @@
+"""KafkaServer: wires the broker's parts together, and `odradek broker` (main).
+
+Start-up order follows Kafka's: logs (recovery) → metadata cache → ZooKeeper → replica manager →
+APIs → listener → registration in `/brokers/ids/<id>` only once the listener serves, so the
+controller never sends requests to a broker that cannot answer them. SIGTERM/SIGINT stop accepting,
+close the ZooKeeper session (the registration goes at once), and shut the logs down cleanly.
+"""
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from odradek.broker.kafka_apis import KafkaApis
+from odradek.broker.log import LogManager
+from odradek.broker.metadata_apis import MetadataApis
+from odradek.broker.metadata_cache import MetadataCache
+from odradek.broker.network.socket_server import SocketServer
+from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.zk_client import BrokerZkClient
+from odradek.common.config import BrokerConfig, load_properties, parse_listeners
+from odradek.common.zk_data import BrokerInfo, EndPoint
+
+log = logging.getLogger(__name__)
+
+
+def log_dirs(config: BrokerConfig) -> list[Path]:
+    return [Path(d.strip()) for d in config.log_dirs.split(",") if d.strip()]
+
+
+class KafkaServer:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.log_manager: LogManager | None = None
+        self.metadata_cache: MetadataCache | None = None
+        self.zk: BrokerZkClient | None = None
+        self.replica_manager: ReplicaManager | None = None
+        self.metadata_apis: MetadataApis | None = None
+        self.apis: KafkaApis | None = None
+        self.socket_servers: list[SocketServer] = []
+        self.endpoints: list[EndPoint] = []
+        self._stop_background = asyncio.Event()
+        self._background: asyncio.Task | None = None
+
+    async def startup(self) -> None:
+        config = self.config
+        listeners = parse_listeners(config.listeners)
+        if not listeners:
+            raise ValueError("listeners is empty")
+        self.log_manager = LogManager(log_dirs(config), config)
+        await asyncio.to_thread(self.log_manager.startup)
+        self.metadata_cache = MetadataCache(config.broker_id)
+        self.zk = BrokerZkClient(config)
+        await self.zk.start()
+        self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
+        self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.log_manager)
+        if hasattr(self.metadata_apis, "update_listeners"):
+            self.metadata_apis.update_listeners.append(self._on_partitions_deleted)
+        self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis)
+
+        bound: dict[str, tuple[str, int]] = {}
+        for name, host, port in listeners:
+            server = SocketServer(host, port, self.apis.handle, config.socket_request_max_bytes)
+            bound_port = await server.start()
+            bound[name] = (host, bound_port)
+            self.socket_servers.append(server)
+            log.info("listening on %s://%s:%d", name, host, bound_port)
+
+        self.endpoints = self._advertised_endpoints(bound)
+        if hasattr(self.zk, "registration_listeners"):
+            self.zk.registration_listeners.append(self._on_registered)
+        epoch = await self.zk.register_broker(BrokerInfo(config.broker_id, tuple(self.endpoints), config.broker_rack))
+        self._on_registered(epoch)
+        self._background = asyncio.get_running_loop().create_task(
+            self.log_manager.run_background(self._stop_background)
+        )
+        log.info("broker %d started (epoch %d)", config.broker_id, epoch)
+
+    def _advertised_endpoints(self, bound: dict[str, tuple[str, int]]) -> list[EndPoint]:
+        """advertised.listeners, else listeners; port 0 means the port actually bound."""
+        source = self.config.advertised_listeners or self.config.listeners
+        out = []
+        for name, host, port in parse_listeners(source):
+            if port == 0 and name in bound:
+                port = bound[name][1]
+            if host in ("", "0.0.0.0", "::") and name in bound:
+                host = bound[name][0] if bound[name][0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
+            out.append(EndPoint(host=host, port=port, listener=name, security_protocol=name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"))
+        return out
+
+    def _on_registered(self, epoch: int) -> None:
+        if self.replica_manager is not None:
+            self.replica_manager.broker_epoch = epoch
+
+    def _on_partitions_deleted(self, partitions) -> None:
+        for key in partitions:
+            self.replica_manager.complete_delayed_requests(tuple(key))
+
+    @property
+    def port(self) -> int:
+        return self.socket_servers[0].port
+
+    async def shutdown(self) -> None:
+        log.info("broker %d shutting down", self.config.broker_id)
+        for server in self.socket_servers:
+            server.stop_accepting()
+        if self.replica_manager is not None:
+            self.replica_manager.shutdown()
+        for server in self.socket_servers:
+            await server.stop()
+        if self.zk is not None:
+            try:
+                await self.zk.stop()
+            except Exception:
+                log.exception("closing the ZooKeeper session failed")
+        self._stop_background.set()
+        if self._background is not None:
+            try:
+                await asyncio.wait_for(self._background, 10)
+            except (asyncio.TimeoutError, Exception):
+                log.warning("log background tasks did not stop cleanly", exc_info=True)
+        if self.log_manager is not None:
+            await asyncio.to_thread(self.log_manager.shutdown)
+        log.info("broker %d stopped", self.config.broker_id)
+
+
+async def run(config: BrokerConfig) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = KafkaServer(config)
+    startup = loop.create_task(server.startup())
+    stopper = loop.create_task(stop.wait())
+    await asyncio.wait({startup, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if startup.done() and startup.exception() is not None:
+        log.error("broker start-up failed", exc_info=startup.exception())
+        code = 1
+    elif not startup.done():
+        startup.cancel()
+        try:
+            await startup
+        except (asyncio.CancelledError, Exception):
+            pass
+    else:
+        await stopper
+    stopper.cancel()
+    await server.shutdown()
+    return code
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="odradek broker", description="Run an Odradek broker.")
+    parser.add_argument("--config", help="Kafka-style server.properties file")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="overrides a property")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = BrokerConfig.from_properties(load_properties(args.config, args.override))
+    return asyncio.run(run(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

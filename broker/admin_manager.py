@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from odradek.common.config import BrokerConfig
 from odradek.common.zk_data import TopicAssignment
 
+from .log.config import LogConfig
 from .metadata_cache import MetadataCache
 from .zk_client import BrokerZkClient, TopicExistsError, new_base64_uuid
 
@@ -303,8 +304,6 @@ class CreateResult:
 
 
 def _default_validate_config(config: dict[str, str]) -> None:
-    from odradek.broker.log import LogConfig  # written concurrently; imported when first needed
-
     LogConfig.validate_overrides(config)
 
 

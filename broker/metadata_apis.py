@@ -23,6 +23,7 @@ from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, TopicSpec, topic_name_error
+from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError
 from .zk_client import BrokerZkClient, base64_to_uuid
 
@@ -324,8 +325,6 @@ class MetadataApis:
 
     def topic_config_entries(self, overrides: dict[str, str]) -> list[tuple[str, str | None, int]]:
         """(name, value, config_source) of a topic's full config: its overrides, else the defaults."""
-        from odradek.broker.log import LogConfig  # written concurrently; imported when first needed
-
         described = LogConfig.from_broker(self.config, overrides).describe()
         return [
             (name, config_text(value), SOURCE_DEFAULT_CONFIG if is_default else SOURCE_TOPIC_CONFIG)

@@ -124,10 +124,12 @@ class BrokerZkClient:
 
     def _on_state(self, state: str) -> None:
         """kazoo's thread: note a lost session; when connected again, re-register on the loop."""
+        if self._stopping:
+            return
         if state == KazooState.LOST:
             self._session_lost = True
             log.warning("ZooKeeper session lost; will re-register when reconnected")
-        elif state == KazooState.CONNECTED and self._session_lost and not self._stopping:
+        elif state == KazooState.CONNECTED and self._session_lost:
             self._session_lost = False
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._schedule_reregistration)

@@ -1,0 +1,518 @@
+"""MetadataApis against a real ZooKeeper, every request and response through Kafka's framing.
+
+Until the controller process exists in these tests, the test plays the controller's wire part:
+it reads the assignment znodes the broker wrote and sends UpdateMetadata, as the controller does.
+"""
+
+import asyncio
+import datetime
+import sys
+import uuid
+
+import pytest
+from kazoo.client import KazooClient
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from odradek.broker.metadata_apis import MetadataApis, _make
+from odradek.broker.metadata_cache import MetadataCache
+from odradek.broker.zk_client import BrokerZkClient, base64_to_uuid
+from odradek.common import wire, zk_data
+from odradek.common.config import BrokerConfig
+from odradek.common.messages import (
+    LEADER_DURING_DELETE,
+    UpdateMetadataBroker,
+    UpdateMetadataEndpoint,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+    UpdateMetadataTopicState,
+)
+
+BROKER_ID = 0
+
+
+def request(api_key: int, version: int, **values):
+    return _make(load_request_schema(api_key, version), **values)
+
+
+def nested(api_key: int, version: int, cls_name: str, **values):
+    module = sys.modules[load_request_schema(api_key, version).__module__]
+    return _make(getattr(module, cls_name), **values)
+
+
+def ms(value: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+
+
+class Harness:
+    """A broker's metadata side on a real ZooKeeper, and the controller's wire part."""
+
+    def __init__(self, zk_connect: str, **props):
+        base = {"broker.id": str(BROKER_ID), "zookeeper.connect": zk_connect, "num.partitions": "2"}
+        base.update(props)
+        self.config = BrokerConfig.from_properties(base)
+        self.cache = MetadataCache(BROKER_ID)
+        self.zk = BrokerZkClient(self.config)
+        self.apis: MetadataApis | None = None
+        self.raw: KazooClient | None = None
+        self.live = [BROKER_ID]
+        self.controller_epoch = 1
+        self.correlation = 0
+
+    async def __aenter__(self):
+        await self.zk.start()
+        self.apis = MetadataApis(self.config, self.cache, self.zk, None)
+        self.raw = KazooClient(hosts=self.config.zookeeper_connect)
+        await asyncio.to_thread(self.raw.start, 10)
+        return self
+
+    async def __aexit__(self, *exc):
+        await asyncio.to_thread(_close, self.raw)
+        await self.zk.stop()
+
+    async def call(self, payload):
+        """Through the wire both ways: what a client would send and read back."""
+        self.correlation += 1
+        frame = wire.encode_request(payload, self.correlation, "test")
+        header, decoded, schema = wire.decode_request(frame[4:])
+        api_key = int(schema.__api_key__)
+        assert api_key in self.apis.handlers
+        low, high = self.apis.versions[api_key]
+        assert low <= int(schema.__version__) <= high
+        response = await self.apis.handlers[api_key](header, decoded)
+        out = wire.encode_response(
+            response, self.correlation,
+            flexible_header=wire.response_header_flexible(api_key, schema.__flexible__),
+        )
+        correlation, answer = wire.decode_response(schema, out[4:])
+        assert correlation == self.correlation
+        return answer
+
+    # --- the controller's part ---------------------------------------------------------------
+
+    def _state(self, p: int, replicas, leader: int) -> UpdateMetadataPartitionState:
+        return UpdateMetadataPartitionState(
+            partition_index=p, controller_epoch=self.controller_epoch, leader=leader, leader_epoch=0,
+            isr=tuple(replicas), zk_version=0, replicas=tuple(replicas),
+            offline_replicas=tuple(r for r in replicas if r not in self.live),
+        )
+
+    def _brokers(self):
+        return tuple(
+            UpdateMetadataBroker(
+                id=b,
+                endpoints=(UpdateMetadataEndpoint(port=9092 + b, host="127.0.0.1", listener="PLAINTEXT", security_protocol=0),),
+                rack=None,
+            )
+            for b in self.live
+        )
+
+    async def update_metadata(self, topics: dict[str, list], epoch: int | None = None, broker_epoch: int = -1):
+        payload = UpdateMetadataRequest(
+            controller_id=1000,
+            controller_epoch=self.controller_epoch if epoch is None else epoch,
+            broker_epoch=broker_epoch,
+            topic_states=tuple(
+                UpdateMetadataTopicState(topic_name=t, partition_states=tuple(states)) for t, states in topics.items()
+            ),
+            live_brokers=self._brokers(),
+        )
+        return await self.call(payload)
+
+    async def publish_topic(self, topic: str, leaderless: tuple[int, ...] = ()):
+        """Read the assignment znode and announce leaders (the first replica), as the controller does."""
+        data, _ = await asyncio.to_thread(self.raw.get, zk_data.topic_path(topic))
+        assignment = zk_data.decode_topic_assignment(data)
+        states = [
+            self._state(p, replicas, -1 if p in leaderless else replicas[0])
+            for p, replicas in sorted(assignment.partitions.items())
+        ]
+        return await self.update_metadata({topic: states})
+
+    async def controller_creates(self, topic: str, rounds: int = 200) -> None:
+        for _ in range(rounds):
+            if await asyncio.to_thread(self.raw.exists, zk_data.topic_path(topic)):
+                await self.publish_topic(topic)
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{topic} was never written")
+
+    async def controller_deletes(self, topic: str, rounds: int = 200) -> None:
+        for _ in range(rounds):
+            if await asyncio.to_thread(self.raw.exists, zk_data.delete_topic_path(topic)):
+                parts = self.cache.topic_partitions(topic) or {}
+                await self.update_metadata({topic: [self._state(p, s.replicas, LEADER_DURING_DELETE) for p, s in parts.items()]})
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{topic} was never marked for deletion")
+
+
+def _close(zk: KazooClient) -> None:
+    zk.stop()
+    zk.close()
+
+
+def run(zk_connect, scenario, **props):
+    async def main():
+        async with Harness(zk_connect, **props) as h:
+            await scenario(h)
+
+    asyncio.run(main())
+
+
+# --- Metadata ------------------------------------------------------------------------------------
+
+
+def metadata_request(version: int, names, allow_auto: bool = True):
+    topics = None if names is None else tuple(
+        nested(3, version, "MetadataRequestTopic", name=n, topic_id=None) for n in names
+    )
+    return request(3, version, topics=topics, allow_auto_topic_creation=allow_auto,
+                   include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+def test_metadata_every_version(zk_connect, version):
+    async def scenario(h: Harness):
+        h.live = [0, 1]
+        await asyncio.to_thread(
+            h.raw.create, zk_data.topic_path("a"),
+            zk_data.encode_topic_assignment(zk_data.TopicAssignment({0: (0,), 1: (2,)}, topic_id="AAAAAAAAAAAAAAAAAAAABw")),
+            makepath=True,
+        )
+        await h.publish_topic("a")
+        response = await h.call(metadata_request(version, ["a"]))
+        assert [(b.node_id, b.host, b.port) for b in response.brokers] == [(0, "127.0.0.1", 9092), (1, "127.0.0.1", 9093)]
+        (topic,) = response.topics
+        assert topic.name == "a" and topic.error_code == ErrorCode.none
+        p0, p1 = topic.partitions
+        assert (p0.partition_index, p0.error_code, p0.leader_id, p0.replica_nodes) == (0, ErrorCode.none, 0, (0,))
+        assert (p1.error_code, p1.leader_id) == (ErrorCode.leader_not_available, -1)  # leader 2 is not live
+        if version >= 1:
+            assert response.controller_id == 0  # the smallest live broker, never the controller process
+        if version >= 2:
+            assert response.cluster_id and response.cluster_id == await h.zk.get_cluster_id()
+        if version >= 5:
+            assert p1.offline_replicas == (2,)
+        if version >= 10:
+            assert topic.topic_id == base64_to_uuid("AAAAAAAAAAAAAAAAAAAABw")
+        if version >= 13:
+            assert response.error_code == ErrorCode.none
+        everything = await h.call(metadata_request(version, [] if version == 0 else None))
+        assert [t.name for t in everything.topics] == ["a"]
+        if version >= 1:
+            assert (await h.call(metadata_request(version, []))).topics == ()
+
+    run(zk_connect, scenario)
+
+
+@pytest.mark.parametrize("version", [1, 4, 12])
+def test_metadata_auto_creates_missing_topics(zk_connect, version):
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        response = await h.call(metadata_request(version, ["fresh", "bad name"]))
+        errors = {t.name: t.error_code for t in response.topics}
+        assert errors == {"fresh": ErrorCode.leader_not_available, "bad name": ErrorCode.invalid_topic_exception}
+        data, _ = await asyncio.to_thread(h.raw.get, zk_data.topic_path("fresh"))
+        assignment = zk_data.decode_topic_assignment(data)
+        assert assignment.partitions == {0: (0,), 1: (0,)}  # num.partitions=2, RF 1
+        assert base64_to_uuid(assignment.topic_id).int != 0
+        again = await h.call(metadata_request(version, ["fresh"]))
+        assert again.topics[0].error_code == ErrorCode.leader_not_available
+        await h.publish_topic("fresh")
+        ready = await h.call(metadata_request(version, ["fresh"]))
+        assert ready.topics[0].error_code == ErrorCode.none and len(ready.topics[0].partitions) == 2
+        if version >= 4:
+            response = await h.call(metadata_request(version, ["other"], allow_auto=False))
+            assert response.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+            assert not await asyncio.to_thread(h.raw.exists, zk_data.topic_path("other"))
+
+    run(zk_connect, scenario)
+
+
+def test_metadata_without_auto_creation(zk_connect):
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        response = await h.call(metadata_request(9, ["missing"]))
+        assert response.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+        assert not await asyncio.to_thread(h.raw.exists, zk_data.topic_path("missing"))
+        h.live = [0, 1]
+        assert (await h.call(metadata_request(9, ["x"]))).topics[0].error_code == ErrorCode.unknown_topic_or_partition
+
+    run(zk_connect, scenario, **{"auto.create.topics.enable": "false"})
+
+
+def test_metadata_auto_creation_error_is_reported(zk_connect):
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        response = await h.call(metadata_request(12, ["t"]))
+        assert response.topics[0].error_code == ErrorCode.invalid_replication_factor
+
+    run(zk_connect, scenario, **{"default.replication.factor": "3"})
+
+
+def test_metadata_by_topic_id(zk_connect):
+    async def scenario(h: Harness):
+        await asyncio.to_thread(
+            h.raw.create, zk_data.topic_path("a"),
+            zk_data.encode_topic_assignment(zk_data.TopicAssignment({0: (0,)}, topic_id="AAAAAAAAAAAAAAAAAAAACA")),
+            makepath=True,
+        )
+        await h.publish_topic("a")
+        wanted = base64_to_uuid("AAAAAAAAAAAAAAAAAAAACA")
+        unknown = uuid.uuid4()
+        topics = tuple(nested(3, 12, "MetadataRequestTopic", name=None, topic_id=t) for t in (wanted, unknown))
+        response = await h.call(request(3, 12, topics=topics, allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        by_id = {t.topic_id: (t.name, t.error_code) for t in response.topics}
+        assert by_id == {wanted: ("a", ErrorCode.none), unknown: (None, ErrorCode.unknown_topic_id)}
+
+    run(zk_connect, scenario)
+
+
+# --- UpdateMetadata ------------------------------------------------------------------------------
+
+
+def test_update_metadata_fencing(zk_connect):
+    async def scenario(h: Harness):
+        h.controller_epoch = 5
+        assert (await h.update_metadata({"a": [h._state(0, (0,), 0)]})).error_code == ErrorCode.none
+        stale = await h.update_metadata({"b": [h._state(0, (0,), 0)]}, epoch=4)
+        assert stale.error_code == ErrorCode.stale_controller_epoch
+        assert h.cache.topics() == ["a"]
+        epoch = await h.zk.register_broker(zk_data.BrokerInfo(0, (zk_data.EndPoint("127.0.0.1", 9092),)))
+        old = await h.update_metadata({"b": [h._state(0, (0,), 0)]}, broker_epoch=epoch - 1)
+        assert old.error_code == ErrorCode.stale_broker_epoch
+        ok = await h.update_metadata({"b": [h._state(0, (0,), 0)]}, broker_epoch=epoch)
+        assert ok.error_code == ErrorCode.none and sorted(h.cache.topics()) == ["a", "b"]
+
+    run(zk_connect, scenario)
+
+
+# --- CreateTopics --------------------------------------------------------------------------------
+
+
+def creatable(version: int, name: str, partitions: int = -1, rf: int = -1, assignments=None, configs=None):
+    return nested(
+        19, version, "CreatableTopic", name=name, num_partitions=partitions, replication_factor=rf,
+        assignments=tuple(
+            nested(19, version, "CreatableReplicaAssignment", partition_index=p, broker_ids=tuple(b))
+            for p, b in (assignments or {}).items()
+        ),
+        configs=tuple(nested(19, version, "CreatableTopicConfig", name=k, value=v) for k, v in (configs or {}).items()),
+    )
+
+
+def create_request(version: int, topics, timeout_ms: int = 10_000, validate_only: bool = False):
+    return request(19, version, topics=tuple(topics), timeout=ms(timeout_ms), validate_only=validate_only)
+
+
+@pytest.mark.parametrize("version", range(2, 8))
+def test_create_topics_every_version(zk_connect, version):
+    async def scenario(h: Harness):
+        h.live = [0, 1]
+        await h.update_metadata({})
+        controller = asyncio.create_task(h.controller_creates("orders"))
+        response = await h.call(create_request(version, [creatable(version, "orders", 3, 2, configs={"retention.ms": "1000"})]))
+        await controller
+        (result,) = response.topics
+        assert (result.name, result.error_code) == ("orders", ErrorCode.none)
+        data, _ = await asyncio.to_thread(h.raw.get, zk_data.topic_path("orders"))
+        assignment = zk_data.decode_topic_assignment(data)
+        assert sorted(assignment.partitions) == [0, 1, 2]
+        assert all(sorted(r) == [0, 1] for r in assignment.partitions.values())
+        assert await h.zk.get_topic_config("orders") == {"retention.ms": "1000"}
+        assert h.cache.all_partitions_have_leaders("orders")
+        if version >= 5:
+            assert (result.num_partitions, result.replication_factor) == (3, 2)
+            configs = {c.name: (c.value, c.config_source) for c in result.configs}
+            assert configs["retention.ms"] == ("1000", 1)
+            assert configs["segment.bytes"] == (str(1 << 30), 5)
+        if version >= 7:
+            assert result.topic_id == base64_to_uuid(assignment.topic_id)
+
+    run(zk_connect, scenario)
+
+
+def test_create_topics_errors(zk_connect):
+    async def scenario(h: Harness):
+        v = 7
+        h.live = [0, 1]
+        await h.update_metadata({"taken": [h._state(0, (0,), 0)]})
+        topics = [
+            creatable(v, "taken", 1, 1),
+            creatable(v, "bad/name", 1, 1),
+            creatable(v, "zero", 0, 1),
+            creatable(v, "toomany", 1, 3),
+            creatable(v, "badconf", 1, 1, configs={"retention.ms": "soon"}),
+            creatable(v, "unknownconf", 1, 1, configs={"no.such.key": "1"}),
+            creatable(v, "dup", 1, 1),
+            creatable(v, "dup", 1, 1),
+            creatable(v, "manual", assignments={0: [1, 0], 1: [0, 1]}),
+            creatable(v, "badmanual", assignments={0: [7]}),
+            creatable(v, "both", 2, 1, assignments={0: [0]}),
+        ]
+        response = await h.call(create_request(v, topics, timeout_ms=0))
+        errors = [(t.name, t.error_code) for t in response.topics]
+        assert errors == [
+            ("taken", ErrorCode.topic_already_exists),
+            ("bad/name", ErrorCode.invalid_topic_exception),
+            ("zero", ErrorCode.invalid_partitions),
+            ("toomany", ErrorCode.invalid_replication_factor),
+            ("badconf", ErrorCode.invalid_config),
+            ("unknownconf", ErrorCode.invalid_config),
+            ("dup", ErrorCode.invalid_request),
+            ("dup", ErrorCode.invalid_request),
+            ("manual", ErrorCode.none),
+            ("badmanual", ErrorCode.invalid_replica_assignment),
+            ("both", ErrorCode.invalid_request),
+        ]
+        assert all(t.error_message for t in response.topics if t.error_code != ErrorCode.none)
+        children = await asyncio.to_thread(h.raw.get_children, zk_data.BROKER_TOPICS)
+        assert children == ["manual"]
+        data, _ = await asyncio.to_thread(h.raw.get, zk_data.topic_path("manual"))
+        assert zk_data.decode_topic_assignment(data).partitions == {0: (1, 0), 1: (0, 1)}
+        again = await h.call(create_request(v, [creatable(v, "manual", 1, 1)], timeout_ms=0))
+        assert again.topics[0].error_code == ErrorCode.topic_already_exists
+
+    run(zk_connect, scenario)
+
+
+def test_create_topics_validate_only_and_timeout(zk_connect):
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        checked = await h.call(create_request(5, [creatable(5, "dry", 4, 1)], validate_only=True))
+        assert checked.topics[0].error_code == ErrorCode.none and checked.topics[0].num_partitions == 4
+        assert not await asyncio.to_thread(h.raw.exists, zk_data.topic_path("dry"))
+        # no controller answers: the znodes are written, the request times out with Kafka's error
+        late = await h.call(create_request(5, [creatable(5, "late", 1, 1)], timeout_ms=300))
+        assert late.topics[0].error_code == ErrorCode.request_timed_out
+        assert await asyncio.to_thread(h.raw.exists, zk_data.topic_path("late"))
+
+    run(zk_connect, scenario)
+
+
+# --- DeleteTopics --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", range(1, 7))
+def test_delete_topics_every_version(zk_connect, version):
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        controller = asyncio.create_task(h.controller_creates("gone"))
+        await h.call(create_request(4, [creatable(4, "gone", 2, 1)]))
+        await controller
+        if version >= 6:
+            tid = (await h.apis.topic_ids(["gone"]))["gone"]
+            topics = (
+                nested(20, version, "DeleteTopicState", name=None, topic_id=tid),
+                nested(20, version, "DeleteTopicState", name="never", topic_id=None),
+                nested(20, version, "DeleteTopicState", name=None, topic_id=uuid.uuid4()),
+            )
+            payload = request(20, version, topics=topics, timeout=ms(10_000))
+        else:
+            payload = request(20, version, topic_names=("gone", "never"), timeout=ms(10_000))
+        controller = asyncio.create_task(h.controller_deletes("gone"))
+        response = await h.call(payload)
+        await controller
+        errors = [(r.name, r.error_code) for r in response.responses]
+        expected = [("gone", ErrorCode.none), ("never", ErrorCode.unknown_topic_or_partition)]
+        if version >= 6:
+            expected.append((None, ErrorCode.unknown_topic_id))
+            assert response.responses[0].topic_id == tid
+        assert errors == expected
+        assert not h.cache.contains("gone")
+        assert await asyncio.to_thread(h.raw.exists, zk_data.delete_topic_path("gone"))
+
+    run(zk_connect, scenario)
+
+
+def test_delete_topics_timeout(zk_connect):
+    async def scenario(h: Harness):
+        await h.update_metadata({"stuck": [h._state(0, (0,), 0)]})
+        response = await h.call(request(20, 4, topic_names=("stuck",), timeout=ms(200)))
+        assert response.responses[0].error_code == ErrorCode.request_timed_out
+
+    run(zk_connect, scenario)
+
+
+def test_delete_topics_disabled(zk_connect):
+    async def scenario(h: Harness):
+        await h.update_metadata({"kept": [h._state(0, (0,), 0)]})
+        response = await h.call(request(20, 5, topic_names=("kept",), timeout=ms(200)))
+        assert response.responses[0].error_code == ErrorCode.topic_deletion_disabled
+        assert not await asyncio.to_thread(h.raw.exists, zk_data.delete_topic_path("kept"))
+
+    run(zk_connect, scenario, **{"delete.topic.enable": "false"})
+
+
+# --- DescribeConfigs -----------------------------------------------------------------------------
+
+
+def describe_request(version: int, resources):
+    return request(
+        32, version, include_synonyms=True, include_documentation=False,
+        resources=tuple(
+            nested(32, version, "DescribeConfigsResource", resource_type=t, resource_name=n, configuration_keys=keys)
+            for t, n, keys in resources
+        ),
+    )
+
+
+@pytest.mark.parametrize("version", range(1, 5))
+def test_describe_configs(zk_connect, version):
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        controller = asyncio.create_task(h.controller_creates("t"))
+        await h.call(create_request(4, [creatable(4, "t", 1, 1, configs={"cleanup.policy": "compact"})]))
+        await controller
+        response = await h.call(describe_request(version, [
+            (2, "t", None),
+            (2, "t", ("retention.ms", "cleanup.policy", "no.such")),
+            (2, "missing", None),
+            (4, "0", None),
+            (4, "", ("log.dirs",)),
+            (4, "7", None),
+            (8, "0", None),
+        ]))
+        full, filtered, missing, broker, own, other, logger = response.results
+        configs = {c.name: c for c in full.configs}
+        assert full.error_code == ErrorCode.none and (full.resource_type, full.resource_name) == (2, "t")
+        assert (configs["cleanup.policy"].value, configs["cleanup.policy"].config_source) == ("compact", 1)
+        assert (configs["retention.ms"].value, configs["retention.ms"].config_source) == (str(7 * 24 * 3600 * 1000), 5)
+        assert not configs["cleanup.policy"].read_only
+        assert sorted(c.name for c in filtered.configs) == ["cleanup.policy", "retention.ms"]
+        assert missing.error_code == ErrorCode.unknown_topic_or_partition
+        broker_configs = {c.name: c for c in broker.configs}
+        assert broker.error_code == ErrorCode.none
+        assert broker_configs["broker.id"].value == "0" and broker_configs["broker.id"].config_source == 4
+        assert broker_configs["num.partitions"].value == "2"
+        assert broker_configs["auto.create.topics.enable"].value == "true"
+        assert broker_configs["log.retention.ms"].config_source == 5
+        assert [c.name for c in own.configs] == ["log.dirs"]
+        assert other.error_code == ErrorCode.invalid_request and other.error_message
+        assert logger.error_code == ErrorCode.invalid_request
+
+    run(zk_connect, scenario)
+
+
+# --- DescribeCluster -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_describe_cluster(zk_connect, version):
+    async def scenario(h: Harness):
+        h.live = [2, 1]
+        await h.update_metadata({})
+        response = await h.call(request(60, version, include_cluster_authorized_operations=False,
+                                        endpoint_type=1, include_fenced_brokers=False))
+        assert response.error_code == ErrorCode.none
+        assert response.controller_id == 1
+        assert response.cluster_id == await h.zk.get_cluster_id()
+        assert [(b.broker_id, b.port) for b in response.brokers] == [(1, 9093), (2, 9094)]
+        if version >= 1:
+            controllers = await h.call(request(60, version, include_cluster_authorized_operations=False,
+                                               endpoint_type=2, include_fenced_brokers=False))
+            assert controllers.error_code == ErrorCode.unsupported_endpoint_type
+
+    run(zk_connect, scenario)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
-from odradek.broker.log import LogConfig
 from odradek.broker.log.errors import LogError
 from odradek.broker.partition import Partition
 from odradek.common.messages import (
@@ -237,6 +236,8 @@ class ReplicaManager:
                         try:
                             plog = self.log_manager.get_log(topic, index)
                             if plog is None:
+                                from odradek.broker.log import LogConfig
+
                                 if topic_config is None:
                                     topic_config = await self.zk.get_topic_config(topic)
                                 plog = self.log_manager.get_or_create_log(

@@ -178,8 +178,8 @@ class LocalCluster:
         return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log")
 
     def _controller_process(self, j: int) -> ManagedProcess:
-        # Controllers get a listener of their own (ControlledShutdown goes to the controller);
-        # Kafka's default port would collide with broker 1 at PORT+1.
+        # ControllerConfig's default listener is Kafka's 9093, broker 1's port under `odradek dev`:
+        # give each controller a free one, should it ever listen.
         overrides = {
             "controller.id": str(CONTROLLER_ID_BASE + j),
             "zookeeper.connect": self.zookeeper_connect,

@@ -8,7 +8,9 @@ its dispatch table and ApiVersions answer.
 """
 
 import datetime
+import io
 import logging
+import struct
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,6 +19,7 @@ from functools import cache
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
 from kio.static.primitive import i32Timedelta
 
 from odradek.common.config import BrokerConfig
@@ -39,6 +42,7 @@ ENDPOINT_TYPE_BROKER = 1
 ZERO_UUID = uuid.UUID(int=0)
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 NO_AUTHORIZED_OPERATIONS = -(2**31)
+_INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
 
 
 @cache
@@ -55,6 +59,76 @@ def _make(cls: type, **values):
 @cache
 def _response_module(api_key: int, version: int):
     return sys.modules[load_response_schema(api_key, version).__module__]
+
+
+@cache
+def _writer(cls: type):
+    return entity_writer(cls)
+
+
+def encode_entity(value) -> bytes:
+    buf = io.BytesIO()
+    _writer(type(value))(buf, value)
+    return buf.getvalue()
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _array_length(n: int, flexible: bool) -> bytes:
+    return _uvarint(n + 1) if flexible else _INT32.pack(n)
+
+
+def _nullable_string(value: str | None, flexible: bool) -> bytes:
+    if value is None:
+        return b"\0" if flexible else b"\xff\xff"
+    data = value.encode()
+    return (_uvarint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
+
+
+def encode_metadata_response(
+    schema: type, *, brokers: list[bytes], cluster_id: str | None, controller_id: int, topics: list[bytes]
+) -> list[bytes]:
+    """A MetadataResponse body from pre-encoded brokers and topics, byte for byte what kio would
+    write for the whole object (the test compares), without re-encoding every partition each time."""
+    flexible = schema.__flexible__
+    chunks: list[bytes] = []
+    for f in fields(schema):
+        name = f.name
+        if name == "throttle_time":
+            chunks.append(_INT32.pack(0))
+        elif name == "brokers":
+            chunks.append(_array_length(len(brokers), flexible))
+            chunks.extend(brokers)
+        elif name == "cluster_id":
+            chunks.append(_nullable_string(cluster_id, flexible))
+        elif name == "controller_id":
+            chunks.append(_INT32.pack(controller_id))
+        elif name == "topics":
+            chunks.append(_array_length(len(topics), flexible))
+            chunks.extend(topics)
+        elif name == "cluster_authorized_operations":
+            chunks.append(_INT32.pack(NO_AUTHORIZED_OPERATIONS))
+        elif name == "error_code":
+            chunks.append(_INT16.pack(0))
+        else:
+            raise ValueError(f"unexpected MetadataResponse field {name}")
+    if flexible:
+        chunks.append(b"\0")  # no tagged fields
+    return chunks
+
+
+def _body(chunks: list[bytes]):
+    """broker-data's pre-encoded response body (KafkaApis frames it as is)."""
+    from .kafka_apis import Body  # imported here: kafka_apis is the dispatcher above us
+
+    return Body(chunks, sum(len(c) for c in chunks))
 
 
 def _ms(td: datetime.timedelta) -> int:
@@ -82,6 +156,7 @@ class MetadataApis:
         self._cluster_id: str | None = None
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_cache: dict[tuple[int, str], object] = {}
+        """Encoded Metadata pieces per (version, topic), valid for one MetadataCache generation."""
         self._topic_cache_generation = -1
         self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
             METADATA: self.handle_metadata,
@@ -187,42 +262,55 @@ class MetadataApis:
             else:
                 error = ErrorCode.unknown_topic_or_partition
             topics_out.append(
-                _make(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID, partitions=())
+                encode_entity(
+                    _make(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID, partitions=())
+                )
             )
         for tid in unknown_ids:
             topics_out.append(
-                _make(
-                    mod.MetadataResponseTopic,
-                    error_code=ErrorCode.unknown_topic_id, name=None, topic_id=tid, partitions=(),
+                encode_entity(
+                    _make(
+                        mod.MetadataResponseTopic,
+                        error_code=ErrorCode.unknown_topic_id, name=None, topic_id=tid, partitions=(),
+                    )
                 )
             )
-        return _make(
+        chunks = encode_metadata_response(
             mod.MetadataResponse,
-            throttle_time=NO_THROTTLE,
-            brokers=self._metadata_brokers(mod),
+            brokers=self._metadata_brokers(mod, version),
             cluster_id=await self.cluster_id(),
             controller_id=self.controller_id(),
-            topics=tuple(topics_out),
-            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
-            error_code=ErrorCode.none,
+            topics=topics_out,
         )
+        return _body(chunks)
 
-    def _metadata_brokers(self, mod) -> tuple:
+    def _metadata_brokers(self, mod, version: int) -> list[bytes]:
+        self._sync_topic_cache()
+        key = (version, "")  # topic names are never empty: this slot holds the encoded broker list
+        cached = self._topic_cache.get(key)
+        if cached is not None:
+            return cached
         out = []
         for broker_id, broker in sorted(self.metadata_cache.live_brokers().items()):
             address = self.broker_address(broker)
             if address is not None:
                 out.append(
-                    _make(mod.MetadataResponseBroker, node_id=broker_id, host=address[0], port=address[1], rack=broker.rack)
+                    encode_entity(
+                        _make(mod.MetadataResponseBroker, node_id=broker_id, host=address[0], port=address[1], rack=broker.rack)
+                    )
                 )
-        return tuple(out)
+        self._topic_cache[key] = out
+        return out
 
-    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID):
-        """A topic's entry, memoised per (version, topic) until the next UpdateMetadata."""
-        cache = self.metadata_cache
-        if self._topic_cache_generation != cache.generation:
+    def _sync_topic_cache(self) -> None:
+        if self._topic_cache_generation != self.metadata_cache.generation:
             self._topic_cache.clear()
-            self._topic_cache_generation = cache.generation
+            self._topic_cache_generation = self.metadata_cache.generation
+
+    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID) -> bytes:
+        """A topic's encoded entry, memoised per (version, topic) until the next UpdateMetadata."""
+        cache = self.metadata_cache
+        self._sync_topic_cache()
         key = (version, name)
         entry = self._topic_cache.get(key)
         if entry is not None:
@@ -252,7 +340,7 @@ class MetadataApis:
             partitions=tuple(partitions),
             topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )
-        self._topic_cache[key] = entry
+        entry = self._topic_cache[key] = encode_entity(entry)
         return entry
 
     # --- UpdateMetadata (6) --------------------------------------------------------------------

@@ -15,7 +15,8 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from odradek.broker.metadata_apis import MetadataApis, _make
+from odradek.broker.kafka_apis import Body
+from odradek.broker.metadata_apis import MetadataApis, _make, encode_entity
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.zk_client import BrokerZkClient, base64_to_uuid
 from odradek.common import wire, zk_data
@@ -81,12 +82,17 @@ class Harness:
         low, high = self.apis.versions[api_key]
         assert low <= int(schema.__version__) <= high
         response = await self.apis.handlers[api_key](header, decoded)
-        out = wire.encode_response(
-            response, self.correlation,
-            flexible_header=wire.response_header_flexible(api_key, schema.__flexible__),
-        )
+        flexible = wire.response_header_flexible(api_key, schema.__flexible__)
+        if isinstance(response, Body):  # pre-encoded: frame it as KafkaApis does
+            body = b"".join(response.chunks)
+            assert len(body) == response.size
+            out = b"\0\0\0\0" + wire.SIZE.pack(self.correlation) + (b"\0" if flexible else b"") + body
+        else:
+            out = wire.encode_response(response, self.correlation, flexible_header=flexible)
         correlation, answer = wire.decode_response(schema, out[4:])
         assert correlation == self.correlation
+        if isinstance(response, Body):  # byte for byte what kio writes for the decoded object
+            assert encode_entity(answer) == body
         return answer
 
     # --- the controller's part ---------------------------------------------------------------

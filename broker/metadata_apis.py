@@ -7,6 +7,7 @@ every version comes from the same code. broker-data's KafkaApis merges `handlers
 its dispatch table and ApiVersions answer.
 """
 
+import asyncio
 import datetime
 import io
 import logging
@@ -40,6 +41,8 @@ SOURCE_TOPIC_CONFIG, SOURCE_STATIC_BROKER_CONFIG, SOURCE_DEFAULT_CONFIG = 1, 4, 
 ENDPOINT_TYPE_BROKER = 1
 
 ZERO_UUID = uuid.UUID(int=0)
+AUTO_CREATE_WAIT_S = 5.0
+"""How long Metadata waits for ZooKeeper (auto-creation, the cluster id) before answering anyway."""
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 _INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
@@ -186,7 +189,7 @@ class MetadataApis:
     async def cluster_id(self) -> str | None:
         if self._cluster_id is None:
             try:
-                self._cluster_id = await self.zk.get_cluster_id()
+                self._cluster_id = await asyncio.wait_for(self.zk.get_cluster_id(), AUTO_CREATE_WAIT_S)
             except Exception:  # noqa: BLE001 - ZooKeeper away: answer without, try next time
                 log.warning("cannot read the cluster id from ZooKeeper", exc_info=True)
         return self._cluster_id
@@ -258,7 +261,10 @@ class MetadataApis:
             if topic_name_error(name) is not None:
                 error = ErrorCode.invalid_topic_exception
             elif allow_auto and self.config.auto_create_topics_enable and not all_topics:
-                error = await self.admin.auto_create_topic(name)
+                try:  # bounded: a slow ZooKeeper must not hold the Metadata answer
+                    error = await asyncio.wait_for(self.admin.auto_create_topic(name), AUTO_CREATE_WAIT_S)
+                except asyncio.TimeoutError:
+                    error = ErrorCode.leader_not_available
             else:
                 error = ErrorCode.unknown_topic_or_partition
             topics_out.append(

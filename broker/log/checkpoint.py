@@ -1,0 +1,48 @@
+"""Kafka's checkpoint file format: a version line, a count line, then one entry per line.
+
+Used for `leader-epoch-checkpoint` ("epoch startOffset") and `recovery-point-offset-checkpoint`
+("topic partition offset"). Written to a temp file, fsynced, then renamed, so a crash leaves
+either the old or the new file, never a torn one.
+"""
+
+import os
+from pathlib import Path
+
+VERSION = 0
+
+
+def write_checkpoint(path: Path, lines: list[str]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    data = f"{VERSION}\n{len(lines)}\n" + "".join(f"{line}\n" for line in lines)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def read_checkpoint(path: Path) -> list[list[str]] | None:
+    """Entries split on whitespace; None if the file is missing. ValueError if malformed."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    lines = text.splitlines()
+    if len(lines) < 2 or int(lines[0]) != VERSION:
+        raise ValueError(f"{path}: unsupported checkpoint header")
+    count = int(lines[1])
+    entries = [line.split() for line in lines[2 : 2 + count]]
+    if len(entries) != count:
+        raise ValueError(f"{path}: expected {count} entries, found {len(entries)}")
+    return entries
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

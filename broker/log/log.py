@@ -1,0 +1,587 @@
+"""Log: one partition's replica on disk, a sequence of LogSegments.
+
+Appends take batches as bytes, validate their headers and CRC, assign offsets in place and write
+them with one pwrite; reads hand back file regions for sendfile. Not thread-safe: the broker calls
+it from its event loop (only fsyncs run in a worker thread, see `flush_async`).
+"""
+
+import asyncio
+import bisect
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .config import LogConfig
+from .errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from .leader_epoch import FILE_NAME as EPOCH_FILE, LeaderEpochFileCache
+from .record_batch import (
+    NO_TIMESTAMP,
+    BatchInfo,
+    assign_offset,
+    decode_records,
+    record_timestamps,
+    set_log_append_time,
+    validate_batches,
+)
+from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+log = logging.getLogger(__name__)
+
+_MAX_RELATIVE_OFFSET = 2**31 - 1
+_DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_dir_name(name: str) -> tuple[str, int] | None:
+    """`<topic>-<partition>` → (topic, partition); None for anything else."""
+    m = _DIR_NAME.match(name)
+    return (m["topic"], int(m["partition"])) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int  # -1 when nothing was appended
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    num_records: int
+    valid_bytes: int
+
+
+class FileRegion:
+    """A byte range of an open segment file, for `loop.sendfile(transport, file, position, size)`.
+
+    The file object is shared by every region of its segment: use explicit offsets (sendfile,
+    pread), never its file position.
+    """
+
+    __slots__ = ("file", "position", "size")
+
+    def __init__(self, file, position: int, size: int):
+        self.file, self.position, self.size = file, position, size
+
+    def read_bytes(self) -> bytes:
+        chunks, done = [], 0
+        while done < self.size:
+            chunk = os.pread(self.file.fileno(), self.size - done, self.position + done)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            done += len(chunk)
+        return b"".join(chunks)
+
+    def __repr__(self) -> str:
+        return f"FileRegion({getattr(self.file, 'name', '?')}, {self.position}, {self.size})"
+
+
+@dataclass(slots=True)
+class FetchDataInfo:
+    regions: list[FileRegion] = field(default_factory=list)
+    size: int = 0
+    first_offset: int = -1  # base offset of the first batch served (the fetch offset when empty)
+
+    def read_bytes(self) -> bytes:
+        return b"".join(region.read_bytes() for region in self.regions)
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        had_clean_shutdown: bool = False,
+    ):
+        self.dir = Path(directory)
+        parsed = parse_dir_name(self.dir.name)
+        if parsed is None:
+            raise ValueError(f"{self.dir} is not named <topic>-<partition>")
+        self.topic, self.partition = parsed
+        self._config = config
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._truncations = 0
+        self.on_truncate: Callable[["Log"], None] | None = None
+        """Called after a truncation lowered the recovery point (LogManager checkpoints it)."""
+        self.closed = False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE, lambda: self.log_end_offset)
+        self.log_end_offset = 0
+        self.recovery_point = recovery_point
+        self._last_flush_ms = now_ms()
+        self._load(had_clean_shutdown)
+        self.log_start_offset = self.segments[0].base_offset
+        self._high_watermark = self.log_end_offset
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+    # --- properties -----------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        self.active_segment.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def size(self) -> int:
+        return sum(seg.size for seg in self.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    def __repr__(self) -> str:
+        return f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset})"
+
+    # --- loading --------------------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self._config.index_interval_bytes,
+            max_index_entries=self._config.max_index_entries,
+        )
+
+    def _load(self, had_clean_shutdown: bool) -> None:
+        bases = []
+        for path in self.dir.iterdir():
+            name = path.name
+            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp"):
+                path.unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
+            elif name.endswith(LOG_SUFFIX) and name[:-4].isdigit():
+                bases.append(int(name[:-4]))
+        for path in self.dir.iterdir():
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                if path.name.endswith(suffix) and path.name[: -len(suffix)].isdigit():
+                    if int(path.name[: -len(suffix)]) not in bases:
+                        path.unlink(missing_ok=True)  # orphaned index
+        bases.sort()
+        self.segments = [self._new_segment(b) for b in bases] or [self._new_segment(0)]
+        self._bases = [s.base_offset for s in self.segments]
+        if had_clean_shutdown:
+            for seg in self.segments:
+                seg.load(is_active=seg is self.segments[-1])
+        else:
+            self._recover()
+        self.log_end_offset = self.active_segment.next_offset
+
+    def _recover(self) -> None:
+        """After an unclean stop: check every batch of the segments at and after the recovery point."""
+        first_unflushed = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        for seg in self.segments[:first_unflushed]:
+            seg.load(is_active=False)
+        for i in range(first_unflushed, len(self.segments)):
+            seg = self.segments[i]
+            truncated = seg.recover(self.leader_epoch_cache)
+            if truncated:
+                log.warning("%s: truncated %d torn or corrupt bytes from %s", self.dir.name, truncated, seg.log_path.name)
+                for later in self.segments[i + 1 :]:
+                    log.warning("%s: deleting %s, which follows a corrupt segment", self.dir.name, later.log_path.name)
+                    later.delete_files()
+                del self.segments[i + 1 :]
+                del self._bases[i + 1 :]
+                break
+
+    # --- appending ------------------------------------------------------------------------
+
+    def append_as_leader(self, records, leader_epoch: int, now_ms: int | None = None) -> LogAppendInfo:
+        """Validate, assign offsets (rewriting the batch headers in place) and append atomically.
+
+        A bytearray or writable memoryview is rewritten in place; other buffers are copied once.
+        """
+        self._check_open()
+        if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
+            buf = records
+        else:
+            buf = bytearray(records)
+        config = self._config
+        batches = validate_batches(buf, max_batch_bytes=config.max_message_bytes, from_client=True)
+        if not batches:
+            return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
+        if len(buf) > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"message set of {len(buf)} bytes exceeds segment.bytes {config.segment_bytes}"
+            )
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        append_time = now_ms if config.log_append_time else None
+        first = offset = self.log_end_offset
+        bases = []
+        max_ts, offset_of_max, count = NO_TIMESTAMP, first, 0
+        for info in batches:
+            assign_offset(buf, info.position, offset, leader_epoch)
+            bases.append(offset)
+            if append_time is not None:
+                set_log_append_time(buf, info.position, info.size, append_time)
+                ts = append_time
+            else:
+                ts = info.max_timestamp
+            if ts > max_ts:
+                max_ts, offset_of_max = ts, offset
+            count += info.records_count
+            offset += info.last_offset_delta + 1
+        if leader_epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        segment = self._maybe_roll(len(buf), max_ts, first, offset - 1, now_ms)
+        segment.append(buf, batches, bases, append_time)
+        self.log_end_offset = offset
+        self._after_append()
+        return LogAppendInfo(
+            first, offset - 1, max_ts, offset_of_max, append_time if append_time is not None else -1, count, len(buf)
+        )
+
+    def append_as_follower(self, records) -> LogAppendInfo:
+        """Append batches fetched from the leader with their offsets and epochs as sent.
+
+        A partial batch at the end (a fetch cut short) is dropped; every whole batch is checked.
+        """
+        self._check_open()
+        batches = validate_batches(records, from_client=False, allow_partial_tail=True)
+        if not batches:
+            return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
+        first = batches[0].base_offset
+        if first < self.log_end_offset:
+            raise UnexpectedAppendOffsetError(
+                f"follower append starts at offset {first}, below the log end offset {self.log_end_offset}"
+            )
+        valid_bytes = batches[-1].position + batches[-1].size
+        if valid_bytes > self._config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"message set of {valid_bytes} bytes exceeds segment.bytes {self._config.segment_bytes}"
+            )
+        cache = self.leader_epoch_cache
+        expected, max_ts, offset_of_max, count, bases = first, NO_TIMESTAMP, first, 0, []
+        for info in batches:
+            if info.base_offset < expected:
+                raise InvalidRecordError(f"out of order offsets: batch at {info.base_offset} after {expected - 1}")
+            if info.max_timestamp > max_ts:
+                max_ts, offset_of_max = info.max_timestamp, info.base_offset
+            if info.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(info.partition_leader_epoch, info.base_offset)
+            bases.append(info.base_offset)
+            count += info.records_count
+            expected = info.next_offset
+        segment = self._maybe_roll(valid_bytes, max_ts, first, expected - 1, now_ms())
+        data = records if valid_bytes == len(records) else memoryview(records)[:valid_bytes]
+        segment.append(data, batches, bases, None)
+        self.log_end_offset = expected
+        self._after_append()
+        return LogAppendInfo(first, expected - 1, max_ts, offset_of_max, -1, count, valid_bytes)
+
+    def _after_append(self) -> None:
+        if self.log_end_offset - self.recovery_point >= self._config.flush_messages:
+            self.flush()
+
+    def _maybe_roll(self, size: int, max_timestamp: int, first_offset: int, last_offset: int, now: int) -> LogSegment:
+        seg = self.segments[-1]
+        config = self._config
+        if (
+            seg.size > config.segment_bytes - size
+            or (seg.size > 0 and seg.time_waited_for_roll(now, max_timestamp) > config.segment_ms)
+            or seg.index.is_full
+            or seg.time_index.is_full
+            or last_offset - seg.base_offset > _MAX_RELATIVE_OFFSET
+        ):
+            return self.roll(max(first_offset, self.log_end_offset))
+        return seg
+
+    def roll(self, new_base: int | None = None) -> LogSegment:
+        """Start a new active segment at `new_base` (default: the log end offset)."""
+        self._check_open()
+        new_base = self.log_end_offset if new_base is None else new_base
+        active = self.segments[-1]
+        if active.base_offset == new_base:
+            return active  # never two segments with one base offset
+        if active.size == 0:
+            active.delete_files()  # an empty segment at the wrong base holds nothing
+            self.segments.pop()
+            self._bases.pop()
+        else:
+            active.on_become_inactive()
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (self.dir / f"{new_base:020d}{suffix}").unlink(missing_ok=True)  # stale leftovers above the end
+        seg = self._new_segment(new_base)
+        self.segments.append(seg)
+        self._bases.append(new_base)
+        if self.segments[0] is seg:
+            self.log_start_offset = new_base  # the replaced empty segment was the whole log
+        return seg
+
+    # --- reading --------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Whole batches from one segment, starting with the batch that holds `start_offset`.
+
+        `max_offset` is exclusive (the high watermark for consumers).
+        """
+        self._check_open()
+        end = self.log_end_offset
+        if start_offset < self.log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self.log_start_offset}, {end}] for {self.topic}-{self.partition}"
+            )
+        if start_offset == end or (max_offset is not None and start_offset >= max_offset):
+            return FetchDataInfo([], 0, start_offset)
+        try:
+            i = bisect.bisect_right(self._bases, start_offset) - 1
+            while i < len(self.segments):
+                seg = self.segments[i]
+                first = seg.translate_offset(start_offset)
+                if first is None:
+                    i += 1
+                    continue
+                max_position = seg.size
+                next_base = self._bases[i + 1] if i + 1 < len(self._bases) else None
+                if max_offset is not None and max_offset < end and (next_base is None or max_offset < next_base):
+                    bound = seg.translate_offset(max_offset, first.position)
+                    if bound is not None:
+                        max_position = bound.position
+                size = seg.read_range(first, max_bytes, max_position, min_one_message)
+                if size == 0:
+                    return FetchDataInfo([], 0, start_offset)
+                return FetchDataInfo([FileRegion(seg.file, first.position, size)], size, first.base_offset)
+        except OSError as exc:
+            raise KafkaStorageError(f"read from {self.dir} failed: {exc}") from exc
+        return FetchDataInfo([], 0, start_offset)
+
+    def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`; None if none."""
+        self._check_open()
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            info = seg.find_timestamp(timestamp_ms)
+            if info is not None:
+                return self._first_record_at_or_after(seg, info, timestamp_ms)
+        return None
+
+    @staticmethod
+    def _first_record_at_or_after(seg: LogSegment, info: BatchInfo, timestamp_ms: int) -> tuple[int, int]:
+        if info.is_log_append_time:
+            return info.base_offset, info.max_timestamp
+        if info.base_timestamp >= timestamp_ms:
+            return info.base_offset, info.base_timestamp
+        data = seg.read_bytes(info.position, info.size)
+        try:
+            if info.compression:
+                pairs = [(r.offset, r.timestamp) for r in decode_records(data)]
+            else:
+                pairs = record_timestamps(data)
+        except (ImportError, ValueError, CorruptRecordError, IndexError) as exc:
+            log.debug("timestamp lookup falls back to the batch base offset: %s", exc)
+            return info.base_offset, info.max_timestamp
+        for offset, ts in pairs:
+            if ts >= timestamp_ms:
+                return offset, ts
+        return info.base_offset, info.max_timestamp
+
+    # --- flushing -------------------------------------------------------------------------
+
+    def _segments_between(self, start: int, end: int) -> list[LogSegment]:
+        i = max(0, bisect.bisect_right(self._bases, start) - 1)
+        j = bisect.bisect_left(self._bases, end)
+        return self.segments[i:max(j, i + 1)]
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync everything below `offset` (default: all) and move the recovery point there."""
+        self._check_open()
+        offset = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
+        if offset <= self.recovery_point:
+            return
+        try:
+            for seg in self._segments_between(self.recovery_point, offset):
+                if seg is not self.segments[-1]:
+                    seg.write_indexes(fsync=True)
+                seg.fsync()
+        except OSError as exc:
+            raise KafkaStorageError(f"flush of {self.dir} failed: {exc}") from exc
+        self.recovery_point = offset
+        self._last_flush_ms = now_ms()
+
+    async def flush_async(self, offset: int | None = None) -> None:
+        """`flush` with the fsyncs in a worker thread, so the event loop keeps serving."""
+        offset = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
+        if offset <= self.recovery_point or self.closed:
+            return
+        segments = self._segments_between(self.recovery_point, offset)
+        active = self.segments[-1]
+        for seg in segments:
+            if seg is not active:
+                seg.write_indexes()
+        generation = self._truncations
+
+        def fsync_all() -> None:
+            for seg in segments:
+                seg.fsync()
+                if seg is not active:
+                    seg.write_indexes(fsync=True)
+
+        try:
+            await asyncio.to_thread(fsync_all)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: background flush failed: %s", self.dir.name, exc)
+            return
+        if generation == self._truncations and not self.closed:
+            self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
+            self._last_flush_ms = now_ms()
+
+    def needs_time_flush(self, now: int) -> bool:
+        return self.unflushed_messages > 0 and now - self._last_flush_ms >= self._config.flush_ms
+
+    # --- retention and deletion -----------------------------------------------------------
+
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Retention by time and size (cleanup.policy delete); returns the segments deleted.
+
+        Like Kafka: oldest first, only segments wholly below the high watermark, and when every
+        segment goes the log rolls first so an (empty) active segment remains.
+        """
+        self._check_open()
+        if not self._config.deletes:
+            return 0
+        now = now_ms() if now is None else now
+        deleted = 0
+        retention_ms = self._config.retention_ms
+        if retention_ms >= 0:
+            deleted += self._delete_segments(lambda seg: now - seg.largest_timestamp > retention_ms, now)
+        retention_bytes = self._config.retention_bytes
+        if retention_bytes >= 0:
+            excess = [self.size - retention_bytes]
+
+            def over_size(seg: LogSegment) -> bool:
+                if excess[0] - seg.size >= 0:
+                    excess[0] -= seg.size
+                    return True
+                return False
+
+            deleted += self._delete_segments(over_size, now)
+        return deleted
+
+    def _delete_segments(self, predicate: Callable[[LogSegment], bool], now: int) -> int:
+        doomed = []
+        for i, seg in enumerate(self.segments):
+            last = i + 1 == len(self.segments)
+            upper = self.log_end_offset if last else self._bases[i + 1]
+            if self._high_watermark >= upper and not (last and seg.size == 0) and predicate(seg):
+                doomed.append(seg)
+            else:
+                break
+        if not doomed:
+            return 0
+        if len(doomed) == len(self.segments):
+            self.roll()
+        for seg in doomed:
+            self._schedule_delete(seg, now)
+        del self.segments[: len(doomed)]
+        del self._bases[: len(doomed)]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._high_watermark = max(self._high_watermark, self.log_start_offset)
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        log.info("%s: deleted %d old segment(s), log start offset %d", self.dir.name, len(doomed), self.log_start_offset)
+        return len(doomed)
+
+    def _schedule_delete(self, seg: LogSegment, now: int | None = None) -> None:
+        seg.rename_to_deleted()
+        due = (now_ms() if now is None else now) + self._config.file_delete_delay_ms
+        self._pending_deletes.append((due, seg))
+
+    def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:
+        """Close and unlink segments whose file.delete.delay.ms has passed (all with `force`)."""
+        now = now_ms() if now is None else now
+        keep, count = [], 0
+        for due, seg in self._pending_deletes:
+            if force or due <= now:
+                seg.delete_files()
+                count += 1
+            else:
+                keep.append((due, seg))
+        self._pending_deletes = keep
+        return count
+
+    # --- truncation -----------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch holding an offset >= `offset` (a follower before fetching)."""
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        while len(self.segments) > 1 and self._bases[-1] > offset:
+            self._schedule_delete(self.segments.pop())
+            self._bases.pop()
+        self.log_end_offset = self.segments[-1].truncate_to(offset)
+        self._after_truncate()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything; the log restarts empty at `offset`."""
+        self._check_open()
+        for seg in self.segments:
+            self._schedule_delete(seg)
+        self.segments = [self._new_segment(offset)]
+        self._bases = [offset]
+        self.log_start_offset = self.log_end_offset = offset
+        self.leader_epoch_cache.clear()
+        self._after_truncate()
+
+    def _after_truncate(self) -> None:
+        self._truncations += 1
+        self._high_watermark = max(self.log_start_offset, min(self._high_watermark, self.log_end_offset))
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        if self.on_truncate is not None:
+            self.on_truncate(self)
+
+    # --- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write out the indexes and close the files (no fsync: see `flush`)."""
+        if self.closed:
+            return
+        for seg in self.segments:
+            seg.close()
+        self.delete_pending_files(force=True)
+        self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")

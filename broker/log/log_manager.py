@@ -1,0 +1,222 @@
+"""LogManager: every partition log in the broker's `log.dirs`, and the background work on them.
+
+It owns the per-directory files Kafka keeps: the clean-shutdown marker (skip recovery when
+present) and `recovery-point-offset-checkpoint` (recover only what was not flushed).
+"""
+
+import asyncio
+import logging
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from .checkpoint import fsync_dir, read_checkpoint, write_checkpoint
+from .config import LogConfig
+from .errors import KafkaStorageError
+from .log import Log, parse_dir_name
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+_DELETE_DIR = re.compile(r"^(?P<name>.+-\d+)\.(?P<uuid>[0-9a-f]{32})-delete$")
+_MAX_TICK_MS = 1000
+_MIN_TICK_MS = 10
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path], broker_config):
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.broker_config = broker_config
+        self.default_config = LogConfig.from_broker(broker_config, {})
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], Path] = {}
+        self._doomed_dirs: list[tuple[int, Path, Log | None]] = []
+        self._written_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Load every partition directory, recovering what an unclean stop may have torn."""
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            recovery_points = self._read_recovery_points(log_dir)
+            for path in sorted(log_dir.iterdir()):
+                if not path.is_dir():
+                    continue
+                if _DELETE_DIR.match(path.name):
+                    self._doomed_dirs.append((0, path, None))
+                    continue
+                key = parse_dir_name(path.name)
+                if key is None:
+                    log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                    continue
+                if key in self._logs:
+                    raise KafkaStorageError(f"{key[0]}-{key[1]} exists in both {self._dir_of[key]} and {log_dir}")
+                started = time.monotonic()
+                partition_log = Log(
+                    path, self.default_config, recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean
+                )
+                self._add(key, log_dir, partition_log)
+                if not clean:
+                    log.info("recovered %r in %.3f s", partition_log, time.monotonic() - started)
+            if clean:
+                marker.unlink()
+                fsync_dir(log_dir)
+            self.checkpoint_recovery_points(log_dir)
+        log.info("loaded %d logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
+
+    def shutdown(self) -> None:
+        """Flush and close every log, checkpoint, then mark each directory cleanly shut down."""
+        failed: set[Path] = set()
+        for key, partition_log in list(self._logs.items()):
+            try:
+                partition_log.flush()
+                partition_log.close()
+            except Exception:
+                log.exception("flushing %r at shutdown failed", partition_log)
+                failed.add(self._dir_of[key])
+        self._remove_doomed_dirs(force=True)
+        for log_dir in self.log_dirs:
+            if log_dir in failed:
+                continue
+            try:
+                self.checkpoint_recovery_points(log_dir, force=True)
+                (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+                fsync_dir(log_dir)
+            except OSError:
+                log.exception("could not mark %s cleanly shut down", log_dir)
+
+    # --- logs -----------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
+        """The partition's log, created in the least-loaded log dir if new; its config is updated."""
+        key = (topic, partition)
+        existing = self._logs.get(key)
+        if existing is not None:
+            existing.config = config
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        try:
+            partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot create log {topic}-{partition} in {log_dir}: {exc}") from exc
+        self._add(key, log_dir, partition_log)
+        log.info("created log %s-%d in %s", topic, partition, log_dir)
+        return partition_log
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Rename the directory to `<topic>-<p>.<uuid>-delete` now; close and remove it later.
+
+        Fetches in flight keep their file regions readable until file.delete.delay.ms passes.
+        """
+        key = (topic, partition)
+        partition_log = self._logs.pop(key, None)
+        if partition_log is None:
+            return
+        log_dir = self._dir_of.pop(key)
+        partition_log.closed = True  # no more appends or reads through the API
+        target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}-delete"
+        try:
+            partition_log.dir.rename(target)
+            fsync_dir(log_dir)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
+        due = _now_ms() + partition_log.config.file_delete_delay_ms
+        self._doomed_dirs.append((due, target, partition_log))
+        self.checkpoint_recovery_points(log_dir)
+        log.info("scheduled deletion of log %s-%d (%s)", topic, partition, target.name)
+
+    def _add(self, key: tuple[str, int], log_dir: Path, partition_log: Log) -> None:
+        self._logs[key] = partition_log
+        self._dir_of[key] = log_dir
+        partition_log.on_truncate = lambda _log, d=log_dir: self.checkpoint_recovery_points(d)
+
+    def _remove_doomed_dirs(self, now: int | None = None, force: bool = False) -> None:
+        now = _now_ms() if now is None else now
+        keep = []
+        for due, path, partition_log in self._doomed_dirs:
+            if not force and due > now:
+                keep.append((due, path, partition_log))
+                continue
+            if partition_log is not None:
+                for seg in partition_log.segments:
+                    seg.delete_files()
+                partition_log.delete_pending_files(force=True)
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed %s", path)
+        self._doomed_dirs = keep
+
+    # --- recovery points ------------------------------------------------------------------
+
+    @staticmethod
+    def _read_recovery_points(log_dir: Path) -> dict[tuple[str, int], int]:
+        try:
+            rows = read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT) or []
+            return {(topic, int(p)): int(offset) for topic, p, offset in rows}
+        except (ValueError, OSError) as exc:
+            log.warning("%s: unreadable %s (%s): recovering every log", log_dir, RECOVERY_POINT_CHECKPOINT, exc)
+            return {}
+
+    def checkpoint_recovery_points(self, log_dir: Path | None = None, force: bool = False) -> None:
+        """Write each dir's recovery points when they changed (all dirs if `log_dir` is None)."""
+        for d in [log_dir] if log_dir is not None else self.log_dirs:
+            points = {k: lg.recovery_point for k, lg in self._logs.items() if self._dir_of[k] == d}
+            if not force and self._written_checkpoints.get(d) == points:
+                continue
+            write_checkpoint(d / RECOVERY_POINT_CHECKPOINT, [f"{t} {p} {o}" for (t, p), o in sorted(points.items())])
+            self._written_checkpoints[d] = points
+
+    # --- background -----------------------------------------------------------------------
+
+    async def run_background(self, stop: asyncio.Event) -> None:
+        """Retention, time-based and post-roll flushes, delayed file deletion; until `stop` is set."""
+        retention_interval = self.broker_config.log_retention_check_interval_ms
+        next_retention = _now_ms() + retention_interval
+        while not stop.is_set():
+            now = _now_ms()
+            try:
+                await self._background_pass(now, run_retention=now >= next_retention)
+            except Exception:
+                log.exception("log background pass failed")
+            if now >= next_retention:
+                next_retention = now + retention_interval
+            tick = min([_MAX_TICK_MS, retention_interval] + [lg.config.flush_ms for lg in self._logs.values()])
+            try:
+                await asyncio.wait_for(stop.wait(), max(tick, _MIN_TICK_MS) / 1000)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _background_pass(self, now: int, run_retention: bool) -> None:
+        self._remove_doomed_dirs(now)
+        for partition_log in list(self._logs.values()):
+            if partition_log.closed:
+                continue
+            partition_log.delete_pending_files(now)
+            active_base = partition_log.active_segment.base_offset
+            if partition_log.recovery_point < active_base:
+                await partition_log.flush_async(active_base)  # segments rolled since the last flush
+            if partition_log.needs_time_flush(now):
+                await partition_log.flush_async()
+            if run_retention:
+                partition_log.delete_old_segments(now)
+        self.checkpoint_recovery_points()

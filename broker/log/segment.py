@@ -1,0 +1,328 @@
+"""LogSegment: one `.log` file of whole batches plus its sparse `.index` and `.timeindex`.
+
+The segment owns one file descriptor, used with pwrite/pread (never the file position) and handed
+out as the file of FileRegions for sendfile. It knows nothing of leader epochs or retention; the
+Log decides when to roll, truncate and delete.
+"""
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+from crc32c import crc32c
+
+from .errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
+from .offset_index import IndexCorruptError, OffsetIndex, TimeIndex
+from .record_batch import (
+    _U32,
+    ATTRIBUTES_POS,
+    CRC_POS,
+    HEADER_SIZE,
+    NO_TIMESTAMP,
+    BatchInfo,
+    read_header,
+)
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+_SCAN_CHUNK = 16 * 1024
+_RECOVERY_CHUNK = 1024 * 1024
+
+
+class TruncatedBatchError(CorruptRecordError):
+    """The file ends inside a batch (a torn write)."""
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_entries: int):
+        self.base_offset = base_offset
+        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
+        self.index = OffsetIndex(directory / file_name(base_offset, INDEX_SUFFIX), base_offset, max_index_entries)
+        self.time_index = TimeIndex(
+            directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_entries
+        )
+        self.index_interval_bytes = index_interval_bytes
+        fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.file = os.fdopen(fd, "r+b", buffering=0)
+        self._fd = fd
+        self.size = os.fstat(fd).st_size
+        self.created_ms = int(time.time() * 1000)
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self._next_offset: int | None = base_offset if self.size == 0 else None
+        self._rolling_timestamp: int | None = None
+        self._bytes_since_index = 0
+        self.closed = False
+
+    # --- appending ------------------------------------------------------------------------
+
+    def append(self, data, batches: list[BatchInfo], base_offsets: list[int], append_time: int | None) -> None:
+        """Write `data` (whole batches, offsets already assigned) at the end, then index it."""
+        start = self.size
+        self._write_at(start, data)
+        track = self._track
+        if append_time is None:
+            for info, base in zip(batches, base_offsets):
+                track(base, start + info.position, info.size, info.max_timestamp)
+        else:
+            for info, base in zip(batches, base_offsets):
+                track(base, start + info.position, info.size, append_time)
+        if self._rolling_timestamp is None and start == 0:
+            self._rolling_timestamp = append_time if append_time is not None else batches[0].max_timestamp
+        self.size = start + len(data)
+        self._next_offset = base_offsets[-1] + batches[-1].last_offset_delta + 1
+
+    def _track(self, base_offset: int, position: int, size: int, max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = base_offset
+        if self._bytes_since_index > self.index_interval_bytes and not self.index.is_full:
+            self.index.append(base_offset, position)
+            if not self.time_index.is_full:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+
+    def _write_at(self, position: int, data) -> None:
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.pwrite(self._fd, view[written:], position + written)
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, position)  # all or nothing
+            except OSError:
+                pass
+            raise KafkaStorageError(f"write to {self.log_path} failed: {exc}") from exc
+
+    # --- reading --------------------------------------------------------------------------
+
+    def scan(self, start: int = 0, end: int | None = None, *, verify_crc: bool = False,
+             chunk: int = _SCAN_CHUNK) -> Iterator[BatchInfo]:
+        """Batch headers from `start` (a batch boundary) to `end`, with absolute positions.
+
+        Raises TruncatedBatchError if the bytes end inside a batch and Corrupt/InvalidRecordError
+        on a bad header (or CRC, with `verify_crc`).
+        """
+        end = self.size if end is None else end
+        fd = self._fd
+        pos, buf, buf_pos = start, b"", start
+        while pos < end:
+            off = pos - buf_pos
+            if off + HEADER_SIZE > len(buf):
+                buf, buf_pos, off = os.pread(fd, min(chunk, end - pos), pos), pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise TruncatedBatchError(f"{self.log_path}: partial batch header at position {pos}")
+            info = read_header(buf, off, pos)
+            if pos + info.size > end:
+                raise TruncatedBatchError(f"{self.log_path}: batch at position {pos} runs past the end")
+            if verify_crc:
+                if off + info.size > len(buf):
+                    buf, buf_pos, off = os.pread(fd, min(max(chunk, info.size), end - pos), pos), pos, 0
+                    if len(buf) < info.size:
+                        raise TruncatedBatchError(f"{self.log_path}: batch at position {pos} is cut short")
+                view = memoryview(buf)
+                if crc32c(view[off + ATTRIBUTES_POS : off + info.size]) != _U32.unpack_from(buf, off + CRC_POS)[0]:
+                    raise CorruptRecordError(f"{self.log_path}: batch at position {pos} fails its CRC32C")
+            yield info
+            pos += info.size
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchInfo | None:
+        """The first batch whose last offset is >= `offset` (None if the segment holds none)."""
+        _, position = self.index.lookup(offset)
+        for info in self.scan(max(position, start_position)):
+            if info.base_offset + info.last_offset_delta >= offset:
+                return info
+        return None
+
+    def read_range(self, first: BatchInfo, max_bytes: int, max_position: int, min_one_message: bool) -> int:
+        """Bytes to serve from `first`: whole batches, at most `max_bytes` (unless the first one
+        alone is larger and `min_one_message`), never past `max_position`."""
+        start = first.position
+        if start >= max_position:
+            return 0
+        limit = min(max_position, start + max_bytes)
+        if limit == max_position:
+            return max_position - start
+        if start + first.size > limit:
+            return first.size if min_one_message else 0
+        end = scan_from = max(start, self.index.lookup_position(limit))
+        for info in self.scan(scan_from, max_position):
+            if info.position + info.size > limit:
+                break
+            end = info.position + info.size
+        return end - start
+
+    def find_timestamp(self, timestamp: int) -> BatchInfo | None:
+        """The first batch whose max timestamp is >= `timestamp` (time index, then a short scan)."""
+        entry = self.time_index.lookup(timestamp)
+        position = self.index.lookup(entry[1])[1] if entry else 0
+        for info in self.scan(position):
+            if info.max_timestamp >= timestamp:
+                return info
+        return None
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch in this segment (base offset if empty)."""
+        if self._next_offset is None:
+            _, position = self.index.lookup(2**63 - 1)
+            next_offset = self.base_offset
+            for info in self.scan(position):
+                next_offset = info.next_offset
+            self._next_offset = next_offset
+        return self._next_offset
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """Kafka's rule: the age of the segment by message timestamps, else by creation time."""
+        if self._rolling_timestamp is None and self.size:
+            buf = self.read_bytes(0, HEADER_SIZE)
+            self._rolling_timestamp = read_header(buf, 0, 0).max_timestamp
+        if self._rolling_timestamp is not None and self._rolling_timestamp >= 0:
+            return message_timestamp - self._rolling_timestamp
+        return now_ms - self.created_ms
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Newest record timestamp, or the file's mtime when batches carry none (retention)."""
+        if self.max_timestamp > 0:
+            return self.max_timestamp
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    # --- loading and recovery -------------------------------------------------------------
+
+    def load(self, is_active: bool) -> None:
+        """Open existing index files after a clean shutdown; recover if any fails its check."""
+        try:
+            self.index.load(self.size)
+            self.time_index.load(self.next_offset if is_active else 2**63 - 1)
+            last = self.time_index.last_entry
+            if last is not None:
+                self.max_timestamp, self.offset_of_max_timestamp = last
+            if is_active:
+                # Batches after the last time-index entry may be newer; the scan also proves the tail whole.
+                position = self.index.lookup(last[1])[1] if last else 0
+                for info in self.scan(position):
+                    if info.max_timestamp > self.max_timestamp:
+                        self.max_timestamp, self.offset_of_max_timestamp = info.max_timestamp, info.base_offset
+        except (IndexCorruptError, CorruptRecordError, InvalidRecordError) as exc:
+            log.warning("%s: %s; rebuilding its indexes", self.log_path, exc)
+            self.recover()
+
+    def recover(self, epoch_cache=None) -> int:
+        """Rebuild the indexes by reading every batch (length, CRC32C); truncate at the first bad one.
+
+        Returns the number of bytes truncated. Leader epochs found in the batches go to `epoch_cache`.
+        """
+        self.index.reset()
+        self.time_index.reset()
+        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        self._bytes_since_index = 0
+        self._rolling_timestamp = None
+        file_size = os.fstat(self._fd).st_size
+        valid, next_offset = 0, self.base_offset
+        try:
+            for info in self.scan(0, file_size, verify_crc=True, chunk=_RECOVERY_CHUNK):
+                if info.base_offset < next_offset:
+                    raise CorruptRecordError(
+                        f"{self.log_path}: batch at position {info.position} has offset {info.base_offset}, "
+                        f"expected at least {next_offset}"
+                    )
+                if self._rolling_timestamp is None:
+                    self._rolling_timestamp = info.max_timestamp
+                self._track(info.base_offset, info.position, info.size, info.max_timestamp)
+                if epoch_cache is not None and info.partition_leader_epoch > epoch_cache.latest_epoch:
+                    epoch_cache.assign(info.partition_leader_epoch, info.base_offset)
+                valid, next_offset = info.position + info.size, info.next_offset
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            log.warning("%s: %s; truncating to %d bytes", self.log_path, exc, valid)
+        truncated = file_size - valid
+        if truncated:
+            os.ftruncate(self._fd, valid)
+        self.size = valid
+        self._next_offset = next_offset
+        self.write_indexes()
+        return truncated
+
+    # --- truncation, flush, close, delete -------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch that holds an offset >= `offset` (a batch straddling it goes whole).
+
+        Returns the segment's new next offset.
+        """
+        info = self.translate_offset(offset)
+        if info is None:
+            return self.next_offset
+        os.ftruncate(self._fd, info.position)
+        self.size = info.position
+        self.index.truncate_to(info.base_offset)
+        self.time_index.truncate_to(info.base_offset)
+        self._next_offset = info.base_offset if info.position else self.base_offset
+        self._bytes_since_index = 0
+        if self.size == 0:
+            self._rolling_timestamp = None
+        last = self.time_index.last_entry
+        self.max_timestamp, self.offset_of_max_timestamp = last if last else (NO_TIMESTAMP, self.base_offset)
+        position = self.index.lookup(last[1])[1] if last else 0
+        for batch in self.scan(position):
+            if batch.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = batch.max_timestamp, batch.base_offset
+        return self._next_offset
+
+    def on_become_inactive(self) -> None:
+        """At roll: a final time-index entry for the segment's max timestamp, indexes written out."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.write_indexes()
+
+    def write_indexes(self, fsync: bool = False) -> None:
+        self.index.flush(fsync)
+        self.time_index.flush(fsync)
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.on_become_inactive()
+        self.file.close()
+        self.closed = True
+
+    def rename_to_deleted(self) -> None:
+        """Kafka's async delete, step one: a crash from here on removes the files at load."""
+        for holder in (self, self.index, self.time_index):
+            attr = "log_path" if holder is self else "path"
+            path: Path = getattr(holder, attr)
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                path.rename(target)
+            except FileNotFoundError:
+                pass
+            setattr(holder, attr, target)
+
+    def delete_files(self) -> None:
+        """Close and unlink. Readers holding the file object keep reading until they drop it."""
+        if not self.closed:
+            self.file.close()
+            self.closed = True
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path.name}, size={self.size})"

@@ -1,0 +1,286 @@
+"""KafkaController: election, then one event at a time through the state machines.
+
+Life of a candidate, per ZooKeeper session: race for /controller; lose → stand by watching it and
+race again when it goes; win → load the ControllerContext, send everyone the state (failover), then
+handle watch events from an asyncio queue (kazoo calls watches in its own thread, which only posts
+to the queue). Deposed — session lost, /controller no longer ours, or a write fenced by a newer
+epoch — it stops at once (channels dropped, acting task cancelled), closes the session and starts
+over with a fresh one as a candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kazoo.protocol.states import KazooState
+
+from odradek.common.config import ControllerConfig, parse_listeners
+from odradek.common.zk_data import ControllerInfo, EndPoint
+
+from . import state_machine as sm
+from .channel_manager import ControllerChannelManager
+from .context import ControllerContext
+from .zk_client import ControllerMovedError, ControllerZkClient
+
+log = logging.getLogger(__name__)
+
+MAX_DECISION_ATTEMPTS = 10
+"""Compare-and-set conflicts tolerated per event before giving up the controllership (reload)."""
+
+# watch-driven events (coalesced: each handler re-reads the current children)
+CONTROLLER_CHANGE = "controller"
+BROKER_CHANGE = "brokers"
+TOPIC_CHANGE = "topics"
+TOPIC_DELETION = "deletions"
+EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, TOPIC_DELETION)
+
+
+class Deposed(Exception):
+    """This controller must stop acting (reason in the message)."""
+
+
+class KafkaController:
+    def __init__(self, config: ControllerConfig, *, request_timeout: float = 30.0, on_response=None):
+        self.config = config
+        self.controller_id = config.controller_id
+        self.request_timeout = request_timeout
+        self.on_response = on_response
+        self.context: ControllerContext | None = None
+        self.channels: ControllerChannelManager | None = None
+        self.active = asyncio.Event()
+        """Set while this process is the active controller (for tests and status)."""
+        self._stopping = asyncio.Event()
+        self._events: asyncio.Queue[str] = asyncio.Queue()
+        self._connected = asyncio.Event()
+        self._generation = 0
+        self._acting: asyncio.Task | None = None
+        self._deposed_reason: str | None = None
+        self._suspended_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask run() to resign and return (safe from a signal handler)."""
+        self._stopping.set()
+        self._post(self._generation, "stop")
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                await self._session()
+                backoff = 0.1
+            except Exception:
+                log.exception("controller %d: session failed; starting over in %.1fs", self.controller_id, backoff)
+                try:
+                    await asyncio.wait_for(self._stopping.wait(), backoff)
+                except asyncio.TimeoutError:
+                    pass
+                backoff = min(backoff * 2, 5.0)
+        log.info("controller %d stopped", self.controller_id)
+
+    def _endpoint(self) -> EndPoint | None:
+        # The broker→controller listener arrives with issue 3; advertise nothing until then.
+        return None
+
+    async def _session(self) -> None:
+        """One ZooKeeper session: candidate, standby or active, until it ends."""
+        self._generation += 1
+        gen = self._generation
+        self._events = asyncio.Queue()
+        self._connected.clear()
+        self._deposed_reason = None
+        zk = ControllerZkClient(
+            self.config.zookeeper_connect, self.config.zookeeper_session_timeout_ms,
+            self.config.zookeeper_connection_timeout_ms,
+        )
+        try:
+            await asyncio.to_thread(zk.start)
+            self._connected.set()
+            zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, gen, state))
+            while not self._stopping.is_set() and self._deposed_reason is None:
+                won = await asyncio.to_thread(zk.elect, ControllerInfo(self.controller_id, self._endpoint()))
+                if won is not None:
+                    await self._run_active(zk, gen, *won)
+                    return  # deposed or stopping: a fresh session either way
+                holder = await asyncio.to_thread(zk.controller, self._watch(gen, CONTROLLER_CHANGE))
+                if holder is None:
+                    continue
+                log.info("controller %d: standby (active: %d)", self.controller_id, holder[0].controller_id)
+                event = await self._events.get()
+                if event == "lost":
+                    return
+        finally:
+            self._cancel_suspended_timer()
+            self._generation += 1  # stale watches and listeners of this session are ignored
+            await asyncio.to_thread(zk.close)
+
+    # --- ZooKeeper callbacks (kazoo thread → loop) ------------------------------------------------
+
+    def _watch(self, gen: int, event: str):
+        def watcher(_event) -> None:
+            self._loop.call_soon_threadsafe(self._post, gen, event)
+
+        return watcher
+
+    def _post(self, gen: int, event: str) -> None:
+        if gen == self._generation or event == "stop":
+            self._events.put_nowait(event)
+
+    def _on_zk_state(self, gen: int, state: str) -> None:
+        if gen != self._generation:
+            return
+        if state == KazooState.SUSPENDED:
+            log.warning("controller %d: ZooKeeper connection suspended; pausing", self.controller_id)
+            self._connected.clear()
+            if self._suspended_timer is None:
+                # the server expires the session after its timeout: by then someone else may act
+                self._suspended_timer = self._loop.call_later(
+                    self.config.zookeeper_session_timeout_ms / 1000 * 0.8, self._depose, gen, "session presumed expired"
+                )
+        elif state == KazooState.CONNECTED:
+            self._cancel_suspended_timer()
+            self._connected.set()
+        elif state == KazooState.LOST:
+            self._depose(gen, "ZooKeeper session lost")
+
+    def _cancel_suspended_timer(self) -> None:
+        if self._suspended_timer is not None:
+            self._suspended_timer.cancel()
+            self._suspended_timer = None
+
+    def _depose(self, gen: int, reason: str, *, cancel: bool = True) -> None:
+        """Stop acting at once: no request leaves after this returns."""
+        if gen != self._generation or self._deposed_reason is not None:
+            return
+        self._deposed_reason = reason
+        self._suspended_timer = None
+        if self.active.is_set():
+            log.warning("controller %d: deposed (%s); stopping at once", self.controller_id, reason)
+        self.active.clear()
+        if self.channels is not None:
+            self.channels.abort()
+        if cancel and self._acting is not None:
+            self._acting.cancel()
+        self._events.put_nowait("lost")
+
+    # --- active ---------------------------------------------------------------------------------
+
+    async def _run_active(self, zk: ControllerZkClient, gen: int, epoch: int, epoch_zk_version: int) -> None:
+        log.info("controller %d: elected, epoch %d", self.controller_id, epoch)
+        self.channels = ControllerChannelManager(
+            self.controller_id, request_timeout=self.request_timeout, gate=self._connected, on_response=self.on_response
+        )
+        self._acting = asyncio.create_task(self._act(zk, gen, epoch, epoch_zk_version), name="controller-active")
+        try:
+            await self._acting
+        except asyncio.CancelledError:
+            if self._deposed_reason is None:  # our own caller is being cancelled
+                self._acting.cancel()
+                raise
+        except (Deposed, ControllerMovedError) as e:
+            self._depose(gen, str(e), cancel=False)
+        finally:
+            self._acting = None
+            self.active.clear()
+            channels, self.channels = self.channels, None
+            await channels.close()
+            self.context = None
+            if self._stopping.is_set() and self._deposed_reason is None:
+                await asyncio.to_thread(zk.resign)
+                log.info("controller %d: resigned", self.controller_id)
+
+    async def _act(self, zk: ControllerZkClient, gen: int, epoch: int, epoch_zk_version: int) -> None:
+        ctx = await asyncio.to_thread(
+            zk.load_context, self.controller_id, epoch, epoch_zk_version,
+            brokers_watch=self._watch(gen, BROKER_CHANGE), topics_watch=self._watch(gen, TOPIC_CHANGE),
+            deletions_watch=self._watch(gen, TOPIC_DELETION),
+        )
+        ctx.unclean_leader_election = self.config.unclean_leader_election_enable
+        self.context = ctx
+        self.channels.update_brokers(ctx.live_brokers)
+        await self._execute(zk, sm.on_controller_failover)
+        if await asyncio.to_thread(zk.controller, self._watch(gen, CONTROLLER_CHANGE)) is None:
+            raise Deposed("/controller vanished")
+        self.active.set()
+        log.info("controller %d: active with %d brokers, %d topics", self.controller_id,
+                 len(ctx.live_brokers), len(ctx.assignments))
+        while True:
+            pending = {await self._events.get()}
+            while not self._events.empty():
+                pending.add(self._events.get_nowait())
+            if "stop" in pending:
+                return
+            if "lost" in pending:
+                raise Deposed(self._deposed_reason or "session lost")
+            await self._connected.wait()
+            for event in EVENT_ORDER:
+                if event in pending:
+                    await self._handle(zk, gen, event)
+
+    async def _handle(self, zk: ControllerZkClient, gen: int, event: str) -> None:
+        if event == CONTROLLER_CHANGE:
+            holder = await asyncio.to_thread(zk.controller, self._watch(gen, CONTROLLER_CHANGE))
+            if holder is None or holder[1] != zk.session_id:
+                raise Deposed("/controller is " + ("gone" if holder is None else f"held by {holder[0].controller_id}"))
+        elif event == BROKER_CHANGE:
+            live = await asyncio.to_thread(zk.live_brokers, self._watch(gen, BROKER_CHANGE))
+            log.info("broker change: live brokers %s", sorted(live))
+            await self._execute(zk, lambda ctx: sm.on_broker_change(ctx, live))
+        elif event == TOPIC_CHANGE:
+            assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, TOPIC_CHANGE))
+            await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
+        elif event == TOPIC_DELETION:
+            marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, TOPIC_DELETION))
+            await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
+
+    async def _execute(self, zk: ControllerZkClient, decide) -> None:
+        """Decide, write with compare-and-set, re-read and re-decide on conflicts, then apply the
+        decisions to the context and queue the requests (the order the Decisions define)."""
+        ctx = self.context
+        for _ in range(MAX_DECISION_ATTEMPTS):
+            d: sm.Decisions = decide(ctx)
+            if d.deposed:
+                raise Deposed("a partition state was written by a newer controller")
+            if d.state_writes:
+                result = await asyncio.to_thread(zk.write_states, d.state_writes, ctx.epoch_zk_version)
+                for w in result.applied:
+                    ctx.partition_states[w.tp] = w.state
+                if result.conflicts:
+                    log.info("partition state conflicts on %s; re-reading", [str(tp) for tp in result.conflicts])
+                    fresh = await asyncio.to_thread(zk.partition_states, result.conflicts)
+                    for tp in result.conflicts:
+                        if tp in fresh:
+                            ctx.partition_states[tp] = fresh[tp]
+                        else:
+                            ctx.partition_states.pop(tp, None)
+                    continue
+            if d.live_brokers is not None:
+                self.channels.update_brokers(d.live_brokers)
+            self._send(d.requests)
+            for path in d.zk_deletes:
+                await asyncio.to_thread(zk.delete_recursive, path, ctx.epoch_zk_version)
+            self._send(d.final_requests)
+            sm.apply_decisions(ctx, d)
+            for t in d.added_topics:
+                log.info("topic %s: %d partitions online", t, len(d.added_topics[t].partitions))
+            for t in d.removed_topics:
+                log.info("topic %s deleted", t)
+            return
+        raise Deposed(f"gave up after {MAX_DECISION_ATTEMPTS} compare-and-set conflicts; reloading")
+
+    def _send(self, requests: list[sm.Request]) -> None:
+        for broker_id, payload in requests:
+            self.channels.send(broker_id, payload)
+
+
+def controller_endpoint(config: ControllerConfig) -> EndPoint | None:
+    """The first listener of the controller's config, for when it serves broker requests."""
+    listeners = parse_listeners(config.listeners)
+    if not listeners:
+        return None
+    name, host, port = listeners[0]
+    return EndPoint(host, port, name)

@@ -1,0 +1,50 @@
+"""`odradek controller --config FILE [--override key=value ...]`: one controller candidate."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from odradek.common.config import ControllerConfig, load_properties
+
+from .controller import KafkaController
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="odradek controller", description=__doc__)
+    p.add_argument("--config", help="Kafka-style properties file (controller.id, zookeeper.connect, ...)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a property, after the file (repeatable)")
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+async def serve(config: ControllerConfig) -> None:
+    controller = KafkaController(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, controller.stop)
+    await controller.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s [controller] %(name)s: %(message)s",
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        config = ControllerConfig.from_properties(load_properties(args.config, args.override))
+    except Exception as e:  # missing keys, bad values, unreadable file: say so and exit 2
+        print(f"odradek controller: bad configuration: {e}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

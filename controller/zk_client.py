@@ -1,0 +1,299 @@
+"""The controller's ZooKeeper access (kazoo): election, epoch fencing, loading, watches, writes.
+
+Blocking calls, made from a worker thread (asyncio.to_thread) by controller/controller.py. Every
+write the active controller makes is a ZooKeeper transaction that first checks the version of
+/controller_epoch it set when it won (Kafka's controller-epoch zkVersion check): once another
+controller has incremented the epoch, a deposed controller's writes fail as a whole and it learns
+it was deposed (ControllerMovedError) instead of overwriting its successor's decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+
+from odradek.common import zk_data as z
+from odradek.common.zk_data import BrokerInfo, ControllerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
+
+from .context import ControllerContext, TopicPartition
+from .state_machine import StateWrite
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_OPS = 200
+"""Partition-state writes per ZooKeeper transaction (keeps each request far below jute.maxbuffer)."""
+
+Watch = Callable[[object], None] | None
+
+
+class ControllerMovedError(Exception):
+    """Another controller holds a newer epoch: this one must stop acting."""
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """`h1:p1,h2:p2/chroot` → ("h1:p1,h2:p2", "/chroot") (chroot "" when absent)."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
+
+
+def ensure_chroot(connect: str, timeout: float = 10.0) -> None:
+    """kazoo does not create the chroot of `zookeeper.connect`; a chroot-less client does."""
+    hosts, chroot = split_connect(connect)
+    if not chroot:
+        return
+    zk = KazooClient(hosts=hosts, timeout=timeout)
+    zk.start(timeout=timeout)
+    try:
+        zk.ensure_path(chroot)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@dataclass
+class WriteResult:
+    applied: list[StateWrite] = field(default_factory=list)
+    conflicts: list[TopicPartition] = field(default_factory=list)
+    """Partitions whose znode version (or existence) was not what the context said: re-read them."""
+
+
+def _failure(results: list) -> tuple[int, Exception] | None:
+    """(index, cause) of the op that failed a transaction, None if it committed."""
+    for i, r in enumerate(results):
+        if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency)):
+            return i, r
+    return None
+
+
+class ControllerZkClient:
+    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int = 18000):
+        self.connect = connect
+        self.session_timeout = session_timeout_ms / 1000
+        self.connection_timeout = connection_timeout_ms / 1000
+        self.zk = KazooClient(hosts=connect, timeout=self.session_timeout)
+
+    # --- session -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        ensure_chroot(self.connect, self.connection_timeout)
+        self.zk.start(timeout=self.connection_timeout)
+        for path in z.PERSISTENT_PATHS:
+            self.zk.ensure_path(path)
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        self.zk.add_listener(listener)
+
+    @property
+    def session_id(self) -> int:
+        return self.zk.client_id[0] if self.zk.client_id else -1
+
+    def close(self) -> None:
+        try:
+            self.zk.stop()
+        finally:
+            self.zk.close()
+
+    # --- election ------------------------------------------------------------------------------
+
+    def elect(self, info: ControllerInfo, attempts: int = 10) -> tuple[int, int] | None:
+        """Race for /controller; the winner's create and epoch increment are one transaction.
+
+        Returns (epoch, version of /controller_epoch) on winning, None if another controller is
+        active. /controller_epoch is created (epoch 0) if absent, so the first epoch is 1.
+        """
+        for _ in range(attempts):
+            try:
+                data, stat = self.zk.get(z.CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    self.zk.create(z.CONTROLLER_EPOCH, z.encode_controller_epoch(0))
+                except NodeExistsError:
+                    pass
+                continue
+            epoch = z.decode_controller_epoch(data) + 1
+            t = self.zk.transaction()
+            t.create(z.CONTROLLER, z.encode_controller(info), ephemeral=True)
+            t.set_data(z.CONTROLLER_EPOCH, z.encode_controller_epoch(epoch), version=stat.version)
+            failure = _failure(t.commit())
+            if failure is None:
+                return epoch, stat.version + 1
+            if isinstance(failure[1], NodeExistsError):
+                return self._ours_after_retry()
+            if isinstance(failure[1], BadVersionError):
+                continue  # someone else moved the epoch: read it again
+            raise failure[1]
+        raise RuntimeError(f"could not increment {z.CONTROLLER_EPOCH} in {attempts} attempts")
+
+    def _ours_after_retry(self) -> tuple[int, int] | None:
+        """/controller exists: ours if our session owns it (a commit retried after a connection
+        blip), else someone else's."""
+        try:
+            _, stat = self.zk.get(z.CONTROLLER)
+        except NoNodeError:
+            return None
+        if stat.ephemeralOwner != self.session_id:
+            return None
+        data, epoch_stat = self.zk.get(z.CONTROLLER_EPOCH)
+        return z.decode_controller_epoch(data), epoch_stat.version
+
+    def controller(self, watch: Watch = None) -> tuple[ControllerInfo, int] | None:
+        """(info, owner session) of /controller, watching it (data change or deletion)."""
+        try:
+            if watch is not None and self.zk.exists(z.CONTROLLER, watch=watch) is None:
+                return None
+            data, stat = self.zk.get(z.CONTROLLER)
+        except NoNodeError:
+            return None
+        return z.decode_controller(data), stat.ephemeralOwner
+
+    def is_active(self) -> bool:
+        found = self.controller()
+        return found is not None and found[1] == self.session_id
+
+    def resign(self) -> None:
+        """Delete /controller if this session owns it (a clean hand-over to a standby)."""
+        try:
+            _, stat = self.zk.get(z.CONTROLLER)
+            if stat.ephemeralOwner == self.session_id:
+                self.zk.delete(z.CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def _get_many(self, paths: list[str]) -> dict[str, tuple[bytes, object] | None]:
+        """Pipelined reads: one round trip's worth of latency for many znodes."""
+        pending = [(p, self.zk.get_async(p)) for p in paths]
+        out = {}
+        for p, result in pending:
+            try:
+                out[p] = result.get(timeout=self.connection_timeout)
+            except NoNodeError:
+                out[p] = None
+        return out
+
+    def live_brokers(self, watch: Watch = None) -> dict[int, BrokerInfo]:
+        ids = [int(c) for c in self.zk.get_children(z.BROKER_IDS, watch=watch) if c.isdigit()]
+        found = self._get_many([z.broker_path(b) for b in ids])
+        out = {}
+        for b in ids:
+            got = found[z.broker_path(b)]
+            if got is not None:
+                out[b] = z.decode_broker(b, got[0], got[1].czxid)
+        return out
+
+    def topic_assignments(self, watch: Watch = None) -> dict[str, TopicAssignment]:
+        topics = self.zk.get_children(z.BROKER_TOPICS, watch=watch)
+        found = self._get_many([z.topic_path(t) for t in topics])
+        out = {}
+        for t in topics:
+            got = found[z.topic_path(t)]
+            if got is None:
+                continue
+            try:
+                out[t] = z.decode_topic_assignment(got[0])
+            except ValueError as e:
+                log.error("ignoring topic %s: unreadable assignment %r (%s)", t, got[0][:200], e)
+        return out
+
+    def partition_states(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, LeaderIsrAndControllerEpoch]:
+        tps = list(tps)
+        found = self._get_many([z.partition_state_path(*tp) for tp in tps])
+        out = {}
+        for tp in tps:
+            got = found[z.partition_state_path(*tp)]
+            if got is not None:
+                out[tp] = z.decode_partition_state(got[0], got[1].version)
+        return out
+
+    def delete_markers(self, watch: Watch = None) -> set[str]:
+        return set(self.zk.get_children(z.DELETE_TOPICS, watch=watch))
+
+    def load_context(self, controller_id: int, epoch: int, epoch_zk_version: int, *, brokers_watch: Watch = None,
+                     topics_watch: Watch = None, deletions_watch: Watch = None) -> ControllerContext:
+        ctx = ControllerContext(controller_id=controller_id, epoch=epoch, epoch_zk_version=epoch_zk_version)
+        ctx.live_brokers = self.live_brokers(brokers_watch)
+        ctx.assignments = self.topic_assignments(topics_watch)
+        ctx.partition_states = self.partition_states(ctx.all_partitions())
+        ctx.topics_to_delete = self.delete_markers(deletions_watch)
+        return ctx
+
+    # --- fenced writes -------------------------------------------------------------------------
+
+    def write_states(self, writes: list[StateWrite], epoch_zk_version: int) -> WriteResult:
+        """Create or compare-and-set partition state znodes, in transactions fenced by the epoch.
+
+        Raises ControllerMovedError when /controller_epoch moved on. A version conflict fails its
+        whole transaction: its writes are reported as not applied and the culprit as a conflict.
+        """
+        result = WriteResult()
+        for topic, partition in sorted({w.tp for w in writes if w.expected_version is None}):
+            for path in (z.partitions_path(topic), f"{z.partitions_path(topic)}/{partition}"):
+                try:
+                    self.zk.create(path)
+                except NodeExistsError:
+                    pass
+                except NoNodeError:
+                    break  # the topic znode is gone: the create below fails as a conflict
+        for start in range(0, len(writes), TRANSACTION_OPS):
+            chunk = writes[start : start + TRANSACTION_OPS]
+            t = self.zk.transaction()
+            t.check(z.CONTROLLER_EPOCH, epoch_zk_version)
+            for w in chunk:
+                path = z.partition_state_path(*w.tp)
+                data = z.encode_partition_state(w.state)
+                if w.expected_version is None:
+                    t.create(path, data)
+                else:
+                    t.set_data(path, data, version=w.expected_version)
+            failure = _failure(t.commit())
+            if failure is None:
+                result.applied += chunk
+                continue
+            index, cause = failure
+            if index == 0:
+                raise ControllerMovedError(f"{z.CONTROLLER_EPOCH} moved on: {cause!r}")
+            if not isinstance(cause, (BadVersionError, NodeExistsError, NoNodeError)):
+                raise cause
+            result.conflicts.append(chunk[index - 1].tp)
+        return result
+
+    def delete_recursive(self, path: str, epoch_zk_version: int, attempts: int = 5) -> None:
+        """Delete a subtree, leaves first, in one transaction fenced by the epoch (gone = done)."""
+        for _ in range(attempts):
+            nodes: list[str] = []
+
+            def walk(p: str) -> None:
+                for child in self.zk.get_children(p):
+                    walk(f"{p}/{child}")
+                nodes.append(p)
+
+            try:
+                walk(path)
+            except NoNodeError:
+                continue  # changed while walking: look again
+            t = self.zk.transaction()
+            t.check(z.CONTROLLER_EPOCH, epoch_zk_version)
+            for p in nodes:
+                t.delete(p)
+            failure = _failure(t.commit())
+            if failure is None:
+                return
+            index, cause = failure
+            if index == 0:
+                raise ControllerMovedError(f"{z.CONTROLLER_EPOCH} moved on: {cause!r}")
+            if self.zk.exists(path) is None:
+                return
+            log.info("deleting %s raced with a change (%r); retrying", path, cause)
+        if self.zk.exists(path) is not None:
+            raise RuntimeError(f"could not delete {path} in {attempts} attempts")

@@ -1,0 +1,142 @@
+"""NetworkClient against a small real TCP server on loopback."""
+
+import asyncio
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.common import messages as m
+from odradek.common import wire
+from odradek.common.client import NetworkClient
+from odradek.dev.zookeeper import free_port
+
+
+def update_metadata(epoch: int) -> m.UpdateMetadataRequest:
+    return m.UpdateMetadataRequest(controller_id=1000, controller_epoch=epoch, broker_epoch=1, topic_states=(), live_brokers=())
+
+
+class EchoServer:
+    """Answers UpdateMetadata with error_code = the request's controller_epoch (to tell answers
+    apart); epochs listed in `silent` get no answer; `delay` holds each answer back."""
+
+    def __init__(self, silent=(), delay=0.0, close_on=()):
+        self.silent = set(silent)
+        self.delay = delay
+        self.close_on = set(close_on)
+        self.connections = 0
+
+    async def start(self, port=0):
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", port)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def handle(self, reader, writer):
+        self.connections += 1
+        try:
+            while True:
+                size = wire.SIZE.unpack(await reader.readexactly(4))[0]
+                header, payload, _ = wire.decode_request(await reader.readexactly(size))
+                if payload.controller_epoch in self.close_on:
+                    break
+                if payload.controller_epoch in self.silent:
+                    continue
+                await asyncio.sleep(self.delay)
+                response = m.UpdateMetadataResponse(error_code=ErrorCode(payload.controller_epoch))
+                writer.write(wire.encode_response(response, header.correlation_id, flexible_header=False))
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self):
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_pipelined_requests_get_their_own_answers():
+    async def main():
+        server = await EchoServer(delay=0.01).start()
+        client = NetworkClient("127.0.0.1", server.port)
+        try:
+            answers = await asyncio.gather(*(client.send(update_metadata(e), timeout=5) for e in range(1, 21)))
+            assert [int(a.error_code) for a in answers] == list(range(1, 21))
+            assert server.connections == 1
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
+
+
+def test_timeout_disconnects_and_the_next_send_reconnects():
+    async def main():
+        server = await EchoServer(silent={7}).start()
+        client = NetworkClient("127.0.0.1", server.port)
+        try:
+            with pytest.raises(TimeoutError):
+                await client.send(update_metadata(7), timeout=0.3)
+            assert not client.connected
+            answer = await client.send(update_metadata(8), timeout=5)
+            assert int(answer.error_code) == 8 and server.connections == 2
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
+
+
+def test_connection_closed_by_peer_fails_the_request():
+    async def main():
+        server = await EchoServer(close_on={3}).start()
+        client = NetworkClient("127.0.0.1", server.port)
+        try:
+            with pytest.raises(ConnectionError):
+                await client.send(update_metadata(3), timeout=5)
+            assert int((await client.send(update_metadata(4), timeout=5)).error_code) == 4
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
+
+
+def test_connect_retries_with_backoff_then_gives_up():
+    async def main():
+        port = free_port()
+        client = NetworkClient("127.0.0.1", port, connect_attempts=3, backoff_ms=20)
+        with pytest.raises(ConnectionError):
+            await client.send(update_metadata(1), timeout=1)
+        # a server that appears during the backoff is found
+        client = NetworkClient("127.0.0.1", port, connect_attempts=20, backoff_ms=50, backoff_max_ms=100)
+        send = asyncio.ensure_future(client.send(update_metadata(2), timeout=5))
+        await asyncio.sleep(0.2)
+        server = await EchoServer().start(port)
+        try:
+            assert int((await send).error_code) == 2
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
+
+
+def test_closed_client_fails_in_flight_requests():
+    async def main():
+        server = await EchoServer(silent={5}).start()
+        client = NetworkClient("127.0.0.1", server.port)
+        try:
+            pending = asyncio.ensure_future(client.send(update_metadata(5), timeout=10))
+            await asyncio.sleep(0.1)
+            await client.close()
+            with pytest.raises(ConnectionError):
+                await pending
+            with pytest.raises(ConnectionError):
+                await client.send(update_metadata(6), timeout=1)
+        finally:
+            await server.stop()
+
+    run(main())

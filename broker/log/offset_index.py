@@ -42,7 +42,7 @@ class _IndexFile:
 
     def flush(self, fsync: bool = False) -> None:
         """Write out the entries not yet in the file (and fsync if asked)."""
-        if self._written == len(self._rel) and not fsync:
+        if self._written == len(self._rel) and not fsync and self.path.exists():
             return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:

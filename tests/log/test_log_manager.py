@@ -1,0 +1,125 @@
+import asyncio
+import time
+
+import pytest
+
+from odradek.broker.log import LogConfig, LogManager
+from odradek.broker.log.errors import KafkaStorageError
+from odradek.common.config import BrokerConfig
+
+from .helpers import batch, read_all
+
+
+def broker_config(**props):
+    return BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1", **props})
+
+
+def append(lg, n, ts=None):
+    ts = int(time.time() * 1000) if ts is None else ts
+    for _ in range(n):
+        start = lg.log_end_offset
+        lg.append_as_leader(batch(range(start, start + 2), ts=ts), leader_epoch=0)
+
+
+async def run_until(manager, predicate, timeout=10.0):
+    """Run the background task until `predicate()` holds (bounded by `timeout`)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run_background(stop))
+    try:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "background work did not happen in time"
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+
+
+def test_logs_spread_over_dirs_and_reload(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, broker_config())
+    manager.startup()
+    logs = [manager.get_or_create_log("orders", p, LogConfig()) for p in range(4)]
+    assert {lg.dir.parent for lg in logs} == set(dirs)
+    assert manager.get_or_create_log("orders", 0, LogConfig(retention_ms=5)) is logs[0]
+    assert logs[0].config.retention_ms == 5
+    for lg in logs:
+        append(lg, 3)
+    manager.shutdown()
+
+    manager = LogManager(dirs, broker_config())
+    manager.startup()
+    assert sorted((lg.topic, lg.partition) for lg in manager.all_logs()) == [("orders", p) for p in range(4)]
+    assert read_all(manager.get_log("orders", 2)) == [(i, i) for i in range(6)]
+    assert manager.get_log("orders", 9) is None
+    manager.shutdown()
+
+
+def test_same_partition_in_two_dirs_is_refused(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d / "t-0").mkdir(parents=True)
+    with pytest.raises(KafkaStorageError):
+        LogManager([tmp_path / "a", tmp_path / "b"], broker_config()).startup()
+
+
+def test_delete_log_renames_then_background_removes(tmp_path):
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+    lg = manager.get_or_create_log("gone", 0, LogConfig(file_delete_delay_ms=200))
+    append(lg, 3)
+    region = lg.read(0, 10_000).regions[0]
+    content = region.read_bytes()
+    manager.delete_log("gone", 0)
+    assert manager.get_log("gone", 0) is None
+    doomed = [p for p in tmp_path.iterdir() if p.name.endswith("-delete")]
+    assert len(doomed) == 1 and doomed[0].name.startswith("gone-0.")
+    assert region.read_bytes() == content  # in-flight fetches keep reading
+    # a new topic of the same name starts empty
+    fresh = manager.get_or_create_log("gone", 0, LogConfig())
+    assert fresh.log_end_offset == 0
+    asyncio.run(run_until(manager, lambda: not doomed[0].exists()))
+    assert (tmp_path / "gone-0").exists()
+    manager.shutdown()
+
+
+def test_leftover_delete_dirs_are_removed_after_restart(tmp_path):
+    leftover = tmp_path / ("old-0." + "ab" * 16 + "-delete")
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"x")
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+    assert manager.all_logs() == []
+    asyncio.run(run_until(manager, lambda: not leftover.exists()))
+    manager.shutdown()
+
+
+def test_background_retention(tmp_path):
+    manager = LogManager([tmp_path], broker_config(**{"log.retention.check.interval.ms": "50"}))
+    manager.startup()
+    config = LogConfig(segment_bytes=500, retention_ms=60_000, file_delete_delay_ms=0)
+    lg = manager.get_or_create_log("old", 0, config)
+    append(lg, 20, ts=int(time.time() * 1000) - 3_600_000)
+    lg.high_watermark = lg.log_end_offset
+    assert len(lg.segments) > 2
+    asyncio.run(run_until(manager, lambda: lg.log_start_offset == lg.log_end_offset == 40))
+    assert [p.name for p in lg.dir.glob("*.log")] == ["00000000000000000040.log"]
+    manager.shutdown()
+
+
+def test_background_flushes_rolled_segments_and_by_flush_ms(tmp_path):
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+    rolled = manager.get_or_create_log("rolled", 0, LogConfig(segment_bytes=500))
+    append(rolled, 20)
+    timed = manager.get_or_create_log("timed", 0, LogConfig(flush_ms=50))
+    append(timed, 2)
+    assert rolled.recovery_point == 0 and timed.recovery_point == 0
+    asyncio.run(
+        run_until(
+            manager,
+            lambda: rolled.recovery_point == rolled.active_segment.base_offset and timed.recovery_point == 4,
+        )
+    )
+    text = (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    assert f"rolled 0 {rolled.active_segment.base_offset}" in text and "timed 0 4" in text
+    manager.shutdown()

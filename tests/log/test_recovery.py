@@ -1,0 +1,213 @@
+"""Recovery after unclean stops: torn tails, corrupt bytes, damaged indexes, and a real SIGKILL."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from odradek.broker.log import Log, LogConfig, LogManager
+from odradek.broker.log.log_manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
+from odradek.broker.log.segment import LogSegment
+from odradek.common.config import BrokerConfig
+
+from .helpers import batch, batches_in, read_all
+
+CONFIG = LogConfig(segment_bytes=1000, index_interval_bytes=100)
+
+
+def broker_config(**props):
+    return BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1", **props})
+
+
+def make_log(path, n_batches=40, config=CONFIG) -> None:
+    lg = Log(path, config)
+    for _ in range(n_batches):
+        start = lg.log_end_offset
+        lg.append_as_leader(batch(range(start, start + 2)), leader_epoch=4)
+    lg.close()
+
+
+def assert_consistent(lg: Log, end: int) -> None:
+    assert lg.log_end_offset == end
+    assert read_all(lg) == [(i, i) for i in range(end)]
+    for offset in range(lg.log_start_offset, end):
+        first = batches_in(lg.read(offset, 1).read_bytes())[0]
+        assert first.base_offset <= offset <= first.last_offset
+
+
+def test_torn_tail_is_truncated_to_whole_batches(tmp_path):
+    path = tmp_path / "t-0"
+    make_log(path)
+    active = sorted(path.glob("*.log"))[-1]
+    size = active.stat().st_size
+    one = len(batch([78, 79]))
+    os.truncate(active, size - one // 2)  # half of the last batch
+    lg = Log(path, CONFIG, had_clean_shutdown=False)
+    try:
+        assert_consistent(lg, 78)
+        assert active.stat().st_size == size - one
+        lg.append_as_leader(batch([78, 79]), leader_epoch=4)
+        assert_consistent(lg, 80)
+    finally:
+        lg.close()
+
+
+def test_flipped_byte_truncates_there_and_drops_later_segments(tmp_path):
+    path = tmp_path / "t-0"
+    make_log(path)
+    logs = sorted(path.glob("*.log"))
+    assert len(logs) >= 4
+    victim = logs[1]
+    data = bytearray(victim.read_bytes())
+    one = len(batch([0, 1]))
+    data[3 * one + 40] ^= 0x55  # inside the 4th batch of the second segment
+    victim.write_bytes(bytes(data))
+    first_bad = int(victim.name[:-4]) + 6
+    lg = Log(path, CONFIG, had_clean_shutdown=False)
+    try:
+        assert_consistent(lg, first_bad)
+        assert sorted(path.glob("*.log")) == logs[:2]
+        assert lg.leader_epoch_cache.entries == [(4, 0)]
+    finally:
+        lg.close()
+
+
+def test_garbage_length_at_the_tail_is_truncated(tmp_path):
+    path = tmp_path / "t-0"
+    make_log(path, 5)
+    with open(sorted(path.glob("*.log"))[-1], "ab") as f:
+        f.write(b"\x00" * 8 + b"\x7f\xff\xff\xff" + b"junk")
+    lg = Log(path, CONFIG, had_clean_shutdown=False)
+    try:
+        assert_consistent(lg, 10)
+    finally:
+        lg.close()
+
+
+@pytest.mark.parametrize("damage", ["delete", "partial-entry", "garbage", "beyond-log"])
+def test_damaged_indexes_are_rebuilt_even_after_a_clean_shutdown(tmp_path, damage):
+    path = tmp_path / "t-0"
+    make_log(path, 60)
+    index = sorted(path.glob("*.index"))[1]
+    timeindex = index.with_suffix(".timeindex")
+    good = index.read_bytes()
+    assert len(good) >= 16
+    if damage == "delete":
+        index.unlink()
+        timeindex.unlink()
+    elif damage == "partial-entry":
+        index.write_bytes(good + b"\x00\x01\x02")
+    elif damage == "garbage":
+        index.write_bytes(good[8:16] + good[:8])  # not increasing
+        timeindex.write_bytes(os.urandom(13))
+    else:
+        index.write_bytes(good + b"\x00\x00\x7f\x00\x00\x0f\xff\xff")
+    lg = Log(path, CONFIG, had_clean_shutdown=True)
+    try:
+        assert_consistent(lg, 120)
+        assert index.read_bytes() == good
+        assert lg.fetch_offset_by_timestamp(0) == (0, 1000)
+    finally:
+        lg.close()
+
+
+def test_clean_shutdown_skips_recovery_and_unclean_recovers_from_the_recovery_point(tmp_path, monkeypatch):
+    bc = broker_config()
+    manager = LogManager([tmp_path], bc)
+    manager.startup()
+    lg = manager.get_or_create_log("t", 0, CONFIG)
+    for _ in range(40):
+        start = lg.log_end_offset
+        lg.append_as_leader(batch(range(start, start + 2)), leader_epoch=0)
+    manager.shutdown()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text() == "0\n1\nt 0 80\n"
+
+    recovered = []
+    real_recover = LogSegment.recover
+    monkeypatch.setattr(LogSegment, "recover", lambda self, *a: recovered.append(self.base_offset) or real_recover(self, *a))
+
+    manager = LogManager([tmp_path], bc)
+    manager.startup()
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert recovered == []
+    lg = manager.get_log("t", 0)
+    assert_consistent(lg, 80)
+    bases = [s.base_offset for s in lg.segments]
+    lg.recovery_point = bases[-2] + 1  # as if only that much had been flushed
+    manager.checkpoint_recovery_points()
+    for seg in lg.segments:
+        seg.close()  # an unclean stop: no marker, no further checkpoint
+
+    manager = LogManager([tmp_path], bc)
+    manager.startup()
+    assert recovered == bases[-2:]
+    assert_consistent(manager.get_log("t", 0), 80)
+    manager.shutdown()
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, pathlib
+    from odradek.broker.log import LogConfig, LogManager
+    from odradek.broker.log.record_batch import build_batch
+    from odradek.common.config import BrokerConfig
+
+    bc = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1"})
+    manager = LogManager([pathlib.Path(sys.argv[1])], bc)
+    manager.startup()
+    log = manager.get_or_create_log("crash", 0, LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512))
+    i = 0
+    while True:
+        start = log.log_end_offset
+        records = [(b"k" * ((start + k) % 97), str(start + k).encode()) for k in range(1 + i % 7)]
+        log.append_as_leader(build_batch(records), leader_epoch=1 + i // 500)
+        if i % 25 == 0:
+            log.flush()
+            manager.checkpoint_recovery_points()
+            print(log.log_end_offset, flush=True)
+        i += 1
+    """
+)
+
+
+def test_sigkill_mid_write_loses_nothing_flushed(tmp_path):
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    flushed = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(flushed) < 60 and time.monotonic() < deadline:
+            line = child.stdout.readline()
+            if not line:
+                break
+            flushed.append(int(line))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        child.stdout.close()
+        stderr = child.stderr.read()
+        child.stderr.close()
+    assert len(flushed) == 60, stderr
+    assert child.returncode == -signal.SIGKILL
+
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+    try:
+        lg = manager.get_log("crash", 0)
+        end = lg.log_end_offset
+        assert end >= flushed[-1]
+        assert len(lg.segments) > 3
+        assert_consistent(lg, end)
+        assert lg.leader_epoch_cache.entries[0] == (1, 0)
+        info = lg.append_as_leader(batch([end, end + 1]), leader_epoch=99)
+        assert info.first_offset == end
+        assert read_all(lg, end) == [(end, end), (end + 1, end + 1)]
+        assert lg.fetch_offset_by_timestamp(0)[0] == 0
+    finally:
+        manager.shutdown()

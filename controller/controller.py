@@ -231,7 +231,8 @@ class KafkaController:
             log.info("broker change: live brokers %s", sorted(live))
             await self._execute(zk, lambda ctx: sm.on_broker_change(ctx, live))
         elif event == TOPIC_CHANGE:
-            assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, TOPIC_CHANGE))
+            assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, TOPIC_CHANGE),
+                                                  dict(self.context.assignments))
             await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
         elif event == TOPIC_DELETION:
             marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, TOPIC_DELETION))

@@ -192,11 +192,15 @@ class ControllerZkClient:
                 out[b] = z.decode_broker(b, got[0], got[1].czxid)
         return out
 
-    def topic_assignments(self, watch: Watch = None) -> dict[str, TopicAssignment]:
+    def topic_assignments(self, watch: Watch = None, known: dict[str, TopicAssignment] | None = None) -> dict[str, TopicAssignment]:
+        """Every topic's assignment; those in `known` are taken from it rather than read again."""
+        known = known or {}
         topics = self.zk.get_children(z.BROKER_TOPICS, watch=watch)
-        found = self._get_many([z.topic_path(t) for t in topics])
-        out = {}
+        found = self._get_many([z.topic_path(t) for t in topics if t not in known])
+        out = {t: known[t] for t in topics if t in known}
         for t in topics:
+            if t in known:
+                continue
             got = found[z.topic_path(t)]
             if got is None:
                 continue

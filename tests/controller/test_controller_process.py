@@ -239,8 +239,9 @@ def test_paused_controller_is_deposed_and_rejoins_as_standby(zk, start_controlle
     time.sleep(0.5)
     assert active_controller(zk) == second and controller_epoch(zk) == 2
     assert controllers[first].proc.poll() is None
-    # anything the zombie still sent was fenced by the broker
-    assert all(r.accepted for r in broker.received if r.payload.controller_epoch == 2)
+    # the deposed controller sent nothing once its successor had spoken
+    took_over = min(r.at for r in broker.received if r.payload.controller_epoch == 2)
+    assert [r for r in broker.received if r.payload.controller_epoch == 1 and r.at > took_over] == []
 
     # the zombie rejoined with a fresh session: it takes over when the active one dies
     controllers[second].signal(signal.SIGKILL)
@@ -248,3 +249,20 @@ def test_paused_controller_is_deposed_and_rejoins_as_standby(zk, start_controlle
     assert controller_epoch(zk) == 3
     broker.wait_for(lambda b: [r for r in b.requests(m.UpdateMetadataRequest) if r.controller_epoch == 3],
                     what="UpdateMetadata from epoch 3")
+
+
+def test_compare_and_set_conflict_is_reread_and_decided_again(zk, start_controller, start_broker, tmp_path):
+    b0, b1 = start_broker(0), start_broker(1)
+    c = start_controller(1000)
+    create_topic(zk, "c", {0: (1, 0)})
+    wait_until(lambda: state(zk, "c", 0), 20, "state of c-0")
+    # someone rewrites the state znode: the controller's cached version is now stale
+    path = z.partition_state_path("c", 0)
+    zk.set(path, zk.get(path)[0])
+    b1.unregister()
+    wait_until(lambda: state(zk, "c", 0).leader == 0, 20, "new leader for c-0")
+    s = state(zk, "c", 0)
+    assert (brief(s), s.zk_version) == ((0, 1, (0,), 1), 2)
+    assert "conflicts" in c.log()
+    b0.wait_for(lambda b: [r for r in b.requests(m.LeaderAndIsrRequest) if partition_states(r)[("c", 0)].leader == 0
+                           and partition_states(r)[("c", 0)].zk_version == 2], what="LeaderAndIsr after the retry")

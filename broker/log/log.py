@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .config import LogConfig
 from .errors import (
@@ -52,8 +52,9 @@ def parse_dir_name(name: str) -> tuple[str, int] | None:
     return (m["topic"], int(m["partition"])) if m else None
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
+    """What an append did (a tuple: cheap to build once per produce)."""
+
     first_offset: int  # -1 when nothing was appended
     last_offset: int
     max_timestamp: int
@@ -255,10 +256,13 @@ class Log:
                 max_ts, offset_of_max = ts, offset
             count += info.records_count
             offset += info.last_offset_delta + 1
-        if leader_epoch > self.leader_epoch_cache.latest_epoch:
-            self.leader_epoch_cache.assign(leader_epoch, first)
-        segment = self._maybe_roll(len(buf), max_ts, first, offset - 1, now_ms)
-        segment.append(buf, batches, bases, append_time)
+        try:
+            if leader_epoch > self.leader_epoch_cache.latest_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, first)
+            segment = self._maybe_roll(len(buf), max_ts, first, offset - 1, now_ms)
+            segment.append(buf, batches, bases, append_time)
+        except OSError as exc:
+            raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
         self.log_end_offset = offset
         self._after_append()
         return LogAppendInfo(
@@ -291,14 +295,18 @@ class Log:
                 raise InvalidRecordError(f"out of order offsets: batch at {info.base_offset} after {expected - 1}")
             if info.max_timestamp > max_ts:
                 max_ts, offset_of_max = info.max_timestamp, info.base_offset
-            if info.partition_leader_epoch > cache.latest_epoch:
-                cache.assign(info.partition_leader_epoch, info.base_offset)
             bases.append(info.base_offset)
             count += info.records_count
             expected = info.next_offset
-        segment = self._maybe_roll(valid_bytes, max_ts, first, expected - 1, now_ms())
         data = records if valid_bytes == len(records) else memoryview(records)[:valid_bytes]
-        segment.append(data, batches, bases, None)
+        try:
+            for info in batches:
+                if info.partition_leader_epoch > cache.latest_epoch:
+                    cache.assign(info.partition_leader_epoch, info.base_offset)
+            segment = self._maybe_roll(valid_bytes, max_ts, first, expected - 1, now_ms())
+            segment.append(data, batches, bases, None)
+        except OSError as exc:
+            raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
         self.log_end_offset = expected
         self._after_append()
         return LogAppendInfo(first, expected - 1, max_ts, offset_of_max, -1, count, valid_bytes)

@@ -207,6 +207,10 @@ class LogSegment:
 
     def load(self, is_active: bool) -> None:
         """Open existing index files after a clean shutdown; recover if any fails its check."""
+        if self.size == 0:
+            self.index.reset()
+            self.time_index.reset()
+            return
         try:
             self.index.load(self.size)
             self.time_index.load(self.next_offset if is_active else 2**63 - 1)

@@ -8,6 +8,7 @@ import pytest
 from odradek.broker.log import Log, LogConfig
 from odradek.broker.log.errors import (
     CorruptRecordError,
+    KafkaStorageError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -333,3 +334,23 @@ def test_flush_async_after_roll(log):
     asyncio.run(log.flush_async(target))
     assert log.recovery_point == target
     assert os.path.getsize(log.segments[0].index.path) == 8 * len(log.segments[0].index)
+
+
+def test_closed_log_answers_storage_error(tmp_path):
+    lg = Log(tmp_path / "t-0", LogConfig())
+    lg.close()
+    with pytest.raises(KafkaStorageError) as err:
+        lg.append_as_leader(batch([0]), leader_epoch=0)
+    assert err.value.error_code == 56
+    with pytest.raises(KafkaStorageError):
+        lg.read(0, 100)
+
+
+def test_new_log_creates_its_files_quietly(tmp_path, caplog):
+    lg = Log(tmp_path / "t-3", LogConfig(), had_clean_shutdown=True)
+    lg.close()
+    assert (lg.topic, lg.partition) == ("t", 3)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert sorted(p.name for p in lg.dir.iterdir()) == [
+        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex"
+    ]

@@ -202,7 +202,7 @@ class KafkaApis:
         supported = self.versions.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
             self.bad_input.warning(
-                f"version-{api_key}",
+                f"version-{api_key}" if api_key in self.versions else "version-unknown",
                 "closing connection from %s: unsupported API key %d version %d",
                 peer, api_key, version,
             )

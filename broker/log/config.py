@@ -5,8 +5,11 @@ Each key defaults to the broker's `log.*` setting and may be overridden per topi
 reject an unknown key or a bad value before anything is written.
 """
 
+import logging
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable
+
+log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 DAY_MS = 24 * 3600 * 1000
@@ -47,6 +50,16 @@ def _choice(*allowed: str) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"value {value} must be between 0 and 1")
+    return value
 
 
 def _bool(text: str) -> bool:
@@ -100,6 +113,15 @@ _KEYS: dict[str, tuple[str, Callable[[str], object], Callable[[object], object]]
         lambda b: b.unclean_leader_election_enable,
     ),
     "compression.type": ("compression_type", _choice("producer"), lambda b: "producer"),
+    # Accepted and described for Kafka tooling (Streams and Connect set them); no effect yet:
+    # there is no log cleaner, no preallocation, no jitter, no down-conversion.
+    "delete.retention.ms": ("delete_retention_ms", _long(0), lambda b: DAY_MS),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _long(0), lambda b: 0),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1), lambda b: LONG_MAX),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio, lambda b: 0.5),
+    "segment.jitter.ms": ("segment_jitter_ms", _long(0), lambda b: 0),
+    "preallocate": ("preallocate", _bool, lambda b: False),
+    "message.downconversion.enable": ("message_downconversion_enable", _bool, lambda b: True),
 }
 
 
@@ -122,14 +144,31 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     unclean_leader_election_enable: bool = False
     compression_type: str = "producer"
+    delete_retention_ms: int = DAY_MS
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    segment_jitter_ms: int = 0
+    preallocate: bool = False
+    message_downconversion_enable: bool = True
     overrides: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     """The topic-level keys that were set explicitly (everything else is a default)."""
 
     @classmethod
     def from_broker(cls, broker_config=None, overrides: dict[str, str] | None = None) -> "LogConfig":
-        """Broker `log.*` defaults (Kafka's when `broker_config` is None), then topic overrides."""
-        overrides = dict(overrides or {})
-        cls.validate_overrides(overrides)
+        """Broker `log.*` defaults (Kafka's when `broker_config` is None), then topic overrides.
+
+        Lenient, because the overrides come from ZooKeeper where any tool may have written them:
+        an unknown key or bad value is logged and left at its default (CreateTopics and
+        AlterConfigs reject them up front with `validate_overrides`).
+        """
+        overrides = {k: str(v) for k, v in (overrides or {}).items() if v is not None}
+        for key in list(overrides):
+            try:
+                cls.validate_overrides({key: overrides[key]})
+            except ValueError as exc:
+                log.warning("ignoring topic config: %s", exc)
+                del overrides[key]
         values = {}
         if broker_config is not None:
             values = {attr: default(broker_config) for attr, _, default in _KEYS.values()}

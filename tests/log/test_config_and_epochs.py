@@ -91,3 +91,18 @@ def test_leader_epoch_cache_truncation(tmp_path):
 def test_unreadable_epoch_checkpoint_is_ignored(tmp_path):
     (tmp_path / "c").write_text("garbage")
     assert LeaderEpochFileCache(tmp_path / "c", lambda: 0).entries == []
+
+
+def test_from_broker_skips_bad_keys_from_zookeeper_but_validation_rejects_them():
+    config = LogConfig.from_broker(None, {"retention.ms": "nope", "segment.bytes": "2048", "weird.key": "1"})
+    assert config.retention_ms == LogConfig().retention_ms and config.segment_bytes == 2048
+    assert config.overrides == {"segment.bytes": "2048"}
+
+
+def test_compaction_keys_are_accepted_and_described():
+    config = LogConfig.from_broker(None, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"})
+    assert not config.deletes
+    assert config.describe()["min.cleanable.dirty.ratio"] == ("0.1", False)
+    assert config.describe()["delete.retention.ms"] == ("86400000", True)
+    with pytest.raises(ValueError):
+        LogConfig.validate_overrides({"min.cleanable.dirty.ratio": "2"})

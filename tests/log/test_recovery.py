@@ -160,11 +160,13 @@ CHILD = textwrap.dedent(
     bc = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1"})
     manager = LogManager([pathlib.Path(sys.argv[1])], bc)
     manager.startup()
-    log = manager.get_or_create_log("crash", 0, LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512))
+    log = manager.get_or_create_log("crash", 0, LogConfig(segment_bytes=2 << 20, index_interval_bytes=512))
     i = 0
     while True:
         start = log.log_end_offset
-        records = [(b"k" * ((start + k) % 97), str(start + k).encode()) for k in range(1 + i % 7)]
+        # mostly small batches, some of ~400 KB: a kill inside one large write leaves a torn tail
+        records = [(b"k" * (400_000 if i % 9 == 8 and k == 0 else (start + k) % 97), str(start + k).encode())
+                   for k in range(1 + i % 7)]
         log.append_as_leader(build_batch(records), leader_epoch=1 + i // 500)
         if i % 25 == 0:
             log.flush()

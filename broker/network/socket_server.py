@@ -247,6 +247,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._send(response)
         except asyncio.CancelledError:
             pass
+        except (ConnectionError, RuntimeError) as e:
+            # The peer went away mid-response (reset, or the transport closing under sendfile).
+            log.debug("connection from %s lost while answering: %s", self.peer, e)
+            self.close()
         except Exception:
             log.exception("connection from %s failed; closing it", self.peer)
             self.close()

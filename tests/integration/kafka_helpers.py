@@ -60,7 +60,8 @@ def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | None = None, timeout: float = 30.0) -> None:
-    futures = admin(bootstrap).create_topics(
+    client = admin(bootstrap)  # must outlive the futures: a collected AdminClient fails them
+    futures = client.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
         operation_timeout=timeout, request_timeout=timeout,
     )

@@ -68,11 +68,10 @@ def test_list_offsets_by_timestamp(shared_cluster, codec):
     try:
         assert c.get_watermark_offsets(TopicPartition(topic, full), timeout=10) == (0, N)
         assert c.get_watermark_offsets(TopicPartition(topic, empty), timeout=10) == (0, 0)
-        asked = [TopicPartition(topic, full, ts) for ts in probes]
-        asked.append(TopicPartition(topic, empty, base))
-        answers = c.offsets_for_times(asked, timeout=10)
-        assert len(answers) == len(asked)
-        for q, a in zip(asked, answers):
+        # One partition per request: a ListOffsets request names each partition once.
+        asked = [TopicPartition(topic, full, ts) for ts in probes] + [TopicPartition(topic, empty, base)]
+        for q in asked:
+            (a,) = c.offsets_for_times([q], timeout=10)
             assert a.error is None, a.error
             want = probes[q.offset] if q.partition == full else -1
             assert a.offset == want, f"partition {q.partition} timestamp {q.offset}: offset {a.offset}, want {want}"
@@ -104,15 +103,27 @@ def test_kafka_python_admin_creates_and_deletes_a_topic(shared_cluster):
 
 def test_delete_topic_removes_it_and_its_files(shared_cluster):
     bootstrap = shared_cluster.bootstrap
-    create_topic(bootstrap, "to-delete", 4)
+    # As in Kafka, a deleted partition's directory is renamed `<dir>.<uuid>-delete` at once and
+    # removed after the topic's file.delete.delay.ms (default 60 s; short here).
+    create_topic(bootstrap, "to-delete", 4, config={"file.delete.delay.ms": "500"})
     confluent_produce(bootstrap, "to-delete", [Record(b"k%d" % i, b"v", ()) for i in range(100)])
     log_dirs = [Path(b.overrides["log.dirs"]) for b in shared_cluster.brokers]
-    assert any(d.name.startswith("to-delete-") for ld in log_dirs for d in ld.iterdir())
 
-    admin(bootstrap).delete_topics(["to-delete"], operation_timeout=30)["to-delete"].result(timeout=35)
-    md = admin(bootstrap).list_topics(timeout=10)
+    def leftovers(live_only: bool) -> list[str]:
+        names = [d.name for ld in log_dirs for d in ld.iterdir() if d.name.startswith("to-delete-")]
+        return [n for n in names if not n.endswith("-delete")] if live_only else names
+
+    assert sorted(leftovers(live_only=True)) == [f"to-delete-{p}" for p in range(4)]
+
+    client = admin(bootstrap)
+    client.delete_topics(["to-delete"], operation_timeout=30)["to-delete"].result(timeout=35)
+    md = client.list_topics(timeout=10)
     assert "to-delete" not in md.topics
-    deadline = time.monotonic() + 30
-    while any(d.name.startswith("to-delete-") for ld in log_dirs for d in ld.iterdir()):
-        assert time.monotonic() < deadline, "partition directories still there 30s after DeleteTopics"
-        time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while leftovers(live_only=True):
+        assert time.monotonic() < deadline, f"partition directories still live 10s after DeleteTopics: {leftovers(True)}"
+        time.sleep(0.1)
+    deadline = time.monotonic() + 90
+    while leftovers(live_only=False):
+        assert time.monotonic() < deadline, f"deleted partition directories still there after 90s: {leftovers(False)}"
+        time.sleep(0.5)

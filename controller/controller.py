@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from kazoo.protocol.states import KazooState
 
@@ -41,8 +42,10 @@ class Deposed(Exception):
 
 
 class KafkaController:
-    def __init__(self, config: ControllerConfig, *, request_timeout: float = 30.0, on_response=None):
+    def __init__(self, config: ControllerConfig, *, request_timeout: float = 30.0, on_response=None,
+                 stop_grace: float = 10.0):
         self.config = config
+        self.stop_grace = stop_grace
         self.controller_id = config.controller_id
         self.request_timeout = request_timeout
         self.on_response = on_response
@@ -51,6 +54,8 @@ class KafkaController:
         self.active = asyncio.Event()
         """Set while this process is the active controller (for tests and status)."""
         self._stopping = asyncio.Event()
+        self._stopping_threads = threading.Event()
+        """The same, for blocking ZooKeeper calls in worker threads."""
         self._events: asyncio.Queue[str] = asyncio.Queue()
         self._connected = asyncio.Event()
         self._generation = 0
@@ -64,6 +69,7 @@ class KafkaController:
     def stop(self) -> None:
         """Ask run() to resign and return (safe from a signal handler)."""
         self._stopping.set()
+        self._stopping_threads.set()
         self._post(self._generation, "stop")
 
     async def run(self) -> None:
@@ -71,7 +77,7 @@ class KafkaController:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
-                await self._session()
+                await self._session_until_stopped()
                 backoff = 0.1
             except Exception:
                 log.exception("controller %d: session failed; starting over in %.1fs", self.controller_id, backoff)
@@ -81,6 +87,27 @@ class KafkaController:
                     pass
                 backoff = min(backoff * 2, 5.0)
         log.info("controller %d stopped", self.controller_id)
+
+    async def _session_until_stopped(self) -> None:
+        """A session, cut short `stop_grace` seconds after stop() if it is stuck (ZooKeeper down)."""
+        grace = self.stop_grace
+        session = asyncio.create_task(self._session(), name="controller-session")
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not session.done():
+                done, _ = await asyncio.wait({session}, timeout=grace)
+                if not done:
+                    log.warning("controller %d: session did not end %.0fs after stop; abandoning it",
+                                self.controller_id, grace)
+                    session.cancel()
+                    await asyncio.wait({session}, timeout=grace)
+                    return
+            session.result()
+        finally:
+            stopping.cancel()
+            if not session.done():
+                session.cancel()
 
     def _endpoint(self) -> EndPoint | None:
         # The broker→controller listener arrives with issue 3; advertise nothing until then.
@@ -98,7 +125,7 @@ class KafkaController:
             self.config.zookeeper_connection_timeout_ms,
         )
         try:
-            await asyncio.to_thread(zk.start)
+            await asyncio.to_thread(zk.start, self._stopping_threads)
             self._connected.set()
             zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, gen, state))
             while not self._stopping.is_set() and self._deposed_reason is None:
@@ -236,6 +263,9 @@ class KafkaController:
             await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
         elif event == TOPIC_DELETION:
             marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, TOPIC_DELETION))
+            if marked - set(self.context.assignments):
+                # a topic created and marked at once: learn of it first, or its marker looks stray
+                await self._handle(zk, gen, TOPIC_CHANGE)
             await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
 
     async def _execute(self, zk: ControllerZkClient, decide) -> None:

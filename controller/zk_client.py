@@ -10,6 +10,8 @@ it was deposed (ControllerMovedError) instead of overwriting its successor's dec
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -46,13 +48,26 @@ def split_connect(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
 
 
-def ensure_chroot(connect: str, timeout: float = 10.0) -> None:
+def start_client(zk: KazooClient, timeout: float, stop: threading.Event | None = None) -> None:
+    """kazoo's start(), but given up at once when `stop` is set (a process asked to exit while
+    ZooKeeper is unreachable must not hang for the whole connection timeout)."""
+    connected = zk.start_async()
+    deadline = time.monotonic() + timeout
+    while not connected.wait(0.1):
+        if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
+            zk.stop()
+            zk.close()
+            raise TimeoutError(f"no ZooKeeper connection to {zk.hosts} " + (
+                "(stopping)" if stop is not None and stop.is_set() else f"within {timeout:.0f}s"))
+
+
+def ensure_chroot(connect: str, timeout: float = 10.0, stop: threading.Event | None = None) -> None:
     """kazoo does not create the chroot of `zookeeper.connect`; a chroot-less client does."""
     hosts, chroot = split_connect(connect)
     if not chroot:
         return
     zk = KazooClient(hosts=hosts, timeout=timeout)
-    zk.start(timeout=timeout)
+    start_client(zk, timeout, stop)
     try:
         zk.ensure_path(chroot)
     finally:
@@ -84,9 +99,9 @@ class ControllerZkClient:
 
     # --- session -------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        ensure_chroot(self.connect, self.connection_timeout)
-        self.zk.start(timeout=self.connection_timeout)
+    def start(self, stop: threading.Event | None = None) -> None:
+        ensure_chroot(self.connect, self.connection_timeout, stop)
+        start_client(self.zk, self.connection_timeout, stop)
         for path in z.PERSISTENT_PATHS:
             self.zk.ensure_path(path)
 

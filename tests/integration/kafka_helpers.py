@@ -170,7 +170,6 @@ def kafka_python_produce(bootstrap: str, topic: str, records: list[Record], comp
         linger_ms=20,
         batch_size=256 * 1024,
         max_request_size=1 << 20,
-        buffer_memory=64 << 20,
         max_block_ms=int(timeout * 1000),
         request_timeout_ms=30_000,
     )

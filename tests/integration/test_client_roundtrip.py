@@ -2,6 +2,9 @@
 with headers across 6 partitions, with every compression codec, and read back exactly what was
 written, in order per partition."""
 
+import struct
+from pathlib import Path
+
 import pytest
 
 from .kafka_helpers import (
@@ -18,6 +21,23 @@ from .kafka_helpers import (
 
 RECORDS = 100_000
 PARTITIONS = 6
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def stored_codecs(cluster, topic: str) -> set[int]:
+    """Compression codec of every batch in the topic's first segments, read from Kafka's on-disk
+    format (attributes at byte 21 of a v2 batch), to prove the client really compressed."""
+    codecs = set()
+    for broker in cluster.brokers:
+        for part_dir in Path(broker.overrides["log.dirs"]).glob(f"{topic}-*"):
+            data = (part_dir / "00000000000000000000.log").read_bytes()
+            pos = 0
+            while pos + 23 <= len(data):
+                length, = struct.unpack_from(">i", data, pos + 8)
+                attributes, = struct.unpack_from(">h", data, pos + 21)
+                codecs.add(attributes & 7)
+                pos += 12 + length
+    return codecs
 
 
 def check_round_trip(records, delivered, consumed):
@@ -45,6 +65,7 @@ def test_confluent_kafka_round_trip(shared_cluster, codec):
     delivered = confluent_produce(shared_cluster.bootstrap, topic, records, {"compression.type": codec, "acks": "all"})
     consumed = confluent_consume(shared_cluster.bootstrap, topic, PARTITIONS, RECORDS)
     check_round_trip(records, delivered, consumed)
+    assert stored_codecs(shared_cluster, topic) == {CODEC_IDS[codec]}
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -55,6 +76,7 @@ def test_kafka_python_round_trip(shared_cluster, codec):
     delivered = kafka_python_produce(shared_cluster.bootstrap, topic, records, codec)
     consumed = kafka_python_consume(shared_cluster.bootstrap, topic, PARTITIONS, RECORDS)
     check_round_trip(records, delivered, consumed)
+    assert stored_codecs(shared_cluster, topic) == {CODEC_IDS[codec]}
 
 
 def test_each_client_reads_what_the_other_wrote(shared_cluster):

@@ -29,6 +29,7 @@ from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, TopicSpec, topic_name_error
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError
+from .network.encoding import uvarint
 from .zk_client import BrokerZkClient, base64_to_uuid
 
 log = logging.getLogger(__name__)
@@ -75,24 +76,15 @@ def encode_entity(value) -> bytes:
     return buf.getvalue()
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _array_length(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _INT32.pack(n)
+    return uvarint(n + 1) if flexible else _INT32.pack(n)
 
 
 def _nullable_string(value: str | None, flexible: bool) -> bytes:
     if value is None:
         return b"\0" if flexible else b"\xff\xff"
     data = value.encode()
-    return (_uvarint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
+    return (uvarint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
 
 
 def encode_metadata_response(

@@ -11,9 +11,7 @@ import argparse
 import ctypes
 import ctypes.util
 import glob
-import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -34,7 +34,7 @@ from odradek.common import wire
 
 log = logging.getLogger(__name__)
 
-PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, API_VERSIONS = 0, 1, 2, 4, 5, 18
+PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 4, 5, 10, 18
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
@@ -44,6 +44,7 @@ DATA_VERSIONS: dict[int, tuple[int, int]] = {
     LEADER_AND_ISR: (2, 2),
     STOP_REPLICA: (1, 1),
     API_VERSIONS: (0, 3),
+    FIND_COORDINATOR: (0, 4),
 }
 
 
@@ -176,6 +177,7 @@ class KafkaApis:
             LEADER_AND_ISR: self.handle_leader_and_isr,
             STOP_REPLICA: self.handle_stop_replica,
             API_VERSIONS: self.handle_api_versions,
+            FIND_COORDINATOR: self.handle_find_coordinator,
         }
         self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
         if metadata_apis is not None:
@@ -376,6 +378,28 @@ class KafkaApis:
         if version >= 2:
             fields["throttle_time"] = NO_THROTTLE
         return mod.ListOffsetsResponse(**fields)
+
+    # --- FindCoordinator ------------------------------------------------------------------------
+
+    async def handle_find_coordinator(self, header, request):
+        """COORDINATOR_NOT_AVAILABLE for every key until the group coordinator exists.
+
+        Advertised anyway because librdkafka (up to 2.11) enables lz4 and other features only when
+        FindCoordinator v0 is in the ApiVersions list; clients retry this error, so consumers that
+        assign partitions themselves work, and group members wait for the coordinator.
+        """
+        version = int(header.request_api_version)
+        mod = _response_module(FIND_COORDINATOR, version)
+        code = ErrorCode.coordinator_not_available
+        none = dict(node_id=i32(-1), host="", port=i32(-1), error_code=code)
+        if version >= 4:
+            coordinators = tuple(
+                mod.Coordinator(key=key, error_message=None, **none) for key in request.coordinator_keys
+            )
+            return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=coordinators)
+        if version >= 1:
+            return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, error_message=None, **none)
+        return mod.FindCoordinatorResponse(**none)
 
     # --- controller requests --------------------------------------------------------------------
 

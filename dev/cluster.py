@@ -6,9 +6,7 @@ the tests exercise is what a developer runs.
 """
 
 import argparse
-import ctypes
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,23 +19,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from odradek.common import zk_data
-from odradek.dev.zookeeper import ZooKeeperServer, free_port
+from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 
 DEFAULT_CHROOT = "/odradek"
 CONTROLLER_ID_BASE = 1000
-
-_PR_SET_PDEATHSIG = 1
-try:  # looked up once here: the child between fork and exec should only make the call
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _prctl = None
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when the parent dies, so nothing outlives a crash."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-
 
 class ClusterError(RuntimeError):
     """The cluster did not come up (or a process died); the message names the log to read."""
@@ -69,7 +54,7 @@ class ManagedProcess:
             log.flush()
             self.popen = subprocess.Popen(
                 self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                start_new_session=True, preexec_fn=die_with_parent,
             )
         return self
 

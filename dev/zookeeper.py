@@ -5,13 +5,26 @@ Used by `odradek dev` and by the test fixtures, so there is one way to start one
 stall kazoo for seconds).
 """
 
-import os
+import ctypes
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+try:  # looked up once here: the child between fork and exec should only make the call
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def die_with_parent() -> None:
+    """Runs in a child before exec: SIGKILL it when its parent dies, so nothing outlives a crash."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
 
 CLASSPATH_JARS = (
     "/usr/share/java/zookeeper.jar",
@@ -85,7 +98,7 @@ class ZooKeeperServer:
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),
             ],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + timeout

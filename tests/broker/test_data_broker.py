@@ -461,3 +461,25 @@ def test_sigterm_deregisters_and_restart_keeps_data(zk_connect, tmp_path):
             c.close()
     finally:
         assert b2.stop() == 0
+
+
+def test_find_coordinator_answers_not_available_until_groups_exist(broker):
+    """Advertised for librdkafka's feature detection; every key is COORDINATOR_NOT_AVAILABLE."""
+    from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest as V0
+    from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as V3
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as V4
+
+    c = WireClient(broker.port)
+    try:
+        v0 = c.request(V0(key="g"))
+        v3 = c.request(V3(key="g", key_type=0))
+        v4 = c.request(V4(key_type=0, coordinator_keys=("g1", "g2")))
+        assert (v0.error_code, v0.node_id) == (ErrorCode.coordinator_not_available, -1)
+        assert (v3.error_code, v3.node_id) == (ErrorCode.coordinator_not_available, -1)
+        assert [(x.key, x.error_code) for x in v4.coordinators] == [
+            ("g1", ErrorCode.coordinator_not_available),
+            ("g2", ErrorCode.coordinator_not_available),
+        ]
+        assert c.request(V0(key="g")).error_code == ErrorCode.coordinator_not_available  # still serving
+    finally:
+        c.close()

@@ -135,6 +135,10 @@ class Result:
 # Keyless records spread evenly (no sticky partitioning), so no mock partition exceeds its 5 MiB.
 PRODUCE_OPTS = ["-X", "acks=1", "-X", "linger.ms=5", "-X", "queue.buffering.max.messages=1000000",
                 "-X", "sticky.partitioning.linger.ms=0"]
+# librdkafka pauses its fetches (about 1 s, seen here) once more than queued.min.messages
+# (100,000) records are queued locally; a broker that fills partition_max_bytes (as Kafka does)
+# crosses it with 100-byte records, the mock (one batch per partition) does not. Same for both.
+CONSUME_OPTS = ["-X", "queued.min.messages=1000000"]
 
 
 def kcat_produce(bootstrap: str, topic: str, data: Path, records: int, size: int) -> Result:
@@ -147,7 +151,8 @@ def kcat_produce(bootstrap: str, topic: str, data: Path, records: int, size: int
 def kcat_consume(bootstrap: str, topic: str, records: int, size: int) -> Result:
     """One output byte per record (`-f .`), counted here to check nothing is missing."""
     start = time.perf_counter()
-    proc = subprocess.Popen(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "."],
+    proc = subprocess.Popen(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", ".",
+                             *CONSUME_OPTS],
                             stdout=subprocess.PIPE)
     seen = 0
     while chunk := proc.stdout.read(1 << 16):
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         if not files[size].exists() or files[size].stat().st_size != n * (size + 1):
             write_records(files[size], n, size)
 
-    print(f"kcat {PRODUCE_OPTS}; {args.partitions} partitions; median of {args.repeat}; work dir {work}", flush=True)
+    print(f"kcat -P {PRODUCE_OPTS}, -C {CONSUME_OPTS}; {args.partitions} partitions; median of {args.repeat}; work dir {work}", flush=True)
     results: dict[tuple[str, str, int], list[Result]] = {}
     targets = {}
     try:

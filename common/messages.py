@@ -13,7 +13,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
 from kio.schema.response_header.v0.header import ResponseHeader
 from kio.static.constants import EntityType
-from kio.static.primitive import i16, i32, i64
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.static.primitive import i8, i16, i32, i64
 
 _frozen = dataclass(frozen=True, slots=True, kw_only=True)
 
@@ -244,11 +246,80 @@ class ControlledShutdownResponse(_ControlledShutdown):
     remaining_partitions: tuple[RemainingPartition, ...]
 
 
+# --- AlterPartition v1 (Kafka 3.2's; kio has only the topic-id versions 2-3) -----------------------
+# Flexible (compact encodings, tagged fields): request header v2, response header v1.
+
+
+class _AlterPartition(_Message):
+    __api_key__: ClassVar[i16] = i16(56)
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __header_schema__: ClassVar[type] = RequestHeaderV2
+
+
+@_frozen
+class AlterPartitionRequestPartition(_AlterPartition):
+    __type__: ClassVar = EntityType.nested
+    partition_index: i32 = _int32()
+    leader_epoch: i32 = _int32()
+    new_isr: tuple[i32, ...] = _int32()
+    leader_recovery_state: i8 = field(metadata={"kafka_type": "int8"}, default=i8(0))
+    partition_epoch: i32 = _int32()
+    """The state znode version the leader last saw (LeaderAndIsr's zk_version)."""
+
+
+@_frozen
+class AlterPartitionRequestTopic(_AlterPartition):
+    __type__: ClassVar = EntityType.nested
+    topic_name: str = _string()
+    partitions: tuple[AlterPartitionRequestPartition, ...]
+
+
+@_frozen
+class AlterPartitionRequest(_AlterPartition):
+    __type__: ClassVar = EntityType.request
+    broker_id: i32 = _int32()
+    broker_epoch: i64 = _int64()
+    topics: tuple[AlterPartitionRequestTopic, ...]
+
+
+class _AlterPartitionResponse(_AlterPartition):
+    __header_schema__: ClassVar[type] = ResponseHeaderV1
+
+
+@_frozen
+class AlterPartitionResponsePartition(_AlterPartitionResponse):
+    __type__: ClassVar = EntityType.nested
+    partition_index: i32 = _int32()
+    error_code: ErrorCode = _errors()
+    leader_id: i32 = _int32()
+    leader_epoch: i32 = _int32()
+    isr: tuple[i32, ...] = _int32()
+    leader_recovery_state: i8 = field(metadata={"kafka_type": "int8"}, default=i8(0))
+    partition_epoch: i32 = _int32()
+
+
+@_frozen
+class AlterPartitionResponseTopic(_AlterPartitionResponse):
+    __type__: ClassVar = EntityType.nested
+    topic_name: str = _string()
+    partitions: tuple[AlterPartitionResponsePartition, ...]
+
+
+@_frozen
+class AlterPartitionResponse(_AlterPartitionResponse):
+    __type__: ClassVar = EntityType.response
+    throttle_time_ms: i32 = _int32()
+    error_code: ErrorCode = _errors()
+    topics: tuple[AlterPartitionResponseTopic, ...]
+
+
 INTER_BROKER_REQUESTS: dict[int, type] = {
     4: LeaderAndIsrRequest,
     5: StopReplicaRequest,
     6: UpdateMetadataRequest,
     7: ControlledShutdownRequest,
+    56: AlterPartitionRequest,
 }
 """API key → the one request class Odradek speaks for it."""
 
@@ -257,4 +328,5 @@ INTER_BROKER_RESPONSES: dict[int, type] = {
     5: StopReplicaResponse,
     6: UpdateMetadataResponse,
     7: ControlledShutdownResponse,
+    56: AlterPartitionResponse,
 }

@@ -1,0 +1,147 @@
+"""The KafkaCluster custom resource as pydantic models: the single source of truth for the CRD.
+
+Field names are camelCase on the wire (Kubernetes style); defaults make a five-line resource a
+working three-broker cluster with two controllers and a three-node ZooKeeper ensemble.
+"""
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "odradek.io"
+VERSION = "v1alpha1"
+KIND = "KafkaCluster"
+PLURAL = "kafkaclusters"
+SINGULAR = "kafkacluster"
+SHORT_NAMES = ["kc"]
+
+DEFAULT_IMAGE = "odradek:0.1.0"
+DEFAULT_ZOOKEEPER_IMAGE = "zookeeper:3.8"
+
+# Keys the operator derives from the pod and the cluster; a user value would break the cluster.
+OPERATOR_OWNED_KEYS = frozenset({
+    "broker.id",
+    "broker.rack",
+    "zookeeper.connect",
+    "listeners",
+    "advertised.listeners",
+    "log.dirs",
+    "controller.id",
+})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Storage(_Model):
+    size: str = Field("10Gi", description="PersistentVolumeClaim size per pod.")
+    storage_class: str | None = Field(None, description="StorageClass name; the default class if unset.")
+    delete_claim: bool = Field(False, description="Delete the claims when the cluster is deleted.")
+
+
+class Resources(_Model):
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
+class Rack(_Model):
+    topology_key: str = Field(description="Node label whose value becomes broker.rack.")
+
+
+class BrokersSpec(_Model):
+    replicas: int = Field(3, ge=1, description="Broker count; broker id = StatefulSet ordinal.")
+    storage: Storage = Field(default_factory=Storage)
+    resources: Resources = Field(default_factory=Resources)
+    config: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Kafka broker config keys (server.properties)."
+    )
+    rack: Rack | None = None
+
+    @field_validator("config")
+    @classmethod
+    def _no_owned_keys(cls, config: dict) -> dict:
+        owned = sorted(OPERATOR_OWNED_KEYS & set(config))
+        if owned:
+            raise ValueError(f"keys set by the operator cannot be configured: {', '.join(owned)}")
+        return config
+
+
+class ControllerSpec(_Model):
+    replicas: int = Field(2, ge=1, description="Controller candidates; one is active.")
+    resources: Resources = Field(default_factory=Resources)
+
+
+class ZooKeeperSpec(_Model):
+    connect: str | None = Field(
+        None, description="host:port[,...][/chroot] of an existing ensemble; unset = operator-managed."
+    )
+    replicas: int = Field(3, ge=1, description="Ensemble size when operator-managed.")
+    storage: Storage = Field(default_factory=lambda: Storage(size="1Gi"))
+    image: str = DEFAULT_ZOOKEEPER_IMAGE
+    resources: Resources = Field(default_factory=Resources)
+
+    @property
+    def managed(self) -> bool:
+        return self.connect is None
+
+
+class MetricsSpec(_Model):
+    enabled: bool = False
+
+
+class KafkaClusterSpec(_Model):
+    image: str = DEFAULT_IMAGE
+    brokers: BrokersSpec = Field(default_factory=BrokersSpec)
+    controller: ControllerSpec = Field(default_factory=ControllerSpec)
+    zookeeper: ZooKeeperSpec = Field(default_factory=ZooKeeperSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+
+    @model_validator(mode="after")
+    def _zookeeper_chroot(self):
+        connect = self.zookeeper.connect
+        if connect is not None and not connect.strip():
+            raise ValueError("zookeeper.connect must not be empty; omit it for a managed ensemble")
+        return self
+
+
+class Condition(_Model):
+    type: str
+    status: str = Field(description="True, False or Unknown.")
+    reason: str
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str | None = None
+
+
+class BrokersStatus(_Model):
+    desired: int = 0
+    ready: int = 0
+    ids: list[int] = Field(default_factory=list)
+
+
+class KafkaClusterStatus(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    brokers: BrokersStatus = Field(default_factory=BrokersStatus)
+    active_controller: int | None = None
+    bootstrap_servers: str | None = None
+
+
+def parse_spec(spec: dict | None) -> KafkaClusterSpec:
+    """The spec of a resource as a validated model (pydantic.ValidationError when invalid)."""
+    return KafkaClusterSpec.model_validate(spec or {})
+
+
+def spec_error_message(error: Exception) -> str:
+    """A one-line, user-facing summary of a validation error (for a condition message)."""
+    errors = getattr(error, "errors", None)
+    if errors is None:
+        return str(error)
+    parts = []
+    for e in errors():
+        where = ".".join(str(p) for p in e.get("loc", ()))
+        msg = e.get("msg", "").removeprefix("Value error, ")
+        parts.append(f"spec.{where}: {msg}" if where else msg)
+    return "; ".join(parts)

@@ -1,0 +1,102 @@
+"""KafkaCluster models: defaults, validation, and the committed CRD matching the models."""
+
+import jsonschema
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from odradek.operator import crd
+from odradek.operator.models import OPERATOR_OWNED_KEYS, parse_spec, spec_error_message
+
+FIVE_LINES = """
+apiVersion: odradek.io/v1alpha1
+kind: KafkaCluster
+metadata:
+  name: demo
+spec: {}
+"""
+
+
+def crd_schema() -> dict:
+    return crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def test_five_line_resource_is_a_three_broker_cluster():
+    body = yaml.safe_load(FIVE_LINES)
+    spec = parse_spec(body["spec"])
+    assert spec.brokers.replicas == 3
+    assert spec.controller.replicas == 2
+    assert spec.zookeeper.managed and spec.zookeeper.replicas == 3
+    assert spec.metrics.enabled is False
+    jsonschema.validate(body, crd_schema())
+
+
+@pytest.mark.parametrize("key", sorted(OPERATOR_OWNED_KEYS))
+def test_operator_owned_keys_are_rejected_with_a_clear_message(key):
+    with pytest.raises(ValidationError) as info:
+        parse_spec({"brokers": {"config": {key: "x", "num.partitions": 3}}})
+    message = spec_error_message(info.value)
+    assert key in message and "set by the operator" in message
+    assert message.startswith("spec.brokers.config")
+
+
+def test_existing_zookeeper_and_camel_case_fields():
+    spec = parse_spec({
+        "image": "odradek:test",
+        "brokers": {"replicas": 5, "storage": {"size": "1Gi", "storageClass": "fast", "deleteClaim": True},
+                    "config": {"num.partitions": 6, "auto.create.topics.enable": False},
+                    "rack": {"topologyKey": "topology.kubernetes.io/zone"}},
+        "zookeeper": {"connect": "zk-0:2181,zk-1:2181/odradek"},
+    })
+    assert not spec.zookeeper.managed
+    assert spec.brokers.storage.storage_class == "fast" and spec.brokers.storage.delete_claim
+    assert spec.brokers.rack.topology_key == "topology.kubernetes.io/zone"
+
+
+@pytest.mark.parametrize("bad", [
+    {"brokers": {"replicas": 0}},
+    {"brokers": {"replicaz": 3}},
+    {"zookeeper": {"connect": " "}},
+    {"controller": {"replicas": "two"}},
+])
+def test_invalid_specs_are_rejected(bad):
+    with pytest.raises(ValidationError):
+        parse_spec(bad)
+
+
+def test_crd_schema_rejects_what_the_models_reject_structurally():
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"spec": {"brokers": {"replicas": 0}}}, crd_schema())
+    jsonschema.validate({"spec": {"brokers": {"config": {"num.partitions": 3, "x": "y", "b": True}}}},
+                        crd_schema())
+
+
+def _assert_structural(node, path="schema"):
+    """The rules of a structural schema that matter here: every node typed, no refs, no
+    additionalProperties beside properties."""
+    assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+    assert "type" in node or "x-kubernetes-int-or-string" in node, path
+    assert not ("properties" in node and "additionalProperties" in node), path
+    for name, child in node.get("properties", {}).items():
+        _assert_structural(child, f"{path}.{name}")
+    if isinstance(node.get("additionalProperties"), dict):
+        _assert_structural(node["additionalProperties"], f"{path}.*")
+    if "items" in node:
+        _assert_structural(node["items"], f"{path}[]")
+
+
+def test_crd_is_structural_with_status_and_printer_columns():
+    doc = crd.crd()
+    version = doc["spec"]["versions"][0]
+    _assert_structural(version["schema"]["openAPIV3Schema"])
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert {"Brokers", "Controller", "Age"} <= set(columns)
+    assert doc["spec"]["names"]["shortNames"] == ["kc"]
+    assert doc["spec"]["scope"] == "Namespaced"
+
+
+def test_committed_crd_is_up_to_date():
+    assert crd.CRD_PATH.read_text() == crd.render(), (
+        "crds/kafkacluster.yaml is stale: run `python -m odradek.operator.crd`")

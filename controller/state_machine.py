@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from kio.schema.errors import ErrorCode
+
 from odradek.common import messages as m
 from odradek.common.zk_data import (
     BrokerInfo,
@@ -64,6 +66,10 @@ class Decisions:
     topics_to_delete: set[str] | None = None
     deposed: bool = False
     """A partition state was written by a newer controller: stop acting (Kafka's ControllerMoved)."""
+    shutting_down_brokers: set[int] | None = None
+    answer: object = None
+    """For events that are requests (AlterPartition, ControlledShutdown): what to answer, computed
+    with the decision so that a re-decision after a conflict answers what was actually written."""
 
     def requests_to(self, broker_id: int, kind: type | None = None) -> list[object]:
         """The requests (both phases) for one broker, optionally of one type; for tests and logs."""
@@ -82,6 +88,8 @@ def apply_decisions(ctx: ControllerContext, d: Decisions) -> ControllerContext:
         ctx.partition_states[w.tp] = w.state
     if d.topics_to_delete is not None:
         ctx.topics_to_delete = set(d.topics_to_delete)
+    if d.shutting_down_brokers is not None:
+        ctx.shutting_down_brokers = set(d.shutting_down_brokers)
     for topic in d.removed_topics:
         ctx.assignments.pop(topic, None)
         ctx.topics_to_delete.discard(topic)
@@ -362,6 +370,8 @@ def on_broker_change(ctx: ControllerContext, live_brokers: dict[int, BrokerInfo]
     dead = {b for b, info in old.items() if b not in live_brokers or live_brokers[b].epoch != info.epoch}
     born = {b for b, info in live_brokers.items() if b not in old or old[b].epoch != info.epoch}
     d = Decisions(live_brokers=dict(live_brokers))
+    if ctx.shutting_down_brokers & dead:
+        d.shutting_down_brokers = ctx.shutting_down_brokers - dead
     if not dead and not born:
         return d
     if _written_by_newer_controller(ctx):
@@ -437,4 +447,165 @@ def on_topic_deletion(ctx: ControllerContext, marked: set[str]) -> Decisions:
     batch = RequestBatch(ctx, ctx.live_brokers)
     _progress_deletions(ctx, set(marked) | ctx.topics_to_delete, newly, ctx.live_brokers, batch, d)
     d.requests = batch.build()
+    return d
+
+
+# --- broker → controller requests (issue 3) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    """One partition of an AlterPartition request."""
+
+    tp: TopicPartition
+    leader_epoch: int
+    new_isr: tuple[int, ...]
+    partition_epoch: int
+
+
+@dataclass(frozen=True)
+class AlterPartitionAnswer:
+    error: int
+    """Top-level error (NONE, STALE_BROKER_EPOCH); partition results are empty unless NONE."""
+    partitions: dict[TopicPartition, tuple[int, LeaderIsrAndControllerEpoch | None]] = field(default_factory=dict)
+    """Per partition: (error code, state to report: the new one, or the current one if any)."""
+
+
+def _broker_epoch_error(ctx: ControllerContext, broker_id: int, broker_epoch: int) -> int:
+    info = ctx.live_brokers.get(broker_id)
+    if info is None:
+        return int(ErrorCode.broker_not_available)
+    if broker_epoch != -1 and broker_epoch != info.epoch:
+        return int(ErrorCode.stale_broker_epoch)
+    return 0
+
+
+def _check_isr_change(ctx: ControllerContext, broker_id: int, c: IsrChange) -> tuple[int, LeaderIsrAndControllerEpoch | None]:
+    """Kafka's AlterPartition checks, in its order; (0, new state) when the change is valid."""
+    state = ctx.partition_states.get(c.tp)
+    replicas = ctx.replicas(c.tp)
+    if state is None or not replicas or c.tp.topic in ctx.topics_to_delete:
+        return int(ErrorCode.unknown_topic_or_partition), None
+    if state.leader != broker_id:
+        return int(ErrorCode.not_leader_or_follower), state
+    if c.leader_epoch != state.leader_epoch:
+        return int(ErrorCode.fenced_leader_epoch), state
+    new_isr = tuple(c.new_isr)
+    if tuple(state.isr) == new_isr:
+        return 0, state  # already so (a retry after a lost answer): idempotent
+    if c.partition_epoch != state.zk_version:
+        return int(ErrorCode.invalid_update_version), state
+    added = set(new_isr) - set(state.isr)
+    if (broker_id not in new_isr or len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(replicas)
+            or any(b not in ctx.live_brokers or b in ctx.shutting_down_brokers for b in added)):
+        return int(ErrorCode.invalid_request), state
+    return 0, LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch, new_isr, ctx.epoch, state.zk_version + 1)
+
+
+def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int, changes: Iterable[IsrChange]) -> Decisions:
+    """A leader asks to shrink or expand an ISR. The leader epoch stays (as in Kafka's ZooKeeper
+    controller); the partition epoch (znode version) must be the one the leader saw, so that two
+    changes made from the same state cannot both win: the second gets INVALID_UPDATE_VERSION and
+    waits for the state that carries the first. Valid changes are written with compare-and-set
+    and announced to every live broker by UpdateMetadata."""
+    if _written_by_newer_controller(ctx):
+        return Decisions(deposed=True)
+    error = _broker_epoch_error(ctx, broker_id, broker_epoch)
+    if error:
+        return Decisions(answer=AlterPartitionAnswer(error))
+    d = Decisions()
+    results = {}
+    updates = {}
+    for c in changes:
+        code, state = _check_isr_change(ctx, broker_id, c)
+        results[c.tp] = (code, state)
+        if code == 0 and state is not ctx.partition_states[c.tp]:
+            d.state_writes.append(StateWrite(c.tp, state, ctx.partition_states[c.tp].zk_version))
+            updates[c.tp] = (state, ctx.replicas(c.tp))
+    if updates:
+        batch = RequestBatch(ctx, ctx.live_brokers)
+        batch.add_update_metadata(ctx.live_brokers, updates)
+        d.requests = batch.build()
+    d.answer = AlterPartitionAnswer(0, results)
+    return d
+
+
+@dataclass(frozen=True)
+class ControlledShutdownAnswer:
+    error: int
+    remaining: tuple[TopicPartition, ...] = ()
+
+
+def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch: int) -> Decisions:
+    """A broker about to stop asks to be relieved (Kafka's doControlledShutdown).
+
+    It joins the shutting-down set (never elected, never added back to an ISR); each partition it
+    leads moves to the first other replica that is live, in the ISR and not shutting down, with the
+    ISR minus the broker; each partition it follows drops it from the ISR. Both bump the leader
+    epoch, so replicas get LeaderAndIsr and everyone UpdateMetadata. Partitions it still leads
+    (no other ISR member) are answered as remaining, except single-replica ones, which cannot move
+    and would only make the broker wait (Kafka leaves them out too)."""
+    if _written_by_newer_controller(ctx):
+        return Decisions(deposed=True)
+    error = _broker_epoch_error(ctx, broker_id, broker_epoch)
+    if error:
+        return Decisions(answer=ControlledShutdownAnswer(error))
+    shutting = ctx.shutting_down_brokers | {broker_id}
+    d = Decisions(shutting_down_brokers=set(shutting))
+    batch = RequestBatch(ctx, ctx.live_brokers)
+    updates = {}
+    remaining = []
+    for tp in ctx.all_partitions():
+        replicas = ctx.replicas(tp)
+        state = ctx.partition_states.get(tp)
+        if broker_id not in replicas or state is None or tp.topic in ctx.topics_to_delete:
+            continue
+        new = None
+        if state.leader == broker_id:
+            candidates = [r for r in replicas if r in state.isr and r in ctx.live_brokers and r not in shutting]
+            if candidates:
+                new = LeaderIsrAndControllerEpoch(candidates[0], state.leader_epoch + 1,
+                                                  tuple(b for b in state.isr if b != broker_id), ctx.epoch,
+                                                  state.zk_version + 1)
+            elif len(replicas) > 1:
+                remaining.append(tp)
+        elif broker_id in state.isr and len(state.isr) > 1:
+            new = LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch + 1,
+                                              tuple(b for b in state.isr if b != broker_id), ctx.epoch,
+                                              state.zk_version + 1)
+        if new is not None:
+            d.state_writes.append(StateWrite(tp, new, state.zk_version))
+            batch.add_leader_and_isr(replicas, tp, new, replicas)
+            updates[tp] = (new, replicas)
+    if updates:
+        batch.add_update_metadata(ctx.live_brokers, updates)
+        d.requests = batch.build()
+    d.answer = ControlledShutdownAnswer(0, tuple(remaining))
+    return d
+
+
+def on_preferred_replica_election(ctx: ControllerContext) -> Decisions:
+    """Auto leader rebalance: every partition whose preferred replica (the first assigned) is
+    live, in the ISR and not shutting down, but not the leader, moves leadership back to it."""
+    if _written_by_newer_controller(ctx):
+        return Decisions(deposed=True)
+    d = Decisions()
+    batch = RequestBatch(ctx, ctx.live_brokers)
+    updates = {}
+    for tp in ctx.all_partitions():
+        replicas = ctx.replicas(tp)
+        state = ctx.partition_states.get(tp)
+        if state is None or not replicas or tp.topic in ctx.topics_to_delete:
+            continue
+        preferred = replicas[0]
+        if (state.leader == preferred or preferred not in state.isr or preferred not in ctx.live_brokers
+                or preferred in ctx.shutting_down_brokers):
+            continue
+        new = LeaderIsrAndControllerEpoch(preferred, state.leader_epoch + 1, state.isr, ctx.epoch, state.zk_version + 1)
+        d.state_writes.append(StateWrite(tp, new, state.zk_version))
+        batch.add_leader_and_isr(replicas, tp, new, replicas)
+        updates[tp] = (new, replicas)
+    if updates:
+        batch.add_update_metadata(ctx.live_brokers, updates)
+        d.requests = batch.build()
     return d

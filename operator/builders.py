@@ -1,0 +1,300 @@
+"""Desired Kubernetes objects as pure functions of a KafkaCluster (no API server needed).
+
+Broker id = StatefulSet ordinal (pod `<name>-broker-<id>`). Brokers roll under the operator's
+control (`updateStrategy: OnDelete`): the pod template carries a config hash, and the operator
+deletes one pod at a time whose hash differs (see odradek.operator.rolling).
+"""
+
+import hashlib
+import json
+
+from odradek.operator.models import GROUP, KIND, VERSION, KafkaClusterSpec, Storage
+
+BROKER_PORT = 9092
+CONTROLLER_PORT = 9093
+ZK_CLIENT_PORT = 2181
+CONFIG_HASH = f"{GROUP}/config-hash"
+CONFIG_DIR = "/etc/odradek"
+DATA_DIR = "/var/lib/odradek"
+PROBE = ["python", "-P", "-m", "odradek.operator.probe"]
+
+
+def labels(name: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "odradek",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "odradek",
+        "app.kubernetes.io/managed-by": "odradek-operator",
+    }
+
+
+def selector(name: str, component: str) -> dict[str, str]:
+    return {k: v for k, v in labels(name, component).items()
+            if k in ("app.kubernetes.io/instance", "app.kubernetes.io/component")}
+
+
+def owner_reference(body: dict) -> dict:
+    meta = body["metadata"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def _meta(body: dict, name: str, component: str, **extra) -> dict:
+    meta = body["metadata"]
+    return {"name": name, "namespace": meta["namespace"], "labels": labels(meta["name"], component),
+            "ownerReferences": [owner_reference(body)], **extra}
+
+
+def _resources(res) -> dict:
+    return {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v}
+
+
+def _claim(storage: Storage) -> dict:
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
+    if storage.storage_class:
+        spec["storageClassName"] = storage.storage_class
+    return {"metadata": {"name": "data"}, "spec": spec}
+
+
+def _retention(storage: Storage) -> dict:
+    return {"whenDeleted": "Delete" if storage.delete_claim else "Retain", "whenScaled": "Retain"}
+
+
+def _properties(props: dict) -> str:
+    def text(v):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    return "".join(f"{k}={text(v)}\n" for k, v in sorted(props.items()))
+
+
+def _pdb(body: dict, name: str, component: str) -> dict:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": _meta(body, name, component),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(body["metadata"]["name"], component)}}}
+
+
+def _service(body, name, component, ports, headless=False) -> dict:
+    spec = {"selector": selector(body["metadata"]["name"], component),
+            "ports": [{"name": n, "port": p, "targetPort": p} for n, p in ports]}
+    if headless:
+        spec.update(clusterIP="None", publishNotReadyAddresses=True)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(body, name, component), "spec": spec}
+
+
+def _config_map(body, name, component, data) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(body, name, component), "data": data}
+
+
+def _pod_env() -> list[dict]:
+    def field(path):
+        return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+    return [{"name": "POD_NAME", **field("metadata.name")}, {"name": "POD_IP", **field("status.podIP")},
+            {"name": "POD_NAMESPACE", **field("metadata.namespace")}]
+
+
+# --- names ------------------------------------------------------------------------------------
+
+def names(name: str) -> dict[str, str]:
+    return {
+        "zookeeper": f"{name}-zookeeper", "zookeeper_headless": f"{name}-zookeeper-headless",
+        "controller": f"{name}-controller", "broker": f"{name}-broker",
+        "broker_headless": f"{name}-broker-headless", "bootstrap": f"{name}-bootstrap",
+    }
+
+
+def zookeeper_connect(body: dict, spec: KafkaClusterSpec) -> str:
+    if not spec.zookeeper.managed:
+        return spec.zookeeper.connect
+    meta = body["metadata"]
+    return f"{names(meta['name'])['zookeeper']}.{meta['namespace']}.svc:{ZK_CLIENT_PORT}/odradek"
+
+
+def bootstrap_servers(body: dict) -> str:
+    meta = body["metadata"]
+    return f"{names(meta['name'])['bootstrap']}.{meta['namespace']}.svc:{BROKER_PORT}"
+
+
+def broker_host(body: dict, broker_id: int) -> str:
+    meta = body["metadata"]
+    n = names(meta["name"])
+    return f"{n['broker']}-{broker_id}.{n['broker_headless']}.{meta['namespace']}.svc"
+
+
+# --- ZooKeeper ----------------------------------------------------------------------------------
+
+def zookeeper_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
+    if not spec.zookeeper.managed:
+        return []
+    meta, zk = body["metadata"], spec.zookeeper
+    n = names(meta["name"])
+    servers = " ".join(
+        f"server.{i + 1}={n['zookeeper']}-{i}.{n['zookeeper_headless']}.{meta['namespace']}.svc"
+        f":2888:3888;{ZK_CLIENT_PORT}" for i in range(zk.replicas))
+    config = _config_map(body, n["zookeeper"], "zookeeper", {
+        "ZOO_SERVERS": servers, "ZOO_STANDALONE_ENABLED": "false",
+        "ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok", "ZOO_DATA_DIR": "/data",
+    })
+    container = {
+        "name": "zookeeper", "image": zk.image,
+        # ZooKeeper's myid is ordinal + 1 (ids start at 1).
+        "command": ["bash", "-c", 'export ZOO_MY_ID=$(( ${HOSTNAME##*-} + 1 )) && '
+                    'exec /docker-entrypoint.sh zkServer.sh start-foreground'],
+        "envFrom": [{"configMapRef": {"name": n["zookeeper"]}}],
+        "ports": [{"name": "client", "containerPort": ZK_CLIENT_PORT},
+                  {"name": "peer", "containerPort": 2888}, {"name": "election", "containerPort": 3888}],
+        "readinessProbe": {"exec": {"command": ["zkServer.sh", "status"]},
+                           "periodSeconds": 10, "timeoutSeconds": 5},
+        "livenessProbe": {"tcpSocket": {"port": ZK_CLIENT_PORT}, "initialDelaySeconds": 15},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    if _resources(zk.resources):
+        container["resources"] = _resources(zk.resources)
+    sts = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["zookeeper"], "zookeeper"),
+        "spec": {
+            "serviceName": n["zookeeper_headless"], "replicas": zk.replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector(meta["name"], "zookeeper")},
+            "persistentVolumeClaimRetentionPolicy": _retention(zk.storage),
+            "template": {"metadata": {"labels": labels(meta["name"], "zookeeper")},
+                         "spec": {"containers": [container],
+                                  "securityContext": {"fsGroup": 1000}}},
+            "volumeClaimTemplates": [_claim(zk.storage)],
+        },
+    }
+    return [
+        config,
+        _service(body, n["zookeeper_headless"], "zookeeper",
+                 [("client", ZK_CLIENT_PORT), ("peer", 2888), ("election", 3888)], headless=True),
+        _service(body, n["zookeeper"], "zookeeper", [("client", ZK_CLIENT_PORT)]),
+        sts,
+        _pdb(body, n["zookeeper"], "zookeeper"),
+    ]
+
+
+# --- controller ---------------------------------------------------------------------------------
+
+def controller_properties(body: dict, spec: KafkaClusterSpec) -> dict:
+    return {"zookeeper.connect": zookeeper_connect(body, spec),
+            "default.replication.factor": min(3, spec.brokers.replicas)}
+
+
+def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
+    meta = body["metadata"]
+    n = names(meta["name"])
+    props = _properties(controller_properties(body, spec))
+    config = _config_map(body, n["controller"], "controller", {"controller.properties": props})
+    probe = {"exec": {"command": [*PROBE, "controller", "--config", f"{CONFIG_DIR}/controller.properties"]},
+             "periodSeconds": 10, "timeoutSeconds": 5}
+    container = {
+        "name": "controller", "image": spec.image,
+        # controller.id is derived from the pod name (the probe computes the same id).
+        "command": ["sh", "-c",
+                    f"exec odradek controller --config {CONFIG_DIR}/controller.properties "
+                    f"--override controller.id=$({' '.join(PROBE)} controller-id) "
+                    f"--override listeners=PLAINTEXT://${{POD_IP}}:{CONTROLLER_PORT}"],
+        "env": _pod_env(),
+        "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT}],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "initialDelaySeconds": 30, "failureThreshold": 6},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}],
+    }
+    if _resources(spec.controller.resources):
+        container["resources"] = _resources(spec.controller.resources)
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(body, n["controller"], "controller"),
+        "spec": {
+            "replicas": spec.controller.replicas,
+            "selector": {"matchLabels": selector(meta["name"], "controller")},
+            "template": {
+                "metadata": {"labels": labels(meta["name"], "controller"),
+                             "annotations": {CONFIG_HASH: config_hash(props, spec.image)}},
+                "spec": {"containers": [container], "securityContext": {"runAsNonRoot": True},
+                         "volumes": [{"name": "config", "configMap": {"name": n["controller"]}}]},
+            },
+        },
+    }
+    return [config, deployment, _pdb(body, n["controller"], "controller")]
+
+
+# --- brokers --------------------------------------------------------------------------------------
+
+def broker_properties(body: dict, spec: KafkaClusterSpec) -> dict:
+    """server.properties shared by every broker; broker.id and advertised.listeners come per pod."""
+    defaults = {"default.replication.factor": min(3, spec.brokers.replicas),
+                "min.insync.replicas": min(2, spec.brokers.replicas)}
+    return {**defaults, **spec.brokers.config,
+            "zookeeper.connect": zookeeper_connect(body, spec),
+            "listeners": f"PLAINTEXT://0.0.0.0:{BROKER_PORT}",
+            "log.dirs": f"{DATA_DIR}/logs"}
+
+
+def config_hash(properties_text: str, image: str) -> str:
+    """What forces a restart: the rendered config and the image (replica count is not in it)."""
+    return hashlib.sha256(json.dumps([properties_text, image]).encode()).hexdigest()[:16]
+
+
+def broker_config_hash(body: dict, spec: KafkaClusterSpec) -> str:
+    return config_hash(_properties(broker_properties(body, spec)), spec.image)
+
+
+def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict]:
+    """`replicas` overrides the spec's count (the operator keeps brokers that still hold data)."""
+    meta = body["metadata"]
+    n = names(meta["name"])
+    props = _properties(broker_properties(body, spec))
+    config = _config_map(body, n["broker"], "broker", {"server.properties": props})
+    advertised = f"PLAINTEXT://${{POD_NAME}}.{n['broker_headless']}.${{POD_NAMESPACE}}.svc:{BROKER_PORT}"
+    container = {
+        "name": "broker", "image": spec.image,
+        "command": ["sh", "-c",
+                    f"exec odradek broker --config {CONFIG_DIR}/server.properties "
+                    "--override broker.id=${POD_NAME##*-} "
+                    f"--override advertised.listeners={advertised}"],
+        "env": _pod_env(),
+        "ports": [{"name": "kafka", "containerPort": BROKER_PORT}],
+        # Ready = registered in ZooKeeper under its own id and serving on its listener.
+        "readinessProbe": {"exec": {"command": [*PROBE, "broker", "--config", f"{CONFIG_DIR}/server.properties"]},
+                           "periodSeconds": 10, "timeoutSeconds": 5},
+        "livenessProbe": {"tcpSocket": {"port": BROKER_PORT}, "initialDelaySeconds": 30},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}, {"name": "data", "mountPath": DATA_DIR}],
+    }
+    if _resources(spec.brokers.resources):
+        container["resources"] = _resources(spec.brokers.resources)
+    pod_spec = {"containers": [container], "terminationGracePeriodSeconds": 60,
+                "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
+                "volumes": [{"name": "config", "configMap": {"name": n["broker"]}}]}
+    if spec.brokers.rack:
+        pod_spec["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": spec.brokers.rack.topology_key, "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector(meta["name"], "broker")}}]
+    annotations = {CONFIG_HASH: config_hash(props, spec.image)}
+    if spec.metrics.enabled:
+        annotations[f"{GROUP}/metrics"] = "enabled"
+    sts = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["broker"], "broker"),
+        "spec": {
+            "serviceName": n["broker_headless"],
+            "replicas": spec.brokers.replicas if replicas is None else replicas,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": selector(meta["name"], "broker")},
+            "persistentVolumeClaimRetentionPolicy": _retention(spec.brokers.storage),
+            "template": {"metadata": {"labels": labels(meta["name"], "broker"), "annotations": annotations},
+                         "spec": pod_spec},
+            "volumeClaimTemplates": [_claim(spec.brokers.storage)],
+        },
+    }
+    return [
+        config,
+        _service(body, n["broker_headless"], "broker", [("kafka", BROKER_PORT)], headless=True),
+        _service(body, n["bootstrap"], "broker", [("kafka", BROKER_PORT)]),
+        sts,
+        _pdb(body, n["broker"], "broker"),
+    ]
+
+
+def desired_objects(body: dict, spec: KafkaClusterSpec, broker_replicas: int | None = None) -> list[dict]:
+    """Every object the cluster consists of, in the order to apply them."""
+    return [*zookeeper_objects(body, spec), *controller_objects(body, spec),
+            *broker_objects(body, spec, broker_replicas)]

@@ -1,0 +1,96 @@
+"""Pod probes and pod-derived ids, run inside the image (`python -P -m odradek.operator.probe`).
+
+- `broker --config F`: ready when `/brokers/ids/<ordinal>` exists in ZooKeeper and the listener
+  accepts connections (registered and serving).
+- `controller --config F`: ready when ZooKeeper is reachable and an active controller exists or
+  this pod is it; prints "active" or "standby" (a healthy standby is ready).
+- `controller-id`: this pod's controller.id, derived from its name (stable across probe calls).
+"""
+
+import argparse
+import os
+import socket
+import sys
+import zlib
+
+from odradek.common.config import load_properties
+
+CONTROLLER_ID_BASE = 1000
+
+
+def controller_id_for(pod_name: str) -> int:
+    """Distinct from broker ids (dev uses 1000+j too); collisions need equal crc32 values."""
+    return CONTROLLER_ID_BASE + zlib.crc32(pod_name.encode()) % 1_000_000
+
+
+def ordinal(pod_name: str) -> int:
+    return int(pod_name.rsplit("-", 1)[1])
+
+
+def _zk(connect: str, timeout: float):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=connect, timeout=timeout, connection_retry={"max_tries": 1})
+    client.start(timeout=timeout)
+    return client
+
+
+def broker_ready(connect: str, broker_id: int, port: int, timeout: float = 3.0) -> tuple[bool, str]:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            pass
+    except OSError as e:
+        return False, f"listener 127.0.0.1:{port} not serving: {e}"
+    try:
+        zk = _zk(connect, timeout)
+    except Exception as e:  # noqa: BLE001 - any failure means not ready
+        return False, f"ZooKeeper unreachable: {e}"
+    try:
+        if zk.exists(f"/brokers/ids/{broker_id}") is None:
+            return False, f"broker {broker_id} not registered"
+        return True, f"broker {broker_id} registered and serving"
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def controller_role(connect: str, controller_id: int, timeout: float = 3.0) -> tuple[bool, str]:
+    import json
+
+    try:
+        zk = _zk(connect, timeout)
+    except Exception as e:  # noqa: BLE001
+        return False, f"ZooKeeper unreachable: {e}"
+    try:
+        found = zk.exists("/controller")
+        if found is None:
+            return True, "standby (no active controller yet)"
+        data, _ = zk.get("/controller")
+        active = json.loads(data).get("brokerid")
+        return True, "active" if active == controller_id else f"standby (active: {active})"
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="odradek.operator.probe", description=__doc__)
+    p.add_argument("what", choices=["broker", "controller", "controller-id"])
+    p.add_argument("--config")
+    p.add_argument("--pod-name", default=os.environ.get("POD_NAME") or socket.gethostname())
+    p.add_argument("--port", type=int, default=9092)
+    args = p.parse_args(argv)
+    if args.what == "controller-id":
+        print(controller_id_for(args.pod_name))
+        return 0
+    connect = load_properties(args.config)["zookeeper.connect"]
+    if args.what == "broker":
+        ok, message = broker_ready(connect, ordinal(args.pod_name), args.port)
+    else:
+        ok, message = controller_role(connect, controller_id_for(args.pod_name))
+    print(message)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Desired objects: snapshot-tested, schema-validated, and checked for the properties that matter."""
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from odradek.operator import builders
+from odradek.operator.models import parse_spec
+from op_validation import validate
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+UID = "0b5c3f9e-0000-4000-8000-000000000001"
+
+
+def resource(spec: dict, name="demo", namespace="kafka") -> dict:
+    return {"apiVersion": "odradek.io/v1alpha1", "kind": "KafkaCluster",
+            "metadata": {"name": name, "namespace": namespace, "uid": UID, "generation": 1},
+            "spec": spec}
+
+
+CASES = {
+    "default": {},
+    "external-zookeeper": {
+        "image": "registry.example/odradek:1.2.3",
+        "brokers": {"replicas": 5, "storage": {"size": "50Gi", "storageClass": "fast", "deleteClaim": True},
+                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+                    "config": {"num.partitions": 6, "auto.create.topics.enable": False},
+                    "rack": {"topologyKey": "topology.kubernetes.io/zone"}},
+        "controller": {"replicas": 3},
+        "zookeeper": {"connect": "zk-0.zk:2181,zk-1.zk:2181/odradek"},
+        "metrics": {"enabled": True},
+    },
+}
+
+
+def render(case: str) -> str:
+    body = resource(CASES[case])
+    return yaml.safe_dump_all(builders.desired_objects(body, parse_spec(body["spec"])), sort_keys=True)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_snapshot(case):
+    path = SNAPSHOTS / f"{case}.yaml"
+    text = render(case)
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.read_text() == text, f"{path.name} changed: re-run with UPDATE_SNAPSHOTS=1 and review the diff"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_object_validates_strictly(case):
+    body = resource(CASES[case])
+    objects = builders.desired_objects(body, parse_spec(body["spec"]))
+    for obj in objects:
+        validate(obj)
+    validate(body)
+
+
+def by_kind_name(objects):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def test_default_cluster_shape():
+    body = resource({})
+    objs = by_kind_name(builders.desired_objects(body, parse_spec({})))
+    assert set(objs) == {
+        ("ConfigMap", "demo-zookeeper"), ("Service", "demo-zookeeper-headless"), ("Service", "demo-zookeeper"),
+        ("StatefulSet", "demo-zookeeper"), ("PodDisruptionBudget", "demo-zookeeper"),
+        ("ConfigMap", "demo-controller"), ("Deployment", "demo-controller"), ("PodDisruptionBudget", "demo-controller"),
+        ("ConfigMap", "demo-broker"), ("Service", "demo-broker-headless"), ("Service", "demo-bootstrap"),
+        ("StatefulSet", "demo-broker"), ("PodDisruptionBudget", "demo-broker"),
+    }
+    brokers = objs[("StatefulSet", "demo-broker")]["spec"]
+    assert brokers["replicas"] == 3 and brokers["updateStrategy"] == {"type": "OnDelete"}
+    assert objs[("StatefulSet", "demo-zookeeper")]["spec"]["replicas"] == 3
+    assert objs[("Deployment", "demo-controller")]["spec"]["replicas"] == 2
+    assert objs[("PodDisruptionBudget", "demo-broker")]["spec"]["maxUnavailable"] == 1
+    assert objs[("Service", "demo-broker-headless")]["spec"]["clusterIP"] == "None"
+    for obj in objs.values():
+        meta = obj["metadata"]
+        assert meta["namespace"] == "kafka"
+        assert meta["ownerReferences"] == [{"apiVersion": "odradek.io/v1alpha1", "kind": "KafkaCluster",
+                                            "name": "demo", "uid": UID, "controller": True,
+                                            "blockOwnerDeletion": True}]
+        assert meta["labels"]["app.kubernetes.io/instance"] == "demo"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "odradek-operator"
+    props = objs[("ConfigMap", "demo-broker")]["data"]["server.properties"]
+    assert "zookeeper.connect=demo-zookeeper.kafka.svc:2181/odradek\n" in props
+    assert "broker.id" not in props  # the ordinal, given per pod
+    command = brokers["template"]["spec"]["containers"][0]["command"][-1]
+    assert "--override broker.id=${POD_NAME##*-}" in command
+
+
+def test_config_hash_changes_with_config_and_image_not_with_replicas():
+    base = resource({})
+    h = builders.broker_config_hash(base, parse_spec({}))
+    assert h == builders.broker_config_hash(base, parse_spec({"brokers": {"replicas": 7}}))
+    assert h != builders.broker_config_hash(base, parse_spec({"brokers": {"config": {"num.partitions": 2}}}))
+    assert h != builders.broker_config_hash(base, parse_spec({"image": "odradek:next"}))
+
+
+def test_external_zookeeper_creates_no_ensemble():
+    body = resource(CASES["external-zookeeper"])
+    objs = builders.desired_objects(body, parse_spec(body["spec"]))
+    assert not [o for o in objs if o["metadata"]["labels"]["app.kubernetes.io/component"] == "zookeeper"]
+    cm = by_kind_name(objs)[("ConfigMap", "demo-broker")]["data"]["server.properties"]
+    assert "zookeeper.connect=zk-0.zk:2181,zk-1.zk:2181/odradek\n" in cm
+    assert "auto.create.topics.enable=false\n" in cm
+
+
+def test_broker_count_override_keeps_brokers_that_hold_data():
+    body = resource({"brokers": {"replicas": 2}})
+    sts = by_kind_name(builders.desired_objects(body, parse_spec(body["spec"]), broker_replicas=4))
+    assert sts[("StatefulSet", "demo-broker")]["spec"]["replicas"] == 4
+
+
+def test_validation_catches_a_misspelt_field():
+    body = resource({})
+    sts = by_kind_name(builders.desired_objects(body, parse_spec({})))[("StatefulSet", "demo-broker")]
+    sts["spec"]["updateStrategy"]["tpye"] = "OnDelete"
+    with pytest.raises(Exception, match="tpye"):
+        validate(sts)

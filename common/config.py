@@ -66,7 +66,8 @@ class BrokerConfig(ZkClientConfig):
 
 class ControllerConfig(ZkClientConfig):
     controller_id: int = Field(alias="controller.id")
-    listeners: str = Field("PLAINTEXT://127.0.0.1:9093", alias="listeners")
+    listeners: str = Field("PLAINTEXT://127.0.0.1:9190", alias="listeners")
+    """Where brokers send AlterPartition and ControlledShutdown; not 9093, which `odradek dev` brokers use."""
     default_replication_factor: int = Field(1, alias="default.replication.factor")
     unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
     auto_leader_rebalance_enable: bool = Field(True, alias="auto.leader.rebalance.enable")

@@ -16,11 +16,13 @@ import threading
 
 from kazoo.protocol.states import KazooState
 
+from odradek.broker.network.socket_server import SocketServer
 from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.zk_data import ControllerInfo, EndPoint
 
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
+from .controller_apis import ALTER_PARTITION, CONTROLLED_SHUTDOWN, ControllerApis, isr_changes
 from .context import ControllerContext
 from .zk_client import ControllerMovedError, ControllerZkClient
 
@@ -34,7 +36,18 @@ CONTROLLER_CHANGE = "controller"
 BROKER_CHANGE = "brokers"
 TOPIC_CHANGE = "topics"
 TOPIC_DELETION = "deletions"
-EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, TOPIC_DELETION)
+AUTO_REBALANCE = "rebalance"
+EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, TOPIC_DELETION, AUTO_REBALANCE)
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+
+
+class _BrokerRequest:
+    """A broker's request waiting for the event loop; `future` gets the decision's answer."""
+
+    def __init__(self, api_key: int, payload: object, future: asyncio.Future):
+        self.api_key = api_key
+        self.payload = payload
+        self.future = future
 
 
 class Deposed(Exception):
@@ -63,6 +76,9 @@ class KafkaController:
         self._deposed_reason: str | None = None
         self._suspended_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.listener: SocketServer | None = None
+        self._listener_endpoint: EndPoint | None = None
+        self._inflight: set[asyncio.Future] = set()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -72,8 +88,48 @@ class KafkaController:
         self._stopping_threads.set()
         self._post(self._generation, "stop")
 
+    async def start_listener(self) -> EndPoint | None:
+        """Bind the first listener (port 0 → any free port); standbys answer NOT_CONTROLLER."""
+        ep = controller_endpoint(self.config)
+        if ep is None or self.listener is not None:
+            return self._listener_endpoint
+        self.listener = SocketServer(ep.host, ep.port, ControllerApis(self).handle, MAX_REQUEST_BYTES)
+        port = await self.listener.start()
+        self._listener_endpoint = EndPoint(ep.host, port, ep.listener)
+        log.info("controller %d: listening on %s", self.controller_id, self._listener_endpoint.url())
+        return self._listener_endpoint
+
+    async def submit(self, api_key: int, payload: object):
+        """A broker's request, decided by the active controller's event loop; None when this
+        controller is not active or was deposed before deciding (the broker hears NOT_CONTROLLER)."""
+        if not self.active.is_set():
+            return None
+        future = asyncio.get_running_loop().create_future()
+        self._inflight.add(future)
+        self._events.put_nowait(_BrokerRequest(api_key, payload, future))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            self._inflight.discard(future)
+
+    def _fail_inflight(self) -> None:
+        for future in list(self._inflight):
+            if not future.done():
+                future.set_result(None)
+
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        try:
+            await self.start_listener()
+            await self._run_sessions()
+        finally:
+            if self.listener is not None:
+                await self.listener.stop()
+                self.listener = None
+
+    async def _run_sessions(self) -> None:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
@@ -110,8 +166,8 @@ class KafkaController:
                 session.cancel()
 
     def _endpoint(self) -> EndPoint | None:
-        # The broker→controller listener arrives with issue 3; advertise nothing until then.
-        return None
+        """Published in /controller: where brokers find the active controller's listener."""
+        return self._listener_endpoint
 
     async def _session(self) -> None:
         """One ZooKeeper session: candidate, standby or active, until it ends."""
@@ -213,6 +269,7 @@ class KafkaController:
         finally:
             self._acting = None
             self.active.clear()
+            self._fail_inflight()
             channels, self.channels = self.channels, None
             await channels.close()
             self.context = None
@@ -235,18 +292,52 @@ class KafkaController:
         self.active.set()
         log.info("controller %d: active with %d brokers, %d topics", self.controller_id,
                  len(ctx.live_brokers), len(ctx.assignments))
+        rebalance = None
+        if self.config.auto_leader_rebalance_enable:
+            rebalance = asyncio.create_task(self._rebalance_timer(gen), name="controller-rebalance-timer")
+        try:
+            while True:
+                items = [await self._events.get()]
+                while not self._events.empty():
+                    items.append(self._events.get_nowait())
+                pending = {e for e in items if isinstance(e, str)}
+                requests = [e for e in items if isinstance(e, _BrokerRequest)]
+                if "stop" in pending:
+                    return
+                if "lost" in pending:
+                    raise Deposed(self._deposed_reason or "session lost")
+                await self._connected.wait()
+                for event in EVENT_ORDER:
+                    if event in pending:
+                        await self._handle(zk, gen, event)
+                for request in requests:
+                    await self._handle_request(zk, request)
+        finally:
+            if rebalance is not None:
+                rebalance.cancel()
+
+    async def _rebalance_timer(self, gen: int) -> None:
+        """Kafka's auto leader rebalance task: every leader.imbalance.check.interval.seconds."""
         while True:
-            pending = {await self._events.get()}
-            while not self._events.empty():
-                pending.add(self._events.get_nowait())
-            if "stop" in pending:
-                return
-            if "lost" in pending:
-                raise Deposed(self._deposed_reason or "session lost")
-            await self._connected.wait()
-            for event in EVENT_ORDER:
-                if event in pending:
-                    await self._handle(zk, gen, event)
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
+            self._post(gen, AUTO_REBALANCE)
+
+    async def _handle_request(self, zk: ControllerZkClient, request: _BrokerRequest) -> None:
+        if request.future.done():  # the broker gave up waiting
+            return
+        p = request.payload
+        if request.api_key == ALTER_PARTITION:
+            changes = isr_changes(p)
+            d = await self._execute(zk, lambda ctx: sm.on_alter_partition(ctx, p.broker_id, p.broker_epoch, changes))
+        elif request.api_key == CONTROLLED_SHUTDOWN:
+            log.info("controlled shutdown of broker %d", p.broker_id)
+            d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
+            if d.answer is not None and d.answer.remaining:
+                log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in d.answer.remaining])
+        else:
+            d = None
+        if not request.future.done():
+            request.future.set_result(None if d is None else d.answer)
 
     async def _handle(self, zk: ControllerZkClient, gen: int, event: str) -> None:
         if event == CONTROLLER_CHANGE:
@@ -267,8 +358,12 @@ class KafkaController:
                 # a topic created and marked at once: learn of it first, or its marker looks stray
                 await self._handle(zk, gen, TOPIC_CHANGE)
             await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
+        elif event == AUTO_REBALANCE:
+            d = await self._execute(zk, sm.on_preferred_replica_election)
+            if d.state_writes:
+                log.info("preferred leader election: moved %s", [str(w.tp) for w in d.state_writes])
 
-    async def _execute(self, zk: ControllerZkClient, decide) -> None:
+    async def _execute(self, zk: ControllerZkClient, decide) -> sm.Decisions:
         """Decide, write with compare-and-set, re-read and re-decide on conflicts, then apply the
         decisions to the context and queue the requests (the order the Decisions define)."""
         ctx = self.context
@@ -300,7 +395,7 @@ class KafkaController:
                 log.info("topic %s: %d partitions online", t, len(d.added_topics[t].partitions))
             for t in d.removed_topics:
                 log.info("topic %s deleted", t)
-            return
+            return d
         raise Deposed(f"gave up after {MAX_DECISION_ATTEMPTS} compare-and-set conflicts; reloading")
 
     def _send(self, requests: list[sm.Request]) -> None:

@@ -28,3 +28,94 @@ Contract for brokers (the replica manager and the shutdown path):
 Both are answered only once the resulting ZooKeeper writes succeeded; requests it triggers
 (LeaderAndIsr, UpdateMetadata) are queued before the answer is sent.
 """
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
+
+from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
+from odradek.common import messages as m
+from odradek.common import wire
+
+from . import state_machine as sm
+from .context import TopicPartition
+
+if TYPE_CHECKING:
+    from .controller import KafkaController
+
+log = logging.getLogger(__name__)
+
+ALTER_PARTITION = 56
+CONTROLLED_SHUTDOWN = 7
+
+
+def isr_changes(request: m.AlterPartitionRequest) -> list[sm.IsrChange]:
+    return [
+        sm.IsrChange(TopicPartition(t.topic_name, int(p.partition_index)), int(p.leader_epoch),
+                     tuple(int(b) for b in p.new_isr), int(p.partition_epoch))
+        for t in request.topics for p in t.partitions
+    ]
+
+
+def alter_partition_response(request: m.AlterPartitionRequest, answer: sm.AlterPartitionAnswer | None) -> m.AlterPartitionResponse:
+    """None → NOT_CONTROLLER (standby, deposed, or no decision in time)."""
+    if answer is None or answer.error:
+        code = ErrorCode.not_controller if answer is None else ErrorCode(answer.error)
+        return m.AlterPartitionResponse(throttle_time_ms=i32(0), error_code=code, topics=())
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            code, state = answer.partitions.get(TopicPartition(t.topic_name, int(p.partition_index)),
+                                                (int(ErrorCode.unknown_topic_or_partition), None))
+            parts.append(m.AlterPartitionResponsePartition(
+                partition_index=p.partition_index, error_code=ErrorCode(code),
+                leader_id=i32(state.leader if state else -1), leader_epoch=i32(state.leader_epoch if state else -1),
+                isr=tuple(i32(b) for b in state.isr) if state else (),
+                partition_epoch=i32(state.zk_version if state else -1),
+            ))
+        topics.append(m.AlterPartitionResponseTopic(topic_name=t.topic_name, partitions=tuple(parts)))
+    return m.AlterPartitionResponse(throttle_time_ms=i32(0), error_code=ErrorCode.none, topics=tuple(topics))
+
+
+def controlled_shutdown_response(answer: sm.ControlledShutdownAnswer | None) -> m.ControlledShutdownResponse:
+    if answer is None:
+        return m.ControlledShutdownResponse(error_code=ErrorCode.not_controller, remaining_partitions=())
+    return m.ControlledShutdownResponse(
+        error_code=ErrorCode(answer.error),
+        remaining_partitions=tuple(m.RemainingPartition(topic_name=tp.topic, partition_index=i32(tp.partition))
+                                   for tp in answer.remaining),
+    )
+
+
+class ControllerApis:
+    """The listener's handler: decode, hand the request to the controller's event loop (which
+    answers None unless it is the active controller), encode the answer."""
+
+    def __init__(self, controller: "KafkaController"):
+        self.controller = controller
+        self.bad_input = RateLimitedLog(log)
+
+    async def handle(self, frame: memoryview, conn) -> list | None:
+        try:
+            header, payload, schema = wire.decode_request(bytes(frame))
+        except (KeyError, ValueError) as e:
+            # only our brokers talk to this port, with the two requests above: anything else is a bug
+            self.bad_input.warning("bad-request", "controller listener: closing on bad request: %s", e)
+            raise CloseConnection from e
+        api_key = int(schema.__api_key__)
+        if api_key == ALTER_PARTITION:
+            answer = await self.controller.submit(api_key, payload)
+            response = alter_partition_response(payload, answer)
+        elif api_key == CONTROLLED_SHUTDOWN:
+            answer = await self.controller.submit(api_key, payload)
+            response = controlled_shutdown_response(answer)
+        else:
+            self.bad_input.warning("unexpected-api", "controller listener: API %d is not served here", api_key)
+            raise CloseConnection
+        flexible = wire.response_header_flexible(api_key, schema.__flexible__)
+        return [wire.encode_response(response, int(header.correlation_id), flexible_header=flexible)]

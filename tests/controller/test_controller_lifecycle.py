@@ -12,6 +12,7 @@ def test_stop_is_prompt_while_zookeeper_is_unreachable():
         "controller.id": "1000",
         "zookeeper.connect": f"127.0.0.1:{free_port()}/nowhere",
         "zookeeper.connection.timeout.ms": "30000",
+        "listeners": "PLAINTEXT://127.0.0.1:0",
     })
 
     async def main():

@@ -32,7 +32,7 @@ def wait_until(predicate, timeout: float, what: str):
 
 
 class ControllerProcess:
-    def __init__(self, zk_connect: str, controller_id: int, log_dir):
+    def __init__(self, zk_connect: str, controller_id: int, log_dir, extra: tuple[str, ...] = ()):
         self.controller_id = controller_id
         self.log_path = log_dir / f"controller-{controller_id}.log"
         self.args = [
@@ -40,6 +40,8 @@ class ControllerProcess:
             "--override", f"controller.id={controller_id}",
             "--override", f"zookeeper.connect={zk_connect}",
             "--override", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+            "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+            *(f"--override={kv}" for kv in extra),
         ]
         self.proc: subprocess.Popen | None = None
 
@@ -75,8 +77,8 @@ def zk(zk_connect):
 def start_controller(zk_connect, tmp_path):
     started: list[ControllerProcess] = []
 
-    def start(controller_id: int) -> ControllerProcess:
-        c = ControllerProcess(zk_connect, controller_id, tmp_path).start()
+    def start(controller_id: int, *extra: str) -> ControllerProcess:
+        c = ControllerProcess(zk_connect, controller_id, tmp_path, extra).start()
         started.append(c)
         return c
 

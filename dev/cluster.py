@@ -37,6 +37,7 @@ class ManagedProcess:
     overrides: dict[str, str]
     log_path: Path
     popen: subprocess.Popen | None = field(default=None, repr=False)
+    paused: bool = False
 
     def argv(self) -> list[str]:
         # -P: the checkout's operator/ folder must not shadow the standard library's `operator`.
@@ -77,12 +78,29 @@ class ManagedProcess:
         self.popen.send_signal(sig)
         if sig == signal.SIGKILL:
             self.popen.wait(10)
+            self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays registered but stops answering (a hung or partitioned
+        replica, as far as its peers can tell) until `resume`."""
+        if not self.alive:
+            raise ClusterError(f"{self.name} is not running")
+        self.popen.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self.alive:
+            self.popen.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code."""
         if self.popen is None:
             return None
         if self.popen.poll() is None:
+            if self.paused:
+                self.resume()  # a stopped process would not see SIGTERM before the deadline
             self.popen.send_signal(signal.SIGTERM)
             try:
                 self.popen.wait(timeout)
@@ -298,6 +316,47 @@ class LocalCluster:
         finally:
             zk.stop()
             zk.close()
+
+    def partition_state(self, topic: str, partition: int) -> zk_data.LeaderIsrAndControllerEpoch | None:
+        """The controller's view of a partition (its state znode), or None if it has none."""
+        zk = self.zk_client()
+        try:
+            data, stat = zk.get(zk_data.partition_state_path(topic, partition))
+            return zk_data.decode_partition_state(data, stat.version)
+        except NoNodeError:
+            return None
+        finally:
+            zk.stop()
+            zk.close()
+
+    # --- broker logs on disk --------------------------------------------------------------------
+
+    def partition_dir(self, broker: int, topic: str, partition: int) -> Path:
+        """Where broker `broker` keeps `topic`-`partition` (its single `log.dirs` entry)."""
+        return Path(self.brokers[broker].overrides["log.dirs"].split(",")[0]) / f"{topic}-{partition}"
+
+    def log_bytes(self, broker: int, topic: str, partition: int) -> bytes:
+        """The partition's record batches as stored: every segment's .log file in offset order.
+
+        Replicas append the leader's batches byte for byte, so in-sync replicas agree on this
+        whatever their segment boundaries."""
+        files = sorted(self.partition_dir(broker, topic, partition).glob("*.log"), key=lambda f: int(f.stem))
+        return b"".join(f.read_bytes() for f in files)
+
+    def wait_logs_identical(self, topic: str, partition: int, brokers: list[int] | None = None,
+                            timeout: float = 30.0) -> bytes:
+        """Wait until the given brokers (default all) hold byte-identical logs for the partition;
+        returns those bytes. Raises ClusterError describing the difference on timeout."""
+        wanted = list(range(len(self.brokers)) if brokers is None else brokers)
+        deadline = time.monotonic() + timeout
+        while True:
+            logs = {b: self.log_bytes(b, topic, partition) for b in wanted}
+            if len(set(logs.values())) == 1:
+                return logs[wanted[0]]
+            if time.monotonic() > deadline:
+                sizes = {b: len(v) for b, v in logs.items()}
+                raise ClusterError(f"{topic}-{partition}: logs differ after {timeout}s (bytes per broker {sizes})")
+            time.sleep(0.2)
 
     def dead_processes(self) -> list[ManagedProcess]:
         return [p for p in self.processes() if p.popen is not None and not p.alive]

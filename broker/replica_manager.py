@@ -17,7 +17,9 @@ from kio.schema.errors import ErrorCode
 
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log.errors import LogError
+from odradek.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from odradek.broker.partition import Partition
+from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.common.messages import (
     LeaderAndIsrPartitionError,
     LeaderAndIsrRequest,
@@ -34,6 +36,7 @@ LATEST_TIMESTAMP = -1
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 """ListOffsets/Fetch replica_id of tools that may read from a follower (Kafka's value)."""
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 
 
 def _now_ms() -> int:
@@ -166,6 +169,53 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self._state_change_lock = asyncio.Lock()
+        self.fetcher_manager = ReplicaFetcherManager(self, config)
+        self._written_hw: dict = {}
+
+    # --- high watermark checkpoints -------------------------------------------------------------
+
+    def load_high_watermarks(self) -> None:
+        """At start-up a log's HW is its checkpointed value (0 if none), never its log end offset:
+        a record above the HW may not be on the other replicas, so it must not be served yet."""
+        checkpoints = {}
+        for log_dir in self.log_manager.log_dirs:
+            try:
+                rows = read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT) or []
+                checkpoints.update({(t, int(p)): int(o) for t, p, o in rows})
+            except (ValueError, OSError) as e:
+                log.warning("%s: unreadable %s (%s); high watermarks start at 0", log_dir, HIGH_WATERMARK_CHECKPOINT, e)
+        for plog in self.log_manager.all_logs():
+            plog.high_watermark = checkpoints.get((plog.topic, plog.partition), 0)
+
+    def checkpoint_high_watermarks(self, force: bool = False) -> None:
+        """Writes `replication-offset-checkpoint` in every log dir whose HWs changed."""
+        by_dir = {d: {} for d in self.log_manager.log_dirs}
+        for plog in self.log_manager.all_logs():
+            if plog.dir.parent in by_dir:
+                by_dir[plog.dir.parent][(plog.topic, plog.partition)] = plog.high_watermark
+        for log_dir, hws in by_dir.items():
+            if not force and self._written_hw.get(log_dir) == hws:
+                continue
+            try:
+                write_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT, [f"{t} {p} {o}" for (t, p), o in sorted(hws.items())])
+                self._written_hw[log_dir] = hws
+            except OSError:
+                log.exception("cannot write %s in %s", HIGH_WATERMARK_CHECKPOINT, log_dir)
+
+    async def run_background(self, stop: asyncio.Event) -> None:
+        """HW checkpoints every replica.high.watermark.checkpoint.interval.ms (and ISR upkeep)."""
+        interval = max(10, int(self.config.replica_high_watermark_checkpoint_interval_ms)) / 1000
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+            if stop.is_set():
+                break
+            try:
+                self.checkpoint_high_watermarks()
+            except Exception:
+                log.exception("high watermark checkpoint failed")
 
     # --- lookups --------------------------------------------------------------------------------
 
@@ -259,8 +309,8 @@ class ReplicaManager:
                     if partition.make_leader(ps):
                         log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
                 else:
-                    if partition.make_follower(ps):
-                        new_followers.append(partition)
+                    partition.make_follower(ps)
+                    new_followers.append(partition)  # every new epoch: truncate, then fetch
                     log.info("%s-%d: now follower of %d at epoch %d", *partition.key, partition.leader_id, partition.leader_epoch)
                 self.complete_delayed_requests(partition.key)
             if new_followers:
@@ -297,12 +347,38 @@ class ReplicaManager:
     # --- replica fetchers (issue 3) -------------------------------------------------------------
 
     def add_fetchers(self, partitions: list[Partition], live_leaders) -> None:
-        """Seam for the replica fetcher manager: followers start fetching from their leader here."""
+        """Followers (re)start fetching from their leader, found in the request's live_leaders."""
+        endpoints = {int(b.broker_id): (b.host_name, int(b.port)) for b in live_leaders}
+        targets = {}
         for p in partitions:
-            log.debug("%s-%d: would fetch from leader %d (replica fetchers not built yet)", *p.key, p.leader_id)
+            endpoint = endpoints.get(p.leader_id)
+            if endpoint is None:
+                log.warning("%s-%d: leader %d is not among the live leaders; not fetching", *p.key, p.leader_id)
+                self.fetcher_manager.remove_fetchers([p.key])
+                continue
+            targets[p.key] = (p.leader_id, endpoint[0], endpoint[1], p.leader_epoch)
+        if targets:
+            self.fetcher_manager.add_fetchers(targets)
 
     def remove_fetchers(self, keys) -> None:
-        """Seam for the replica fetcher manager: stop fetching these partitions."""
+        self.fetcher_manager.remove_fetchers(keys)
+
+    # --- OffsetForLeaderEpoch -------------------------------------------------------------------
+
+    def last_offset_for_leader_epoch(
+        self, topic: str, index: int, leader_epoch: int, current_leader_epoch: int = -1
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, epoch, end offset): where `leader_epoch` ends in the leader's log (KIP-101/279)."""
+        p = self.partitions.get((topic, index))
+        if p is None:
+            return self._unknown_partition_error(topic, index), -1, -1
+        if not p.is_leader:
+            return ErrorCode.not_leader_or_follower, -1, -1
+        error = p.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.none:
+            return error, -1, -1
+        epoch, offset = p.log.leader_epoch_cache.end_offset_for(leader_epoch)
+        return ErrorCode.none, epoch, offset
 
     # --- produce --------------------------------------------------------------------------------
 
@@ -477,3 +553,9 @@ class ReplicaManager:
     def shutdown(self) -> None:
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+
+    async def shutdown_async(self) -> None:
+        """Stop the fetchers and the purgatories, then checkpoint the HWs (logs are still open)."""
+        await self.fetcher_manager.shutdown()
+        self.shutdown()
+        self.checkpoint_high_watermarks(force=True)

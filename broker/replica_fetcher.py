@@ -1,0 +1,348 @@
+"""Replica fetchers: how a follower copies its leader's log (Kafka's ReplicaFetcherManager/Thread).
+
+One `ReplicaFetcher` per source broker (one connection each, a bounded number), shared by every
+partition this broker follows on that leader. A partition first truncates: it asks the leader with
+OffsetForLeaderEpoch (api 23) where our latest leader epoch ends on the leader, and cuts its log
+there, so a tail written under an older leader that the new leader never had is removed, never
+merged. Then it fetches (Fetch with replica_id = our id) from its log end offset and appends the
+batches byte for byte (Log.append_as_follower); the follower's high watermark follows the leader's.
+Errors back off (`replica.fetch.backoff.ms`); a fetcher with no partitions left shuts down.
+
+All of this runs on the broker's event loop: between awaits nothing else runs, so a response is
+applied only if its partition is still ours, on the same leader epoch, at the same offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.offset_for_leader_epoch.v3.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from odradek.broker.log.errors import LogError
+from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH
+from odradek.common.client import NetworkClient
+
+log = logging.getLogger(__name__)
+
+DEFAULTS = {
+    "replica_fetch_wait_max_ms": 500,
+    "replica_fetch_min_bytes": 1,
+    "replica_fetch_max_bytes": 1048576,
+    "replica_fetch_response_max_bytes": 10485760,
+    "replica_fetch_backoff_ms": 1000,
+    "replica_socket_timeout_ms": 30000,
+}
+
+
+def _setting(config, name: str) -> int:
+    """Kafka's replica.fetch.* keys (the config model may not carry them: Kafka's defaults then)."""
+    value = getattr(config, name, None)
+    return int(value) if value is not None else DEFAULTS[name]
+
+
+@dataclass
+class PartitionFetchState:
+    """What the fetcher knows about one followed partition."""
+
+    leader_epoch: int
+    truncating: bool = True
+    """True until OffsetForLeaderEpoch told us where to cut (every new leader epoch)."""
+    delayed_until: float = 0.0
+    """Loop time before which this partition is not fetched (after a partition-level error)."""
+
+
+def truncation_offset(local_end_for_epoch, leader_epoch: int, leader_end: int, log_end_offset: int,
+                      high_watermark: int) -> int:
+    """Where a follower cuts its log after OffsetForLeaderEpoch (Kafka's truncation rule, KIP-279).
+
+    `local_end_for_epoch(epoch)` is our own end offset of an epoch. An undefined answer (the
+    leader knows no epochs, or we have none) falls back to our high watermark. When the leader
+    answers an older epoch than we asked for, our end of *that* epoch bounds the cut too.
+    """
+    if leader_epoch == UNDEFINED_EPOCH or leader_end < 0:
+        return min(high_watermark, log_end_offset)
+    offset = min(leader_end, log_end_offset)
+    local_epoch, local_end = local_end_for_epoch(leader_epoch)
+    if local_epoch == leader_epoch and local_end >= 0:
+        offset = min(offset, local_end)
+    return offset
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows on one source broker."""
+
+    def __init__(self, manager: "ReplicaFetcherManager", source_id: int, host: str, port: int):
+        self.manager = manager
+        self.replica_manager = manager.replica_manager
+        self.config = manager.config
+        self.broker_id = manager.broker_id
+        self.source_id = source_id
+        self.host, self.port = host, port
+        self.partitions: dict[tuple[str, int], PartitionFetchState] = {}
+        self.client = NetworkClient(host, port, client_id=f"replica-fetcher-{self.broker_id}-{source_id}",
+                                    connect_attempts=1)
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.backoff_s = _setting(self.config, "replica_fetch_backoff_ms") / 1000
+        self.timeout_s = _setting(self.config, "replica_socket_timeout_ms") / 1000
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher({self.broker_id}<-{self.source_id} {self.host}:{self.port})"
+
+    # --- partitions -----------------------------------------------------------------------
+
+    def add(self, key, leader_epoch: int) -> None:
+        self.partitions[key] = PartitionFetchState(leader_epoch)
+        self._wakeup.set()
+
+    def remove(self, key) -> None:
+        self.partitions.pop(key, None)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=repr(self))
+
+    async def shutdown(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.client.close()
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        log.info("%r started", self)
+        while True:
+            try:
+                await self.do_work()
+            except asyncio.CancelledError:
+                raise
+            except (ConnectionError, TimeoutError, OSError) as e:
+                log.info("%r: %s; backing off", self, e)
+                self.client.disconnect()
+                await asyncio.sleep(self.backoff_s)
+            except Exception:
+                log.exception("%r failed; backing off", self)
+                self.client.disconnect()
+                await asyncio.sleep(self.backoff_s)
+
+    async def do_work(self) -> None:
+        now = asyncio.get_running_loop().time()
+        due = {k: s for k, s in self.partitions.items() if s.delayed_until <= now}
+        truncating = {k: s for k, s in due.items() if s.truncating}
+        if truncating:
+            await self.truncate(truncating)
+            return
+        if not due:
+            self._wakeup.clear()
+            wait = min((s.delayed_until - now for s in self.partitions.values()), default=self.backoff_s)
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), max(0.01, wait))
+            except asyncio.TimeoutError:
+                pass
+            return
+        await self.fetch(due)
+
+    # --- truncation -----------------------------------------------------------------------
+
+    def _follower(self, key, state: PartitionFetchState):
+        """The local Partition if we still follow it on this source at the state's epoch."""
+        if self.partitions.get(key) is not state:
+            return None
+        p = self.replica_manager.partitions.get(key)
+        if p is None or p.is_leader or p.leader_id != self.source_id or p.leader_epoch != state.leader_epoch:
+            return None
+        return p
+
+    async def truncate(self, pending: dict) -> None:
+        by_topic: dict[str, list] = {}
+        for (topic, index), s in pending.items():
+            p = self.replica_manager.partitions.get((topic, index))
+            if p is None:
+                continue
+            by_topic.setdefault(topic, []).append(OffsetForLeaderPartition(
+                partition=i32(index),
+                current_leader_epoch=i32(s.leader_epoch),
+                leader_epoch=i32(p.log.leader_epoch_cache.latest_epoch),
+            ))
+        request = OffsetForLeaderEpochRequest(
+            replica_id=i32(self.broker_id),
+            topics=tuple(OffsetForLeaderTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+        response = await self.client.send(request, self.timeout_s)
+        now = asyncio.get_running_loop().time()
+        for t in response.topics:
+            for r in t.partitions:
+                key = (t.topic, int(r.partition))
+                state = pending.get(key)
+                if state is None:
+                    continue
+                p = self._follower(key, state)
+                if p is None:
+                    continue
+                if r.error_code != ErrorCode.none:
+                    log.info("%s-%d: OffsetForLeaderEpoch from %d failed: %s", *key, self.source_id, r.error_code.name)
+                    state.delayed_until = now + self.backoff_s
+                    continue
+                plog = p.log
+                offset = truncation_offset(
+                    plog.leader_epoch_cache.end_offset_for, int(r.leader_epoch), int(r.end_offset),
+                    plog.log_end_offset, plog.high_watermark,
+                )
+                if offset < plog.log_end_offset:
+                    log.info("%s-%d: truncating from %d to %d (leader %d epoch %d ends at %d)", *key,
+                             plog.log_end_offset, offset, self.source_id, r.leader_epoch, r.end_offset)
+                    plog.truncate_to(offset)
+                state.truncating = False
+
+    # --- fetching -------------------------------------------------------------------------
+
+    async def fetch(self, ready: dict) -> None:
+        by_topic: dict[str, list] = {}
+        offsets = {}
+        max_bytes = _setting(self.config, "replica_fetch_max_bytes")
+        for (topic, index), s in ready.items():
+            p = self.replica_manager.partitions.get((topic, index))
+            if p is None:
+                continue
+            plog = p.log
+            offsets[(topic, index)] = plog.log_end_offset
+            by_topic.setdefault(topic, []).append(FetchPartition(
+                partition=i32(index),
+                current_leader_epoch=i32(s.leader_epoch),
+                fetch_offset=i64(plog.log_end_offset),
+                log_start_offset=i64(plog.log_start_offset),
+                partition_max_bytes=i32(max_bytes),
+            ))
+        if not by_topic:
+            return
+        wait_ms = _setting(self.config, "replica_fetch_wait_max_ms")
+        request = FetchRequest(
+            cluster_id=None,
+            replica_id=i32(self.broker_id),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=wait_ms)),
+            min_bytes=i32(_setting(self.config, "replica_fetch_min_bytes")),
+            max_bytes=i32(_setting(self.config, "replica_fetch_response_max_bytes")),
+            session_id=i32(0),
+            session_epoch=i32(-1),
+            topics=tuple(FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            forgotten_topics_data=(),
+        )
+        response = await self.client.send(request, self.timeout_s + wait_ms / 1000)
+        if response.error_code != ErrorCode.none:
+            raise ConnectionError(f"fetch failed: {response.error_code.name}")
+        now = asyncio.get_running_loop().time()
+        for t in response.responses:
+            for r in t.partitions:
+                key = (t.topic, int(r.partition_index))
+                state = ready.get(key)
+                if state is None:
+                    continue
+                p = self._follower(key, state)
+                if p is None or p.log.log_end_offset != offsets.get(key):
+                    continue  # the partition changed while the fetch was in flight
+                self._process(p, state, r, now)
+
+    def _process(self, p, state: PartitionFetchState, r, now: float) -> None:
+        key = p.key
+        plog = p.log
+        code = r.error_code
+        if code == ErrorCode.none:
+            records = r.records
+            if records:
+                try:
+                    plog.append_as_follower(records)
+                except LogError as e:
+                    log.warning("%s-%d: follower append failed: %s", *key, e)
+                    state.delayed_until = now + self.backoff_s
+                    return
+            plog.high_watermark = min(int(r.high_watermark), plog.log_end_offset)
+            self.replica_manager.complete_delayed_requests(key)
+        elif code == ErrorCode.offset_out_of_range:
+            self._handle_out_of_range(p, state, r)
+        elif code in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower,
+                      ErrorCode.unknown_topic_or_partition):
+            # The leader moved on (or not yet arrived): wait for the controller's LeaderAndIsr.
+            log.info("%s-%d: fetch from %d answered %s; retrying after backoff", *key, self.source_id, code.name)
+            state.delayed_until = now + self.backoff_s
+        else:
+            log.info("%s-%d: fetch from %d answered %s", *key, self.source_id, code.name)
+            state.delayed_until = now + self.backoff_s
+
+    def _handle_out_of_range(self, p, state: PartitionFetchState, r) -> None:
+        """Our offset is outside the leader's log: below its start (retention) or past its end."""
+        plog = p.log
+        leader_start = int(r.log_start_offset)
+        if leader_start >= 0 and plog.log_end_offset < leader_start:
+            log.info("%s-%d: behind the leader's log start %d; restarting there", *p.key, leader_start)
+            plog.truncate_fully_and_start_at(leader_start)
+        else:
+            state.truncating = True  # past the leader's end: truncate by epoch again
+
+
+class ReplicaFetcherManager:
+    """Which fetcher follows which partition; fetchers come and go with their partitions."""
+
+    def __init__(self, replica_manager, config):
+        self.replica_manager = replica_manager
+        self.config = config
+        self.broker_id = int(config.broker_id)
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._closing: set[asyncio.Task] = set()
+
+    def add_fetchers(self, targets: dict) -> None:
+        """`targets` = {(topic, p): (leader_id, host, port, leader_epoch)}; each restarts with truncation."""
+        self._remove(targets.keys())
+        for key, (leader_id, host, port, epoch) in targets.items():
+            fetcher = self.fetchers.get(leader_id)
+            if fetcher is not None and (fetcher.host, fetcher.port) != (host, port):
+                self._shutdown(self.fetchers.pop(leader_id))
+                fetcher = None
+            if fetcher is None:
+                fetcher = self.fetchers[leader_id] = ReplicaFetcher(self, leader_id, host, port)
+                fetcher.start()
+            fetcher.add(key, epoch)
+        self._prune()
+
+    def remove_fetchers(self, keys) -> None:
+        self._remove(keys)
+        self._prune()
+
+    def _remove(self, keys) -> None:
+        for key in keys:
+            for fetcher in self.fetchers.values():
+                fetcher.remove(key)
+
+    def fetcher_of(self, key) -> ReplicaFetcher | None:
+        for fetcher in self.fetchers.values():
+            if key in fetcher.partitions:
+                return fetcher
+        return None
+
+    def _prune(self) -> None:
+        for source_id, fetcher in list(self.fetchers.items()):
+            if not fetcher.partitions:
+                log.info("%r has no partitions left; shutting it down", fetcher)
+                self._shutdown(self.fetchers.pop(source_id))
+
+    def _shutdown(self, fetcher: ReplicaFetcher) -> None:
+        task = asyncio.get_running_loop().create_task(fetcher.shutdown())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def shutdown(self) -> None:
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        await asyncio.gather(*(f.shutdown() for f in fetchers), *list(self._closing), return_exceptions=True)

@@ -1,0 +1,142 @@
+"""Replication through real processes: 3 brokers + a controller (LocalCluster), confluent-kafka.
+
+Followers truncate by OffsetForLeaderEpoch and fetch from their leader; acks=all waits for the ISR;
+every replica ends byte-identical to the leader; high watermarks are checkpointed and a restarted
+follower catches up."""
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.dev.cluster import LocalCluster
+from odradek.dev.zookeeper import free_port
+
+BROKERS = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    ports: list[int] = []
+    while len(ports) < BROKERS:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    c = LocalCluster(
+        tmp_path_factory.mktemp("replication"),
+        brokers=BROKERS,
+        broker_ports=ports,
+        zookeeper_connect=f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}",
+        broker_overrides={
+            "zookeeper.session.timeout.ms": 6000,
+            "replica.high.watermark.checkpoint.interval.ms": 200,
+            "replica.fetch.backoff.ms": 200,
+        },
+        controller_overrides={"zookeeper.session.timeout.ms": 6000},
+    )
+    c.start()
+    yield c
+    c.stop()
+
+
+def create_topic(cluster, topic: str, partitions: int, rf: int, config: dict | None = None) -> None:
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = client.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=rf, config=config or {})],
+        operation_timeout=30, request_timeout=30,
+    )
+    futures[topic].result(timeout=35)
+
+
+def produce(cluster, topic: str, n: int, acks: str = "all") -> dict[int, int]:
+    """Produce `n` records (keys spread over partitions); returns partition → records acknowledged."""
+    producer = Producer({
+        "bootstrap.servers": cluster.bootstrap, "acks": acks, "enable.idempotence": False, "linger.ms": 5,
+        "message.timeout.ms": 60000,
+    })
+    acked: dict[int, int] = {}
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.partition()] = acked.get(msg.partition(), 0) + 1
+
+    for i in range(n):
+        producer.produce(topic, key=b"k%d" % i, value=b"v-%06d-" % i + b"x" * 90, on_delivery=on_delivery)
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    assert not errors, errors[:3]
+    return acked
+
+
+def partition_dirs(cluster, topic: str, partition: int) -> list[Path]:
+    return [cluster.data_dir / f"broker-{i}" / f"{topic}-{partition}" for i in range(BROKERS)]
+
+
+def log_bytes(d: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
+
+
+def wait_until(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+
+
+def identical_logs(cluster, topic: str, partition: int) -> bool:
+    contents = [log_bytes(d) for d in partition_dirs(cluster, topic, partition)]
+    return bool(contents[0]) and all(c == contents[0] for c in contents)
+
+
+def checkpointed_hws(cluster, topic: str, partition: int) -> list[int | None]:
+    """Each broker's `replication-offset-checkpoint` entry for the partition."""
+    out = []
+    for i in range(BROKERS):
+        path = cluster.data_dir / f"broker-{i}" / "replication-offset-checkpoint"
+        value = None
+        if path.exists():
+            for line in path.read_text().splitlines()[2:]:
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == topic and int(parts[1]) == partition:
+                    value = int(parts[2])
+        out.append(value)
+    return out
+
+
+def test_acks_all_to_rf3_leaves_byte_identical_replicas_and_checkpointed_hws(cluster):
+    topic = f"rf3-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, partitions=2, rf=3, config={"min.insync.replicas": "2"})
+    acked = produce(cluster, topic, 3000)
+    assert sum(acked.values()) == 3000
+    for p in range(2):
+        wait_until(lambda: identical_logs(cluster, topic, p), f"{topic}-{p} identical on all brokers")
+        # Every replica learns the HW (the leader's own, followers' from fetch responses).
+        wait_until(lambda: checkpointed_hws(cluster, topic, p) == [acked.get(p, 0)] * BROKERS,
+                   f"{topic}-{p} HW {acked.get(p, 0)} checkpointed everywhere")
+
+
+def test_restarted_follower_catches_up_byte_identical(cluster):
+    topic = f"restart-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic, partitions=1, rf=3)
+    first = produce(cluster, topic, 500)[0]
+    state = wait_until(lambda: cluster.partition_state(topic, 0), "partition state")
+    follower = next(r for r in (0, 1, 2) if r != state.leader)
+    cluster.broker(follower).stop()
+    # acks=1 while the follower is away (acks=all would wait for the ISR to shrink first).
+    second = produce(cluster, topic, 500, acks="1")[0]
+    cluster.broker(follower).start()
+    cluster.wait_ready(brokers=[follower])
+    wait_until(lambda: identical_logs(cluster, topic, 0), f"{topic}-0 identical after the restart", timeout=60)
+    wait_until(lambda: checkpointed_hws(cluster, topic, 0)[follower] == first + second,
+               "the restarted follower's HW", timeout=60)

@@ -1,0 +1,59 @@
+"""Replication decisions without processes: the truncation point and the HW checkpoint round trip."""
+
+from types import SimpleNamespace
+
+from odradek.broker.log import LogManager
+from odradek.broker.log.record_batch import build_batch
+from odradek.broker.replica_fetcher import truncation_offset
+from odradek.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
+from odradek.common.config import BrokerConfig
+
+
+def local_epochs(entries):
+    """end_offset_for over [(epoch, start)] with log end 100, like LeaderEpochFileCache."""
+    def end_for(epoch):
+        for i, (e, _) in enumerate(entries):
+            if e == epoch:
+                return e, entries[i + 1][1] if i + 1 < len(entries) else 100
+        return -1, -1
+    return end_for
+
+
+def test_truncates_to_the_leaders_end_of_our_epoch():
+    # We wrote epoch 1 up to 100; the leader's epoch 1 ended at 60: offsets 60.. diverged.
+    assert truncation_offset(local_epochs([(1, 0)]), 1, 60, log_end_offset=100, high_watermark=50) == 60
+
+
+def test_never_truncates_above_our_end():
+    assert truncation_offset(local_epochs([(1, 0)]), 1, 150, log_end_offset=100, high_watermark=50) == 100
+
+
+def test_older_epoch_answer_is_bounded_by_our_end_of_that_epoch():
+    # We have epochs 1 (0..40) and 3 (40..); the leader never saw 3 and says its epoch 1 ends at 70.
+    assert truncation_offset(local_epochs([(1, 0), (3, 40)]), 1, 70, log_end_offset=100, high_watermark=10) == 40
+
+
+def test_undefined_answer_falls_back_to_the_high_watermark():
+    assert truncation_offset(local_epochs([]), -1, -1, log_end_offset=100, high_watermark=42) == 42
+
+
+def test_high_watermark_checkpoint_round_trip(tmp_path):
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    plog = manager.get_or_create_log("t", 0, manager.default_config)
+    for i in range(5):
+        plog.append_as_leader(build_batch([(None, b"v%d" % i)]), 0)
+    plog.high_watermark = 3
+    rm = SimpleNamespace(config=config, log_manager=manager, _written_hw={})
+    ReplicaManager.checkpoint_high_watermarks(rm)
+    assert (tmp_path / HIGH_WATERMARK_CHECKPOINT).read_text().splitlines() == ["0", "1", "t 0 3"]
+    manager.shutdown()
+
+    # After a restart the HW is the checkpointed 3, not the log end offset 5.
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    assert manager.get_log("t", 0).log_end_offset == 5
+    ReplicaManager.load_high_watermarks(SimpleNamespace(log_manager=manager))
+    assert manager.get_log("t", 0).high_watermark == 3
+    manager.shutdown()

@@ -4,7 +4,6 @@ the endpoint published in /controller."""
 
 import asyncio
 import re
-import time
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64

@@ -418,6 +418,34 @@ class AdminManager:
             self._auto_creating.discard(name)
         return ErrorCode.leader_not_available
 
+    async def create_internal_topic(self, name: str, partitions: int, replication_factor: int,
+                                    config: dict[str, str]) -> ErrorCode:
+        """Creates an internal topic (__consumer_offsets) on first use, without waiting.
+
+        The replication factor is min(configured, live brokers): Kafka refuses to create the topic
+        until enough brokers are up; a small cluster here gets a smaller factor instead.
+        """
+        live = self._live_brokers()
+        if not live:
+            return ErrorCode.coordinator_not_available
+        rf = max(1, min(replication_factor, len(live)))
+        if rf < replication_factor:
+            log.warning("creating %s with replication factor %d (configured %d, %d live brokers)",
+                        name, rf, replication_factor, len(live))
+        try:
+            plan = plan_topic(
+                TopicSpec(name, partitions, rf, configs=dict(config)),
+                default_partitions=partitions,
+                default_replication_factor=rf,
+                live_brokers=live,
+                validate_config=lambda _: None,
+                existing=await self._exists(name),
+            )
+            await self._write(plan)
+        except ApiError as e:
+            return ErrorCode.none if e.error_code == ErrorCode.topic_already_exists else e.error_code
+        return ErrorCode.none
+
     async def delete_topics(self, names: Sequence[str], timeout_ms: int) -> list[ApiError | None]:
         """Mark each topic for deletion; wait (up to timeout_ms) until the cache drops it."""
         errors: list[ApiError | None] = []

@@ -63,6 +63,16 @@ class BrokerConfig(ZkClientConfig):
     unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
     request_timeout_ms: int = Field(30000, alias="request.timeout.ms")
 
+    offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions")
+    offsets_topic_replication_factor: int = Field(3, alias="offsets.topic.replication.factor")
+    offsets_commit_timeout_ms: int = Field(5000, alias="offsets.commit.timeout.ms")
+    offsets_retention_minutes: int = Field(7 * 24 * 60, alias="offsets.retention.minutes")
+    offsets_retention_check_interval_ms: int = Field(600_000, alias="offsets.retention.check.interval.ms")
+    offset_metadata_max_bytes: int = Field(4096, alias="offset.metadata.max.bytes")
+    group_min_session_timeout_ms: int = Field(6000, alias="group.min.session.timeout.ms")
+    group_max_session_timeout_ms: int = Field(1_800_000, alias="group.max.session.timeout.ms")
+    group_initial_rebalance_delay_ms: int = Field(3000, alias="group.initial.rebalance.delay.ms")
+
 
 class ControllerConfig(ZkClientConfig):
     controller_id: int = Field(alias="controller.id")

@@ -1,0 +1,372 @@
+"""GroupApis: the group APIs' handler table (FindCoordinator and the group/offset APIs).
+
+Translates each version's kio request into GroupCoordinator calls and back; `_make` fills only the
+fields a version has. KafkaApis merges `handlers`/`versions` like MetadataApis'. OffsetCommit v1
+(not in kio, needed for librdkafka's feature check) is decoded by hand into the v2 class.
+"""
+
+import asyncio
+import contextvars
+import datetime
+import logging
+import struct
+import sys
+from dataclasses import fields
+from functools import cache
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i32Timedelta, i64
+
+from .group_coordinator import GroupCoordinator
+from .group_metadata import OffsetAndMetadata
+from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, partition_for
+
+log = logging.getLogger(__name__)
+
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 8, 9, 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+VERSIONS = {
+    FIND_COORDINATOR: (0, 4),
+    OFFSET_COMMIT: (1, 8),  # v9+ belong to the KIP-848 protocol
+    OFFSET_FETCH: (1, 8),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 4),
+    DELETE_GROUPS: (0, 2),
+}
+KEY_TYPE_GROUP = 0
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/127.0.0.1")
+
+
+@cache
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def _make(cls: type, **values):
+    names = _names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@cache
+def _mod(api_key: int, version: int):
+    return sys.modules[load_response_schema(api_key, version).__module__]
+
+
+def _ms(td) -> int:
+    return int(td.total_seconds() * 1000) if isinstance(td, datetime.timedelta) else int(td)
+
+
+def _version(header) -> int:
+    return int(header.request_api_version)
+
+
+class GroupApis:
+    def __init__(self, config, coordinator: GroupCoordinator, metadata_cache, admin, offsets_partitions: int,
+                 offsets_replication_factor: int):
+        self.config = config
+        self.coordinator = coordinator
+        self.metadata_cache = metadata_cache
+        self.admin = admin
+        self.offsets_partitions = offsets_partitions
+        self.offsets_replication_factor = offsets_replication_factor
+        self.versions = dict(VERSIONS)
+        self.handlers = {
+            FIND_COORDINATOR: self.handle_find_coordinator,
+            OFFSET_COMMIT: self.handle_offset_commit,
+            OFFSET_FETCH: self.handle_offset_fetch,
+            JOIN_GROUP: self.handle_join_group,
+            HEARTBEAT: self.handle_heartbeat,
+            LEAVE_GROUP: self.handle_leave_group,
+            SYNC_GROUP: self.handle_sync_group,
+            DESCRIBE_GROUPS: self.handle_describe_groups,
+            LIST_GROUPS: self.handle_list_groups,
+            DELETE_GROUPS: self.handle_delete_groups,
+        }
+        self._creating: asyncio.Task | None = None
+        self.legacy_requests = {(OFFSET_COMMIT, 1): _decode_offset_commit_v1_checked}
+        """Request versions kio lacks: (api, version) → decoder of the frame body."""
+
+    # --- FindCoordinator ------------------------------------------------------------------------
+
+    def _offsets_partition_count(self) -> int:
+        parts = self.metadata_cache.topic_partitions(GROUP_METADATA_TOPIC_NAME)
+        return len(parts) if parts else self.offsets_partitions
+
+    def _ensure_offsets_topic(self) -> None:
+        """Creates __consumer_offsets on first use (in the background; clients retry meanwhile)."""
+        if self.metadata_cache.contains(GROUP_METADATA_TOPIC_NAME) or (self._creating and not self._creating.done()):
+            return
+
+        async def create():
+            try:
+                await self.admin.create_internal_topic(
+                    GROUP_METADATA_TOPIC_NAME, self.offsets_partitions, self.offsets_replication_factor,
+                    {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"},
+                )
+            except Exception:
+                log.exception("creating %s failed", GROUP_METADATA_TOPIC_NAME)
+
+        self._creating = asyncio.get_running_loop().create_task(create())
+
+    def find_coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+        if key_type != KEY_TYPE_GROUP:
+            return ErrorCode.coordinator_not_available, -1, "", -1  # no transaction coordinator yet
+        if not key:
+            return ErrorCode.invalid_request, -1, "", -1
+        if not self.metadata_cache.contains(GROUP_METADATA_TOPIC_NAME):
+            self._ensure_offsets_topic()
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        p = partition_for(key, self._offsets_partition_count())
+        endpoint = self.metadata_cache.leader_endpoint(GROUP_METADATA_TOPIC_NAME, p)
+        if endpoint is None:
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        node, host, port = endpoint
+        return ErrorCode.none, node, host, port
+
+    async def handle_find_coordinator(self, header, request):
+        version = _version(header)
+        mod = _mod(FIND_COORDINATOR, version)
+        key_type = int(getattr(request, "key_type", 0))
+        if version >= 4:
+            out = []
+            for key in request.coordinator_keys:
+                code, node, host, port = self.find_coordinator(key, key_type)
+                out.append(mod.Coordinator(key=key, node_id=i32(node), host=host, port=i32(port), error_code=code,
+                                           error_message=None))
+            return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=tuple(out))
+        code, node, host, port = self.find_coordinator(request.key, key_type)
+        return _make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=None,
+                     node_id=i32(node), host=host, port=i32(port))
+
+    # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
+
+    async def handle_join_group(self, header, request):
+        version = _version(header)
+        mod = _mod(JOIN_GROUP, version)
+        session = _ms(request.session_timeout)
+        rebalance = _ms(getattr(request, "rebalance_timeout", session)) if version >= 1 else session
+        result = await self.coordinator.join_group(
+            request.group_id, request.member_id, getattr(request, "group_instance_id", None), version >= 4,
+            header.client_id or "", CLIENT_HOST.get(), rebalance, session, request.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in request.protocols],
+        )
+        members = tuple(
+            _make(mod.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=meta)
+            for mid, iid, meta in result.members
+        )
+        return _make(
+            mod.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+            generation_id=i32(result.generation_id), protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name if version >= 7 else (result.protocol_name or ""),
+            leader=result.leader_id, skip_assignment=False, member_id=result.member_id, members=members,
+        )
+
+    async def handle_sync_group(self, header, request):
+        version = _version(header)
+        mod = _mod(SYNC_GROUP, version)
+        code, assignment = await self.coordinator.sync_group(
+            request.group_id, int(request.generation_id), request.member_id,
+            getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
+            getattr(request, "protocol_name", None), {a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+        group = self.coordinator.manager.groups.get(request.group_id)
+        return _make(
+            mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+            protocol_type=group.protocol_type if group and code == ErrorCode.none else None,
+            protocol_name=group.protocol_name if group and code == ErrorCode.none else None,
+            assignment=assignment,
+        )
+
+    async def handle_heartbeat(self, header, request):
+        mod = _mod(HEARTBEAT, _version(header))
+        code = self.coordinator.heartbeat(request.group_id, request.member_id,
+                                          getattr(request, "group_instance_id", None), int(request.generation_id))
+        return _make(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
+
+    async def handle_leave_group(self, header, request):
+        version = _version(header)
+        mod = _mod(LEAVE_GROUP, version)
+        if version >= 3:
+            leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+        else:
+            leaving = [(request.member_id, None)]
+        code, codes = self.coordinator.leave_group(request.group_id, leaving)
+        if version < 3:
+            return _make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                         error_code=code if code != ErrorCode.none else codes[0])
+        members = tuple(
+            mod.MemberResponse(member_id=mid, group_instance_id=iid, error_code=c)
+            for (mid, iid), c in zip(leaving, codes)
+        )
+        return mod.LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=code, members=members)
+
+    # --- OffsetCommit / OffsetFetch -------------------------------------------------------------
+
+    async def handle_offset_commit(self, header, request):
+        version = _version(header)
+        mod = _mod(OFFSET_COMMIT, max(version, 2))
+        now = int(datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000)
+        offsets = {}
+        for t in request.topics:
+            for p in t.partitions:
+                offsets[(t.name, int(p.partition_index))] = OffsetAndMetadata(
+                    int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata or "", now,
+                )
+        results = await self.coordinator.commit_offsets(
+            request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+            int(request.generation_id_or_member_epoch), offsets,
+        )
+        topics = tuple(
+            mod.OffsetCommitResponseTopic(name=t.name, partitions=tuple(
+                mod.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                  error_code=results[(t.name, int(p.partition_index))])
+                for p in t.partitions))
+            for t in request.topics
+        )
+        return _make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
+
+    def _fetch_group(self, mod, version: int, group_id: str, topics, topic_cls, part_cls):
+        wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+        code, found = self.coordinator.fetch_offsets(group_id, wanted)
+        per_topic: dict[str, list] = {}
+        if code == ErrorCode.none:
+            keys = wanted if wanted is not None else sorted(found)
+            for topic, p in keys:
+                om = found.get((topic, p))
+                per_topic.setdefault(topic, []).append(_make(
+                    part_cls, partition_index=i32(p), committed_offset=i64(om.offset if om else -1),
+                    committed_leader_epoch=i32(om.leader_epoch if om else -1),
+                    metadata=(om.metadata if om else ""), error_code=ErrorCode.none,
+                ))
+        elif version < 2 and wanted is not None:
+            for topic, p in wanted:  # v0/v1 have no top-level error: put it on every partition
+                per_topic.setdefault(topic, []).append(_make(
+                    part_cls, partition_index=i32(p), committed_offset=i64(-1), metadata="", error_code=code))
+        return code, tuple(topic_cls(name=n, partitions=tuple(ps)) for n, ps in per_topic.items())
+
+    async def handle_offset_fetch(self, header, request):
+        version = _version(header)
+        mod = _mod(OFFSET_FETCH, version)
+        if version >= 8:
+            groups = []
+            for g in request.groups:
+                code, topics = self._fetch_group(mod, version, g.group_id, g.topics, mod.OffsetFetchResponseTopics,
+                                                 mod.OffsetFetchResponsePartitions)
+                groups.append(mod.OffsetFetchResponseGroup(group_id=g.group_id, topics=topics, error_code=code))
+            return mod.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
+        code, topics = self._fetch_group(mod, version, request.group_id, request.topics, mod.OffsetFetchResponseTopic,
+                                         mod.OffsetFetchResponsePartition)
+        return _make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
+
+    # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
+
+    async def handle_describe_groups(self, header, request):
+        mod = _mod(DESCRIBE_GROUPS, _version(header))
+        out = []
+        for gid in request.groups:
+            code, group = self.coordinator.describe_group(gid)
+            if group is None:
+                state = "Dead" if code == ErrorCode.none else ""
+                out.append(_make(mod.DescribedGroup, error_code=code, group_id=gid, group_state=state,
+                                 protocol_type="", protocol_data="", members=()))
+                continue
+            stable = group.state.value == "Stable"
+            members = tuple(
+                _make(mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                      client_id=m.client_id, client_host=m.client_host,
+                      member_metadata=m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
+                      member_assignment=m.assignment if stable else b"")
+                for m in group.members.values()
+            )
+            out.append(_make(mod.DescribedGroup, error_code=code, group_id=gid, group_state=group.state.value,
+                             protocol_type=group.protocol_type or "",
+                             protocol_data=(group.protocol_name or "") if stable else "", members=members))
+        return _make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
+
+    async def handle_list_groups(self, header, request):
+        mod = _mod(LIST_GROUPS, _version(header))
+        states = set(getattr(request, "states_filter", ()) or ())
+        code, groups = self.coordinator.list_groups(states or None)
+        listed = tuple(
+            _make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value)
+            for g in groups
+        )
+        return _make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=code, groups=listed)
+
+    async def handle_delete_groups(self, header, request):
+        mod = _mod(DELETE_GROUPS, _version(header))
+        results = await self.coordinator.delete_groups(list(request.groups_names))
+        return mod.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(
+            mod.DeletableGroupResult(group_id=g, error_code=c) for g, c in results.items()))
+
+
+# --- OffsetCommit v1 (not in kio) -----------------------------------------------------------------
+
+_H, _I, _Q = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+
+
+def decode_offset_commit_v1(body: bytes):
+    """An OffsetCommitRequest v1 frame → (header, kio's v2 request, v2 schema). The per-partition
+    timestamps are dropped, as Kafka ignores them since 2.1; v1 and v2 responses are identical."""
+    from kio.schema.request_header.v1.header import RequestHeader
+    from kio.serial import entity_reader
+
+    try:
+        header, pos = entity_reader(RequestHeader)(body, 0)
+    except Exception as e:
+        raise ValueError(f"malformed request header: {e}") from e
+    req_cls = load_request_schema(OFFSET_COMMIT, 2)
+    mod = sys.modules[req_cls.__module__]
+
+    def string():
+        nonlocal pos
+        (n,) = _H.unpack_from(body, pos)
+        pos += 2
+        if n < 0:
+            return None
+        s = bytes(body[pos : pos + n]).decode()
+        pos += n
+        return s
+
+    def int32():
+        nonlocal pos
+        (v,) = _I.unpack_from(body, pos)
+        pos += 4
+        return v
+
+    def int64():
+        nonlocal pos
+        (v,) = _Q.unpack_from(body, pos)
+        pos += 8
+        return v
+
+    group_id, generation, member_id = string(), int32(), string()
+    topics = []
+    for _ in range(int32()):
+        name = string()
+        parts = []
+        for _ in range(int32()):
+            index, offset, _ts, metadata = int32(), int64(), int64(), string()
+            parts.append(mod.OffsetCommitRequestPartition(partition_index=i32(index), committed_offset=i64(offset),
+                                                          committed_metadata=metadata))
+        topics.append(mod.OffsetCommitRequestTopic(name=name, partitions=tuple(parts)))
+    if pos != len(body):
+        raise ValueError("trailing bytes in OffsetCommit v1")
+    return header, req_cls(group_id=group_id, generation_id_or_member_epoch=i32(generation), member_id=member_id,
+                   retention_time=i64(-1), topics=tuple(topics)), req_cls
+
+
+def _decode_offset_commit_v1_checked(body: bytes):
+    try:
+        return decode_offset_commit_v1(body)
+    except ValueError:
+        raise
+    except Exception as e:  # struct.error and friends on truncated bodies
+        raise ValueError(f"malformed OffsetCommit v1: {e}") from e

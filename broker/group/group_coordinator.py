@@ -1,0 +1,601 @@
+"""GroupCoordinator: Kafka's classic group protocol over GroupMetadata, with the timers and waiters.
+
+JoinGroup answers wait until the join phase closes (every member rejoined, or the rebalance timeout,
+or the initial delay of a new group); SyncGroup answers of followers wait for the leader's
+assignment; a member that misses its session timeout is removed and the group rebalances. Results
+are (error code, data) tuples; GroupApis turns them into each API version's response.
+"""
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from . import records
+from .group_metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
+from .group_metadata_manager import GroupMetadataManager, now_ms
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_MEMBER_ID = ""
+NO_GENERATION = -1
+CONSUMER_PROTOCOL = "consumer"
+
+
+@dataclass
+class JoinResult:
+    error: ErrorCode
+    member_id: str = UNKNOWN_MEMBER_ID
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    members: list = None
+
+    def __post_init__(self):
+        if self.members is None:
+            self.members = []
+
+
+@dataclass
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    max_size: int = 2**31 - 1
+
+
+class GroupCoordinator:
+    def __init__(self, manager: GroupMetadataManager, config: GroupConfig):
+        self.manager = manager
+        self.config = config
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._initial_delay: set[str] = set()
+        """Groups whose join phase is in the initial delay of a new group (the timer decides)."""
+        self._tasks: set[asyncio.Task] = set()
+        self._reaper: asyncio.Task | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
+
+    def shutdown(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for h in self._timers.values():
+            h.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        for g in list(self.manager.groups.values()):
+            self._fail_waiters(g, ErrorCode.not_coordinator)
+
+    def on_election(self, partition: int, epoch: int) -> None:
+        if partition in self.manager.owned and self.manager.owned[partition] != epoch:
+            self.on_resignation(partition)
+        self.manager.on_election(partition, epoch, self._on_loaded)
+
+    def _on_loaded(self, partition: int) -> None:
+        now = now_ms()
+        for g in self.manager.groups_of(partition):
+            for m in g.members.values():
+                m.heartbeat_deadline_ms = now + m.session_timeout_ms
+
+    def on_resignation(self, partition: int) -> None:
+        for g in self.manager.on_resignation(partition):
+            self._fail_waiters(g, ErrorCode.not_coordinator)
+            g.state = GroupState.DEAD
+            timer = self._timers.pop(g.group_id, None)
+            if timer is not None:
+                timer.cancel()
+
+    def _fail_waiters(self, group: GroupMetadata, code: ErrorCode) -> None:
+        for m in group.members.values():
+            if m.awaiting_join is not None and not m.awaiting_join.done():
+                m.awaiting_join.set_result(JoinResult(code, m.member_id))
+            m.awaiting_join = None
+            if m.awaiting_sync is not None and not m.awaiting_sync.done():
+                m.awaiting_sync.set_result((code, b""))
+            m.awaiting_sync = None
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # --- validation -----------------------------------------------------------------------------
+
+    def _group_error(self, group_id: str | None) -> ErrorCode:
+        """Kafka's validateGroupStatus."""
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        if self.manager.is_loading(group_id):
+            return ErrorCode.coordinator_load_in_progress
+        if not self.manager.is_local(group_id):
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
+
+    # --- JoinGroup ------------------------------------------------------------------------------
+
+    async def join_group(
+        self, group_id: str, member_id: str, instance_id: str | None, require_known_member_id: bool,
+        client_id: str, client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
+        protocol_type: str, protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        error = self._group_error(group_id)
+        if error != ErrorCode.none:
+            return JoinResult(error, member_id)
+        if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        group = self.manager.groups.get(group_id)
+        if group is None:
+            if member_id != UNKNOWN_MEMBER_ID:
+                return JoinResult(ErrorCode.unknown_member_id, member_id)
+            group = self.manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=now_ms())
+        if group.state == GroupState.DEAD:
+            return JoinResult(ErrorCode.coordinator_not_available, member_id)
+        if not group.supports(protocol_type, [n for n, _ in protocols]):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+        if member_id == UNKNOWN_MEMBER_ID:
+            return await self._join_unknown(group, instance_id, require_known_member_id, client_id, client_host,
+                                            rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols)
+        return await self._join_known(group, member_id, instance_id, client_id, client_host,
+                                      rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols)
+
+    async def _join_unknown(self, group, instance_id, require_known, client_id, client_host,
+                            rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
+        new_id = f"{client_id}-{uuid.uuid4()}" if instance_id is None else f"{instance_id}-{uuid.uuid4()}"
+        if instance_id is not None:
+            old_id = group.static_member_id(instance_id)
+            if old_id is not None:
+                return await self._replace_static(group, instance_id, old_id, new_id, protocols, rebalance_ms, session_ms)
+        elif require_known:
+            group.pending_members.add(new_id)
+            self._schedule_pending_expiry(group, new_id, session_ms)
+            return JoinResult(ErrorCode.member_id_required, new_id)
+        return await self._add_and_rebalance(group, new_id, instance_id, client_id, client_host,
+                                             rebalance_ms, session_ms, protocol_type, protocols)
+
+    async def _replace_static(self, group, instance_id, old_id, new_id, protocols, rebalance_ms, session_ms) -> JoinResult:
+        """A known static member restarted: same place, new id, no rebalance unless its protocols changed."""
+        old = group.members[old_id]
+        if old.awaiting_join is not None and not old.awaiting_join.done():
+            old.awaiting_join.set_result(JoinResult(ErrorCode.fenced_instance_id, old_id))
+        if old.awaiting_sync is not None and not old.awaiting_sync.done():
+            old.awaiting_sync.set_result((ErrorCode.fenced_instance_id, b""))
+        old.awaiting_join = old.awaiting_sync = None
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
+        member.heartbeat_deadline_ms = now_ms() + session_ms
+        changed = not member.matches(protocols)
+        member.supported_protocols = list(protocols)
+        if group.state == GroupState.STABLE and not changed:
+            self._spawn(self._store_group(group))
+            return JoinResult(ErrorCode.none, new_id, group.generation_id, group.protocol_type, group.protocol_name,
+                              group.leader_id or "", [])
+        loop = asyncio.get_running_loop()
+        member.awaiting_join = loop.create_future()
+        self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined")
+        self._check_join_complete(group)
+        return await member.awaiting_join
+
+    async def _add_and_rebalance(self, group, member_id, instance_id, client_id, client_host,
+                                 rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
+        loop = asyncio.get_running_loop()
+        member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
+                                protocol_type, list(protocols), is_new=True)
+        member.awaiting_join = loop.create_future()
+        member.heartbeat_deadline_ms = now_ms() + session_ms
+        group.add(member)
+        group.new_member_added = True
+        self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
+        self._check_join_complete(group)
+        return await member.awaiting_join
+
+    async def _join_known(self, group, member_id, instance_id, client_id, client_host,
+                          rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
+        if member_id in group.pending_members:
+            return await self._add_and_rebalance(group, member_id, instance_id, client_id, client_host,
+                                                 rebalance_ms, session_ms, protocol_type, protocols)
+        if not group.has(member_id):
+            return JoinResult(ErrorCode.unknown_member_id, member_id)
+        if instance_id is not None and group.static_member_id(instance_id) != member_id:
+            return JoinResult(ErrorCode.fenced_instance_id, member_id)
+        member = group.members[member_id]
+        loop = asyncio.get_running_loop()
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
+            self._check_join_complete(group)
+            return await member.awaiting_join
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            if member.matches(protocols):
+                # The member missed the join response: send it again.
+                return self._join_result(group, member_id)
+            self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
+            self._prepare_rebalance(group, f"member {member_id} changed protocols")
+            return await member.awaiting_join
+        if group.state in (GroupState.STABLE, GroupState.EMPTY):
+            if group.state == GroupState.STABLE and not group.is_leader(member_id) and member.matches(protocols):
+                return self._join_result(group, member_id)
+            self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
+            self._prepare_rebalance(group, f"member {member_id} rejoined")
+            self._check_join_complete(group)
+            return await member.awaiting_join
+        return JoinResult(ErrorCode.unknown_member_id, member_id)
+
+    def _update_member(self, group, member, protocols, rebalance_ms, session_ms, loop) -> None:
+        member.supported_protocols = list(protocols)
+        member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
+        if member.awaiting_join is None or member.awaiting_join.done():
+            member.awaiting_join = loop.create_future()
+
+    def _join_result(self, group: GroupMetadata, member_id: str) -> JoinResult:
+        members = group.current_member_metadata() if group.is_leader(member_id) else []
+        return JoinResult(ErrorCode.none, member_id, group.generation_id, group.protocol_type,
+                          group.protocol_name, group.leader_id or "", members)
+
+    # --- rebalance ------------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():  # the pending SyncGroups of the old generation
+                if m.awaiting_sync is not None and not m.awaiting_sync.done():
+                    m.awaiting_sync.set_result((ErrorCode.rebalance_in_progress, b""))
+                m.awaiting_sync = None
+        was_empty = group.state == GroupState.EMPTY
+        group.clear_assignments()
+        group.transition_to(GroupState.PREPARING_REBALANCE, now_ms())
+        log.info("group %s: preparing to rebalance (generation %d): %s", group.group_id, group.generation_id, reason)
+        delay = (self.config.initial_rebalance_delay_ms if was_empty else 0)
+        timeout = max(group.rebalance_timeout_ms(), delay)
+        self._schedule(group, delay if was_empty else timeout, initial=was_empty, remaining=timeout - delay)
+
+    def _schedule(self, group: GroupMetadata, delay_ms: int, initial: bool, remaining: int) -> None:
+        old = self._timers.pop(group.group_id, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        (self._initial_delay.add if initial else self._initial_delay.discard)(group.group_id)
+        self._timers[group.group_id] = loop.call_later(
+            max(0, delay_ms) / 1000, self._on_rebalance_timer, group, initial, remaining
+        )
+
+    def _on_rebalance_timer(self, group: GroupMetadata, initial: bool, remaining: int) -> None:
+        self._timers.pop(group.group_id, None)
+        if group.state != GroupState.PREPARING_REBALANCE or self.manager.groups.get(group.group_id) is not group:
+            return
+        if initial and group.new_member_added and remaining > 0:
+            # Kafka's InitialDelayedJoin: keep waiting, by the initial delay, while members arrive.
+            group.new_member_added = False
+            step = min(self.config.initial_rebalance_delay_ms, remaining)
+            self._schedule(group, step, initial=True, remaining=remaining - step)
+            return
+        self._complete_join(group, timed_out=True)
+
+    def _check_join_complete(self, group: GroupMetadata) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE or group.group_id not in self._timers:
+            return
+        handle = self._timers[group.group_id]
+        # During the initial delay of a new group, the timer decides; otherwise all-joined completes.
+        if group.group_id in self._initial_delay:
+            return
+        if group.all_members_joined():
+            handle.cancel()
+            self._timers.pop(group.group_id, None)
+            self._complete_join(group, timed_out=False)
+
+    def _complete_join(self, group: GroupMetadata, timed_out: bool) -> None:
+        self._initial_delay.discard(group.group_id)
+        now = now_ms()
+        for m in group.not_yet_rejoined():
+            if m.group_instance_id is not None and not timed_out:
+                continue
+            log.info("group %s: removing member %s (did not rejoin in time)", group.group_id, m.member_id)
+            group.remove(m.member_id)
+        group.pending_members.clear()
+        group.init_next_generation(now)
+        log.info("group %s: generation %d, protocol %s, %d members, leader %s", group.group_id,
+                 group.generation_id, group.protocol_name, len(group.members), group.leader_id)
+        if group.state == GroupState.EMPTY:
+            self._spawn(self._store_group(group))
+            return
+        for m in group.members.values():
+            result = self._join_result(group, m.member_id)
+            if m.awaiting_join is not None and not m.awaiting_join.done():
+                m.awaiting_join.set_result(result)
+            m.awaiting_join = None
+            m.is_new = False
+            m.heartbeat_deadline_ms = now + m.session_timeout_ms
+
+    # --- SyncGroup ------------------------------------------------------------------------------
+
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                         protocol_type: str | None, protocol_name: str | None,
+                         assignments: dict[str, bytes]) -> tuple[ErrorCode, bytes]:
+        error = self._group_error(group_id)
+        if error == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.rebalance_in_progress, b""  # Kafka: the member must rejoin anyway
+        if error != ErrorCode.none:
+            return error, b""
+        group = self.manager.groups.get(group_id)
+        if group is None or not group.has(member_id):
+            return ErrorCode.unknown_member_id, b""
+        if instance_id is not None and group.static_member_id(instance_id) != member_id:
+            return ErrorCode.fenced_instance_id, b""
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation, b""
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return ErrorCode.inconsistent_group_protocol, b""
+        member = group.members[member_id]
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return ErrorCode.unknown_member_id, b""
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress, b""
+        if group.state == GroupState.STABLE:
+            member.heartbeat_deadline_ms = now_ms() + member.session_timeout_ms
+            return ErrorCode.none, member.assignment
+        member.awaiting_sync = asyncio.get_running_loop().create_future()
+        member.heartbeat_deadline_ms = now_ms() + member.session_timeout_ms
+        if group.is_leader(member_id):
+            generation = group.generation_id
+            for mid, m in group.members.items():
+                m.assignment = assignments.get(mid, b"")
+            code = await self._store_group(group)
+            if group.state != GroupState.COMPLETING_REBALANCE or group.generation_id != generation:
+                pass  # a rebalance began meanwhile; its waiters were answered
+            elif code != ErrorCode.none:
+                self._fail_sync(group, code)
+                self._prepare_rebalance(group, f"storing the assignment failed: {code.name}")
+            else:
+                group.transition_to(GroupState.STABLE, now_ms())
+                for m in group.members.values():
+                    if m.awaiting_sync is not None and not m.awaiting_sync.done():
+                        m.awaiting_sync.set_result((ErrorCode.none, m.assignment))
+                    m.awaiting_sync = None
+        fut = member.awaiting_sync
+        if fut is None:  # answered already (this is the leader)
+            return (ErrorCode.none, member.assignment) if group.state == GroupState.STABLE else (
+                ErrorCode.rebalance_in_progress, b"")
+        return await fut
+
+    def _fail_sync(self, group: GroupMetadata, code: ErrorCode) -> None:
+        for m in group.members.values():
+            if m.awaiting_sync is not None and not m.awaiting_sync.done():
+                m.awaiting_sync.set_result((code, b""))
+            m.awaiting_sync = None
+
+    async def _store_group(self, group: GroupMetadata) -> ErrorCode:
+        if not group.protocol_type and not group.members:
+            return ErrorCode.none
+        return await self.manager.append(group.group_id, [(records.group_key(group.group_id), records.group_value(group))])
+
+    # --- Heartbeat / LeaveGroup -----------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> ErrorCode:
+        error = self._group_error(group_id)
+        if error == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # Kafka: the member keeps its session until the group is loaded
+        if error != ErrorCode.none:
+            return error
+        group = self.manager.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return ErrorCode.unknown_member_id if group is None else ErrorCode.coordinator_not_available
+        if instance_id is not None and group.static_member_id(instance_id) != member_id:
+            return ErrorCode.fenced_instance_id
+        if not group.has(member_id):
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now_ms() + member.session_timeout_ms
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        if group.state == GroupState.EMPTY:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none
+
+    def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        error = self._group_error(group_id)
+        if error != ErrorCode.none:
+            return error, []
+        group = self.manager.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return ErrorCode.none, [ErrorCode.unknown_member_id for _ in leaving]
+        codes = []
+        for member_id, instance_id in leaving:
+            if instance_id is not None:
+                known = group.static_member_id(instance_id)
+                if known is None:
+                    codes.append(ErrorCode.unknown_member_id)
+                    continue
+                if member_id != UNKNOWN_MEMBER_ID and known != member_id:
+                    codes.append(ErrorCode.fenced_instance_id)
+                    continue
+                member_id = known
+            elif member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                codes.append(ErrorCode.none)
+                self._check_join_complete(group)
+                continue
+            if not group.has(member_id):
+                codes.append(ErrorCode.unknown_member_id)
+                continue
+            codes.append(ErrorCode.none)
+            self._remove_member_and_rebalance(group, member_id, "member left the group")
+        return ErrorCode.none, codes
+
+    def _remove_member_and_rebalance(self, group: GroupMetadata, member_id: str, reason: str) -> None:
+        member = group.remove(member_id)
+        if member is not None and member.awaiting_join is not None and not member.awaiting_join.done():
+            member.awaiting_join.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
+        if member is not None and member.awaiting_sync is not None and not member.awaiting_sync.done():
+            member.awaiting_sync.set_result((ErrorCode.unknown_member_id, b""))
+        log.info("group %s: member %s removed: %s", group.group_id, member_id, reason)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+        elif group.state == GroupState.PREPARING_REBALANCE:
+            if not group.members:
+                self._complete_join(group, timed_out=False)
+            else:
+                self._check_join_complete(group)
+
+    def _schedule_pending_expiry(self, group: GroupMetadata, member_id: str, session_ms: int) -> None:
+        def expire():
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                self._check_join_complete(group)
+
+        asyncio.get_running_loop().call_later(session_ms / 1000, expire)
+
+    async def _reap_loop(self) -> None:
+        """Expires members past their session timeout; expires old offsets now and then."""
+        last_cleanup = now_ms()
+        while True:
+            await asyncio.sleep(0.2)
+            now = now_ms()
+            for group in list(self.manager.groups.values()):
+                if group.state in (GroupState.DEAD,) or not self.manager.is_local(group.group_id) or self.manager.is_loading(group.group_id):
+                    continue
+                for m in list(group.members.values()):
+                    if m.awaiting_join is not None:
+                        continue
+                    if group.state == GroupState.COMPLETING_REBALANCE and m.awaiting_sync is not None:
+                        continue
+                    if now > m.heartbeat_deadline_ms:
+                        self._remove_member_and_rebalance(group, m.member_id, "session timeout expired")
+            if now - last_cleanup >= self.config.offsets_retention_check_interval_ms:
+                last_cleanup = now
+                try:
+                    await self.cleanup_offsets(now)
+                except Exception:
+                    log.exception("offset expiration failed")
+
+    # --- offsets --------------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+                             offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], ErrorCode]:
+        def all_(code):
+            return {k: code for k in offsets}
+
+        error = self._group_error(group_id)
+        if error != ErrorCode.none:
+            return all_(error)
+        group = self.manager.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return all_(ErrorCode.illegal_generation)
+            group = self.manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=now_ms())
+        if group.state == GroupState.DEAD:
+            return all_(ErrorCode.coordinator_not_available)
+        if not (generation_id < 0 and group.state == GroupState.EMPTY):
+            if instance_id is not None and group.static_member_id(instance_id) != member_id:
+                return all_(ErrorCode.fenced_instance_id)
+            if not group.has(member_id):
+                return all_(ErrorCode.unknown_member_id)
+            if generation_id != group.generation_id:
+                return all_(ErrorCode.illegal_generation)
+            if group.state == GroupState.COMPLETING_REBALANCE:
+                return all_(ErrorCode.rebalance_in_progress)
+            group.members[member_id].heartbeat_deadline_ms = now_ms() + group.members[member_id].session_timeout_ms
+        result: dict[tuple[str, int], ErrorCode] = {}
+        entries = []
+        accepted = {}
+        for (topic, p), om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                result[(topic, p)] = ErrorCode.offset_metadata_too_large
+                continue
+            accepted[(topic, p)] = om
+            entries.append((records.offset_key(group_id, topic, p), records.offset_value(om)))
+        if entries:
+            code = await self.manager.append(group_id, entries)
+            if code == ErrorCode.none and self.manager.groups.get(group_id) is group:
+                group.offsets.update(accepted)
+            for k in accepted:
+                result[k] = code
+        return {k: result[k] for k in offsets}
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None):
+        """(error, {(topic, partition): OffsetAndMetadata | None}); None partitions = all committed."""
+        error = self._group_error(group_id)
+        if error != ErrorCode.none:
+            return error, {}
+        group = self.manager.groups.get(group_id)
+        committed = {} if group is None or group.state == GroupState.DEAD else group.offsets
+        if partitions is None:
+            return ErrorCode.none, dict(committed)
+        return ErrorCode.none, {k: committed.get(k) for k in partitions}
+
+    async def cleanup_offsets(self, now: int) -> int:
+        removed = 0
+        for group in list(self.manager.groups.values()):
+            if not self.manager.is_local(group.group_id) or self.manager.is_loading(group.group_id):
+                continue
+            expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            if not expired:
+                continue
+            entries = [(records.offset_key(group.group_id, t, p), None) for t, p in expired]
+            drop_group = group.state == GroupState.EMPTY and len(expired) == len(group.offsets)
+            if drop_group:
+                entries.append((records.group_key(group.group_id), None))
+            if await self.manager.append(group.group_id, entries) == ErrorCode.none:
+                for k in expired:
+                    group.offsets.pop(k, None)
+                removed += len(expired)
+                if drop_group and group.state == GroupState.EMPTY and not group.offsets:
+                    group.transition_to(GroupState.DEAD, now)
+                    self.manager.groups.pop(group.group_id, None)
+        return removed
+
+    # --- admin ----------------------------------------------------------------------------------
+
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupMetadata | None]:
+        error = self._group_error(group_id)
+        if error != ErrorCode.none:
+            return error, None
+        return ErrorCode.none, self.manager.groups.get(group_id)
+
+    def list_groups(self, states: set[str] | None) -> tuple[ErrorCode, list[GroupMetadata]]:
+        if self.manager.loading:
+            return ErrorCode.coordinator_load_in_progress, []
+        groups = [g for g in self.manager.groups.values() if self.manager.is_local(g.group_id) and g.state != GroupState.DEAD]
+        if states:
+            lowered = {s.lower() for s in states}
+            groups = [g for g in groups if g.state.value.lower() in lowered]
+        return ErrorCode.none, groups
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        out = {}
+        for gid in group_ids:
+            error = self._group_error(gid)
+            if error != ErrorCode.none:
+                out[gid] = error
+                continue
+            group = self.manager.groups.get(gid)
+            if group is None or group.state == GroupState.DEAD:
+                out[gid] = ErrorCode.group_id_not_found
+                continue
+            if group.state != GroupState.EMPTY:
+                out[gid] = ErrorCode.non_empty_group
+                continue
+            entries = [(records.offset_key(gid, t, p), None) for t, p in group.offsets]
+            entries.append((records.group_key(gid), None))
+            code = await self.manager.append(gid, entries)
+            if code == ErrorCode.none and self.manager.groups.get(gid) is group:
+                group.transition_to(GroupState.DEAD, now_ms())
+                self.manager.groups.pop(gid, None)
+            out[gid] = code
+        return out

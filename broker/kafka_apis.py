@@ -26,6 +26,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
+from odradek.broker.group.group_apis import CLIENT_HOST
 from odradek.broker.log.errors import LogError
 from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
@@ -169,7 +170,7 @@ def error_response(request, error_code: ErrorCode):
 
 
 class KafkaApis:
-    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis):
+    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis, group_apis=None):
         self.config = config
         self.replica_manager = replica_manager
         self.handlers: dict[int, Callable[..., Awaitable]] = {
@@ -189,6 +190,20 @@ class KafkaApis:
                     raise ValueError(f"API {key} handled twice")
                 self.handlers[key] = handler
                 self.versions[key] = tuple(metadata_apis.versions[key])
+        self.legacy_requests: dict = {}
+        """(api, version) → decoder(frame body) → (header, request, schema), for versions kio lacks."""
+        if group_apis is not None:
+            # The group coordinator's FindCoordinator replaces the placeholder below.
+            for key, handler in group_apis.handlers.items():
+                if key in self.handlers and key != FIND_COORDINATOR:
+                    raise ValueError(f"API {key} handled twice")
+                self.handlers[key] = handler
+                self.versions[key] = tuple(group_apis.versions[key])
+            self.legacy_requests.update(getattr(group_apis, "legacy_requests", {}))
+        self.leader_and_isr_listeners: list[Callable] = []
+        """Called with (request, response) after each LeaderAndIsr (the group coordinator's election hook)."""
+        self.stop_replica_listeners: list[Callable] = []
+        """Called with (request, response) after each StopReplica."""
         self.bad_input = RateLimitedLog(log)
         self._api_versions_bodies: dict[int, Body] = {}
 
@@ -214,8 +229,11 @@ class KafkaApis:
             raise CloseConnection()
         if api_key == PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
             return self._produce_legacy(frame_body, version, correlation_id, peer)
+        if peer is not None:
+            CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else str(peer))
+        legacy = self.legacy_requests.get((api_key, version))
         try:
-            header, request, schema = wire.decode_request(frame_body)
+            header, request, schema = (legacy or wire.decode_request)(frame_body)
         except (KeyError, ValueError) as e:
             self.bad_input.warning(
                 f"malformed-{api_key}", "closing connection from %s: malformed request (API %d v%d): %s",
@@ -426,7 +444,19 @@ class KafkaApis:
     # --- controller requests --------------------------------------------------------------------
 
     async def handle_leader_and_isr(self, header, request):
-        return await self.replica_manager.become_leader_or_follower(request)
+        response = await self.replica_manager.become_leader_or_follower(request)
+        self._notify(self.leader_and_isr_listeners, request, response)
+        return response
 
     async def handle_stop_replica(self, header, request):
-        return await self.replica_manager.stop_replicas(request)
+        response = await self.replica_manager.stop_replicas(request)
+        self._notify(self.stop_replica_listeners, request, response)
+        return response
+
+    @staticmethod
+    def _notify(listeners, request, response) -> None:
+        for listener in listeners:
+            try:
+                listener(request, response)
+            except Exception:
+                log.exception("a %s listener failed", type(request).__name__)

@@ -13,6 +13,9 @@ import signal
 import sys
 from pathlib import Path
 
+from odradek.broker.group.group_apis import GroupApis
+from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
+from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from odradek.broker.kafka_apis import KafkaApis
 from odradek.broker.log import LogManager
 from odradek.broker.metadata_apis import MetadataApis
@@ -39,6 +42,7 @@ class KafkaServer:
         self.replica_manager: ReplicaManager | None = None
         self.metadata_apis: MetadataApis | None = None
         self.apis: KafkaApis | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.socket_servers: list[SocketServer] = []
         self.endpoints: list[EndPoint] = []
         self._stop_background = asyncio.Event()
@@ -60,7 +64,15 @@ class KafkaServer:
         self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.log_manager)
         if hasattr(self.metadata_apis, "update_listeners"):
             self.metadata_apis.update_listeners.append(self._on_partitions_deleted)
-        self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis)
+        self.group_coordinator = self._group_coordinator()
+        self.group_apis = GroupApis(
+            config, self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
+            config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
+        )
+        self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis)
+        self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
+        self.apis.stop_replica_listeners.append(self._on_stop_replica)
+        self.group_coordinator.startup()
 
         bound: dict[str, tuple[str, int]] = {}
         for name, host, port in listeners:
@@ -82,6 +94,48 @@ class KafkaServer:
             self.replica_manager.run_background(self._stop_background)
         )
         log.info("broker %d started (epoch %d)", config.broker_id, epoch)
+
+    def _group_coordinator(self) -> GroupCoordinator:
+        c = self.config
+        cache = self.metadata_cache
+
+        def partition_count() -> int:
+            parts = cache.topic_partitions(GROUP_METADATA_TOPIC_NAME)
+            return len(parts) if parts else c.offsets_topic_num_partitions
+
+        manager = GroupMetadataManager(c.broker_id, self.replica_manager, partition_count, c.offsets_commit_timeout_ms)
+        return GroupCoordinator(manager, GroupConfig(
+            min_session_timeout_ms=c.group_min_session_timeout_ms,
+            max_session_timeout_ms=c.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+            offset_metadata_max_bytes=c.offset_metadata_max_bytes,
+            offsets_retention_ms=c.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
+        ))
+
+    def _on_leader_and_isr(self, request, response) -> None:
+        """Kafka's onLeadershipChange: elect or resign the coordinator of offsets partitions."""
+        if response.error_code != 0:
+            return
+        failed = {(e.topic_name, int(e.partition_index)) for e in response.partition_errors if e.error_code != 0}
+        parts = self.replica_manager.partitions
+        for ts in request.topic_states:
+            if ts.topic_name != GROUP_METADATA_TOPIC_NAME:
+                continue
+            for ps in ts.partition_states:
+                key = (ts.topic_name, int(ps.partition_index))
+                if key in failed or key not in parts:
+                    continue
+                if int(ps.leader) == self.config.broker_id:
+                    self.group_coordinator.on_election(key[1], int(ps.leader_epoch))
+                else:
+                    self.group_coordinator.on_resignation(key[1])
+
+    def _on_stop_replica(self, request, response) -> None:
+        for t in request.topics:
+            if t.name == GROUP_METADATA_TOPIC_NAME:
+                for p in t.partition_indexes:
+                    self.group_coordinator.on_resignation(int(p))
 
     def _advertised_endpoints(self, bound: dict[str, tuple[str, int]]) -> list[EndPoint]:
         """advertised.listeners, else listeners; port 0 means the port actually bound."""

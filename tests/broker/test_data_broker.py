@@ -463,8 +463,9 @@ def test_sigterm_deregisters_and_restart_keeps_data(zk_connect, tmp_path):
         assert b2.stop() == 0
 
 
-def test_find_coordinator_answers_not_available_until_groups_exist(broker):
-    """Advertised for librdkafka's feature detection; every key is COORDINATOR_NOT_AVAILABLE."""
+def test_find_coordinator_answers_not_available_while_offsets_topic_has_no_leader(broker):
+    """No controller here, so __consumer_offsets never gets leaders: every key must wait, at every
+    version, and the broker keeps serving."""
     from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest as V0
     from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as V3
     from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as V4

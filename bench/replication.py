@@ -1,0 +1,198 @@
+"""Replication cost: produce throughput and latency of a 3-broker cluster with RF=3 topics
+(min.insync.replicas=2), acks=all and acks=1, against a 1-broker cluster's acks=1 in the same run.
+
+Throughput: kcat -P of pre-generated 100-byte records (no keys, spread over the partitions);
+every run checks that the topic's end offsets add up to the records sent. Latency: a
+confluent-kafka producer at a fixed moderate rate (linger.ms=0), the time from produce() to the
+delivery report of each record; p50 and p99. Target (issue 3): RF=3 acks=all ≥ 0.5× the
+single-broker acks=1 throughput. Run: .venv/bin/python bench/replication.py
+"""
+
+import argparse
+import gc
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from throughput import Result, median, write_records  # bench/ is sys.path[0] when run as a script
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+SIZE = 100
+PRODUCE_OPTS = ["-X", "linger.ms=5", "-X", "queue.buffering.max.messages=1000000",
+                "-X", "sticky.partitioning.linger.ms=0", "-X", "enable.idempotence=false",
+                "-X", "message.timeout.ms=120000"]
+
+
+class Target:
+    """A LocalCluster of `brokers` brokers and one controller; topics get RF = `brokers`."""
+
+    def __init__(self, name: str, data_dir: Path, brokers: int):
+        from odradek.dev.cluster import LocalCluster
+        from odradek.dev.zookeeper import free_port
+
+        self.name, self.rf = name, brokers
+        ports: list[int] = []
+        while len(ports) < brokers:
+            p = free_port()
+            if p not in ports:
+                ports.append(p)
+        self.cluster = LocalCluster(data_dir, brokers=brokers, controllers=1, broker_ports=ports)
+        self.cluster.start()
+        self.bootstrap = self.cluster.bootstrap
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        config = {"min.insync.replicas": "2"} if self.rf >= 3 else {}
+        self.admin.create_topics([NewTopic(name, partitions, self.rf, config=config)],
+                                 operation_timeout=60)[name].result(timeout=65)
+        deadline = time.monotonic() + 60
+        while True:
+            t = self.admin.list_topics(name, timeout=10).topics.get(name)
+            if (t and t.error is None and len(t.partitions) == partitions
+                    and all(p.leader >= 0 and len(p.isrs) == self.rf for p in t.partitions.values())):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} {name}: partitions without a leader or a full ISR after 60s")
+            time.sleep(0.2)
+
+    def end_offsets(self, topic: str, partitions: int) -> int:
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-ends"})
+        try:
+            return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        del self.admin  # its reconnect attempts would fill the output once the brokers are gone
+        gc.collect()
+        self.cluster.stop()
+
+
+def kcat_produce(target: Target, topic: str, data: Path, records: int, partitions: int, acks: str) -> Result:
+    start = time.perf_counter()
+    proc = subprocess.run(["kcat", "-P", "-b", target.bootstrap, "-t", topic, "-l", "-X", f"acks={acks}",
+                           *PRODUCE_OPTS, str(data)],
+                          timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - start
+    # End offsets are high watermarks: with acks=1 the followers may still be catching up.
+    deadline = time.monotonic() + 60
+    while (stored := target.end_offsets(topic, partitions)) < records and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if proc.returncode != 0 or stored != records:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"kcat -P acks={acks} to {target.name}/{topic}: exit {proc.returncode}, "
+                           f"{stored} of {records} records stored; {tail}")
+    return Result(records, records * SIZE, elapsed)
+
+
+def latency(target: Target, topic: str, acks: str, rate: float, seconds: float) -> tuple[float, float, int]:
+    """p50 and p99 (ms) from produce() to delivery report, `rate` records/s for `seconds`."""
+    producer = Producer({"bootstrap.servers": target.bootstrap, "acks": acks, "linger.ms": 0,
+                         "enable.idempotence": False, "message.timeout.ms": 30_000})
+    samples: list[float] = []
+    failures: list[str] = []
+
+    def report(sent_at):
+        def cb(err, _msg):
+            if err is None:
+                samples.append(time.perf_counter() - sent_at)
+            else:
+                failures.append(str(err))
+        return cb
+
+    value = b"x" * SIZE
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:
+            producer.poll(min(0.001, due - now))
+        producer.produce(topic, value=value, on_delivery=report(time.perf_counter()))
+        producer.poll(0)
+    if producer.flush(60) or failures:
+        raise RuntimeError(f"latency run on {target.name}/{topic} acks={acks}: {len(failures)} failures {failures[:2]}")
+    del producer
+    samples.sort()
+    return samples[len(samples) // 2] * 1000, samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1000, total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=500_000, help="100-byte records per throughput run")
+    parser.add_argument("--partitions", type=int, default=12, help="partitions of every topic")
+    parser.add_argument("--repeat", type=int, default=3, help="throughput runs per case; the median is reported")
+    parser.add_argument("--rate", type=float, default=2000.0, help="records/s of the latency runs")
+    parser.add_argument("--latency-seconds", type=float, default=10.0, help="length of each latency run")
+    parser.add_argument("--work-dir", default=None, help="record file and cluster data (default: a temp dir)")
+    args = parser.parse_args(argv)
+    if shutil.which("kcat") is None:
+        print("kcat not found: run `make setup`", file=sys.stderr)
+        return 2
+
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="odradek-bench-repl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / f"records-{SIZE}.txt"
+    if not data.exists() or data.stat().st_size != args.records * (SIZE + 1):
+        write_records(data, args.records, SIZE)
+
+    # One cluster at a time: they would compete for the same cores.
+    cases = [("1 broker", 1, "1"), ("RF=3", 3, "1"), ("RF=3", 3, "all")]
+    throughput: dict[tuple[str, str], Result] = {}
+    latencies: dict[tuple[str, str], tuple[float, float, int]] = {}
+    failed: dict[tuple[str, str], str] = {}
+    print(f"kcat -P {args.records:,} x {SIZE} B, {args.partitions} partitions, median of {args.repeat}; "
+          f"latency at {args.rate:,.0f} rec/s for {args.latency_seconds:.0f} s; work dir {work}", flush=True)
+    for name, brokers in (("1 broker", 1), ("RF=3", 3)):
+        target = Target(name, work / name.replace(" ", "-").replace("=", ""), brokers)
+        try:
+            for _, _, acks in [c for c in cases if c[0] == name]:
+                key = (name, acks)
+                try:
+                    runs = []
+                    for rep in range(args.repeat):
+                        topic = f"bench-acks{acks}-{rep}"
+                        target.create_topic(topic, args.partitions)
+                        runs.append(kcat_produce(target, topic, data, args.records, args.partitions, acks))
+                        print(f"  {name:8} acks={acks:3} run {rep + 1}: {runs[-1].rps:>11,.0f} rec/s", flush=True)
+                    throughput[key] = median(runs)
+                    topic = f"latency-acks{acks}"
+                    target.create_topic(topic, args.partitions)
+                    latencies[key] = latency(target, topic, acks, args.rate, args.latency_seconds)
+                except RuntimeError as e:
+                    failed[key] = str(e)
+                    print(f"  {name:8} acks={acks:3} FAILED: {e}", flush=True)
+        finally:
+            target.close()
+
+    base = throughput.get(("1 broker", "1"))
+    print()
+    print(f"{'produce, 100 B records':28}{'throughput':>16}{'MB/s':>8}{'vs 1 broker':>13}{'p50 ms':>9}{'p99 ms':>9}")
+    for name, _, acks in cases:
+        key = (name, acks)
+        label = f"{name} acks={acks}"
+        if key in failed:
+            print(f"{label:28}  failed: {failed[key][:80]}")
+            continue
+        r, (p50, p99, _) = throughput[key], latencies[key]
+        ratio = f"{r.rps / base.rps:.2f}x" if base else "-"
+        print(f"{label:28}{r.rps:>10,.0f} rec/s{r.mbps:>8.1f}{ratio:>13}{p50:>9.1f}{p99:>9.1f}")
+    print()
+    target_key = ("RF=3", "all")
+    if base and target_key in throughput:
+        ratio = throughput[target_key].rps / base.rps
+        print(f"RF=3 acks=all: {ratio:.2f}x the 1-broker acks=1 throughput; "
+              f"{'meets' if ratio >= 0.5 else 'misses'} the 0.5x target")
+    else:
+        print("RF=3 acks=all vs 1-broker acks=1: not measured (a run failed)")
+    if not args.work_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,9 +4,9 @@ record, while brokers (and the controller) are killed, paused, stopped and resta
 consumer must find every acknowledged record at its acknowledged offset, in send order per
 partition.
 
-Committed here: the cases that pass on main. Those waiting for ISR expansion (a returning
-follower rejoining the ISR) are added once it lands: leader SIGKILL (with and without the
-controller), a paused follower leaving and rejoining the ISR, a rolling restart under load."""
+Committed here: the cases that pass on main. Two wait for ISR expansion (a caught-up follower
+rejoining the ISR) and are added once it lands: a paused follower leaving and rejoining the ISR,
+and a rolling restart under load."""
 
 import signal
 import time
@@ -36,6 +36,53 @@ def replicated_cluster(cluster_factory, topic, controllers=1, broker_overrides=N
     create_topic(cluster.bootstrap, topic, PARTITIONS, TOPIC_CONFIG, timeout=60, replication_factor=3)
     wait_isr_full(cluster.bootstrap, topic, PARTITIONS)
     return cluster
+
+
+def active_controller(cluster):
+    zk = cluster.zk_client()
+    try:
+        return cluster.active_controller(zk)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def kill_leader_and_restart(cluster_factory, topic, kill_controller):
+    cluster = replicated_cluster(cluster_factory, topic, controllers=2 if kill_controller else 1)
+    bootstrap = cluster.bootstrap
+    producer = ContinuousProducer(bootstrap, topic, PARTITIONS).start()
+    try:
+        producer.wait_acked(3000)
+        victim = leader_of(bootstrap, topic, 0)
+        cluster.broker(victim).kill(signal.SIGKILL)
+        controller = None
+        if kill_controller:
+            controller = cluster.controller_by_id(active_controller(cluster))
+            controller.kill(signal.SIGKILL)
+        # A new leader from the ISR takes over and acknowledged writes continue.
+        wait_for_partitions(bootstrap, topic, lambda v: all(x.leader not in (-1, victim) for x in v.values()),
+                            f"leaders other than the killed broker {victim}", timeout=60)
+        producer.wait_acked(3000)
+        cluster.wait_broker_gone(victim)
+        cluster.broker(victim).start()
+        if controller is not None:
+            controller.start()
+        cluster.wait_ready(timeout=60)
+        producer.wait_acked(2000)
+    finally:
+        producer.stop()
+    assert not producer.errors, f"{len(producer.errors)} failed deliveries, first: {producer.errors[:3]}"
+    for p in range(PARTITIONS):  # the restarted broker dropped its unreplicated tail and caught up
+        cluster.wait_logs_identical(topic, p, timeout=60)
+    verify_acknowledged(bootstrap, producer)
+
+
+def test_leader_sigkill_then_restart(cluster_factory):
+    kill_leader_and_restart(cluster_factory, "kill-leader", kill_controller=False)
+
+
+def test_leader_and_controller_sigkill_then_restart(cluster_factory):
+    kill_leader_and_restart(cluster_factory, "kill-leader-controller", kill_controller=True)
 
 
 def test_two_of_three_down_not_enough_replicas(cluster_factory):

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=500_000, help="100-byte records per throughput run")
     parser.add_argument("--partitions", type=int, default=12, help="partitions of every topic")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs per case; the median is reported")
-    parser.add_argument("--rate", type=float, default=2000.0, help="records/s of the latency runs")
+    parser.add_argument("--rate", type=float, default=500.0, help="records/s of the latency runs")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="length of each latency run")
     parser.add_argument("--work-dir", default=None, help="record file and cluster data (default: a temp dir)")
     args = parser.parse_args(argv)

@@ -92,7 +92,7 @@ class Partition:
         return ErrorCode.unknown_leader_epoch
 
     def min_insync_replicas(self) -> int:
-        return int(getattr(self.log.config, "min_insync_replicas", 1) or 1)
+        return self.log.config.min_insync_replicas
 
     def append_records_to_leader(self, records, required_acks: int):
         """Appends as leader; NOT_ENOUGH_REPLICAS is raised as an error code for acks=-1."""

@@ -34,22 +34,6 @@ from odradek.common.client import NetworkClient
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {
-    "replica_fetch_wait_max_ms": 500,
-    "replica_fetch_min_bytes": 1,
-    "replica_fetch_max_bytes": 1048576,
-    "replica_fetch_response_max_bytes": 10485760,
-    "replica_fetch_backoff_ms": 1000,
-    "replica_socket_timeout_ms": 30000,
-}
-
-
-def _setting(config, name: str) -> int:
-    """Kafka's replica.fetch.* keys (the config model may not carry them: Kafka's defaults then)."""
-    value = getattr(config, name, None)
-    return int(value) if value is not None else DEFAULTS[name]
-
-
 @dataclass
 class PartitionFetchState:
     """What the fetcher knows about one followed partition."""
@@ -93,8 +77,8 @@ class ReplicaFetcher:
                                     connect_attempts=1)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self.backoff_s = _setting(self.config, "replica_fetch_backoff_ms") / 1000
-        self.timeout_s = _setting(self.config, "replica_socket_timeout_ms") / 1000
+        self.backoff_s = self.config.replica_fetch_backoff_ms / 1000
+        self.timeout_s = self.config.replica_socket_timeout_ms / 1000
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher({self.broker_id}<-{self.source_id} {self.host}:{self.port})"
@@ -213,7 +197,7 @@ class ReplicaFetcher:
     async def fetch(self, ready: dict) -> None:
         by_topic: dict[str, list] = {}
         offsets = {}
-        max_bytes = _setting(self.config, "replica_fetch_max_bytes")
+        max_bytes = self.config.replica_fetch_max_bytes
         for (topic, index), s in ready.items():
             p = self.replica_manager.partitions.get((topic, index))
             if p is None:
@@ -229,13 +213,13 @@ class ReplicaFetcher:
             ))
         if not by_topic:
             return
-        wait_ms = _setting(self.config, "replica_fetch_wait_max_ms")
+        wait_ms = self.config.replica_fetch_wait_max_ms
         request = FetchRequest(
             cluster_id=None,
             replica_id=i32(self.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=wait_ms)),
-            min_bytes=i32(_setting(self.config, "replica_fetch_min_bytes")),
-            max_bytes=i32(_setting(self.config, "replica_fetch_response_max_bytes")),
+            min_bytes=i32(self.config.replica_fetch_min_bytes),
+            max_bytes=i32(self.config.replica_fetch_response_max_bytes),
             session_id=i32(0),
             session_epoch=i32(-1),
             topics=tuple(FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),

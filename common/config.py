@@ -57,6 +57,12 @@ class BrokerConfig(ZkClientConfig):
     socket_request_max_bytes: int = Field(104857600, alias="socket.request.max.bytes")
 
     replica_lag_time_max_ms: int = Field(30000, alias="replica.lag.time.max.ms")
+    replica_fetch_wait_max_ms: int = Field(500, alias="replica.fetch.wait.max.ms")
+    replica_fetch_min_bytes: int = Field(1, alias="replica.fetch.min.bytes")
+    replica_fetch_max_bytes: int = Field(1048576, alias="replica.fetch.max.bytes")
+    replica_fetch_response_max_bytes: int = Field(10485760, alias="replica.fetch.response.max.bytes")
+    replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms")
+    replica_socket_timeout_ms: int = Field(30000, alias="replica.socket.timeout.ms")
     replica_high_watermark_checkpoint_interval_ms: int = Field(
         5000, alias="replica.high.watermark.checkpoint.interval.ms"
     )

@@ -103,21 +103,25 @@ def _replica_index(first_index: int, shift: int, j: int, n: int) -> int:
     return (first_index + 1 + (shift + j) % (n - 1)) % n
 
 
+def _leader_positions(n: int, n_parts: int, fixed_start: int, start_partition: int, rng: random.Random):
+    """(partition, index of its leader, follower shift) in Kafka's order: leaders round-robin from a
+    random start, the follower shift growing by one after every n partitions."""
+    start = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
+    for pid in range(max(0, start_partition), max(0, start_partition) + n_parts):
+        if pid > 0 and pid % n == 0:
+            shift += 1
+        yield pid, (pid + start) % n, shift
+
+
 def _assign_rack_unaware(
     ids: list[int], n_parts: int, rf: int, fixed_start: int, start_partition: int, rng: random.Random
 ) -> dict[int, tuple[int, ...]]:
     n = len(ids)
-    start = fixed_start if fixed_start >= 0 else rng.randrange(n)
-    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
-    pid = max(0, start_partition)
-    out: dict[int, tuple[int, ...]] = {}
-    for _ in range(n_parts):
-        if pid > 0 and pid % n == 0:
-            shift += 1
-        first = (pid + start) % n
-        out[pid] = (ids[first],) + tuple(ids[_replica_index(first, shift, j, n)] for j in range(rf - 1))
-        pid += 1
-    return out
+    return {
+        pid: (ids[first],) + tuple(ids[_replica_index(first, shift, j, n)] for j in range(rf - 1))
+        for pid, first, shift in _leader_positions(n, n_parts, fixed_start, start_partition, rng)
+    }
 
 
 def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
@@ -142,14 +146,8 @@ def _assign_rack_aware(
     arranged = rack_alternated_brokers(racks)
     n = len(arranged)
     num_racks = len(set(racks.values()))
-    start = fixed_start if fixed_start >= 0 else rng.randrange(n)
-    shift = fixed_start if fixed_start >= 0 else rng.randrange(n)
-    pid = max(0, start_partition)
     out: dict[int, tuple[int, ...]] = {}
-    for _ in range(n_parts):
-        if pid > 0 and pid % n == 0:
-            shift += 1
-        first = (pid + start) % n
+    for pid, first, shift in _leader_positions(n, n_parts, fixed_start, start_partition, rng):
         leader = arranged[first]
         replicas = [leader]
         racks_used = {racks[leader]}
@@ -168,7 +166,6 @@ def _assign_rack_aware(
                     brokers_used.add(broker)
                     break
         out[pid] = tuple(replicas)
-        pid += 1
     return out
 
 

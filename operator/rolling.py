@@ -22,7 +22,12 @@ class ClusterView:
 
 @dataclass(frozen=True)
 class BrokerState:
-    """A broker as its runtime reports it: the config hash it runs with and whether it is up."""
+    """A broker as its runtime reports it: the config hash it runs with and whether it is up.
+
+    `running` means up and ready as far as the runtime can tell (process alive; in Kubernetes the
+    pod is Ready and not terminating). A broker being replaced must report False (or its new
+    hash) at once, so that a Metadata answer still listing its old registration cannot let the
+    next restart through."""
     broker_id: int
     config_hash: str | None
     running: bool = True
@@ -45,10 +50,32 @@ class CountDecision:
     refused: str | None = None  # why a scale-down is held back
 
 
-class BrokerOrchestrator(Protocol):
-    async def restart_broker(self, broker_id: int) -> None: ...
+@dataclass(frozen=True)
+class BrokerReconcile:
+    """What one `reconcile_brokers` step did and why it stopped there."""
+    restarted: int | None = None  # the broker restarted by this step
+    count: int | None = None  # the broker count set by this step (only when it changed)
+    waiting: str | None = None  # why no restart happened although brokers are stale or not up
+    refused: str | None = None  # why the desired count is not applied (a scale-down held back)
+    done: bool = False  # desired count and config everywhere, every broker up and registered
+    pending: tuple[int, ...] = ()  # brokers still running an old config
 
-    async def set_broker_count(self, count: int) -> None: ...
+
+class BrokerOrchestrator(Protocol):
+    """The runtime the brokers live in (StatefulSet pods, or local processes in tests)."""
+
+    async def brokers(self) -> list[BrokerState]:
+        """One state per broker the runtime runs (ids 0..n-1; n is the current count), including
+        brokers that are down (running=False)."""
+        ...
+
+    async def restart_broker(self, broker_id: int) -> None:
+        """Restart one broker so it comes back with the desired config."""
+        ...
+
+    async def set_broker_count(self, count: int) -> None:
+        """Run brokers 0..count-1 (new ones with the desired config); idempotent."""
+        ...
 
 
 def next_roll_step(brokers: list[BrokerState], desired_hash: str, view: ClusterView) -> RollStep:
@@ -79,6 +106,40 @@ def broker_count(desired: int, current: int, view: ClusterView) -> CountDecision
     keep = max(holding) + 1
     return CountDecision(keep, f"brokers {holding} still hold replicas; reassign their partitions "
                                f"first (keeping {keep} brokers, {desired} desired)")
+
+
+async def reconcile_brokers(orchestrator: BrokerOrchestrator, desired_hash: str, desired_count: int,
+                            view: ClusterView) -> BrokerReconcile:
+    """One idempotent step towards `desired_count` brokers all running `desired_hash`: at most one
+    action (a count change or one restart), then return; call again (with a fresh `view`) until
+    `done`. Safe to interrupt anywhere: every decision is taken again from what the runtime and
+    the cluster report.
+
+    The count is settled before the roll. Scaling up first gives the cluster its new brokers
+    (started with the desired config, so never restarted) before old ones go down one by one;
+    scaling down first avoids restarting brokers that are about to be removed, and only removes
+    brokers holding no replicas, so it never makes a partition under-replicated. While new
+    brokers have not registered, the roll waits for them like for a restarted broker."""
+    if desired_count < 1:
+        raise ValueError(f"a cluster needs at least one broker, {desired_count} desired")
+    states = sorted(await orchestrator.brokers(), key=lambda b: b.broker_id)
+    current = len(states)
+    decision = broker_count(desired_count, current, view)
+    if decision.replicas != current:
+        await orchestrator.set_broker_count(decision.replicas)
+        pending = tuple(b.broker_id for b in states if b.config_hash != desired_hash and b.broker_id < decision.replicas)
+        return BrokerReconcile(count=decision.replicas, refused=decision.refused, pending=pending)
+    step = next_roll_step(states, desired_hash, view)
+    if step.restart is not None:
+        await orchestrator.restart_broker(step.restart)
+        return BrokerReconcile(restarted=step.restart, refused=decision.refused, pending=step.pending)
+    waiting = step.waiting
+    if waiting is None:
+        down = sorted(b.broker_id for b in states if not b.running or b.broker_id not in view.registered)
+        if down:
+            waiting = f"waiting for brokers {down} to register"
+    done = step.done and waiting is None and decision.refused is None
+    return BrokerReconcile(waiting=waiting, refused=decision.refused, done=done, pending=step.pending)
 
 
 def view_from_metadata(response) -> ClusterView:

@@ -80,3 +80,115 @@ def test_fetch_view_reports_when_no_broker_answers():
     s.close()
     with pytest.raises(ConnectionError, match=f"127.0.0.1:{port}"):
         asyncio.run(fetch_view([("127.0.0.1", port)], timeout=2.0))
+
+
+# --- reconcile_brokers: one step at a time through a recording orchestrator ----------------------
+
+
+class FakeOrchestrator:
+    """Brokers as a list of states; records every call. A restarted or added broker comes back
+    with the desired hash but is not registered until the test says so (as in a real cluster)."""
+
+    def __init__(self, hashes, desired="new", running=None):
+        self.states = [BrokerState(i, h, True if running is None else running[i]) for i, h in enumerate(hashes)]
+        self.desired = desired
+        self.calls: list[tuple[str, int]] = []
+
+    async def brokers(self):
+        return list(self.states)
+
+    async def restart_broker(self, broker_id):
+        self.calls.append(("restart", broker_id))
+        self.states[broker_id] = BrokerState(broker_id, self.desired, True)
+
+    async def set_broker_count(self, count):
+        self.calls.append(("count", count))
+        self.states = self.states[:count] + [BrokerState(i, self.desired, True) for i in range(len(self.states), count)]
+
+
+def step(orchestrator, count, view, desired="new"):
+    import asyncio
+
+    from odradek.operator.rolling import reconcile_brokers
+
+    return asyncio.run(reconcile_brokers(orchestrator, desired, count, view))
+
+
+def view_of(registered, under=(), replicas=None):
+    return ClusterView(registered=frozenset(registered), under_replicated=tuple(under),
+                       replicas_by_broker=dict(replicas or {}))
+
+
+def test_reconcile_rolls_one_broker_per_step_and_waits_for_registration():
+    fake = FakeOrchestrator(["old", "old", "old"])
+    first = step(fake, 3, view_of({0, 1, 2}))
+    assert first.restarted == 0 and first.pending == (0, 1, 2) and not first.done
+    # broker 0 restarted but its registration is not visible yet: nothing else is restarted
+    held = step(fake, 3, view_of({1, 2}))
+    assert held.restarted is None and "[0]" in held.waiting and fake.calls == [("restart", 0)]
+    # registered, but a partition it follows has not caught up
+    held = step(fake, 3, view_of({0, 1, 2}, under=[("t", 1)]))
+    assert held.restarted is None and "under-replicated" in held.waiting
+    assert step(fake, 3, view_of({0, 1, 2})).restarted == 1
+    assert step(fake, 3, view_of({0, 1, 2})).restarted == 2
+    final = step(fake, 3, view_of({0, 1, 2}))
+    assert final.done and final.restarted is None and final.waiting is None
+    assert fake.calls == [("restart", 0), ("restart", 1), ("restart", 2)]
+    # idempotent: a converged cluster is left alone
+    assert step(fake, 3, view_of({0, 1, 2})).done and len(fake.calls) == 3
+
+
+def test_reconcile_never_restarts_while_a_broker_is_down():
+    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True])
+    result = step(fake, 3, view_of({0, 1, 2}))
+    assert result.restarted is None and "[1]" in result.waiting and fake.calls == []
+
+
+def test_reconcile_scales_up_before_rolling_and_waits_for_the_new_brokers():
+    fake = FakeOrchestrator(["old", "old", "old"])
+    scaled = step(fake, 5, view_of({0, 1, 2}))
+    assert scaled.count == 5 and scaled.restarted is None and not scaled.done
+    assert fake.calls == [("count", 5)]
+    held = step(fake, 5, view_of({0, 1, 2}))  # brokers 3 and 4 not registered yet
+    assert held.restarted is None and "[3, 4]" in held.waiting and held.count is None
+    assert step(fake, 5, view_of(range(5))).restarted == 0
+    assert fake.calls == [("count", 5), ("restart", 0)]  # new brokers started on the new config
+
+
+def test_reconcile_is_not_done_until_new_brokers_register():
+    fake = FakeOrchestrator(["new", "new", "new"])
+    assert step(fake, 4, view_of({0, 1, 2})).count == 4
+    waiting = step(fake, 4, view_of({0, 1, 2}))
+    assert not waiting.done and "[3]" in waiting.waiting
+    assert step(fake, 4, view_of(range(4))).done
+
+
+def test_reconcile_scales_down_before_rolling_so_removed_brokers_are_not_restarted():
+    fake = FakeOrchestrator(["old", "old", "old", "old"])
+    result = step(fake, 3, view_of(range(4), replicas={0: 2, 1: 2, 2: 2}))
+    assert result.count == 3 and fake.calls == [("count", 3)]
+    for expected in (0, 1, 2):
+        assert step(fake, 3, view_of(range(3), replicas={0: 2, 1: 2, 2: 2})).restarted == expected
+    assert step(fake, 3, view_of(range(3))).done
+    assert ("restart", 3) not in fake.calls
+
+
+def test_reconcile_refuses_to_shrink_past_a_broker_holding_replicas_and_keeps_rolling():
+    fake = FakeOrchestrator(["new", "new", "new", "old"])
+    holding = view_of(range(4), replicas={0: 1, 3: 1})
+    held = step(fake, 3, holding)
+    assert held.count is None and "[3]" in held.refused and not held.done
+    assert held.restarted == 3  # the kept broker is still brought to the desired config
+    again = step(fake, 3, holding)
+    assert again.refused and not again.done and fake.calls == [("restart", 3)]
+    # its replicas are gone (topic deleted): the scale-down goes through
+    freed = step(fake, 3, view_of(range(4), replicas={0: 1}))
+    assert freed.count == 3 and freed.refused is None and fake.calls[-1] == ("count", 3)
+    assert step(fake, 3, view_of(range(3), replicas={0: 1})).done
+
+
+def test_reconcile_rejects_an_empty_cluster():
+    import pytest
+
+    with pytest.raises(ValueError):
+        step(FakeOrchestrator(["new"]), 0, view_of({0}))

@@ -90,6 +90,8 @@ class ControllerConfig(ZkClientConfig):
     leader_imbalance_check_interval_seconds: int = Field(
         300, alias="leader.imbalance.check.interval.seconds"
     )
+    leader_imbalance_per_broker_percentage: int = Field(10, alias="leader.imbalance.per.broker.percentage")
+    """Auto rebalance moves a broker's preferred leaderships back only above this share not led."""
 
 
 def parse_properties(text: str) -> dict[str, str]:

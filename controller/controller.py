@@ -359,7 +359,8 @@ class KafkaController:
                 await self._handle(zk, gen, TOPIC_CHANGE)
             await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
         elif event == AUTO_REBALANCE:
-            d = await self._execute(zk, sm.on_preferred_replica_election)
+            pct = self.config.leader_imbalance_per_broker_percentage
+            d = await self._execute(zk, lambda ctx: sm.on_auto_leader_rebalance(ctx, pct))
             if d.state_writes:
                 log.info("preferred leader election: moved %s", [str(w.tp) for w in d.state_writes])
 

@@ -542,9 +542,12 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
     It joins the shutting-down set (never elected, never added back to an ISR); each partition it
     leads moves to the first other replica that is live, in the ISR and not shutting down, with the
     ISR minus the broker; each partition it follows drops it from the ISR. Both bump the leader
-    epoch, so replicas get LeaderAndIsr and everyone UpdateMetadata. Partitions it still leads
-    (no other ISR member) are answered as remaining, except single-replica ones, which cannot move
-    and would only make the broker wait (Kafka leaves them out too)."""
+    epoch, so replicas get LeaderAndIsr and everyone UpdateMetadata. As Kafka's OfflineReplica
+    step, the partitions it follows are not sent to it by LeaderAndIsr but by StopReplica
+    (delete_partitions=false), so its fetchers stop and leaders stop waiting on it; a retry sends
+    that StopReplica again (harmless: it is idempotent). Partitions it still leads (no other ISR
+    member) are answered as remaining, except single-replica ones, which cannot move and would only
+    make the broker wait (Kafka leaves them out too)."""
     if _written_by_newer_controller(ctx):
         return Decisions(deposed=True)
     error = _broker_epoch_error(ctx, broker_id, broker_epoch)
@@ -561,6 +564,7 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
         if broker_id not in replicas or state is None or tp.topic in ctx.topics_to_delete:
             continue
         new = None
+        recipients = replicas
         if state.leader == broker_id:
             candidates = [r for r in replicas if r in state.isr and r in ctx.live_brokers and r not in shutting]
             if candidates:
@@ -569,30 +573,56 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
                                                   state.zk_version + 1)
             elif len(replicas) > 1:
                 remaining.append(tp)
-        elif broker_id in state.isr and len(state.isr) > 1:
-            new = LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch + 1,
-                                              tuple(b for b in state.isr if b != broker_id), ctx.epoch,
-                                              state.zk_version + 1)
+        else:
+            batch.add_stop_replica((broker_id,), tp, delete=False)
+            recipients = tuple(r for r in replicas if r != broker_id)
+            if broker_id in state.isr and len(state.isr) > 1:
+                new = LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch + 1,
+                                                  tuple(b for b in state.isr if b != broker_id), ctx.epoch,
+                                                  state.zk_version + 1)
         if new is not None:
             d.state_writes.append(StateWrite(tp, new, state.zk_version))
-            batch.add_leader_and_isr(replicas, tp, new, replicas)
+            batch.add_leader_and_isr(recipients, tp, new, replicas)
             updates[tp] = (new, replicas)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
-        d.requests = batch.build()
+    d.requests = batch.build()
     d.answer = ControlledShutdownAnswer(0, tuple(remaining))
     return d
 
 
-def on_preferred_replica_election(ctx: ControllerContext) -> Decisions:
-    """Auto leader rebalance: every partition whose preferred replica (the first assigned) is
-    live, in the ISR and not shutting down, but not the leader, moves leadership back to it."""
+def imbalanced_partitions(ctx: ControllerContext, percentage: int) -> list[TopicPartition]:
+    """Kafka's checkAndTriggerAutoLeaderRebalance selection: for each broker, the partitions it
+    prefers (first assigned replica) but does not lead; taken only when their share of all the
+    partitions it prefers exceeds `leader.imbalance.per.broker.percentage`, so that a slightly
+    unbalanced cluster is not disturbed by leadership moves."""
+    preferred_by: dict[int, list[TopicPartition]] = {}
+    for tp in ctx.all_partitions():
+        replicas = ctx.replicas(tp)
+        if replicas and tp.topic not in ctx.topics_to_delete:
+            preferred_by.setdefault(replicas[0], []).append(tp)
+    out = []
+    for broker, tps in sorted(preferred_by.items()):
+        not_led = [tp for tp in tps if tp in ctx.partition_states and ctx.partition_states[tp].leader != broker]
+        if len(not_led) * 100 > percentage * len(tps):
+            out += not_led
+    return sorted(out)
+
+
+def on_auto_leader_rebalance(ctx: ControllerContext, percentage: int) -> Decisions:
+    """The periodic rebalance: a preferred replica election over the imbalanced brokers' partitions."""
+    return on_preferred_replica_election(ctx, imbalanced_partitions(ctx, percentage))
+
+
+def on_preferred_replica_election(ctx: ControllerContext, partitions: Iterable[TopicPartition] | None = None) -> Decisions:
+    """Every partition (of `partitions`, default all) whose preferred replica (the first assigned)
+    is live, in the ISR and not shutting down, but not the leader, moves leadership back to it."""
     if _written_by_newer_controller(ctx):
         return Decisions(deposed=True)
     d = Decisions()
     batch = RequestBatch(ctx, ctx.live_brokers)
     updates = {}
-    for tp in ctx.all_partitions():
+    for tp in ctx.all_partitions() if partitions is None else sorted(partitions):
         replicas = ctx.replicas(tp)
         state = ctx.partition_states.get(tp)
         if state is None or not replicas or tp.topic in ctx.topics_to_delete:

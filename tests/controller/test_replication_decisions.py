@@ -13,6 +13,8 @@ from odradek.controller.state_machine import (
     on_broker_change,
     on_controlled_shutdown,
     on_controller_failover,
+    imbalanced_partitions,
+    on_auto_leader_rebalance,
     on_preferred_replica_election,
 )
 
@@ -162,15 +164,40 @@ def test_controlled_shutdown_moves_leadership_and_leaves_isrs():
     assert writes == {T0: (State(1, 4, (1, 2), 5, 11), 10), T1: (State(1, 5, (1, 2), 5, 21), 20)}
     assert d.answer.error == 0 and d.answer.remaining == ()
     assert d.shutting_down_brokers == {0}
-    for b in (0, 1, 2):
+    for b in (1, 2):
         (lai,) = d.requests_to(b, m.LeaderAndIsrRequest)
         assert sorted(p.partition_index for t in lai.topic_states for p in t.partition_states) == [0, 1]
+    for b in (0, 1, 2):
         assert um_state(d.requests_to(b, m.UpdateMetadataRequest)[0], "t", 0).leader == 1
+    # the shutting-down broker becomes a follower of t-0 and stops following t-1 (Kafka's
+    # OfflineReplica): LeaderAndIsr for what it led, StopReplica without deletion for what it follows
+    (lai,) = d.requests_to(0, m.LeaderAndIsrRequest)
+    assert [p.partition_index for t in lai.topic_states for p in t.partition_states] == [0]
+    (stop,) = d.requests_to(0, m.StopReplicaRequest)
+    assert not stop.delete_partitions and stop.controller_epoch == 5
+    assert [(t.name, tuple(t.partition_indexes)) for t in stop.topics] == [("t", (1,))]
+    assert [type(p) for p in d.requests_to(0)] == [m.LeaderAndIsrRequest, m.UpdateMetadataRequest, m.StopReplicaRequest]
+    assert not d.requests_to(1, m.StopReplicaRequest) and not d.requests_to(2, m.StopReplicaRequest)
     apply_decisions(ctx, d)
     assert ctx.shutting_down_brokers == {0}
     # asked again (the broker retries): nothing left to do
     again = on_controlled_shutdown(ctx, 0, 100)
     assert again.answer.remaining == () and not again.state_writes
+    # ... except the StopReplica for what it follows (now both partitions), in case it was lost
+    (stop,) = again.requests_to(0, m.StopReplicaRequest)
+    assert [(t.name, tuple(t.partition_indexes)) for t in stop.topics] == [("t", (0, 1))]
+    assert [b for b, _ in again.requests] == [0]
+
+
+def test_controlled_shutdown_stops_followed_partitions_out_of_the_isr_or_offline():
+    """A follower already out of the ISR, or of a partition with no leader, is stopped all the
+    same, without a state write (nothing to change)."""
+    ctx = cluster({T0: State(0, 3, (0,), 5, 10), T1: State(-1, 4, (2,), 5, 20)}, live=(0, 1))
+    d = on_controlled_shutdown(ctx, 1, 101)
+    assert not d.state_writes and d.answer.remaining == ()
+    (stop,) = d.requests_to(1, m.StopReplicaRequest)
+    assert [(t.name, tuple(t.partition_indexes)) for t in stop.topics] == [("t", (0, 1))]
+    assert not d.requests_to(0)
 
 
 def test_controlled_shutdown_reports_partitions_with_no_other_isr_member():
@@ -215,3 +242,62 @@ def test_preferred_leader_comes_back_when_live_and_in_sync():
 def test_preferred_leader_not_in_isr_or_dead_stays_put():
     ctx = cluster({T0: State(1, 7, (1, 2), 5, 30), T1: State(2, 4, (2, 1), 5, 20)}, live=(0, 2))
     assert not on_preferred_replica_election(ctx).state_writes
+
+
+def imbalance_cluster():
+    """Broker 0 prefers ten partitions of u (replicas (0, 1)); broker 1 leads `moved` of them."""
+    ctx = context(live=(0, 1))
+    ctx.assignments["u"] = TopicAssignment({p: (0, 1) for p in range(10)})
+    for p in range(10):
+        ctx.partition_states[TP("u", p)] = State(0, 1, (0, 1), 5, 1)
+    return ctx
+
+
+def move(ctx, *partitions):
+    for p in partitions:
+        ctx.partition_states[TP("u", p)] = State(1, 2, (0, 1), 5, 2)
+
+
+def test_auto_rebalance_waits_until_the_imbalance_exceeds_the_percentage():
+    ctx = imbalance_cluster()
+    move(ctx, 3)  # 1 of 10 not led by its preferred replica: 10 %, not above 10 %
+    assert imbalanced_partitions(ctx, 10) == []
+    assert not on_auto_leader_rebalance(ctx, 10).state_writes
+    assert imbalanced_partitions(ctx, 9) == [TP("u", 3)]
+    move(ctx, 7)  # 20 % > 10 %: both move back
+    d = on_auto_leader_rebalance(ctx, 10)
+    assert {w.tp: w.state for w in d.state_writes} == {TP("u", 3): State(0, 3, (0, 1), 5, 3), TP("u", 7): State(0, 3, (0, 1), 5, 3)}
+    assert all(isinstance(p, (m.LeaderAndIsrRequest, m.UpdateMetadataRequest)) for _, p in d.requests)
+    apply_decisions(ctx, d)
+    assert imbalanced_partitions(ctx, 10) == []
+
+
+def test_auto_rebalance_ratio_is_per_preferred_broker_and_still_checks_the_isr():
+    ctx = imbalance_cluster()
+    ctx.assignments["v"] = TopicAssignment({0: (1, 0)})
+    ctx.partition_states[TP("v", 0)] = State(0, 1, (0,), 5, 1)  # broker 1 prefers it: 100 % imbalance
+    move(ctx, 5)  # broker 0: 10 %, left alone
+    assert imbalanced_partitions(ctx, 10) == [TP("v", 0)]
+    assert not on_auto_leader_rebalance(ctx, 10).state_writes  # 1 is not in the ISR: no move
+    ctx.partition_states[TP("v", 0)] = State(0, 1, (0, 1), 5, 1)
+    d = on_auto_leader_rebalance(ctx, 10)
+    assert [(w.tp, w.state.leader) for w in d.state_writes] == [(TP("v", 0), 1)]
+
+
+def test_zombie_controller_requests_carry_its_old_epoch_and_it_stands_down_on_conflict():
+    """Controller epoch 5 is paused while epoch 6 takes over and handles broker 0's death; the
+    zombie, woken with the same stale view, decides the same failure: its requests carry epoch 5
+    (brokers that saw 6 reject them) and its compare-and-set expects version 10, which 6 already
+    replaced; once it re-reads the partition it sees epoch 6's write and is deposed."""
+    new = cluster(epoch=6)
+    zombie = cluster(epoch=5)
+    d_new = on_broker_change(new, brokers(1, 2))
+    apply_decisions(new, d_new)
+    assert all(p.controller_epoch == 6 for _, p in d_new.requests)
+    d_zombie = on_broker_change(zombie, brokers(1, 2))
+    assert d_zombie.requests and all(p.controller_epoch == 5 for _, p in d_zombie.requests)
+    assert {w.tp: w.expected_version for w in d_zombie.state_writes}[T0] == 10
+    zombie.partition_states[T0] = new.partition_states[T0]  # the re-read after the failed CAS
+    assert new.partition_states[T0].zk_version == 11 and new.partition_states[T0].controller_epoch == 6
+    assert on_broker_change(zombie, brokers(1, 2)).deposed
+    assert on_alter_partition(zombie, 1, 101, [IsrChange(T0, 4, (1, 2), 11)]).deposed

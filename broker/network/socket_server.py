@@ -1,13 +1,21 @@
-"""The broker's socket server: Kafka framing over asyncio.BufferedProtocol, one request at a time.
+"""The broker's socket server: Kafka framing over asyncio.BufferedProtocol, answers in request order.
 
 Bytes are received straight into the frame's own buffer where possible (small frames share one
 receive buffer and are sliced out once; a large frame gets a bytearray of its exact size that the
 socket fills directly), so a 1 MiB produce request is copied once, by kio, and no more.
 
-Like Kafka's "muted channel", a connection handles its requests strictly in order, one at a time;
-reading continues meanwhile into a bounded queue (reading pauses when it is full). A response is a
-list of chunks: bytes, written as they are, and file regions (`.file`, `.position`, `.size`), sent
-with sendfile so record data never enters Python.
+Like Kafka's "muted channel", a connection handles its requests in order and answers them in
+order; reading continues meanwhile into a bounded queue (reading pauses when it is full). One
+departure from Kafka, for acks=all throughput: Produce requests are pipelined. A Produce request
+is started while earlier Produce requests of the connection still wait in the purgatory for
+replication (up to MAX_IN_FLIGHT of them), so a client with many requests in flight gets one
+replication round trip per window of requests rather than per request. Appends still happen in
+arrival order, because the handler appends before its first await and tasks start in creation
+order. Every other request is a barrier, as before: it starts once everything before it has been
+answered, and nothing after it starts until it has been answered.
+
+A response is a list of chunks: bytes, written as they are, and file regions (`.file`,
+`.position`, `.size`), sent with sendfile so record data never enters Python.
 """
 
 import asyncio
@@ -29,6 +37,10 @@ MAX_QUEUED_BYTES = 32 * 1024 * 1024
 SENDFILE_MIN = 64 * 1024
 """Smaller file regions are read with pread and written: cheaper than a sendfile round."""
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+MAX_IN_FLIGHT = 16
+"""Pipelined requests started and not yet answered, per connection (librdkafka sends up to 5 per
+connection by default, kcat up to 1M: more would only queue in the purgatory)."""
+PRODUCE = 0
 
 
 class CloseConnection(Exception):
@@ -110,6 +122,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._wake: asyncio.Future | None = None
         self._can_write: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
+        self._inflight: collections.deque[asyncio.Task] = collections.deque()
+        self._pipelined = server.pipelined_apis
 
     # --- asyncio callbacks --------------------------------------------------------------------
 
@@ -222,29 +236,45 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # --- request processing -------------------------------------------------------------------
 
+    def _is_pipelined(self, frame) -> bool:
+        return len(frame) >= 2 and (frame[0] << 8 | frame[1]) in self._pipelined
+
+    def _on_inflight_done(self, task: asyncio.Task) -> None:
+        self._wakeup()
+
     async def _run(self) -> None:
+        inflight = self._inflight
         try:
             while True:
-                while not self._frames:
-                    if self._closed:
-                        return
+                # answer the finished pipelined requests at the head, in request order
+                while inflight and inflight[0].done():
+                    response = inflight.popleft().result()
+                    if response:
+                        await self._send(response)
+                if self._closed:
+                    return
+                frame = self._frames[0] if self._frames else None
+                if frame is None or (inflight and (len(inflight) >= MAX_IN_FLIGHT or not self._is_pipelined(frame))):
+                    # nothing to start yet: wait for a frame or for an in-flight request to finish
                     self._wake = self.loop.create_future()
                     await self._wake
                     self._wake = None
-                if self._closed:
-                    return
-                frame = self._frames.popleft()
+                    continue
+                self._frames.popleft()
                 self._queued -= len(frame)
                 if self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
                     self._reading_paused = False
                     self.transport.resume_reading()
-                try:
-                    response = await self.server.handler(frame, self)
-                except CloseConnection:
-                    self.close()
-                    return
+                if self._is_pipelined(frame):
+                    task = self.loop.create_task(self.server.handler(frame, self))
+                    task.add_done_callback(self._on_inflight_done)
+                    inflight.append(task)
+                    continue
+                response = await self.server.handler(frame, self)
                 if response:
                     await self._send(response)
+        except CloseConnection:
+            self.close()
         except asyncio.CancelledError:
             pass
         except (ConnectionError, RuntimeError) as e:
@@ -254,6 +284,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("connection from %s failed; closing it", self.peer)
             self.close()
+        finally:
+            # requests in flight are abandoned with the connection, as a one-at-a-time one was
+            while inflight:
+                task = inflight.popleft()
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # retrieved: an abandoned request's failure is not news
 
     async def _send(self, chunks: list) -> None:
         transport = self.transport
@@ -292,7 +330,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 class SocketServer:
     """Listens on one (host, port) and feeds each connection's frames to `handler`."""
 
-    def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int):
+    def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int,
+                 pipelined_apis: frozenset[int] = frozenset({PRODUCE})):
+        self.pipelined_apis = pipelined_apis
+        """API keys whose handlers may run while earlier ones of the same kind wait (see above):
+        their handler must do its ordered work before its first await."""
         self.host = host
         self.port = port
         self.handler = handler

@@ -104,8 +104,8 @@ class GroupCoordinator:
                 m.awaiting_sync.set_result((code, b""))
             m.awaiting_sync = None
 
-    def _spawn(self, coro) -> None:
-        t = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, awaitable) -> None:
+        t = asyncio.ensure_future(awaitable)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
@@ -180,60 +180,62 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.none, new_id, group.generation_id, group.protocol_type, group.protocol_name,
                               group.leader_id or "", [])
         loop = asyncio.get_running_loop()
-        member.awaiting_join = loop.create_future()
+        fut = member.awaiting_join = loop.create_future()
         self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined")
         self._check_join_complete(group)
-        return await member.awaiting_join
+        return await fut
 
     async def _add_and_rebalance(self, group, member_id, instance_id, client_id, client_host,
                                  rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
         loop = asyncio.get_running_loop()
         member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
                                 protocol_type, list(protocols), is_new=True)
-        member.awaiting_join = loop.create_future()
+        fut = member.awaiting_join = loop.create_future()
         member.heartbeat_deadline_ms = now_ms() + session_ms
         group.add(member)
         group.new_member_added = True
         self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
         self._check_join_complete(group)
-        return await member.awaiting_join
+        return await fut
 
     async def _join_known(self, group, member_id, instance_id, client_id, client_host,
                           rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
         if member_id in group.pending_members:
             return await self._add_and_rebalance(group, member_id, instance_id, client_id, client_host,
                                                  rebalance_ms, session_ms, protocol_type, protocols)
-        if not group.has(member_id):
-            return JoinResult(ErrorCode.unknown_member_id, member_id)
-        if instance_id is not None and group.static_member_id(instance_id) != member_id:
+        if group.is_static_member_fenced(member_id, instance_id):
             return JoinResult(ErrorCode.fenced_instance_id, member_id)
+        if not group.has(member_id) or (instance_id is not None and group.static_member_id(instance_id) is None):
+            return JoinResult(ErrorCode.unknown_member_id, member_id)
         member = group.members[member_id]
         loop = asyncio.get_running_loop()
+        # The future is taken before the join can complete: completing it clears member.awaiting_join.
         if group.state == GroupState.PREPARING_REBALANCE:
-            self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
+            fut = self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
             self._check_join_complete(group)
-            return await member.awaiting_join
+            return await fut
         if group.state == GroupState.COMPLETING_REBALANCE:
             if member.matches(protocols):
                 # The member missed the join response: send it again.
                 return self._join_result(group, member_id)
-            self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
+            fut = self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
             self._prepare_rebalance(group, f"member {member_id} changed protocols")
-            return await member.awaiting_join
+            return await fut
         if group.state in (GroupState.STABLE, GroupState.EMPTY):
             if group.state == GroupState.STABLE and not group.is_leader(member_id) and member.matches(protocols):
                 return self._join_result(group, member_id)
-            self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
+            fut = self._update_member(group, member, protocols, rebalance_ms, session_ms, loop)
             self._prepare_rebalance(group, f"member {member_id} rejoined")
-            self._check_join_complete(group)
-            return await member.awaiting_join
+            return await fut
         return JoinResult(ErrorCode.unknown_member_id, member_id)
 
-    def _update_member(self, group, member, protocols, rebalance_ms, session_ms, loop) -> None:
+    def _update_member(self, group, member, protocols, rebalance_ms, session_ms, loop) -> asyncio.Future:
+        """Records the member's (re)join; returns the future its JoinGroup answer will come on."""
         member.supported_protocols = list(protocols)
         member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
         if member.awaiting_join is None or member.awaiting_join.done():
             member.awaiting_join = loop.create_future()
+        return member.awaiting_join  # a repeated JoinGroup shares the pending answer
 
     def _join_result(self, group: GroupMetadata, member_id: str) -> JoinResult:
         members = group.current_member_metadata() if group.is_leader(member_id) else []
@@ -261,6 +263,7 @@ class GroupCoordinator:
         delay = (self.config.initial_rebalance_delay_ms if was_empty else 0)
         timeout = max(group.rebalance_timeout_ms(), delay)
         self._schedule(group, delay if was_empty else timeout, initial=was_empty, remaining=timeout - delay)
+        self._check_join_complete(group)  # e.g. the last member left: Empty at once, as Kafka's tryCompleteElseWatch
 
     def _schedule(self, group: GroupMetadata, delay_ms: int, initial: bool, remaining: int) -> None:
         old = self._timers.pop(group.group_id, None)
@@ -300,8 +303,8 @@ class GroupCoordinator:
         self._initial_delay.discard(group.group_id)
         now = now_ms()
         for m in group.not_yet_rejoined():
-            if m.group_instance_id is not None and not timed_out:
-                continue
+            if m.group_instance_id is not None:
+                continue  # static members keep their place until their session expires (Kafka)
             log.info("group %s: removing member %s (did not rejoin in time)", group.group_id, m.member_id)
             group.remove(m.member_id)
         group.pending_members.clear()
@@ -330,10 +333,14 @@ class GroupCoordinator:
         if error != ErrorCode.none:
             return error, b""
         group = self.manager.groups.get(group_id)
-        if group is None or not group.has(member_id):
+        if group is None:
             return ErrorCode.unknown_member_id, b""
-        if instance_id is not None and group.static_member_id(instance_id) != member_id:
+        if group.state == GroupState.DEAD:
+            return ErrorCode.coordinator_not_available, b""
+        if group.is_static_member_fenced(member_id, instance_id):
             return ErrorCode.fenced_instance_id, b""
+        if not group.has(member_id):
+            return ErrorCode.unknown_member_id, b""
         if generation_id != group.generation_id:
             return ErrorCode.illegal_generation, b""
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
@@ -378,10 +385,13 @@ class GroupCoordinator:
                 m.awaiting_sync.set_result((code, b""))
             m.awaiting_sync = None
 
-    async def _store_group(self, group: GroupMetadata) -> ErrorCode:
+    def _store_group(self, group: GroupMetadata) -> "asyncio.Future[ErrorCode]":
+        """Appends the group's current generation now (call order is log order); await for the code."""
         if not group.protocol_type and not group.members:
-            return ErrorCode.none
-        return await self.manager.append(group.group_id, [(records.group_key(group.group_id), records.group_value(group))])
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(ErrorCode.none)
+            return done
+        return self.manager.append(group.group_id, [(records.group_key(group.group_id), records.group_value(group))])
 
     # --- Heartbeat / LeaveGroup -----------------------------------------------------------------
 
@@ -394,7 +404,7 @@ class GroupCoordinator:
         group = self.manager.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return ErrorCode.unknown_member_id if group is None else ErrorCode.coordinator_not_available
-        if instance_id is not None and group.static_member_id(instance_id) != member_id:
+        if group.is_static_member_fenced(member_id, instance_id):
             return ErrorCode.fenced_instance_id
         if not group.has(member_id):
             return ErrorCode.unknown_member_id
@@ -502,7 +512,7 @@ class GroupCoordinator:
         if group.state == GroupState.DEAD:
             return all_(ErrorCode.coordinator_not_available)
         if not (generation_id < 0 and group.state == GroupState.EMPTY):
-            if instance_id is not None and group.static_member_id(instance_id) != member_id:
+            if group.is_static_member_fenced(member_id, instance_id):
                 return all_(ErrorCode.fenced_instance_id)
             if not group.has(member_id):
                 return all_(ErrorCode.unknown_member_id)

@@ -147,6 +147,11 @@ class GroupMetadata:
     def static_member_id(self, instance_id: str | None) -> str | None:
         return None if instance_id is None else self.static_members.get(instance_id)
 
+    def is_static_member_fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """A known group.instance.id now belongs to another member id (a newer incarnation)."""
+        known = self.static_member_id(instance_id)
+        return known is not None and known != member_id
+
     def not_yet_rejoined(self) -> list[MemberMetadata]:
         return [m for m in self.members.values() if m.awaiting_join is None]
 

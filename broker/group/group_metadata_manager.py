@@ -92,9 +92,15 @@ class GroupMetadataManager:
 
     # --- storing --------------------------------------------------------------------------------
 
-    async def append(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        """Appends key/value records to the group's partition (acks=all); the commit error code."""
-        p = self.partition_for(group_id)
+    def append(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> "asyncio.Future[ErrorCode]":
+        """Appends key/value records to the group's partition (acks=all); resolves to the commit error code.
+
+        The append task is created here, at call time: tasks take their first step in creation
+        order, and that step writes the log, so records land in the order of the calls (a group's
+        Empty generation spawned before a deletion cannot overtake the deletion's tombstones)."""
+        return asyncio.ensure_future(self._append(self.partition_for(group_id), entries))
+
+    async def _append(self, p: int, entries: list[tuple[bytes, bytes | None]]) -> ErrorCode:
         batch = build_batch([(k, v) for k, v in entries], base_timestamp=now_ms())
         try:
             results = await self.replica_manager.append_records(

@@ -1,0 +1,327 @@
+"""GroupCoordinator and GroupMetadata driven in-process: the rebalance state machine and the error
+codes Kafka's coordinator returns, with `__consumer_offsets` appends captured by a stand-in
+replica manager (its records are replayed to check that what was stored reloads)."""
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
+from odradek.broker.group.group_metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
+from odradek.broker.group.group_metadata_manager import GroupMetadataManager
+from odradek.broker.log.record_batch import decode_records
+
+E = ErrorCode
+PROTOS = [("range", b"sub")]
+
+
+class StubReplicaManager:
+    """Accepts every append (or fails them with `error`) and keeps the batches."""
+
+    def __init__(self):
+        self.batches: list[bytes] = []
+        self.error = E.none
+
+    async def append_records(self, timeout_ms, acks, entries):
+        out = {}
+        for topic, p, batch in entries:
+            if self.error == E.none:
+                self.batches.append(batch)
+            out[(topic, p)] = SimpleNamespace(error=self.error)
+        return out
+
+    def records(self):
+        return [r for b in self.batches for r in decode_records(b)]
+
+
+def make(**cfg) -> tuple[GroupCoordinator, StubReplicaManager]:
+    rm = StubReplicaManager()
+    mgr = GroupMetadataManager(0, rm, partition_count=1)
+    mgr.owned[0] = 0
+    config = GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=0, **cfg)
+    return GroupCoordinator(mgr, config), rm
+
+
+def run(coro_fn, timeout=10):
+    return asyncio.run(asyncio.wait_for(coro_fn(), timeout))
+
+
+async def join(gc, member="", group="g", instance=None, require_known=False, session=10_000, rebalance=2_000,
+               protocols=PROTOS):
+    return await gc.join_group(group, member, instance, require_known, "cid", "/127.0.0.1", rebalance, session,
+                               "consumer", protocols)
+
+
+async def stable_single(gc, group="g"):
+    """One member through join and sync: (member id, generation)."""
+    r = await join(gc, group=group)
+    assert r.error == E.none and r.leader_id == r.member_id
+    code, assignment = await gc.sync_group(group, r.generation_id, r.member_id, None, "consumer", "range",
+                                           {r.member_id: b"all"})
+    assert (code, assignment) == (E.none, b"all")
+    return r.member_id, r.generation_id
+
+
+# --- GroupMetadata transitions ---------------------------------------------------------------------
+
+
+def test_legal_and_illegal_transitions():
+    g = GroupMetadata("g")
+    for target in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+        with pytest.raises(ValueError):
+            g.transition_to(target)
+    g.transition_to(GroupState.PREPARING_REBALANCE)
+    g.transition_to(GroupState.COMPLETING_REBALANCE)
+    with pytest.raises(ValueError):
+        g.transition_to(GroupState.EMPTY)
+    g.transition_to(GroupState.STABLE)
+    g.transition_to(GroupState.PREPARING_REBALANCE)
+    g.transition_to(GroupState.EMPTY)
+    g.transition_to(GroupState.DEAD)
+    with pytest.raises(ValueError):
+        g.transition_to(GroupState.PREPARING_REBALANCE)
+
+
+def test_protocol_selection_by_vote():
+    g = GroupMetadata("g")
+    for mid, protos in (("a", ["roundrobin", "range"]), ("b", ["range", "roundrobin"]), ("c", ["range", "sticky"])):
+        g.add(MemberMetadata(mid, None, "c", "h", 1, 1, "consumer", [(p, b"") for p in protos]))
+    assert g.candidate_protocols() == {"range"}
+    assert g.select_protocol() == "range"
+    assert g.supports("consumer", ["range"]) and not g.supports("consumer", ["sticky"])
+    assert not g.supports("connect", ["range"])
+
+
+# --- rebalance state machine -----------------------------------------------------------------------
+
+
+def test_single_member_empty_to_stable_to_empty():
+    gc, rm = make()
+
+    async def scenario():
+        r = await join(gc)
+        group = gc.manager.groups["g"]
+        assert (r.generation_id, group.state, r.protocol_name) == (1, GroupState.COMPLETING_REBALANCE, "range")
+        assert [m[0] for m in r.members] == [r.member_id]  # the leader gets the member list
+        assert gc.heartbeat("g", r.member_id, None, 1) == E.none  # allowed while completing
+        code, assignment = await gc.sync_group("g", 1, r.member_id, None, None, None, {r.member_id: b"A"})
+        assert (code, assignment, group.state) == (E.none, b"A", GroupState.STABLE)
+        code, codes = gc.leave_group("g", [(r.member_id, None)])
+        assert (code, codes) == (E.none, [E.none])
+        assert group.state == GroupState.EMPTY and group.generation_id == 2
+
+    run(scenario)
+    # The stored generations reload as the same group.
+    loaded = GroupMetadataManager(0, None, 1)
+    loaded.replay(0, rm.records())
+    assert loaded.groups["g"].state == GroupState.EMPTY and loaded.groups["g"].generation_id == 2
+
+
+def test_member_id_required_then_join_with_it():
+    gc, _ = make()
+
+    async def scenario():
+        r = await join(gc, require_known=True)
+        assert r.error == E.member_id_required and r.member_id.startswith("cid-")
+        r2 = await join(gc, member=r.member_id, require_known=True)
+        assert r2.error == E.none and r2.member_id == r.member_id and r2.generation_id == 1
+
+    run(scenario)
+
+
+def test_second_member_triggers_rebalance_and_old_generation_is_refused():
+    gc, _ = make()
+
+    async def scenario():
+        m1, gen1 = await stable_single(gc)
+        group = gc.manager.groups["g"]
+        j2 = asyncio.ensure_future(join(gc))
+        await asyncio.sleep(0.05)
+        assert group.state == GroupState.PREPARING_REBALANCE
+        assert gc.heartbeat("g", m1, None, gen1) == E.rebalance_in_progress
+        offsets = {("t", 0): OffsetAndMetadata(5)}
+        assert await gc.commit_offsets("g", m1, None, gen1, offsets) == {("t", 0): E.none}  # still allowed
+        assert await gc.sync_group("g", gen1, m1, None, None, None, {}) == (E.rebalance_in_progress, b"")
+        r1 = await join(gc, member=m1)
+        r2 = await j2
+        assert r1.generation_id == r2.generation_id == gen1 + 1
+        assert r1.leader_id == m1 and len(r1.members) == 2 and r2.members == []
+        assert group.state == GroupState.COMPLETING_REBALANCE
+        # Old generation everywhere → ILLEGAL_GENERATION; mid-sync commits → REBALANCE_IN_PROGRESS.
+        assert gc.heartbeat("g", m1, None, gen1) == E.illegal_generation
+        assert await gc.commit_offsets("g", m1, None, gen1, offsets) == {("t", 0): E.illegal_generation}
+        assert await gc.sync_group("g", gen1, m1, None, None, None, {}) == (E.illegal_generation, b"")
+        assert await gc.commit_offsets("g", m1, None, r1.generation_id, offsets) == {("t", 0): E.rebalance_in_progress}
+        # The follower's SyncGroup waits for the leader's.
+        s2 = asyncio.ensure_future(gc.sync_group("g", r2.generation_id, r2.member_id, None, None, None, {}))
+        await asyncio.sleep(0.05)
+        assert not s2.done()
+        s1 = await gc.sync_group("g", r1.generation_id, m1, None, None, None, {m1: b"p0", r2.member_id: b"p1"})
+        assert s1 == (E.none, b"p0") and await s2 == (E.none, b"p1")
+        assert group.state == GroupState.STABLE
+
+    run(scenario)
+
+
+def test_unknown_member_errors():
+    gc, _ = make()
+
+    async def scenario():
+        assert gc.heartbeat("g", "nobody", None, 1) == E.unknown_member_id  # no such group
+        assert (await join(gc, member="nobody")).error == E.unknown_member_id
+        m1, gen = await stable_single(gc)
+        assert gc.heartbeat("g", "nobody", None, gen) == E.unknown_member_id
+        assert await gc.sync_group("g", gen, "nobody", None, None, None, {}) == (E.unknown_member_id, b"")
+        assert (await gc.commit_offsets("g", "nobody", None, gen, {("t", 0): OffsetAndMetadata(1)})
+                == {("t", 0): E.unknown_member_id})
+        assert gc.leave_group("g", [("nobody", None)]) == (E.none, [E.unknown_member_id])
+        assert (await join(gc, member="nobody")).error == E.unknown_member_id
+
+    run(scenario)
+
+
+def test_commits_outside_group_management():
+    gc, _ = make()
+
+    async def scenario():
+        o = {("t", 0): OffsetAndMetadata(7, metadata="m")}
+        # No group yet: generation -1 is a standalone committer; a real generation is stale.
+        assert await gc.commit_offsets("solo", "", None, -1, o) == {("t", 0): E.none}
+        assert await gc.commit_offsets("other", "x", None, 3, o) == {("t", 0): E.illegal_generation}
+        code, found = gc.fetch_offsets("solo", [("t", 0), ("t", 1)])
+        assert code == E.none and found[("t", 0)].offset == 7 and found[("t", 0)].metadata == "m"
+        assert found[("t", 1)] is None
+        too_big = {("t", 0): OffsetAndMetadata(1, metadata="x" * 5000)}
+        assert await gc.commit_offsets("solo", "", None, -1, too_big) == {("t", 0): E.offset_metadata_too_large}
+
+    run(scenario)
+
+
+def test_failed_offsets_append_maps_to_coordinator_errors():
+    gc, rm = make()
+
+    async def scenario():
+        o = {("t", 0): OffsetAndMetadata(1)}
+        rm.error = E.not_leader_or_follower
+        assert await gc.commit_offsets("g", "", None, -1, o) == {("t", 0): E.not_coordinator}
+        rm.error = E.not_enough_replicas
+        assert await gc.commit_offsets("g", "", None, -1, o) == {("t", 0): E.coordinator_not_available}
+        rm.error = E.none
+        assert gc.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None  # nothing cached when the append failed
+
+    run(scenario)
+
+
+def test_static_member_rejoin_keeps_its_place_and_fences_the_old_id():
+    gc, _ = make()
+
+    async def scenario():
+        r = await join(gc, instance="inst-1")
+        code, _ = await gc.sync_group("g", r.generation_id, r.member_id, "inst-1", None, None, {r.member_id: b"A"})
+        assert code == E.none
+        again = await join(gc, instance="inst-1")  # restarted: empty member id, same instance id
+        assert again.error == E.none and again.member_id != r.member_id
+        assert again.generation_id == r.generation_id  # no rebalance for an unchanged static member
+        group = gc.manager.groups["g"]
+        assert group.state == GroupState.STABLE and group.members[again.member_id].assignment == b"A"
+        assert gc.heartbeat("g", r.member_id, "inst-1", r.generation_id) == E.fenced_instance_id
+        assert await gc.sync_group("g", r.generation_id, r.member_id, "inst-1", None, None, {}) == (
+            E.fenced_instance_id, b"")
+        assert (await gc.commit_offsets("g", r.member_id, "inst-1", r.generation_id, {("t", 0): OffsetAndMetadata(1)})
+                == {("t", 0): E.fenced_instance_id})
+        assert (await join(gc, member=r.member_id, instance="inst-1")).error == E.fenced_instance_id
+        assert gc.leave_group("g", [(r.member_id, "inst-1")]) == (E.none, [E.fenced_instance_id])
+        assert gc.heartbeat("g", again.member_id, "inst-1", again.generation_id) == E.none
+
+    run(scenario)
+
+
+def test_session_expiry_removes_member_and_rebalances():
+    gc, _ = make()
+
+    async def scenario():
+        gc.startup()
+        try:
+            r1 = await join(gc, session=300)
+            await gc.sync_group("g", r1.generation_id, r1.member_id, None, None, None, {})
+            j2 = asyncio.ensure_future(join(gc, session=10_000, rebalance=10_000))
+            # m1 never heartbeats or rejoins: it expires, and the join completes with m2 alone.
+            r2 = await asyncio.wait_for(j2, 5)
+            group = gc.manager.groups["g"]
+            assert r2.error == E.none and list(group.members) == [r2.member_id]
+            assert r2.leader_id == r2.member_id and r2.generation_id == r1.generation_id + 1
+        finally:
+            gc.shutdown()
+
+    run(scenario)
+
+
+def test_rebalance_timeout_drops_members_that_did_not_rejoin():
+    gc, _ = make()
+
+    async def scenario():
+        r1 = await join(gc, rebalance=300)
+        await gc.sync_group("g", r1.generation_id, r1.member_id, None, None, None, {})
+        r2 = await asyncio.wait_for(join(gc, rebalance=300), 5)  # m1 keeps its session but never rejoins
+        assert r2.error == E.none and list(gc.manager.groups["g"].members) == [r2.member_id]
+
+    run(scenario)
+
+
+def test_not_coordinator_and_loading():
+    gc, _ = make()
+    gc.manager._partition_count = 2
+    owned_group = next(g for g in (f"g{i}" for i in range(100)) if gc.manager.partition_for(g) == 0)
+    other_group = next(g for g in (f"g{i}" for i in range(100)) if gc.manager.partition_for(g) == 1)
+
+    async def scenario():
+        assert (await join(gc, group=other_group)).error == E.not_coordinator
+        assert gc.heartbeat(other_group, "m", None, 1) == E.not_coordinator
+        assert gc.fetch_offsets(other_group, None)[0] == E.not_coordinator
+        gc.manager.loading.add(1)
+        assert (await join(gc, group=other_group)).error == E.coordinator_load_in_progress
+        assert gc.fetch_offsets(other_group, None)[0] == E.coordinator_load_in_progress
+        assert (await join(gc, group="")).error == E.invalid_group_id
+        r = await join(gc, group=owned_group, session=5)  # below group.min.session.timeout.ms
+        assert r.error == E.invalid_session_timeout
+
+    run(scenario)
+
+
+def test_inconsistent_protocols_refused():
+    gc, _ = make()
+
+    async def scenario():
+        await stable_single(gc)
+        r = await join(gc, protocols=[("roundrobin", b"")])
+        assert r.error == E.inconsistent_group_protocol
+
+    run(scenario)
+
+
+def test_delete_groups_and_offset_expiry():
+    gc, rm = make(offsets_retention_ms=1000)
+
+    async def scenario():
+        m, gen = await stable_single(gc)
+        assert await gc.commit_offsets("g", m, None, gen, {("t", 0): OffsetAndMetadata(4, commit_timestamp=0)}) == {
+            ("t", 0): E.none}
+        assert await gc.delete_groups(["g", "nope"]) == {"g": E.non_empty_group, "nope": E.group_id_not_found}
+        gc.leave_group("g", [(m, None)])
+        group = gc.manager.groups["g"]
+        assert group.state == GroupState.EMPTY
+        # Retention: nothing expires while the group has been empty less than offsets.retention.
+        assert await gc.cleanup_offsets(group.state_timestamp + 999) == 0
+        assert await gc.cleanup_offsets(group.state_timestamp + 1000) == 1
+        assert "g" not in gc.manager.groups  # an empty group without offsets is gone
+        assert await gc.commit_offsets("h", "", None, -1, {("t", 0): OffsetAndMetadata(1)}) == {("t", 0): E.none}
+        assert await gc.delete_groups(["h"]) == {"h": E.none}
+        assert gc.fetch_offsets("h", [("t", 0)])[1][("t", 0)] is None
+
+    run(scenario)
+    # The log holds the tombstones: replaying it leaves neither group.
+    loaded = GroupMetadataManager(0, None, 1)
+    loaded.replay(0, rm.records())
+    assert loaded.groups == {}

@@ -203,6 +203,24 @@ class LocalCluster:
     def processes(self) -> list[ManagedProcess]:
         return self.controllers + self.brokers
 
+    def add_broker(self, port: int | None = None) -> ManagedProcess:
+        """Append broker `len(brokers)` on `port` (default a free one), not started: scaling up,
+        as the operator's orchestration tests do with local processes."""
+        self.broker_ports.append(port or free_port())
+        process = self._broker_process(len(self.brokers))
+        self.brokers.append(process)
+        return process
+
+    def remove_broker(self, timeout: float = 15.0) -> ManagedProcess:
+        """Stop (SIGTERM) and forget the highest-id broker; its log directory stays on disk."""
+        if len(self.brokers) <= 1:
+            raise ClusterError("a cluster keeps at least one broker")
+        process = self.brokers[-1]
+        process.stop(timeout)
+        self.brokers.pop()
+        self.broker_ports.pop()
+        return process
+
     # --- life cycle -----------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> "LocalCluster":

@@ -5,6 +5,7 @@ import sys
 COMMANDS = {
     "broker": ("odradek.broker.server", "run a broker (config file + --override key=value)"),
     "controller": ("odradek.controller.main", "run a controller candidate"),
+    "operator": ("odradek.operator.main", "run the Kubernetes operator (KafkaCluster resources)"),
     "dev": ("odradek.dev.cluster", "run a local cluster: ZooKeeper, controllers, brokers"),
 }
 

@@ -11,7 +11,7 @@ import json
 from odradek.operator.models import GROUP, KIND, VERSION, KafkaClusterSpec, Storage
 
 BROKER_PORT = 9092
-CONTROLLER_PORT = 9093
+CONTROLLER_PORT = 9190  # the controller listener (ControllerConfig default), rendered explicitly
 ZK_CLIENT_PORT = 2181
 CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"

@@ -123,3 +123,28 @@ def test_validation_catches_a_misspelt_field():
     sts["spec"]["updateStrategy"]["tpye"] = "OnDelete"
     with pytest.raises(Exception, match="tpye"):
         validate(sts)
+
+
+def _aliases(model) -> set[str]:
+    return {f.alias for f in model.model_fields.values() if f.alias}
+
+
+def test_rendered_config_keys_are_real_config_keys():
+    """Every key the builders write (properties and --override) is one the processes read."""
+    from odradek.common.config import BrokerConfig, ControllerConfig
+
+    body = resource({})
+    spec = parse_spec({})
+    assert set(builders.broker_properties(body, spec)) | {"broker.id", "advertised.listeners"} <= _aliases(BrokerConfig)
+    assert set(builders.controller_properties(body, spec)) | {"controller.id", "listeners"} <= _aliases(ControllerConfig)
+    for obj in builders.controller_objects(body, spec):
+        if obj["kind"] == "Deployment":
+            command = obj["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+            assert f"--override listeners=PLAINTEXT://${{POD_IP}}:{builders.CONTROLLER_PORT}" in command
+
+
+def test_controller_port_is_the_controller_default_listener():
+    from odradek.common.config import ControllerConfig, parse_listeners
+
+    default = ControllerConfig.model_fields["listeners"].default
+    assert parse_listeners(default)[0][2] == builders.CONTROLLER_PORT

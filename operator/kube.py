@@ -1,0 +1,117 @@
+"""A thin asyncio client for the few Kubernetes REST calls the operator makes.
+
+kopf watches the KafkaCluster resources; the objects the operator owns (StatefulSets, Services,
+pods, ...) are read and written through this client with the same credentials kopf logs in with
+(a `kopf.ConnectionInfo`), so one login serves both.
+"""
+
+import json
+import ssl
+from dataclasses import dataclass
+
+import aiohttp
+
+MERGE_PATCH = "application/merge-patch+json"
+
+# kind → (API path prefix, plural); only the kinds the builders render, plus pods.
+KINDS = {
+    "ConfigMap": ("api/v1", "configmaps"),
+    "Service": ("api/v1", "services"),
+    "Pod": ("api/v1", "pods"),
+    "StatefulSet": ("apis/apps/v1", "statefulsets"),
+    "Deployment": ("apis/apps/v1", "deployments"),
+    "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
+    "KafkaCluster": ("apis/odradek.io/v1alpha1", "kafkaclusters"),
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str = ""):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+
+def object_path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    prefix, plural = KINDS[kind]
+    path = f"/{prefix}/namespaces/{namespace}/{plural}"
+    if name is not None:
+        path += f"/{name}"
+    if subresource is not None:
+        path += f"/{subresource}"
+    return path
+
+
+@dataclass
+class KubeClient:
+    """Holds one aiohttp session; `from_connection(info)` takes kopf's ConnectionInfo."""
+    server: str
+    session: aiohttp.ClientSession
+
+    @classmethod
+    def from_connection(cls, info) -> "KubeClient":
+        headers = {}
+        if info.token:
+            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+        if info.insecure:
+            ssl_context: ssl.SSLContext | bool = False
+        else:
+            ssl_context = ssl.create_default_context(
+                cafile=info.ca_path or None,
+                cadata=info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data)
+        session = aiohttp.ClientSession(
+            headers=headers, connector=aiohttp.TCPConnector(ssl=ssl_context),
+            timeout=aiohttp.ClientTimeout(total=30))
+        return cls(info.server.rstrip("/"), session)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def _call(self, method: str, path: str, body=None, params=None, content_type=None) -> dict:
+        headers = {"Content-Type": content_type or "application/json"}
+        data = None if body is None else json.dumps(body)
+        async with self.session.request(method, self.server + path, data=data, params=params,
+                                        headers=headers) as response:
+            text = await response.text()
+            if response.status >= 400:
+                try:
+                    status = json.loads(text)
+                except ValueError:
+                    status = {}
+                raise ApiError(response.status, status.get("reason", response.reason or ""),
+                               status.get("message", text[:200]))
+            return json.loads(text) if text else {}
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        """The object, or None when it does not exist."""
+        try:
+            return await self._call("GET", object_path(kind, namespace, name))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def list(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict]:
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        found = await self._call("GET", object_path(kind, namespace), params={"labelSelector": selector})
+        # Filter here too: a server (or emulator) that ignores the selector must not widen the set.
+        return [item for item in found.get("items", [])
+                if all(item.get("metadata", {}).get("labels", {}).get(k) == v for k, v in labels.items())]
+
+    async def create(self, obj: dict) -> dict:
+        meta = obj["metadata"]
+        return await self._call("POST", object_path(obj["kind"], meta["namespace"]), obj)
+
+    async def patch(self, kind: str, namespace: str, name: str, patch: dict,
+                    subresource: str | None = None) -> dict:
+        return await self._call("PATCH", object_path(kind, namespace, name, subresource), patch,
+                                content_type=MERGE_PATCH)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        """True when this call deleted it, False when it was already gone."""
+        try:
+            await self._call("DELETE", object_path(kind, namespace, name))
+            return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise

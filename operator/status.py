@@ -1,0 +1,97 @@
+"""KafkaCluster status as a pure function of what one reconcile pass saw.
+
+Conditions follow the Kubernetes convention: Ready, Progressing and Degraded, each with a reason,
+a message, the generation it describes, and a lastTransitionTime that moves only when the
+condition's status changes (so `kubectl wait` and alerting see real transitions, not churn).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a reconcile pass found; `invalid` set means the spec was rejected."""
+    generation: int | None
+    desired_brokers: int = 0
+    ready_broker_ids: tuple[int, ...] = ()
+    running_brokers: int = 0
+    active_controller: int | None = None
+    bootstrap_servers: str | None = None
+    invalid: str | None = None
+    waiting: str | None = None  # roll or scale held back until the cluster is healthy
+    refused: str | None = None  # a requested change the operator will not make (why)
+    pending_restarts: tuple[int, ...] = ()
+    unreachable: str | None = None  # the cluster did not answer Metadata
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str, generation, previous: dict, at: str) -> dict:
+    status = "True" if ok else "False"
+    old = previous.get(type_)
+    since = old.get("lastTransitionTime") if old and old.get("status") == status else None
+    return {"type": type_, "status": status, "reason": reason, "message": message,
+            "observedGeneration": generation, "lastTransitionTime": since or at}
+
+
+def conditions(o: Observation, previous: list[dict] | None = None, at: str | None = None) -> list[dict]:
+    prev = {c.get("type"): c for c in previous or []}
+    at = at or now()
+    g = o.generation
+
+    def cond(type_, ok, reason, message):
+        return _condition(type_, ok, reason, message, g, prev, at)
+
+    if o.invalid:
+        return [cond(READY, False, "InvalidSpec", o.invalid),
+                cond(PROGRESSING, False, "InvalidSpec", "fix the spec to continue"),
+                cond(DEGRADED, True, "InvalidSpec", o.invalid)]
+    ready = len(o.ready_broker_ids)
+    all_ready = (ready >= o.desired_brokers and o.running_brokers == o.desired_brokers
+                 and not o.pending_restarts and not o.unreachable)
+    if o.pending_restarts:
+        progressing = (True, "RollingUpdate",
+                       f"brokers {list(o.pending_restarts)} to restart with the new configuration"
+                       + (f"; {o.waiting}" if o.waiting else ""))
+    elif o.running_brokers != o.desired_brokers and not o.refused:
+        progressing = (True, "Scaling", f"{o.running_brokers} broker pods, {o.desired_brokers} desired")
+    elif not all_ready:
+        progressing = (True, "WaitingForBrokers", o.waiting or f"{ready}/{o.desired_brokers} brokers ready")
+    else:
+        progressing = (False, "ReconcileComplete", "the cluster matches the spec")
+    if o.refused:
+        degraded = (True, "ScaleDownRefused", o.refused)
+    elif o.unreachable:
+        degraded = (True, "ClusterUnreachable", o.unreachable)
+    else:
+        degraded = (False, "AsExpected", "")
+    if all_ready:
+        ready_c = (True, "ClusterReady", f"{ready} brokers ready")
+    else:
+        ready_c = (False, progressing[1] if progressing[0] else degraded[1],
+                   f"{ready}/{o.desired_brokers} brokers ready")
+    return [cond(READY, *ready_c), cond(PROGRESSING, *progressing), cond(DEGRADED, *degraded)]
+
+
+def status(o: Observation, previous: dict | None = None, at: str | None = None) -> dict:
+    """The whole status object (camelCase, as the CRD declares it)."""
+    previous = previous or {}
+    return {
+        "observedGeneration": o.generation,
+        "conditions": conditions(o, previous.get("conditions"), at),
+        "brokers": {"desired": o.desired_brokers, "ready": len(o.ready_broker_ids),
+                    "ids": sorted(o.ready_broker_ids)},
+        "activeController": o.active_controller,
+        "bootstrapServers": o.bootstrap_servers,
+    }
+
+
+def changed(old: dict | None, new: dict) -> bool:
+    """Whether writing `new` would change anything (avoids a status write, hence an event, per tick)."""
+    old = old or {}
+    return any(old.get(k) != v for k, v in new.items())

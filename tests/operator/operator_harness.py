@@ -1,0 +1,221 @@
+"""Flow-test harness: the emulated API server, a stand-in for the StatefulSet controller and
+kubelet (pods from the template, Ready a moment later), a scripted cluster view, and the
+operator running in its own thread (kopf must not share pytest-asyncio's loop)."""
+
+import asyncio
+import copy
+import threading
+import time
+from dataclasses import replace
+
+import aiohttp
+import kmock
+
+from kube_emulator import KubernetesServer
+from odradek.operator import builders
+from odradek.operator.rolling import ClusterView
+
+NS = "kafka"
+KC = "odradek.io/v1alpha1/kafkaclusters"
+STS = "apps/v1/statefulsets"
+PODS = "v1/pods"
+WRITES = ("create", "update", "delete")
+
+
+def new_server() -> KubernetesServer:
+    server = KubernetesServer()
+    server.resources[KC] = kmock.ResourceInfo(
+        kind="KafkaCluster", singular="kafkacluster", namespaced=True, shortnames={"kc"},
+        subresources={"status"}, verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
+    # kopf's backbone: it waits for these resources before serving anything.
+    server.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs={"get", "list", "watch"})
+    server.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", namespaced=False,
+                                                           verbs={"get", "list", "watch"})
+    server.objects[kmock.resource("v1/namespaces"), None, NS] = {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "uid": "ns-" + NS}}
+    for res, kind in ((STS, "StatefulSet"), ("apps/v1/deployments", "Deployment"), (PODS, "Pod"),
+                      ("v1/services", "Service"), ("v1/configmaps", "ConfigMap"), ("v1/events", "Event"),
+                      ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget")):
+        server.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True,
+                                                   verbs={"get", "list", "create", "patch", "delete"})
+    return server
+
+
+class ScriptedView:
+    """The cluster's Metadata answer as the test scripts it; `registered` follows ready pods."""
+
+    def __init__(self):
+        self.view = ClusterView(registered=frozenset())
+        self.calls = 0
+
+    async def __call__(self, body) -> ClusterView:
+        self.calls += 1
+        return self.view
+
+    def set(self, **changes) -> None:
+        self.view = replace(self.view, **changes)
+
+    async def passes(self, n: int, timeout: float = 20.0) -> None:
+        """Wait until the operator has taken n more looks at the cluster."""
+        target = self.calls + n
+        await wait_for(lambda: self.calls >= target, timeout, f"{n} more reconcile passes")
+
+
+async def wait_for(predicate, timeout: float, what: str, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await asyncio.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Kubelet:
+    """Plays the StatefulSet controller and kubelet for the broker StatefulSet: pods 0..n-1 from
+    the current template (OnDelete: a pod keeps its template until deleted), Ready after
+    `ready_after` ticks; records the worst number of brokers down at once."""
+
+    def __init__(self, server: KubernetesServer, view: ScriptedView, name: str = "demo", ready_after: int = 3):
+        self.server, self.view, self.ready_after = server, view, ready_after
+        self.sts_name = builders.names(name)["broker"]
+        self.ages: dict[str, int] = {}
+        self.max_down = 0  # most brokers not ready at once, counted once all were ready
+        self.all_ready_once = False
+        self.recreated: list[int] = []
+        self.task: asyncio.Task | None = None
+
+    def tick(self) -> None:
+        sts = self.server.live(STS, NS, self.sts_name)
+        if sts is None:
+            return
+        n = sts["spec"]["replicas"]
+        template = sts["spec"]["template"]
+        ready = set()
+        for i in range(n):
+            name = f"{self.sts_name}-{i}"
+            pod = self.server.live(PODS, NS, name)
+            if pod is None:
+                if name in self.ages:
+                    self.recreated.append(i)
+                self.ages[name] = 0
+                self.server.put_raw(PODS, NS, {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, **copy.deepcopy(template["metadata"])},
+                    "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+                continue
+            self.ages[name] = self.ages.get(name, 0) + 1
+            if self.ages[name] == self.ready_after:
+                pod = copy.deepcopy(pod)
+                pod["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+                self.server.put_raw(PODS, NS, pod)
+            if self.ages[name] >= self.ready_after:
+                ready.add(i)
+        pods = kmock.resource(PODS)
+        for key, obj in list(self.server.objects.items()):
+            if key[0] != pods or obj.deleted:
+                continue
+            name = obj.raw["metadata"]["name"]
+            if name.startswith(self.sts_name + "-") and int(name.rsplit("-", 1)[1]) >= n:
+                obj.delete()  # scaled down
+        if self.all_ready_once:
+            self.max_down = max(self.max_down, n - len(ready))
+        elif len(ready) == n:
+            self.all_ready_once = True
+        self.view.set(registered=frozenset(ready))
+
+    async def run(self) -> None:
+        while True:
+            self.tick()
+            await asyncio.sleep(0.05)
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.run())
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+
+
+class OperatorThread:
+    """`odradek.operator.main.run` in a thread, against the emulator, until stop()."""
+
+    def __init__(self, url: str, view: ScriptedView, interval: float = 0.3):
+        import kopf
+
+        from odradek.operator.main import run
+
+        self.stop_flag, self.ready_flag = threading.Event(), threading.Event()
+        self.errors: list[BaseException] = []
+
+        def target():
+            try:
+                run([NS], False, connection=kopf.ConnectionInfo(server=url, insecure=True),
+                    view_source=view, interval=interval, stop_flag=self.stop_flag, ready_flag=self.ready_flag)
+            except BaseException as e:  # noqa: BLE001 - reported by stop()
+                self.errors.append(e)
+
+        self.thread = threading.Thread(target=target, name="operator", daemon=True)
+        self.thread.start()
+
+    async def stop(self, timeout: float = 15.0) -> None:
+        self.stop_flag.set()
+        await asyncio.get_running_loop().run_in_executor(None, self.thread.join, timeout)
+        assert not self.thread.is_alive(), "operator thread did not stop"
+        assert not self.errors, self.errors
+
+
+class Api:
+    """The test's own client: writes KafkaClusters through HTTP so the metadata layer applies."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.session = aiohttp.ClientSession()
+
+    async def call(self, method, path, body=None, content_type="application/json"):
+        async with self.session.request(method, self.url + path, json=body,
+                                        headers={"Content-Type": content_type}) as r:
+            return r.status, await r.json()
+
+    async def create_cluster(self, spec: dict, name="demo") -> dict:
+        status, body = await self.call("POST", f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters", {
+            "apiVersion": "odradek.io/v1alpha1", "kind": "KafkaCluster",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec})
+        assert status in (200, 201), body
+        return body
+
+    async def patch_spec(self, spec: dict, name="demo") -> dict:
+        status, body = await self.call("PATCH", f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters/{name}",
+                                       {"spec": spec}, "application/merge-patch+json")
+        assert status == 200, body
+        return body
+
+    async def delete_cluster(self, name="demo"):
+        return await self.call("DELETE", f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters/{name}")
+
+    async def close(self):
+        await self.session.close()
+
+
+def writes(server: KubernetesServer, since: int = 0, exclude=("kafkaclusters", "events")) -> list:
+    """(action, plural, name) of every write the API received after request number `since`."""
+    out = []
+    for r in list(server)[since:]:
+        if r.action is None or r.action.name.lower() not in WRITES or r.resource is None:
+            continue
+        if r.resource.plural in exclude:
+            continue
+        name = r.name or (r.data or {}).get("metadata", {}).get("name")
+        out.append((r.action.name.lower(), r.resource.plural, name))
+    return out
+
+
+def condition(cluster: dict | None, type_: str) -> dict:
+    for c in ((cluster or {}).get("status") or {}).get("conditions", []):
+        if c["type"] == type_:
+            return c
+    return {}

@@ -1,0 +1,197 @@
+"""The operator process (kopf, in a thread) against an emulated API server: what it writes.
+
+Pods come from a stand-in StatefulSet controller/kubelet (operator_harness.Kubelet); the cluster's
+Metadata answer is scripted (ScriptedView), so the roll's health gate is under the test's control.
+"""
+
+import asyncio
+
+import kmock
+import pytest
+import pytest_asyncio
+
+from odradek.operator import builders
+from odradek.operator.kube import object_path
+from odradek.operator.models import parse_spec
+from operator_harness import (
+    KC, NS, PODS, STS, Api, Kubelet, OperatorThread, ScriptedView, condition, new_server, wait_for, writes,
+)
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio]
+
+SPEC = {"zookeeper": {"connect": "zk-0.zk:2181/odradek"}}
+OWNED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets"}
+
+
+def status_writes(server) -> int:
+    return sum(1 for r in list(server) if r.subresource == "status" and r.action is not None
+               and r.action.name == "UPDATE")
+
+
+class Env:
+    def __init__(self, server, url):
+        self.server, self.url = server, url
+        self.view = ScriptedView()
+        self.kubelet = Kubelet(server, self.view)
+        self.api = Api(url)
+        self.operator: OperatorThread | None = None
+
+    def start_operator(self):
+        self.operator = OperatorThread(self.url, self.view)
+
+    async def stop_operator(self):
+        await self.operator.stop()
+
+    def cluster(self):
+        return self.server.live(KC, NS, "demo")
+
+    async def ready(self, timeout=30.0):
+        await wait_for(lambda: condition(self.cluster(), "Ready").get("status") == "True", timeout, "Ready=True")
+
+    def pod_deletes(self, since=0):
+        return [w for w in writes(self.server, since) if w[:2] == ("delete", "pods")]
+
+
+@pytest_asyncio.fixture
+async def env():
+    server = new_server()
+    async with server, kmock.Server(server) as http:
+        e = Env(server, str(http.url))
+        e.kubelet.start()
+        try:
+            yield e
+        finally:
+            if e.operator is not None and e.operator.thread.is_alive():
+                await e.stop_operator()
+            await e.kubelet.stop()
+            await e.api.close()
+
+
+async def test_create_owned_objects_then_ready(env):
+    env.start_operator()
+    created = await env.api.create_cluster(SPEC)
+    uid = created["metadata"]["uid"]
+    await wait_for(lambda: condition(env.cluster(), "Progressing").get("status") == "True", 20, "Progressing")
+    assert condition(env.cluster(), "Ready")["status"] == "False"
+    await env.ready()
+
+    posted = [w for w in writes(env.server) if w[0] == "create" and w[1] in OWNED]
+    expected = builders.desired_objects(env.cluster(), parse_spec(SPEC))
+    assert sorted(p[2] for p in posted) == sorted(o["metadata"]["name"] for o in expected), "each object created once"
+    for obj in expected:
+        res = {"ConfigMap": "v1/configmaps", "Service": "v1/services", "StatefulSet": STS,
+               "Deployment": "apps/v1/deployments", "PodDisruptionBudget": "policy/v1/poddisruptionbudgets"}
+        live = env.server.live(res[obj["kind"]], NS, obj["metadata"]["name"])
+        assert live["metadata"]["ownerReferences"] == [{
+            "apiVersion": "odradek.io/v1alpha1", "kind": "KafkaCluster", "name": "demo", "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}]
+    status = env.cluster()["status"]
+    assert status["observedGeneration"] == 1
+    assert status["brokers"] == {"desired": 3, "ready": 3, "ids": [0, 1, 2]}
+    assert status["bootstrapServers"] == "demo-bootstrap.kafka.svc:9092"
+    assert condition(env.cluster(), "Progressing")["status"] == "False"
+    assert condition(env.cluster(), "Degraded")["status"] == "False"
+    assert env.pod_deletes() == []
+
+
+async def test_config_change_rolls_one_pod_at_a_time_only_while_healthy(env):
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await env.ready()
+    old_hash = env.server.live(STS, NS, "demo-broker")["spec"]["template"]["metadata"]["annotations"][builders.CONFIG_HASH]
+
+    env.view.set(under_replicated=(("orders", 0),))  # the cluster is not healthy: no restart
+    mark = len(list(env.server))
+    await env.api.patch_spec({"brokers": {"config": {"log.retention.ms": 3600000}}})
+    sts = await wait_for(lambda: (s := env.server.live(STS, NS, "demo-broker"))["spec"]["template"]["metadata"]
+                         ["annotations"][builders.CONFIG_HASH] != old_hash and s, 20, "new template hash")
+    new_hash = sts["spec"]["template"]["metadata"]["annotations"][builders.CONFIG_HASH]
+    await env.view.passes(4)
+    assert env.pod_deletes(mark) == [], "no restart while partitions are under-replicated"
+    progressing = condition(env.cluster(), "Progressing")
+    assert progressing["status"] == "True" and progressing["reason"] == "RollingUpdate"
+    assert "under-replicated" in progressing["message"] and progressing["observedGeneration"] == 2
+
+    env.view.set(under_replicated=())
+    await wait_for(lambda: all(
+        (env.server.live(PODS, NS, f"demo-broker-{i}") or {}).get("metadata", {}).get("annotations", {})
+        .get(builders.CONFIG_HASH) == new_hash for i in range(3)), 30, "every pod on the new config")
+    await env.ready()
+    assert [w[2] for w in env.pod_deletes(mark)] == ["demo-broker-0", "demo-broker-1", "demo-broker-2"]
+    assert env.kubelet.max_down == 1, "never two brokers down at once"
+
+
+async def test_replica_changes_restart_nothing_and_scale_down_is_refused_while_holding_replicas(env):
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await env.ready()
+    mark = len(list(env.server))
+
+    await env.api.patch_spec({"brokers": {"replicas": 4}})
+    await wait_for(lambda: env.server.live(STS, NS, "demo-broker")["spec"]["replicas"] == 4, 20, "4 replicas")
+    await wait_for(lambda: env.cluster()["status"]["brokers"]["ready"] == 4, 20, "4 brokers ready")
+    await env.ready()
+
+    env.view.set(replicas_by_broker={0: 3, 1: 3, 2: 3, 3: 1})
+    await env.api.patch_spec({"brokers": {"replicas": 3}})
+    await wait_for(lambda: condition(env.cluster(), "Degraded").get("reason") == "ScaleDownRefused", 20, "refusal")
+    assert "[3]" in condition(env.cluster(), "Degraded")["message"]
+    assert env.server.live(STS, NS, "demo-broker")["spec"]["replicas"] == 4
+
+    env.view.set(replicas_by_broker={0: 3, 1: 3, 2: 4})  # partitions moved off broker 3
+    await wait_for(lambda: env.server.live(STS, NS, "demo-broker")["spec"]["replicas"] == 3, 20, "3 replicas")
+    await env.ready()
+    assert condition(env.cluster(), "Degraded")["status"] == "False"
+    assert env.pod_deletes(mark) == [], "a count change restarts no broker"
+
+
+async def test_invalid_spec_is_a_condition_not_a_crash(env):
+    env.start_operator()
+    await env.api.create_cluster({**SPEC, "brokers": {"config": {"broker.id": 7}}})
+    await wait_for(lambda: condition(env.cluster(), "Ready").get("reason") == "InvalidSpec", 20, "InvalidSpec")
+    ready = condition(env.cluster(), "Ready")
+    assert ready["status"] == "False" and "broker.id" in ready["message"]
+    invalid_status_writes = status_writes(env.server)
+    await asyncio.sleep(1.5)  # about five timer passes (interval 0.3 s)
+    assert [w for w in writes(env.server) if w[1] in OWNED] == [], "nothing applied from an invalid spec"
+    again = status_writes(env.server)
+    assert again == invalid_status_writes, "an unchanged invalid spec writes no new status"
+
+    await env.api.patch_spec({"brokers": {"config": {"broker.id": None, "num.partitions": 3}}})
+    await env.ready()
+    assert env.operator.thread.is_alive()
+
+
+async def test_delete_removes_owned_objects(env):
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await env.ready()
+    status, _ = await env.api.delete_cluster()
+    assert status == 200
+    await wait_for(lambda: env.cluster() is None, 20, "the resource gone (finalizer released)")
+    for res, name in ((STS, "demo-broker"), ("v1/services", "demo-bootstrap"), ("apps/v1/deployments", "demo-controller")):
+        assert env.server.live(res, NS, name) is None
+
+
+async def test_restart_mid_reconcile_and_upgrade_write_nothing_twice(env):
+    created = await env.api.create_cluster(SPEC)
+    # A previous operator died after creating the first objects of its pass.
+    partial = builders.desired_objects(created, parse_spec(SPEC))[:2]
+    for obj in partial:
+        status, body = await env.api.call("POST", object_path(obj["kind"], NS), obj)
+        assert status in (200, 201), body
+    mark = len(list(env.server))
+    env.start_operator()
+    await env.ready()
+    creates = [w for w in writes(env.server, mark) if w[0] == "create"]
+    already = {(object_path(o["kind"], NS).rsplit("/", 1)[1], o["metadata"]["name"]) for o in partial}
+    assert {w[1:] for w in creates}.isdisjoint(already), "what the previous run created is not created again"
+    assert len(creates) == len({w[1:] for w in creates}), "no object created twice"
+    await env.stop_operator()
+
+    # An operator upgrade: a new process, same spec, same desired objects.
+    mark = len(list(env.server))
+    env.start_operator()
+    await env.view.passes(3)
+    assert [w for w in writes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []
+    assert env.pod_deletes(mark) == []

@@ -327,6 +327,55 @@ def test_kcat_consumes_as_a_group(groups_cluster):
     assert committed(bs, group, topic, 3) == end_offsets(bs, topic, 3)  # kcat committed where it stopped
 
 
+# --- versions: what librdkafka 2.x (up to 2.11 exact checks) and kafka-python 3.x need ----------------
+
+GROUP_APIS = {10: "FindCoordinator", 8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat",
+              13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups", 42: "DeleteGroups"}
+# librdkafka up to 2.11 enables the group consumer only if these exact versions are advertised.
+LIBRDKAFKA_EXACT = {10: [0], 11: [0], 14: [0], 12: [0], 13: [0], 8: [1, 2], 9: [1]}
+# The version ranges kafka-python 3.0 implements (its bundled JSON schemas); it uses the highest
+# version both sides know. librdkafka 2.16's own choices are exercised by the acceptance cases.
+CLIENT_RANGES = {
+    "kafka-python": {10: (0, 6), 8: (2, 10), 9: (1, 10), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5),
+                     15: (0, 6), 16: (0, 5), 42: (0, 2)},
+}
+
+
+def api_versions(host: str, port: int) -> dict[int, tuple[int, int]]:
+    """ApiVersions v0, encoded and parsed by hand (independent of the broker's codec library)."""
+    import socket
+    import struct
+
+    client_id = b"versions-test"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = s.recv(65536)
+            assert chunk, "connection closed before the ApiVersions answer"
+            data += chunk
+    corr, error, n = struct.unpack_from(">ihi", data, 4)
+    assert (corr, error) == (1, 0)
+    return {k: (lo, hi) for k, lo, hi in (struct.unpack_from(">hhh", data, 14 + 6 * i) for i in range(n))}
+
+
+def test_group_api_versions_cover_the_clients(groups_cluster):
+    host, port = groups_cluster.bootstrap.split(",")[0].split(":")
+    served = api_versions(host, int(port))
+    missing = [GROUP_APIS[k] for k in GROUP_APIS if k not in served]
+    assert not missing, f"group APIs not advertised: {missing}"
+    for key, versions in LIBRDKAFKA_EXACT.items():
+        lo, hi = served[key]
+        assert all(lo <= v <= hi for v in versions), f"{GROUP_APIS[key]} {lo}-{hi} lacks librdkafka's {versions}"
+    for client, ranges in CLIENT_RANGES.items():
+        for key, (client_lo, client_hi) in ranges.items():
+            lo, hi = served[key]
+            assert max(lo, client_lo) <= min(hi, client_hi), f"{client}: no common {GROUP_APIS[key]} version"
+    # Static membership (group.instance.id) needs JoinGroup 5+, SyncGroup/Heartbeat 3+, batch LeaveGroup 3+.
+    assert served[11][1] >= 5 and served[14][1] >= 3 and served[12][1] >= 3 and served[13][1] >= 3
+
+
 # --- a member that stops heartbeating is expelled ---------------------------------------------------
 
 STOPPABLE_MEMBER = textwrap.dedent("""

@@ -77,6 +77,7 @@ class ReplicaFetcher:
                                     connect_attempts=1)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self.backoff_s = self.config.replica_fetch_backoff_ms / 1000
         self.timeout_s = self.config.replica_socket_timeout_ms / 1000
 
@@ -96,12 +97,16 @@ class ReplicaFetcher:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=repr(self))
 
     async def shutdown(self) -> None:
+        # The flag as well as the cancel: Python 3.11's wait_for can swallow a cancellation that
+        # races with its inner wait finishing, and the loop would then run on forever.
+        self._stopping = True
+        self._wakeup.set()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             try:
-                await task
-            except (asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 10)
+            except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
                 pass
         await self.client.close()
 
@@ -109,7 +114,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         log.info("%r started", self)
-        while True:
+        while not self._stopping:
             try:
                 await self.do_work()
             except asyncio.CancelledError:

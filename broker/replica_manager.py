@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.checkpoint import read_checkpoint, write_checkpoint
-from odradek.broker.partition import Partition
+from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.common.messages import (
     LeaderAndIsrPartitionError,
@@ -104,17 +104,22 @@ class DelayedProduce(DelayedOperation):
                 result.error = ErrorCode.not_leader_or_follower
                 result.pending = False
             elif partition.log.high_watermark >= result.required_offset:
-                if len(partition.isr) < partition.min_insync_replicas():
+                # Kafka's checkEnoughReplicasReachOffset: replicated, but the ISR (maximal, while a
+                # change is in flight) fell below min.insync.replicas meanwhile.
+                if len(partition.maximal_isr) < partition.min_insync_replicas():
                     result.error = ErrorCode.not_enough_replicas_after_append
                 result.pending = False
         if any(r.pending for r in self.results.values()):
             return False
         return self.force_complete()
 
-    def on_expiration(self) -> None:
+    def on_complete(self) -> None:
+        """Whatever is still pending was never replicated as asked: never answer it as success.
+        Expired → REQUEST_TIMED_OUT; forced (the broker shutting down) → NOT_LEADER_OR_FOLLOWER,
+        which sends the client to the new leader."""
         for result in self.results.values():
             if result.pending:
-                result.error = ErrorCode.request_timed_out
+                result.error = ErrorCode.request_timed_out if self.expired else ErrorCode.not_leader_or_follower
                 result.pending = False
 
 
@@ -171,6 +176,8 @@ class ReplicaManager:
         self._state_change_lock = asyncio.Lock()
         self.fetcher_manager = ReplicaFetcherManager(self, config)
         self._written_hw: dict = {}
+        self.alter_partition_manager = None
+        """An AlterPartitionManager (set by the server); without one ISRs never change here."""
 
     # --- high watermark checkpoints -------------------------------------------------------------
 
@@ -203,7 +210,33 @@ class ReplicaManager:
                 log.exception("cannot write %s in %s", HIGH_WATERMARK_CHECKPOINT, log_dir)
 
     async def run_background(self, stop: asyncio.Event) -> None:
-        """HW checkpoints every replica.high.watermark.checkpoint.interval.ms (and ISR upkeep)."""
+        """HW checkpoints every replica.high.watermark.checkpoint.interval.ms, and the ISR
+        expiration check every replica.lag.time.max.ms / 2 (Kafka's isr-expiration task)."""
+        isr_task = asyncio.get_running_loop().create_task(self._run_isr_expiration(stop))
+        try:
+            await self._run_checkpoints(stop)
+        finally:
+            isr_task.cancel()
+            try:
+                await isr_task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _run_isr_expiration(self, stop: asyncio.Event) -> None:
+        interval = max(10, int(self.config.replica_lag_time_max_ms) // 2) / 1000
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+            if stop.is_set():
+                break
+            try:
+                self.maybe_shrink_isr()
+            except Exception:
+                log.exception("ISR expiration check failed")
+
+    async def _run_checkpoints(self, stop: asyncio.Event) -> None:
         interval = max(10, int(self.config.replica_high_watermark_checkpoint_interval_ms)) / 1000
         while not stop.is_set():
             try:
@@ -306,7 +339,7 @@ class ReplicaManager:
             for partition, ps in changed:
                 if ps.leader == self.broker_id:
                     self.remove_fetchers([partition.key])
-                    if partition.make_leader(ps):
+                    if partition.make_leader(ps, _now_ms()):
                         log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
                 else:
                     partition.make_follower(ps)
@@ -514,8 +547,53 @@ class ReplicaManager:
             if result.error != ErrorCode.none:
                 continue
             p = self.partitions.get((info.topic, info.partition))
-            if p is not None and p.update_follower_fetch_state(replica_id, info.fetch_offset, now):
+            if p is None:
+                continue
+            if p.update_follower_fetch_state(replica_id, info.fetch_offset, now):
                 self.complete_delayed_requests(p.key)
+            if self.alter_partition_manager is not None and replica_id not in p.isr:
+                change = p.maybe_expand_isr(replica_id, now)
+                if change is not None:
+                    self._submit_isr_change(p, change)
+
+    # --- ISR changes (AlterPartition) -----------------------------------------------------------
+
+    def maybe_shrink_isr(self, now_ms: int | None = None) -> int:
+        """Propose removing lagging followers from every partition we lead; returns how many."""
+        if self.alter_partition_manager is None:
+            return 0
+        now = _now_ms() if now_ms is None else now_ms
+        lag = int(self.config.replica_lag_time_max_ms)
+        proposed = 0
+        for p in list(self.partitions.values()):
+            if not p.is_leader:
+                continue
+            change = p.maybe_shrink_isr(now, lag)
+            if change is not None:
+                self._submit_isr_change(p, change)
+                proposed += 1
+        return proposed
+
+    def _submit_isr_change(self, partition: Partition, change: PendingIsrChange) -> None:
+        # The maximal ISR may have grown (an expansion): HW and acks=all count it from now on.
+        self.alter_partition_manager.submit(partition.key, change, self._on_isr_change_answer)
+
+    def isr_change_still_wanted(self, key, change) -> bool:
+        p = self.partitions.get(key)
+        return p is not None and p.pending_isr_change is change
+
+    def _on_isr_change_answer(self, key, change, answer) -> None:
+        p = self.partitions.get(key)
+        if p is None:
+            return
+        if p.pending_isr_change is not change:
+            return  # a LeaderAndIsr replaced it
+        p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,
+                                    now_ms=_now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
+        # Committed or dropped, the maximal ISR changed: a shrink lets the HW pass a dead follower
+        # (completing acks=all produces), a dropped expansion may too.
+        p.maybe_increment_high_watermark()
+        self.complete_delayed_requests(key)
 
     # --- list offsets ---------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 Start-up order follows Kafka's: logs (recovery) → metadata cache → ZooKeeper → replica manager →
 APIs → listener → registration in `/brokers/ids/<id>` only once the listener serves, so the
-controller never sends requests to a broker that cannot answer them. SIGTERM/SIGINT stop accepting,
-close the ZooKeeper session (the registration goes at once), and shut the logs down cleanly.
+controller never sends requests to a broker that cannot answer them. SIGTERM/SIGINT first run the
+controlled shutdown (the controller moves our leaderships away while we keep serving), then stop
+accepting, close the ZooKeeper session (the registration goes at once), and shut the logs down.
 """
 
 import argparse
@@ -13,6 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
+from odradek.broker.alter_partition_manager import AlterPartitionManager
+from odradek.broker.controller_channel import BrokerToControllerChannel
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
@@ -23,10 +26,21 @@ from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.network.socket_server import SocketServer
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.zk_client import BrokerZkClient
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i64
+
+from odradek.common import messages
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners
 from odradek.common.zk_data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
+
+CONTROLLED_SHUTDOWN_MAX_S = 25.0
+"""However the retries are configured, SIGTERM never waits longer than this for the controller."""
+NO_CONTROLLER_WAIT_S = 2.0
+"""With no controller registered at all, how long a controlled shutdown waits for one."""
+LEADERSHIP_HANDOFF_WAIT_S = 3.0
+"""After the controller moved our leaderships, how long we wait for its LeaderAndIsr to arrive."""
 
 
 def log_dirs(config: BrokerConfig) -> list[Path]:
@@ -48,6 +62,8 @@ class KafkaServer:
         self._stop_background = asyncio.Event()
         self._background: asyncio.Task | None = None
         self._replica_background: asyncio.Task | None = None
+        self.controller_channel: BrokerToControllerChannel | None = None
+        self.alter_partition_manager: AlterPartitionManager | None = None
 
     async def startup(self) -> None:
         config = self.config
@@ -61,6 +77,13 @@ class KafkaServer:
         await self.zk.start()
         self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
         self.replica_manager.load_high_watermarks()
+        self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id)
+        self.alter_partition_manager = AlterPartitionManager(
+            self.controller_channel, config.broker_id, lambda: self.replica_manager.broker_epoch,
+            self.replica_manager.isr_change_still_wanted, config.controller_socket_timeout_ms,
+        )
+        self.replica_manager.alter_partition_manager = self.alter_partition_manager
+        self.alter_partition_manager.start()
         self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.log_manager)
         if hasattr(self.metadata_apis, "update_listeners"):
             self.metadata_apis.update_listeners.append(self._on_partitions_deleted)
@@ -161,19 +184,118 @@ class KafkaServer:
     def port(self) -> int:
         return self.socket_servers[0].port
 
+    async def controlled_shutdown(self) -> bool:
+        """Kafka's controlled shutdown: ask the controller to move our leaderships away (and take us
+        out of ISRs) while we still serve, so clients and followers switch before we go. Retries
+        while partitions remain (controlled.shutdown.max.retries, .retry.backoff.ms), all within
+        CONTROLLED_SHUTDOWN_MAX_S. True when the controller had nothing left for us."""
+        config, rm = self.config, self.replica_manager
+        if not config.controlled_shutdown_enable or rm is None or self.controller_channel is None or rm.broker_epoch < 0:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONTROLLED_SHUTDOWN_MAX_S
+        request = messages.ControlledShutdownRequest(broker_id=i32(config.broker_id), broker_epoch=i64(rm.broker_epoch))
+        attempts = 1 + max(0, config.controlled_shutdown_max_retries)
+        for attempt in range(1, attempts + 1):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            if not await self._controller_registered(min(NO_CONTROLLER_WAIT_S, remaining)):
+                log.warning("controlled shutdown: no controller registered; shutting down without it")
+                return False
+            try:
+                response = await self.controller_channel.send(
+                    request, min(remaining, config.controller_socket_timeout_ms / 1000))
+            except (ConnectionError, TimeoutError, OSError) as e:
+                log.warning("controlled shutdown attempt %d/%d: %s", attempt, attempts, e)
+            else:
+                if response.error_code == ErrorCode.none and not response.remaining_partitions:
+                    log.info("controlled shutdown succeeded (attempt %d)", attempt)
+                    await self._wait_leaderships_moved(min(LEADERSHIP_HANDOFF_WAIT_S, deadline - loop.time()))
+                    return True
+                log.info("controlled shutdown attempt %d/%d: %s, %d partitions remaining", attempt, attempts,
+                         response.error_code.name, len(response.remaining_partitions))
+                if response.error_code == ErrorCode.stale_broker_epoch:
+                    break
+                if response.error_code == ErrorCode.none and attempt < attempts:
+                    keys = [(r.topic_name, int(r.partition_index)) for r in response.remaining_partitions]
+                    backoff = min(config.controlled_shutdown_retry_backoff_ms / 1000, deadline - loop.time())
+                    if await self._wait_unmovable(keys, backoff):
+                        log.warning("controlled shutdown: %d partitions have no other ISR member to move to",
+                                    len(keys))
+                        break
+                    continue
+            if attempt < attempts:
+                await asyncio.sleep(max(0.0, min(config.controlled_shutdown_retry_backoff_ms / 1000,
+                                                 deadline - loop.time())))
+        log.warning("controlled shutdown did not complete; shutting down anyway")
+        return False
+
+    async def _controller_registered(self, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                if await self.zk.get_controller() is not None:
+                    return True
+            except Exception:  # noqa: BLE001 - ZooKeeper trouble: let the channel's deadline decide
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+
+    async def _wait_unmovable(self, keys, timeout_s: float) -> bool:
+        """Wait out the retry backoff, but return True early once every remaining partition is led
+        by us with an ISR of only us (after the controller's LeaderAndIsr landed): no replica
+        could take over, so retrying cannot help (e.g. the whole cluster stopping at once)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
+        me = self.config.broker_id
+        parts = self.replica_manager.partitions
+
+        def unmovable(key) -> bool:
+            p = parts.get(key)
+            return p is not None and p.is_leader and set(p.isr) <= {me}
+
+        while True:
+            if keys and all(unmovable(k) for k in keys):
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+
+    async def _wait_leaderships_moved(self, timeout_s: float) -> None:
+        """The controller queued LeaderAndIsr for us before answering; let it land (bounded)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
+        multi = lambda p: p.is_leader and len(p.replicas) > 1  # noqa: E731 - single replicas cannot move
+        while loop.time() < deadline and any(multi(p) for p in self.replica_manager.partitions.values()):
+            await asyncio.sleep(0.05)
+
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
+        if self.socket_servers:
+            try:
+                await self.controlled_shutdown()
+            except Exception:
+                log.exception("controlled shutdown failed")
+        if self.alter_partition_manager is not None:
+            await self.alter_partition_manager.shutdown()
         for server in self.socket_servers:
             server.stop_accepting()
         self._stop_background.set()
         if self.replica_manager is not None:
             try:
-                await self.replica_manager.shutdown_async()
+                await asyncio.wait_for(self.replica_manager.shutdown_async(), 20)
             except Exception:
                 log.exception("stopping the replica manager failed")
+        log.info("broker %d: replica manager stopped; closing connections", self.config.broker_id)
         for server in self.socket_servers:
             await server.stop()
+        if self.controller_channel is not None:
+            await self.controller_channel.close()
         if self.zk is not None:
+            log.info("broker %d: closing the ZooKeeper session", self.config.broker_id)
             try:
                 await self.zk.stop()
             except Exception:

@@ -19,7 +19,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from odradek.common import zk_data
 from odradek.common.config import ZkClientConfig
-from odradek.common.zk_data import BrokerInfo, TopicAssignment
+from odradek.common.zk_data import BrokerInfo, ControllerInfo, TopicAssignment
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +259,36 @@ class BrokerZkClient:
                 return None
 
         return await asyncio.to_thread(get)
+
+    # --- the active controller ------------------------------------------------------------------
+
+    async def get_controller(self, on_change=None) -> ControllerInfo | None:
+        """The active controller from `/controller`; None when there is none (or it is unreadable).
+
+        `on_change()` runs once on the event loop at the znode's next change (a one-shot ZooKeeper
+        watch, re-armed by the next read; no kazoo retry loop that could outlive the session)."""
+        loop = self._loop
+
+        def watch(_event) -> None:
+            if on_change is not None and loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(on_change)
+
+        def get() -> bytes | None:
+            zk = self._client()
+            try:
+                return zk.get(zk_data.CONTROLLER, watch=watch if on_change else None)[0]
+            except NoNodeError:
+                zk.exists(zk_data.CONTROLLER, watch=watch if on_change else None)
+                return None
+
+        data = await asyncio.to_thread(get)
+        if data is None:
+            return None
+        try:
+            return zk_data.decode_controller(data)
+        except (ValueError, KeyError):
+            log.warning("unreadable %s: %r", zk_data.CONTROLLER, data[:200])
+            return None
 
     # --- admin writes ----------------------------------------------------------------------------
 

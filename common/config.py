@@ -68,6 +68,11 @@ class BrokerConfig(ZkClientConfig):
     )
     unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
     request_timeout_ms: int = Field(30000, alias="request.timeout.ms")
+    controlled_shutdown_enable: bool = Field(True, alias="controlled.shutdown.enable")
+    controlled_shutdown_max_retries: int = Field(3, alias="controlled.shutdown.max.retries")
+    controlled_shutdown_retry_backoff_ms: int = Field(5000, alias="controlled.shutdown.retry.backoff.ms")
+    controller_socket_timeout_ms: int = Field(30000, alias="controller.socket.timeout.ms")
+    """Bound of one request to the controller (AlterPartition, ControlledShutdown)."""
 
     offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions")
     offsets_topic_replication_factor: int = Field(3, alias="offsets.topic.replication.factor")

@@ -4,17 +4,19 @@ record, while brokers (and the controller) are killed, paused, stopped and resta
 consumer must find every acknowledged record at its acknowledged offset, in send order per
 partition.
 
-Committed here: the cases that pass on main. Two wait for ISR expansion (a caught-up follower
-rejoining the ISR) and are added once it lands: a paused follower leaving and rejoining the ISR,
-and a rolling restart under load."""
+Cases: leader SIGKILL (with and without the controller), two of three down, a diverged follower,
+a paused follower leaving and rejoining the ISR (leader-side AlterPartition shrink and expand), and
+a rolling restart (SIGTERM → controlled shutdown) under load."""
 
 import signal
 import time
 
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import NewTopic
 
 from .kafka_helpers import (
     ContinuousProducer,
+    admin,
     create_topic,
     leader_of,
     verify_acknowledged,
@@ -188,3 +190,92 @@ def test_diverged_follower_truncates_to_leader_epoch(cluster_factory):
     consumed = verify_acknowledged(bootstrap, after)
     values = {c.record.value for c in consumed[0]}
     assert not values & set(diverged.values()), "records of the diverged tail survived"
+
+
+# --- ISR shrink and expansion by the leader (AlterPartition), controlled shutdown -----------------
+
+
+def wait_until(predicate, what: str, timeout: float = 60.0, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout}s"
+        time.sleep(interval)
+
+
+def isrs(cluster, topic) -> dict[int, tuple[int, ...]]:
+    """The ISR of every partition as the controller wrote it in ZooKeeper (no broker is asked:
+    one of them may be paused)."""
+    states = {p: cluster.partition_state(topic, p) for p in range(PARTITIONS)}
+    return {p: tuple(sorted(s.isr)) if s is not None else () for p, s in states.items()}
+
+
+def test_paused_follower_leaves_the_isr_and_rejoins_after_resume(cluster_factory):
+    """Broker 2 only follows (manual assignment, preferred leaders 0 and 1). Paused beyond
+    replica.lag.time.max.ms, the leaders drop it from the ISR, so acks=all completes without it;
+    resumed (its ZooKeeper session outlives the pause), it catches up and the leaders add it back."""
+    topic = "paused-follower"
+    cluster = cluster_factory(brokers=3, broker_overrides={**BROKER_OVERRIDES, "zookeeper.session.timeout.ms": 60000})
+    client = admin(cluster.bootstrap)
+    futures = client.create_topics([NewTopic(topic, PARTITIONS, replica_assignment=[[0, 1, 2], [1, 0, 2], [0, 2, 1]],
+                                             config=TOPIC_CONFIG)], operation_timeout=60, request_timeout=60)
+    futures[topic].result(timeout=65)
+    wait_isr_full(cluster.bootstrap, topic, PARTITIONS)
+    bootstrap = f"127.0.0.1:{cluster.broker_ports[0]},127.0.0.1:{cluster.broker_ports[1]}"
+    producer = ContinuousProducer(bootstrap, topic, PARTITIONS, rate=500).start()
+    paused = cluster.broker(2)
+    try:
+        producer.wait_acked(500)
+        paused.pause()
+        try:
+            wait_until(lambda: all(isr == (0, 1) for isr in isrs(cluster, topic).values()),
+                       "broker 2 out of every ISR", timeout=30)
+            producer.wait_acked(1000, timeout=30)  # acks=all completes with the ISR {0, 1}
+        finally:
+            paused.resume()
+        wait_until(lambda: all(isr == (0, 1, 2) for isr in isrs(cluster, topic).values()),
+                   "broker 2 back in every ISR", timeout=60)
+        producer.wait_acked(500)
+    finally:
+        producer.stop()
+    assert paused.alive, "the paused broker died"
+    assert not producer.errors, f"{len(producer.errors)} failed deliveries, first: {producer.errors[:3]}"
+    wait_isr_full(cluster.bootstrap, topic, PARTITIONS)  # the brokers' Metadata agrees with ZooKeeper
+    for p in range(PARTITIONS):
+        cluster.wait_logs_identical(topic, p, timeout=60)
+    verify_acknowledged(cluster.bootstrap, producer)
+
+
+def test_rolling_restart_under_load_loses_nothing(cluster_factory):
+    """SIGTERM one broker at a time: each asks the controller to move its leaderships first
+    (controlled shutdown), exits by itself, restarts, catches up and rejoins every ISR before the
+    next one goes. The producer sees no failed delivery; every acknowledged record is kept."""
+    topic = "rolling"
+    cluster = replicated_cluster(cluster_factory, topic, broker_overrides={"controlled.shutdown.retry.backoff.ms": 500})
+    bootstrap = cluster.bootstrap
+    producer = ContinuousProducer(bootstrap, topic, PARTITIONS, rate=500).start()
+    try:
+        producer.wait_acked(500)
+        for b in range(3):
+            broker = cluster.broker(b)
+            broker.popen.send_signal(signal.SIGTERM)
+            broker.popen.wait(40)  # bounded by the broker's own controlled-shutdown limit (25 s)
+            assert broker.returncode == 0, f"broker {b} exited with {broker.returncode}"
+            assert "controlled shutdown succeeded" in broker.log_path.read_text(errors="replace"), \
+                f"broker {b} stopped without a controlled shutdown:\n{broker.log_tail(30)}"
+            producer.wait_acked(300)  # the others carry the load meanwhile
+            cluster.wait_broker_gone(b)
+            broker.start()
+            cluster.wait_ready(timeout=60)
+            wait_until(lambda: all(isr == (0, 1, 2) for isr in isrs(cluster, topic).values()),
+                       f"broker {b} back in every ISR", timeout=60)
+            producer.wait_acked(300)
+    finally:
+        producer.stop()
+    assert not producer.errors, f"{len(producer.errors)} failed deliveries, first: {producer.errors[:3]}"
+    assert not [e for e in producer.client_errors if e.fatal()], producer.client_errors
+    for p in range(PARTITIONS):
+        cluster.wait_logs_identical(topic, p, timeout=60)
+    verify_acknowledged(bootstrap, producer)

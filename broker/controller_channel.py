@@ -1,0 +1,94 @@
+"""The broker's channel to the active controller (Kafka's BrokerToControllerChannelManager).
+
+The controller is its own process here: `/controller` names it and carries the endpoint of its
+listener. The channel keeps one connection to it, forgets it when `/controller` changes (a watch
+set by each lookup),
+when the connection fails, or when the answer is NOT_CONTROLLER (a standby or deposed controller),
+and then looks it up again. Every send is bounded by a deadline; retries back off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from odradek.common.client import NetworkClient
+
+log = logging.getLogger(__name__)
+
+
+class ControllerNotAvailableError(TimeoutError):
+    """No controller answered the request before its deadline."""
+
+
+class BrokerToControllerChannel:
+    def __init__(self, zk, broker_id: int, retry_backoff_ms: int = 100, connect_timeout_s: float = 5.0):
+        self.zk = zk
+        self.broker_id = broker_id
+        self.backoff_s = max(0.01, retry_backoff_ms / 1000)
+        self.connect_timeout_s = connect_timeout_s
+        self.endpoint: tuple[str, int] | None = None
+        self.controller_id: int | None = None
+        self.client: NetworkClient | None = None
+        self._closed = False
+
+    def invalidate(self) -> None:
+        """Forget the controller (its znode changed, or it failed us); the next send looks again."""
+        self.endpoint = None
+        client, self.client = self.client, None
+        if client is not None:
+            asyncio.get_running_loop().create_task(client.close())
+
+    async def _controller_client(self) -> NetworkClient | None:
+        if self.client is not None:
+            return self.client
+        info = await self.zk.get_controller(on_change=self.invalidate)
+        if info is None or info.endpoint is None:
+            return None
+        if self.client is not None:  # found by a concurrent send meanwhile
+            return self.client
+        self.controller_id = info.controller_id
+        self.endpoint = (info.endpoint.host, int(info.endpoint.port))
+        self.client = NetworkClient(*self.endpoint, client_id=f"broker-{self.broker_id}-to-controller",
+                                    connect_timeout=self.connect_timeout_s, connect_attempts=1)
+        return self.client
+
+    async def send(self, request, timeout_s: float):
+        """Send `request` to the active controller and return its answer, retrying (with backoff)
+        on connection errors and NOT_CONTROLLER until `timeout_s` passes: then
+        ControllerNotAvailableError. The answer's other errors are the caller's to handle."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last: object = "no controller registered"
+        while not self._closed:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                client = await asyncio.wait_for(self._controller_client(), remaining)
+            except (asyncio.TimeoutError, ConnectionError) as e:
+                last = e
+                client = None
+            if client is not None:
+                try:
+                    response = await client.send(request, max(0.05, deadline - loop.time()))
+                except (ConnectionError, TimeoutError, OSError) as e:
+                    last = e
+                    if self.client is client:
+                        self.invalidate()
+                else:
+                    if getattr(response, "error_code", None) != ErrorCode.not_controller:
+                        return response
+                    last = f"controller {self.controller_id} answered NOT_CONTROLLER"
+                    if self.client is client:
+                        self.invalidate()
+            await asyncio.sleep(min(self.backoff_s, max(0.0, deadline - loop.time())))
+        raise ControllerNotAvailableError(f"{type(request).__name__}: no controller answered ({last})")
+
+    async def close(self) -> None:
+        self._closed = True
+        client, self.client = self.client, None
+        if client is not None:
+            await client.close()

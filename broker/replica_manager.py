@@ -176,6 +176,8 @@ class ReplicaManager:
         self._state_change_lock = asyncio.Lock()
         self.fetcher_manager = ReplicaFetcherManager(self, config)
         self._written_hw: dict = {}
+        self._checkpoint_lock = asyncio.Lock()
+        """One HW checkpoint write at a time (they share a temp file)."""
         self.alter_partition_manager = None
         """An AlterPartitionManager (set by the server); without one ISRs never change here."""
 
@@ -194,20 +196,30 @@ class ReplicaManager:
         for plog in self.log_manager.all_logs():
             plog.high_watermark = checkpoints.get((plog.topic, plog.partition), 0)
 
-    def checkpoint_high_watermarks(self, force: bool = False) -> None:
-        """Writes `replication-offset-checkpoint` in every log dir whose HWs changed."""
+    def _high_watermarks_to_write(self, force: bool) -> dict:
+        """{log dir: {(topic, partition): HW}} for the dirs whose HWs changed since written."""
         by_dir = {d: {} for d in self.log_manager.log_dirs}
         for plog in self.log_manager.all_logs():
             if plog.dir.parent in by_dir:
                 by_dir[plog.dir.parent][(plog.topic, plog.partition)] = plog.high_watermark
-        for log_dir, hws in by_dir.items():
-            if not force and self._written_hw.get(log_dir) == hws:
-                continue
-            try:
-                write_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT, [f"{t} {p} {o}" for (t, p), o in sorted(hws.items())])
-                self._written_hw[log_dir] = hws
-            except OSError:
-                log.exception("cannot write %s in %s", HIGH_WATERMARK_CHECKPOINT, log_dir)
+        return {d: hws for d, hws in by_dir.items() if force or self._written_hw.get(d) != hws}
+
+    def _write_high_watermarks(self, log_dir, hws: dict) -> None:
+        try:
+            write_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT, [f"{t} {p} {o}" for (t, p), o in sorted(hws.items())])
+            self._written_hw[log_dir] = hws
+        except OSError:
+            log.exception("cannot write %s in %s", HIGH_WATERMARK_CHECKPOINT, log_dir)
+
+    async def checkpoint_high_watermarks(self, force: bool = False) -> None:
+        """Writes `replication-offset-checkpoint` in every log dir whose HWs changed.
+
+        The write and its fsyncs run in a worker thread: an fsync under a heavy write
+        load can take hundreds of milliseconds, and on the event loop it stalls every request
+        (Kafka checkpoints from its own scheduler thread too). The HWs are read on the loop."""
+        async with self._checkpoint_lock:
+            for log_dir, hws in self._high_watermarks_to_write(force).items():
+                await asyncio.to_thread(self._write_high_watermarks, log_dir, hws)
 
     async def run_background(self, stop: asyncio.Event) -> None:
         """HW checkpoints every replica.high.watermark.checkpoint.interval.ms, and the ISR
@@ -246,7 +258,7 @@ class ReplicaManager:
             if stop.is_set():
                 break
             try:
-                self.checkpoint_high_watermarks()
+                await self.checkpoint_high_watermarks()
             except Exception:
                 log.exception("high watermark checkpoint failed")
 
@@ -636,4 +648,4 @@ class ReplicaManager:
         """Stop the fetchers and the purgatories, then checkpoint the HWs (logs are still open)."""
         await self.fetcher_manager.shutdown()
         self.shutdown()
-        self.checkpoint_high_watermarks(force=True)
+        await self.checkpoint_high_watermarks(force=True)

@@ -283,6 +283,8 @@ class KafkaServer:
             await self.alter_partition_manager.shutdown()
         for server in self.socket_servers:
             server.stop_accepting()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()  # waiting joins/syncs answer NOT_COORDINATOR
         self._stop_background.set()
         if self.replica_manager is not None:
             try:

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import re
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -41,6 +42,9 @@ class LogManager:
         self._dir_of: dict[tuple[str, int], Path] = {}
         self._doomed_dirs: list[tuple[int, Path, Log | None]] = []
         self._written_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
+        self._checkpoint_lock = threading.Lock()
+        """One recovery-point write at a time: the background pass writes from a worker thread
+        while a deletion or truncation may write from the event loop (they share a temp file)."""
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -177,14 +181,30 @@ class LogManager:
             log.warning("%s: unreadable %s (%s): recovering every log", log_dir, RECOVERY_POINT_CHECKPOINT, exc)
             return {}
 
-    def checkpoint_recovery_points(self, log_dir: Path | None = None, force: bool = False) -> None:
-        """Write each dir's recovery points when they changed (all dirs if `log_dir` is None)."""
+    def _recovery_points_to_write(self, log_dir: Path | None, force: bool) -> dict:
+        """{dir: {(topic, partition): recovery point}} for the dirs whose points changed."""
+        out = {}
         for d in [log_dir] if log_dir is not None else self.log_dirs:
             points = {k: lg.recovery_point for k, lg in self._logs.items() if self._dir_of[k] == d}
-            if not force and self._written_checkpoints.get(d) == points:
-                continue
-            write_checkpoint(d / RECOVERY_POINT_CHECKPOINT, [f"{t} {p} {o}" for (t, p), o in sorted(points.items())])
-            self._written_checkpoints[d] = points
+            if force or self._written_checkpoints.get(d) != points:
+                out[d] = points
+        return out
+
+    def _write_recovery_points(self, log_dir: Path, points: dict) -> None:
+        with self._checkpoint_lock:
+            write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT,
+                             [f"{t} {p} {o}" for (t, p), o in sorted(points.items())])
+            self._written_checkpoints[log_dir] = points
+
+    def checkpoint_recovery_points(self, log_dir: Path | None = None, force: bool = False) -> None:
+        """Write each dir's recovery points when they changed (all dirs if `log_dir` is None)."""
+        for d, points in self._recovery_points_to_write(log_dir, force).items():
+            self._write_recovery_points(d, points)
+
+    async def checkpoint_recovery_points_async(self) -> None:
+        """The periodic checkpoint, its fsyncs in a worker thread so the event loop keeps serving."""
+        for d, points in self._recovery_points_to_write(None, False).items():
+            await asyncio.to_thread(self._write_recovery_points, d, points)
 
     # --- background -----------------------------------------------------------------------
 
@@ -219,4 +239,4 @@ class LogManager:
                 await partition_log.flush_async()
             if run_retention:
                 partition_log.delete_old_segments(now)
-        self.checkpoint_recovery_points()
+        await self.checkpoint_recovery_points_async()

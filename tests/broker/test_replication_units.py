@@ -1,5 +1,6 @@
 """Replication decisions without processes: the truncation point and the HW checkpoint round trip."""
 
+import asyncio
 from types import SimpleNamespace
 
 from odradek.broker.log import LogManager
@@ -45,8 +46,11 @@ def test_high_watermark_checkpoint_round_trip(tmp_path):
     for i in range(5):
         plog.append_as_leader(build_batch([(None, b"v%d" % i)]), 0)
     plog.high_watermark = 3
-    rm = SimpleNamespace(config=config, log_manager=manager, _written_hw={})
-    ReplicaManager.checkpoint_high_watermarks(rm)
+
+    async def checkpoint():
+        await ReplicaManager(config, manager, None, None).checkpoint_high_watermarks()
+
+    asyncio.run(checkpoint())
     assert (tmp_path / HIGH_WATERMARK_CHECKPOINT).read_text().splitlines() == ["0", "1", "t 0 3"]
     manager.shutdown()
 

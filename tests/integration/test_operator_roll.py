@@ -15,12 +15,16 @@ import time
 from odradek.operator.rolling import BrokerReconcile, BrokerState, fetch_view, reconcile_brokers
 
 from .kafka_helpers import (
+    ContinuousProducer,
     Record,
     admin,
     confluent_produce,
     create_topic,
     kafka_python_consume,
+    partition_views,
+    verify_acknowledged,
     wait_for_partitions,
+    wait_isr_full,
 )
 
 PARTITIONS = 4
@@ -144,6 +148,63 @@ def registered(cluster) -> set[int]:
     finally:
         zk.stop()
         zk.close()
+
+
+def test_rolling_restart_under_acks_all_load(cluster_factory):
+    cluster = cluster_factory(brokers=3, broker_overrides=BROKER_OVERRIDES)
+    topic = "rolled"
+    create_topic(cluster.bootstrap, topic, PARTITIONS, TOPIC_CONFIG, timeout=60, replication_factor=3)
+    wait_isr_full(cluster.bootstrap, topic, PARTITIONS)
+    checked: list[int] = []
+
+    def before_restart(broker_id: int) -> None:
+        # Independent of the orchestrator's view: ZooKeeper registrations, the controller's
+        # partition states, and a client's own Metadata answer.
+        assert registered(cluster) == {0, 1, 2}, f"restarting {broker_id} while not all brokers are registered"
+        for p in range(PARTITIONS):
+            state = cluster.partition_state(topic, p)
+            assert sorted(state.isr) == [0, 1, 2], f"restarting {broker_id} while {topic}-{p} has ISR {state.isr}"
+        # ZooKeeper is ahead of every broker's MetadataCache (UpdateMetadata follows its writes), so
+        # the client's answer gets a second to agree; a premature restart fails above regardless.
+        deadline = time.monotonic() + 1.0
+        while True:
+            brokers = set(admin(cluster.bootstrap).list_topics(topic, timeout=5).brokers)
+            views = partition_views(cluster.bootstrap, topic)
+            if brokers == {0, 1, 2} and all(set(v.isr) == set(v.replicas) == {0, 1, 2} for v in views.values()):
+                break
+            assert time.monotonic() < deadline, f"restarting {broker_id}: Metadata says brokers {brokers}, {views}"
+            time.sleep(0.1)
+        checked.append(broker_id)
+
+    orchestrator = LocalBrokerOrchestrator(cluster, BROKER_OVERRIDES, before_restart)
+    producer = ContinuousProducer(cluster.bootstrap, topic, PARTITIONS, rate=500).start()
+    try:
+        producer.wait_acked(500)
+        first = drive(orchestrator, 3, lambda r: r.done, max_steps=10, timeout=30)
+        assert first[-1].done and orchestrator.restarts == []  # nothing to roll yet
+        # A broker config change that needs a restart.
+        orchestrator.desired["log.segment.bytes"] = str(1 << 20)
+        results = drive(orchestrator, 3, lambda r: r.done, max_steps=300, timeout=75)
+        producer.wait_acked(500)
+    finally:
+        producer.stop()
+        orchestrator.close()
+
+    assert orchestrator.restarts == [0, 1, 2] and checked == [0, 1, 2]
+    assert orchestrator.counts == []
+    assert all(b.overrides["log.segment.bytes"] == str(1 << 20) for b in cluster.brokers)
+    # Between two restarts the loop waited (for the restarted broker's registration, then for
+    # catch-up where its partitions were under-replicated); it never restarted back to back.
+    restart_steps = [i for i, r in enumerate(results) if r.restarted is not None]
+    for a, b in zip(restart_steps, restart_steps[1:]):
+        assert any(r.waiting for r in results[a + 1:b]), results[a:b + 1]
+    assert not producer.errors, f"{len(producer.errors)} failed deliveries, first: {producer.errors[:3]}"
+    fatal = [e for e in producer.client_errors if e.fatal()]
+    assert not fatal, fatal
+    waits = sorted({r.waiting.split(" (")[0] for r in results if r.waiting})
+    print("reconcile waited for:", waits)
+    wait_isr_full(cluster.bootstrap, topic, PARTITIONS)
+    verify_acknowledged(cluster.bootstrap, producer)
 
 
 def test_scale_up_then_down_refused_while_the_removed_broker_holds_replicas(cluster_factory):

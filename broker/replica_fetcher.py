@@ -76,6 +76,8 @@ class ReplicaFetcher:
         self.client = NetworkClient(host, port, client_id=f"replica-fetcher-{self.broker_id}-{source_id}",
                                     connect_attempts=1)
         self._wakeup = asyncio.Event()
+        self._added = asyncio.Event()
+        """Set when partitions join while a long poll is in flight (see `_long_poll`)."""
         self._task: asyncio.Task | None = None
         self._stopping = False
         self.backoff_s = self.config.replica_fetch_backoff_ms / 1000
@@ -89,6 +91,7 @@ class ReplicaFetcher:
     def add(self, key, leader_epoch: int) -> None:
         self.partitions[key] = PartitionFetchState(leader_epoch)
         self._wakeup.set()
+        self._added.set()
 
     def remove(self, key) -> None:
         self.partitions.pop(key, None)
@@ -230,7 +233,9 @@ class ReplicaFetcher:
             topics=tuple(FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
             forgotten_topics_data=(),
         )
-        response = await self.client.send(request, self.timeout_s + wait_ms / 1000)
+        response = await self._long_poll(request, self.timeout_s + wait_ms / 1000)
+        if response is None:
+            return
         if response.error_code != ErrorCode.none:
             raise ConnectionError(f"fetch failed: {response.error_code.name}")
         now = asyncio.get_running_loop().time()
@@ -244,6 +249,30 @@ class ReplicaFetcher:
                 if p is None or p.log.log_end_offset != offsets.get(key):
                     continue  # the partition changed while the fetch was in flight
                 self._process(p, state, r, now)
+
+    async def _long_poll(self, request, timeout_s: float):
+        """Sends a Fetch; None if partitions were added while it waited at the leader.
+
+        A long poll over idle partitions can sit at the leader for replica.fetch.wait.max.ms,
+        and a partition that joins meanwhile (a new topic, a new leader) would wait that long
+        for its first fetch, holding back its high watermark and every acks=all produce on it.
+        Such a poll is abandoned by dropping the connection (a request cannot be withdrawn).
+        """
+        self._added.clear()
+        send = asyncio.ensure_future(self.client.send(request, timeout_s))
+        added = asyncio.ensure_future(self._added.wait())
+        try:
+            done, _ = await asyncio.wait((send, added), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            added.cancel()
+            if not send.done():
+                self.client.disconnect()
+                send.cancel()
+                send.add_done_callback(lambda f: f.cancelled() or f.exception())
+        if send in done:
+            return send.result()
+        log.debug("%r: partitions added; restarting the long poll", self)
+        return None
 
     def _process(self, p, state: PartitionFetchState, r, now: float) -> None:
         key = p.key

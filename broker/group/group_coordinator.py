@@ -84,6 +84,9 @@ class GroupCoordinator:
     def _on_loaded(self, partition: int) -> None:
         now = now_ms()
         for g in self.manager.groups_of(partition):
+            if len(g.members) > self.config.max_size:
+                self._prepare_rebalance(g, f"loaded group is over capacity ({self.config.max_size}); rebalancing "
+                                           "to give its consumers a chance to commit offsets")
             for m in g.members.values():
                 m.heartbeat_deadline_ms = now + m.session_timeout_ms
 
@@ -138,6 +141,10 @@ class GroupCoordinator:
             if member_id != UNKNOWN_MEMBER_ID:
                 return JoinResult(ErrorCode.unknown_member_id, member_id)
             group = self.manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=now_ms())
+        if not group.accepts_joining_member(member_id, self.config.max_size):
+            group.remove(member_id)  # an existing member that rejoined too late gives up its place
+            self._check_join_complete(group)
+            return JoinResult(ErrorCode.group_max_size_reached, UNKNOWN_MEMBER_ID)
         if group.state == GroupState.DEAD:
             return JoinResult(ErrorCode.coordinator_not_available, member_id)
         if not group.supports(protocol_type, [n for n, _ in protocols]):

@@ -155,6 +155,20 @@ class GroupMetadata:
     def not_yet_rejoined(self) -> list[MemberMetadata]:
         return [m for m in self.members.values() if m.awaiting_join is None]
 
+    def num_awaiting_join(self) -> int:
+        return sum(1 for m in self.members.values() if m.awaiting_join is not None)
+
+    def accepts_joining_member(self, member_id: str, max_size: int) -> bool:
+        """Whether a JoinGroup from `member_id` fits under group.max.size (Kafka's acceptJoiningMember).
+        While preparing a rebalance the members already waiting count, not the group size: the size may
+        exceed a lowered limit, and counting arrivals sheds the last members to rejoin."""
+        if self.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if self.state == GroupState.PREPARING_REBALANCE:
+            member = self.members.get(member_id)
+            return (member is not None and member.awaiting_join is not None) or self.num_awaiting_join() < max_size
+        return self.has(member_id) or len(self.members) < max_size
+
     def all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
 

@@ -325,3 +325,69 @@ def test_delete_groups_and_offset_expiry():
     loaded = GroupMetadataManager(0, None, 1)
     loaded.replay(0, rm.records())
     assert loaded.groups == {}
+
+
+# --- group.max.size ---------------------------------------------------------------------------------
+
+
+async def stable_pair(gc, group="g"):
+    """Two members joined together and synced: (leader id, follower id, generation)."""
+    j1, j2 = asyncio.ensure_future(join(gc, group=group)), asyncio.ensure_future(join(gc, group=group))
+    r1, r2 = await j1, await j2
+    leader, follower = (r1, r2) if r1.leader_id == r1.member_id else (r2, r1)
+    s2 = asyncio.ensure_future(gc.sync_group(group, follower.generation_id, follower.member_id, None, None, None, {}))
+    await gc.sync_group(group, leader.generation_id, leader.member_id, None, None, None,
+                        {leader.member_id: b"a", follower.member_id: b"b"})
+    assert await s2 == (E.none, b"b")
+    return leader.member_id, follower.member_id, leader.generation_id
+
+
+def test_group_max_size_refuses_a_new_member_of_a_full_group():
+    gc, _ = make(max_size=2)
+
+    async def scenario():
+        m1, m2, gen = await stable_pair(gc)
+        group = gc.manager.groups["g"]
+        assert group.state == GroupState.STABLE
+        for require_known in (False, True):  # before MEMBER_ID_REQUIRED too, as Kafka checks first
+            r = await join(gc, require_known=require_known)
+            assert (r.error, r.member_id) == (E.group_max_size_reached, "")
+        assert set(group.members) == {m1, m2} and group.state == GroupState.STABLE and not group.pending_members
+        # Existing members still rejoin; a member that left makes room for a new one.
+        assert gc.leave_group("g", [(m2, None)]) == (E.none, [E.none])
+        j3 = asyncio.ensure_future(join(gc))
+        await asyncio.sleep(0.05)
+        r1 = await join(gc, member=m1)
+        r3 = await j3
+        assert r1.error == r3.error == E.none and r1.generation_id == r3.generation_id == gen + 1
+        assert set(group.members) == {m1, r3.member_id}
+
+    run(scenario)
+
+
+def test_group_max_size_while_preparing_counts_the_members_waiting():
+    """Kafka's rule in PreparingRebalance: a newcomer fits while fewer than group.max.size members
+    wait in the join; an old member that rejoins once the join is full is dropped."""
+    gc, _ = make(max_size=2)
+
+    async def scenario():
+        m1, m2, gen = await stable_pair(gc)
+        group = gc.manager.groups["g"]
+        j1 = asyncio.ensure_future(join(gc, member=m1))
+        await asyncio.sleep(0.05)
+        assert group.state == GroupState.PREPARING_REBALANCE and group.num_awaiting_join() == 1
+        j3 = asyncio.ensure_future(join(gc))  # one waiting < 2: accepted although the group has 2 members
+        await asyncio.sleep(0.05)
+        assert len(group.members) == 3 and group.num_awaiting_join() == 2
+        late = await join(gc, member=m2)
+        assert (late.error, late.member_id) == (E.group_max_size_reached, "")
+        r1, r3 = await j1, await j3  # dropping m2 completed the join
+        assert r1.error == r3.error == E.none and r1.generation_id == r3.generation_id == gen + 1
+        assert set(group.members) == {m1, r3.member_id} and group.state == GroupState.COMPLETING_REBALANCE
+        assert gc.heartbeat("g", m2, None, gen + 1) == E.unknown_member_id
+
+    run(scenario)
+
+
+def test_group_max_size_default_is_kafkas():
+    assert GroupConfig().max_size == 2147483647

@@ -83,6 +83,7 @@ class BrokerConfig(ZkClientConfig):
     group_min_session_timeout_ms: int = Field(6000, alias="group.min.session.timeout.ms")
     group_max_session_timeout_ms: int = Field(1_800_000, alias="group.max.session.timeout.ms")
     group_initial_rebalance_delay_ms: int = Field(3000, alias="group.initial.rebalance.delay.ms")
+    group_max_size: int = Field(2147483647, alias="group.max.size")
 
 
 class ControllerConfig(ZkClientConfig):

@@ -424,6 +424,87 @@ def test_stopped_member_is_expelled_and_its_partitions_move(groups_cluster):
             survivor.stop()
 
 
+# --- the admin client: list, describe, offsets, delete -----------------------------------------------
+
+
+def admin_result(future, timeout: float = 30.0):
+    return future.result(timeout=timeout)
+
+
+def test_admin_client_lists_describes_and_deletes_groups(groups_cluster):
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    bs = groups_cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    topic, live, idle = unique("admin"), unique("g-live"), unique("g-idle")
+    create_topic(bs, topic, 3)
+    sent = produce(bs, topic, 30, "adm")
+
+    c = consumer(bs, idle)  # an Empty group with committed offsets
+    c.subscribe([topic])
+    assert set(consume(c, 30)) == sent
+    c.commit(asynchronous=False)
+    c.close()
+    ends = end_offsets(bs, topic, 3)
+
+    members = [Member(n, bs, live, topic, "range") for n in ("a1", "a2")]
+    try:
+        for m in members:
+            m.start()
+        owned = wait_partitioned(members, 3)
+
+        def listed(**kw):
+            result = admin_result(admin.list_consumer_groups(request_timeout=10, **kw))
+            assert not result.errors, result.errors
+            return {g.group_id: g for g in result.valid}
+
+        groups = wait_until(lambda: (lambda g: g if live in g and idle in g else None)(listed()),
+                            "both groups listed", 30)
+        assert groups[live].state == ConsumerGroupState.STABLE and groups[idle].state == ConsumerGroupState.EMPTY
+        assert not groups[live].is_simple_consumer_group
+        stable = listed(states={ConsumerGroupState.STABLE})
+        assert live in stable and idle not in stable
+
+        desc = admin_result(admin.describe_consumer_groups([live], request_timeout=10)[live])
+        assert (desc.group_id, desc.state, desc.partition_assignor) == (live, ConsumerGroupState.STABLE, "range")
+        assert desc.coordinator.id == leader_of(bs, "__consumer_offsets", partition_for(live, 3))
+        assert len(desc.members) == 2 and all(m.host and m.client_id for m in desc.members)
+        assigned = {m.member_id: {tp.partition for tp in m.assignment.topic_partitions if tp.topic == topic}
+                    for m in desc.members}
+        assert sorted(assigned.values(), key=sorted) == sorted(owned.values(), key=sorted)
+        idle_desc = admin_result(admin.describe_consumer_groups([idle], request_timeout=10)[idle])
+        assert idle_desc.state == ConsumerGroupState.EMPTY and not idle_desc.members
+
+        request = [ConsumerGroupTopicPartitions(idle)]
+        got = admin_result(admin.list_consumer_group_offsets(request, request_timeout=10)[idle])
+        assert got.group_id == idle
+        assert {tp.partition: tp.offset for tp in got.topic_partitions if tp.topic == topic} == ends
+        one = [ConsumerGroupTopicPartitions(idle, [TopicPartition(topic, 1)])]
+        got = admin_result(admin.list_consumer_group_offsets(one, request_timeout=10)[idle])
+        assert [(tp.partition, tp.offset) for tp in got.topic_partitions] == [(1, ends[1])]
+
+        futures = admin.delete_consumer_groups([live, idle], request_timeout=10)
+        with pytest.raises(KafkaException) as refused:
+            admin_result(futures[live])
+        assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+        admin_result(futures[idle])
+        groups = listed()
+        assert live in groups and idle not in groups
+        got = admin_result(admin.list_consumer_group_offsets(request, request_timeout=10)[idle])
+        assert not [tp for tp in got.topic_partitions if tp.offset >= 0]
+    finally:
+        for m in members:
+            m.stop()
+
+    c = consumer(bs, idle)  # the offsets are gone: auto.offset.reset (earliest) decides again
+    c.subscribe([topic])
+    try:
+        assert set(consume(c, 30)) == sent
+    finally:
+        c.close()
+
+
 # --- the coordinator broker dies; coordination moves with __consumer_offsets leadership -------------
 
 

@@ -493,6 +493,11 @@ def test_admin_client_lists_describes_and_deletes_groups(groups_cluster):
         assert live in groups and idle not in groups
         got = admin_result(admin.list_consumer_group_offsets(request, request_timeout=10)[idle])
         assert not [tp for tp in got.topic_partitions if tp.offset >= 0]
+        with pytest.raises(KafkaException) as unknown:  # Kafka: a deleted (unknown) group is not found
+            admin_result(admin.delete_consumer_groups([idle], request_timeout=10)[idle])
+        assert unknown.value.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND
+        assert admin_result(admin.describe_consumer_groups([idle], request_timeout=10)[idle]).state == \
+            ConsumerGroupState.DEAD
     finally:
         for m in members:
             m.stop()

@@ -1,12 +1,24 @@
-"""Idempotent apply of desired objects: create what is missing, patch only what differs.
+"""Idempotent apply of desired objects: create what is missing, patch only what differs, and
+remove what the operator no longer renders.
 
 The API server adds defaults and metadata to every object, so "differs" means: some field the
 operator renders has another value in the live object. Comparing before writing is what lets a
 new operator version (same desired objects) start without touching, let alone restarting,
 anything.
+
+Removal works as `kubectl apply` does: each object carries what the operator last rendered
+(LAST_APPLIED annotation), and a key that was rendered then but is not now is set to null in
+the merge patch. Keys the operator never rendered (server defaults, other controllers' fields)
+are left alone. An object without the annotation (written by an operator before it existed)
+gets it on the first pass, a metadata-only patch that restarts nothing.
 """
 
+import json
+
 from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.models import GROUP
+
+LAST_APPLIED = f"{GROUP}/last-applied-configuration"
 
 
 def contains(actual, desired) -> bool:
@@ -22,15 +34,57 @@ def contains(actual, desired) -> bool:
 
 
 def patch_for(desired: dict) -> dict:
-    """The merge patch that makes a live object match: everything the operator renders except
-    the identity fields."""
+    """Everything the operator renders except the identity fields."""
     patch = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
     patch["metadata"] = {k: v for k, v in desired["metadata"].items() if k not in ("name", "namespace")}
     return patch
 
 
+def with_last_applied(desired: dict) -> dict:
+    """`desired` carrying its own rendering (without the annotation itself) as LAST_APPLIED."""
+    rendered = patch_for(desired)
+    annotations = {k: v for k, v in (rendered["metadata"].get("annotations") or {}).items() if k != LAST_APPLIED}
+    rendered["metadata"] = {**rendered["metadata"], "annotations": annotations}
+    if not annotations:
+        del rendered["metadata"]["annotations"]
+    text = json.dumps(rendered, sort_keys=True, separators=(",", ":"))
+    meta = {**desired["metadata"], "annotations": {**annotations, LAST_APPLIED: text}}
+    return {**desired, "metadata": meta}
+
+
+def last_applied(live: dict) -> dict:
+    """What the operator rendered when it last wrote `live` ({} when unknown or unreadable)."""
+    text = ((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def three_way_patch(last: dict, desired: dict, live: dict) -> dict:
+    """The merge patch that makes `live` hold `desired`: fields that differ, and null for keys in
+    `last` that `desired` dropped (mappings recurse; lists, as in any merge patch, are whole
+    values). Empty when nothing needs writing."""
+    patch = {}
+    for key, value in desired.items():
+        current = live.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            before = last.get(key)
+            sub = three_way_patch(before if isinstance(before, dict) else {}, value, current)
+            if sub:
+                patch[key] = sub
+        elif key not in live or not contains(current, value):
+            patch[key] = value
+    for key in last:
+        if key not in desired and key in live:
+            patch[key] = None
+    return patch
+
+
 async def apply(client: KubeClient, desired: dict) -> str:
     """Make one object match; returns "created", "patched" or "unchanged"."""
+    desired = with_last_applied(desired)
     meta = desired["metadata"]
     live = await client.get(desired["kind"], meta["namespace"], meta["name"])
     if live is None:
@@ -43,7 +97,8 @@ async def apply(client: KubeClient, desired: dict) -> str:
             live = await client.get(desired["kind"], meta["namespace"], meta["name"])
             if live is None:
                 raise
-    if contains(live, patch_for(desired)):
+    patch = three_way_patch(last_applied(live), patch_for(desired), live)
+    if not patch:
         return "unchanged"
-    await client.patch(desired["kind"], meta["namespace"], meta["name"], patch_for(desired))
+    await client.patch(desired["kind"], meta["namespace"], meta["name"], patch)
     return "patched"

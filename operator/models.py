@@ -119,13 +119,23 @@ class BrokersStatus(_Model):
     ids: list[int] = Field(default_factory=list)
 
 
+class ComponentStatus(_Model):
+    desired: int = 0
+    ready: int = Field(0, description="Pods Ready per their readiness probe.")
+
+
 class KafkaClusterStatus(_Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     brokers: BrokersStatus = Field(default_factory=BrokersStatus)
-    active_controller: int | None = None
+    controllers: ComponentStatus = Field(
+        default_factory=ComponentStatus,
+        description="Controller pods; a controller pod is Ready when it is the active controller or a "
+                    "healthy standby (the active controller's id is in ZooKeeper's /controller).")
+    zookeeper: ComponentStatus | None = Field(
+        None, description="The operator-managed ZooKeeper ensemble; null for an existing one.")
     bootstrap_servers: str | None = None
 
 

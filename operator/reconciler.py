@@ -29,6 +29,23 @@ async def metadata_view(body: dict) -> ClusterView:
     return await fetch_view([(host, int(port))], timeout=5.0)
 
 
+def ready_replicas(obj: dict | None) -> int:
+    """Pods Ready per the workload controller (Deployment or StatefulSet status)."""
+    return int(((obj or {}).get("status") or {}).get("readyReplicas") or 0)
+
+
+async def support_readiness(client: KubeClient, body: dict, spec) -> dict:
+    """Observation fields for what the brokers need: controller pods and the managed ensemble."""
+    meta = body["metadata"]
+    n = builders.names(meta["name"])
+    found = {"desired_controllers": spec.controller.replicas,
+             "ready_controllers": ready_replicas(await client.get("Deployment", meta["namespace"], n["controller"]))}
+    if spec.zookeeper.managed:
+        found["desired_zookeeper"] = spec.zookeeper.replicas
+        found["ready_zookeeper"] = ready_replicas(await client.get("StatefulSet", meta["namespace"], n["zookeeper"]))
+    return found
+
+
 async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = metadata_view) -> Observation:
     meta = body["metadata"]
     generation = meta.get("generation")
@@ -49,6 +66,7 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
 
     desired_hash = builders.broker_config_hash(body, spec)
     desired_count = spec.brokers.replicas
+    support = await support_readiness(client, body, spec)
     try:
         view = await view_source(body)
     except (OSError, ConnectionError, TimeoutError) as e:
@@ -59,7 +77,7 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
             ready_broker_ids=tuple(s.broker_id for s in states if s.running),
             bootstrap_servers=builders.bootstrap_servers(body),
             pending_restarts=tuple(s.broker_id for s in states if s.config_hash != desired_hash),
-            unreachable=f"no broker answered Metadata: {e}")
+            unreachable=f"no broker answered Metadata: {e}", **support)
 
     step = await reconcile_brokers(orchestrator, desired_hash, desired_count, view)
     if step.restarted is not None:
@@ -73,5 +91,5 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
     ready = tuple(s.broker_id for s in states if s.running and s.broker_id in view.registered)
     return Observation(
         generation, desired_brokers=desired_count, running_brokers=count, ready_broker_ids=ready,
-        active_controller=view.controller_id, bootstrap_servers=builders.bootstrap_servers(body),
-        waiting=step.waiting, refused=step.refused, pending_restarts=stale)
+        bootstrap_servers=builders.bootstrap_servers(body),
+        waiting=step.waiting, refused=step.refused, pending_restarts=stale, **support)

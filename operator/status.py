@@ -18,7 +18,10 @@ class Observation:
     desired_brokers: int = 0
     ready_broker_ids: tuple[int, ...] = ()
     running_brokers: int = 0
-    active_controller: int | None = None
+    desired_controllers: int = 0
+    ready_controllers: int = 0  # controller pods Ready (their probe: active or healthy standby)
+    desired_zookeeper: int | None = None  # None: an existing ensemble the operator does not run
+    ready_zookeeper: int = 0
     bootstrap_servers: str | None = None
     invalid: str | None = None
     waiting: str | None = None  # roll or scale held back until the cluster is healthy
@@ -29,6 +32,18 @@ class Observation:
 
 def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def support_problem(o: Observation) -> tuple[str, str] | None:
+    """(reason, message) when what the brokers need is not there: the managed ZooKeeper ensemble
+    with every member ready (a partial ensemble may have no quorum after the next restart), then
+    at least one ready controller pod (without one no leader moves when a broker fails)."""
+    if o.desired_zookeeper is not None and o.ready_zookeeper < o.desired_zookeeper:
+        return "ZooKeeperNotReady", f"{o.ready_zookeeper}/{o.desired_zookeeper} ZooKeeper pods ready"
+    if o.ready_controllers < 1:
+        return "ControllerNotReady", (f"0/{o.desired_controllers} controller pods ready "
+                                      "(none is the active controller or a healthy standby)")
+    return None
 
 
 def _condition(type_: str, ok: bool, reason: str, message: str, generation, previous: dict, at: str) -> dict:
@@ -52,16 +67,20 @@ def conditions(o: Observation, previous: list[dict] | None = None, at: str | Non
                 cond(PROGRESSING, False, "InvalidSpec", "fix the spec to continue"),
                 cond(DEGRADED, True, "InvalidSpec", o.invalid)]
     ready = len(o.ready_broker_ids)
-    all_ready = (ready >= o.desired_brokers and o.running_brokers == o.desired_brokers
-                 and not o.pending_restarts and not o.unreachable)
+    brokers_ready = (ready >= o.desired_brokers and o.running_brokers == o.desired_brokers
+                     and not o.pending_restarts and not o.unreachable)
+    support = support_problem(o)
+    all_ready = brokers_ready and support is None
     if o.pending_restarts:
         progressing = (True, "RollingUpdate",
                        f"brokers {list(o.pending_restarts)} to restart with the new configuration"
                        + (f"; {o.waiting}" if o.waiting else ""))
     elif o.running_brokers != o.desired_brokers and not o.refused:
         progressing = (True, "Scaling", f"{o.running_brokers} broker pods, {o.desired_brokers} desired")
-    elif not all_ready:
+    elif not brokers_ready:
         progressing = (True, "WaitingForBrokers", o.waiting or f"{ready}/{o.desired_brokers} brokers ready")
+    elif support is not None:
+        progressing = (True, *support)
     else:
         progressing = (False, "ReconcileComplete", "the cluster matches the spec")
     if o.refused:
@@ -74,7 +93,8 @@ def conditions(o: Observation, previous: list[dict] | None = None, at: str | Non
         ready_c = (True, "ClusterReady", f"{ready} brokers ready")
     else:
         ready_c = (False, progressing[1] if progressing[0] else degraded[1],
-                   f"{ready}/{o.desired_brokers} brokers ready")
+                   f"{ready}/{o.desired_brokers} brokers ready"
+                   + (f"; {support[1]}" if support is not None else ""))
     return [cond(READY, *ready_c), cond(PROGRESSING, *progressing), cond(DEGRADED, *degraded)]
 
 
@@ -86,7 +106,11 @@ def status(o: Observation, previous: dict | None = None, at: str | None = None) 
         "conditions": conditions(o, previous.get("conditions"), at),
         "brokers": {"desired": o.desired_brokers, "ready": len(o.ready_broker_ids),
                     "ids": sorted(o.ready_broker_ids)},
-        "activeController": o.active_controller,
+        # The active controller's id is in ZooKeeper only (a Metadata answer's controller_id is
+        # a broker, see broker/metadata_apis.py), so the status reports the pods' readiness.
+        "controllers": {"desired": o.desired_controllers, "ready": o.ready_controllers},
+        "zookeeper": (None if o.desired_zookeeper is None
+                      else {"desired": o.desired_zookeeper, "ready": o.ready_zookeeper}),
         "bootstrapServers": o.bootstrap_servers,
     }
 

@@ -85,8 +85,23 @@ class Kubelet:
         self.all_ready_once = False
         self.recreated: list[int] = []
         self.task: asyncio.Task | None = None
+        self.cluster = name
+        # Ready pods the Deployment/StatefulSet controllers report; None = every desired pod.
+        self.ready_controllers: int | None = None
+        self.ready_zookeeper: int | None = None
+
+    def _report_ready(self, resource: str, name: str, ready: int | None) -> None:
+        obj = self.server.live(resource, NS, name)
+        if obj is None:
+            return
+        want = obj["spec"]["replicas"] if ready is None else min(ready, obj["spec"]["replicas"])
+        if (obj.get("status") or {}).get("readyReplicas") != want:
+            self.server.put_raw(resource, NS, {**copy.deepcopy(obj), "status": {"readyReplicas": want}})
 
     def tick(self) -> None:
+        n = builders.names(self.cluster)
+        self._report_ready("apps/v1/deployments", n["controller"], self.ready_controllers)
+        self._report_ready(STS, n["zookeeper"], self.ready_zookeeper)
         sts = self.server.live(STS, NS, self.sts_name)
         if sts is None:
             return

@@ -92,7 +92,8 @@ def test_crd_is_structural_with_status_and_printer_columns():
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
-    assert {"Brokers", "Controller", "Age"} <= set(columns)
+    assert {"Brokers", "Controllers", "Age"} <= set(columns)
+    assert columns["Controllers"] == ".status.controllers.ready"
     assert doc["spec"]["names"]["shortNames"] == ["kc"]
     assert doc["spec"]["scope"] == "Namespaced"
 

@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from odradek.operator import builders
 from odradek.operator.kube import object_path
-from odradek.operator.models import parse_spec
+from odradek.operator.models import GROUP, parse_spec
 from operator_harness import (
     KC, NS, PODS, STS, Api, Kubelet, OperatorThread, ScriptedView, condition, new_server, wait_for, writes,
 )
@@ -195,3 +195,50 @@ async def test_restart_mid_reconcile_and_upgrade_write_nothing_twice(env):
     await env.view.passes(3)
     assert [w for w in writes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []
     assert env.pod_deletes(mark) == []
+
+
+async def test_ready_waits_for_the_managed_ensemble_and_a_controller(env):
+    env.kubelet.ready_zookeeper, env.kubelet.ready_controllers = 2, 0
+    env.start_operator()
+    await env.api.create_cluster({})  # operator-managed ZooKeeper, 3 members
+    await wait_for(lambda: condition(env.cluster(), "Ready").get("reason") == "ZooKeeperNotReady", 20,
+                   "ZooKeeperNotReady")
+    await wait_for(lambda: env.cluster()["status"]["brokers"]["ready"] == 3, 20, "brokers ready")
+    assert condition(env.cluster(), "Ready")["status"] == "False"
+    assert "2/3 ZooKeeper pods ready" in condition(env.cluster(), "Ready")["message"]
+
+    env.kubelet.ready_zookeeper = None
+    await wait_for(lambda: condition(env.cluster(), "Ready").get("reason") == "ControllerNotReady", 20,
+                   "ControllerNotReady")
+    assert condition(env.cluster(), "Ready")["status"] == "False"
+
+    env.kubelet.ready_controllers = 1  # one active controller, the standby not (yet) ready
+    await env.ready()
+    status = env.cluster()["status"]
+    assert status["controllers"] == {"desired": 2, "ready": 1}
+    assert status["zookeeper"] == {"desired": 3, "ready": 3}
+
+
+async def test_keys_no_longer_rendered_are_removed_and_a_restart_patches_nothing(env):
+    metrics = f"{GROUP}/metrics"
+
+    def template_annotations():
+        return env.server.live(STS, NS, "demo-broker")["spec"]["template"]["metadata"]["annotations"]
+
+    env.start_operator()
+    await env.api.create_cluster({**SPEC, "metrics": {"enabled": True}})
+    await env.ready()
+    assert template_annotations()[metrics] == "enabled"
+    mark = len(list(env.server))
+
+    await env.api.patch_spec({"metrics": {"enabled": False}})
+    await wait_for(lambda: metrics not in template_annotations(), 20, "the metrics annotation removed")
+    assert builders.CONFIG_HASH in template_annotations(), "only the dropped key is removed"
+    assert env.pod_deletes(mark) == [], "metrics are not in the config hash: no broker restarts"
+    await env.view.passes(2)
+    await env.stop_operator()
+
+    mark = len(list(env.server))  # an operator upgrade: same spec, same desired objects
+    env.start_operator()
+    await env.view.passes(3)
+    assert [w for w in writes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []

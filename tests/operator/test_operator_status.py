@@ -1,6 +1,6 @@
 """Pure parts of the operator: status conditions and the apply comparison."""
 
-from odradek.operator.apply import contains, patch_for
+from odradek.operator.apply import LAST_APPLIED, contains, last_applied, patch_for, three_way_patch, with_last_applied
 from odradek.operator.status import Observation, conditions, status
 
 
@@ -9,20 +9,22 @@ def by_type(conds):
 
 
 def test_ready_cluster():
-    o = Observation(3, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2), active_controller=1000)
+    o = Observation(3, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                    desired_controllers=2, ready_controllers=1, desired_zookeeper=3, ready_zookeeper=3)
     s = status(o, at="T1")
     c = by_type(s["conditions"])
     assert (c["Ready"]["status"], c["Progressing"]["status"], c["Degraded"]["status"]) == ("True", "False", "False")
     assert all(x["observedGeneration"] == 3 for x in s["conditions"])
-    assert s["brokers"] == {"desired": 3, "ready": 3, "ids": [0, 1, 2]} and s["activeController"] == 1000
+    assert s["brokers"] == {"desired": 3, "ready": 3, "ids": [0, 1, 2]} 
+    assert s["controllers"] == {"desired": 2, "ready": 1} and s["zookeeper"] == {"desired": 3, "ready": 3}
 
 
 def test_last_transition_time_moves_only_when_the_status_changes():
-    waiting = Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0,))
+    waiting = Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0,), ready_controllers=1)
     first = conditions(waiting, at="T1")
-    same = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1)), first, at="T2")
+    same = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1), ready_controllers=1), first, at="T2")
     assert by_type(same)["Ready"]["lastTransitionTime"] == "T1"
-    ready = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2)), same, at="T3")
+    ready = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2), ready_controllers=1), same, at="T3")
     assert by_type(ready)["Ready"]["lastTransitionTime"] == "T3"
     assert by_type(ready)["Degraded"]["lastTransitionTime"] == "T1"
 
@@ -49,3 +51,37 @@ def test_patch_leaves_identity_out():
     patch = patch_for({"apiVersion": "v1", "kind": "Service",
                        "metadata": {"name": "a", "namespace": "n", "labels": {"x": "y"}}, "spec": {}})
     assert patch == {"metadata": {"labels": {"x": "y"}}, "spec": {}}
+
+
+def test_ready_needs_the_managed_ensemble_then_a_controller():
+    brokers = dict(desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2), desired_controllers=2)
+    zk = by_type(conditions(Observation(1, **brokers, ready_controllers=2, desired_zookeeper=3, ready_zookeeper=2), at="T"))
+    assert (zk["Ready"]["status"], zk["Ready"]["reason"]) == ("False", "ZooKeeperNotReady")
+    assert "2/3 ZooKeeper" in zk["Ready"]["message"] and zk["Progressing"]["reason"] == "ZooKeeperNotReady"
+    ctl = by_type(conditions(Observation(1, **brokers, ready_controllers=0, desired_zookeeper=3, ready_zookeeper=3), at="T"))
+    assert (ctl["Ready"]["status"], ctl["Ready"]["reason"]) == ("False", "ControllerNotReady")
+    external = by_type(conditions(Observation(1, **brokers, ready_controllers=1), at="T"))
+    assert external["Ready"]["status"] == "True", "an existing ensemble is not the operator's to wait for"
+    assert status(Observation(1, **brokers, ready_controllers=1))["zookeeper"] is None
+
+
+def test_three_way_patch_removes_what_is_no_longer_rendered():
+    last = {"metadata": {"annotations": {"a": "1", "metrics": "on"}}, "spec": {"replicas": 3, "old": {"x": 1}}}
+    live = {"metadata": {"annotations": {"a": "1", "metrics": "on", "kubectl.io/x": "y"}, "uid": "u"},
+            "spec": {"replicas": 3, "old": {"x": 1}, "defaulted": True}}
+    desired = {"metadata": {"annotations": {"a": "1"}}, "spec": {"replicas": 3}}
+    assert three_way_patch(last, desired, live) == {"metadata": {"annotations": {"metrics": None}},
+                                                    "spec": {"old": None}}
+    assert three_way_patch(last, last, live) == {}, "server defaults and others' keys are no difference"
+    assert three_way_patch({}, desired, live) == {}, "without a record nothing is removed"
+    assert three_way_patch(last, {"spec": {"replicas": 4}}, live)["spec"] == {"replicas": 4, "old": None}
+
+
+def test_last_applied_round_trip():
+    desired = {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "a", "namespace": "n", "annotations": {"k": "v"}}, "data": {"x": "1"}}
+    stamped = with_last_applied(desired)
+    assert set(stamped["metadata"]["annotations"]) == {"k", LAST_APPLIED}
+    assert last_applied(stamped) == {"metadata": {"annotations": {"k": "v"}}, "data": {"x": "1"}}
+    assert with_last_applied(stamped) == stamped, "stamping is idempotent"
+    assert last_applied({"metadata": {"annotations": {LAST_APPLIED: "not json"}}}) == {}

@@ -134,6 +134,7 @@ class KafkaServer:
             offset_metadata_max_bytes=c.offset_metadata_max_bytes,
             offsets_retention_ms=c.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
+            max_size=c.group_max_size,
         ))
 
     def _on_leader_and_isr(self, request, response) -> None:

@@ -157,6 +157,21 @@ class DelayedFetch(DelayedOperation):
         return False
 
 
+async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> None:
+    """Runs `await action()` every `interval_s` until `stop` is set; a failure is logged, not fatal."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), interval_s)
+        except asyncio.TimeoutError:
+            pass
+        if stop.is_set():
+            break
+        try:
+            await action()
+        except Exception:
+            log.exception("%s failed", what)
+
+
 # --- the manager ----------------------------------------------------------------------------------
 
 
@@ -224,43 +239,15 @@ class ReplicaManager:
     async def run_background(self, stop: asyncio.Event) -> None:
         """HW checkpoints every replica.high.watermark.checkpoint.interval.ms, and the ISR
         expiration check every replica.lag.time.max.ms / 2 (Kafka's isr-expiration task)."""
-        isr_task = asyncio.get_running_loop().create_task(self._run_isr_expiration(stop))
-        try:
-            await self._run_checkpoints(stop)
-        finally:
-            isr_task.cancel()
-            try:
-                await isr_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        isr_interval = max(10, int(self.config.replica_lag_time_max_ms) // 2) / 1000
+        checkpoint_interval = max(10, int(self.config.replica_high_watermark_checkpoint_interval_ms)) / 1000
 
-    async def _run_isr_expiration(self, stop: asyncio.Event) -> None:
-        interval = max(10, int(self.config.replica_lag_time_max_ms) // 2) / 1000
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except asyncio.TimeoutError:
-                pass
-            if stop.is_set():
-                break
-            try:
-                self.maybe_shrink_isr()
-            except Exception:
-                log.exception("ISR expiration check failed")
+        async def shrink_isr() -> None:
+            self.maybe_shrink_isr()
 
-    async def _run_checkpoints(self, stop: asyncio.Event) -> None:
-        interval = max(10, int(self.config.replica_high_watermark_checkpoint_interval_ms)) / 1000
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except asyncio.TimeoutError:
-                pass
-            if stop.is_set():
-                break
-            try:
-                await self.checkpoint_high_watermarks()
-            except Exception:
-                log.exception("high watermark checkpoint failed")
+        await asyncio.gather(_every(stop, isr_interval, shrink_isr, "ISR expiration check"),
+                             _every(stop, checkpoint_interval, self.checkpoint_high_watermarks,
+                                    "high watermark checkpoint"))
 
     # --- lookups --------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import free_port
+from odradek.dev.waiting import wait_until
 
 BROKERS = 3
 
@@ -83,15 +84,6 @@ def log_bytes(d: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
 
 
-def wait_until(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
 
 
 def identical_logs(cluster, topic: str, partition: int) -> bool:

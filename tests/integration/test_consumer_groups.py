@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from odradek.broker.group.group_metadata_manager import partition_for
+from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster
 from .kafka_helpers import ContinuousProducer, create_topic, end_offsets, leader_of, wait_for_leaders, wait_isr_full
@@ -32,15 +33,6 @@ SHARED_BROKER = {
 }
 
 
-def wait_until(predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout}s")
-        time.sleep(interval)
 
 
 def produce(bootstrap: str, topic: str, n: int, tag: str) -> set[bytes]:

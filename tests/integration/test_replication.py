@@ -14,6 +14,8 @@ import time
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
 
+from odradek.dev.waiting import wait_until
+
 from .kafka_helpers import (
     ContinuousProducer,
     admin,
@@ -195,14 +197,6 @@ def test_diverged_follower_truncates_to_leader_epoch(cluster_factory):
 # --- ISR shrink and expansion by the leader (AlterPartition), controlled shutdown -----------------
 
 
-def wait_until(predicate, what: str, timeout: float = 60.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout}s"
-        time.sleep(interval)
 
 
 def isrs(cluster, topic) -> dict[int, tuple[int, ...]]:

@@ -1,0 +1,16 @@
+"""Bounded waiting for tests and tools: poll a condition until it holds or the time is up."""
+
+import time
+
+
+def wait_until(predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
+    """Returns the first truthy value of `predicate()`; TimeoutError naming `what` (and the last
+    value seen) once `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not reached within {timeout}s (last: {value!r})")
+        time.sleep(interval)

@@ -123,7 +123,8 @@ def latency(target: Target, topic: str, acks: str, rate: float, seconds: float) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=500_000, help="100-byte records per throughput run")
+    parser.add_argument("--records", type=int, default=2_000_000,
+                        help="100-byte records per throughput run (shorter runs measure start-up more than steady state)")
     parser.add_argument("--partitions", type=int, default=12, help="partitions of every topic")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs per case; the median is reported")
     parser.add_argument("--rate", type=float, default=500.0, help="records/s of the latency runs")

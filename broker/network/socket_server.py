@@ -37,9 +37,11 @@ MAX_QUEUED_BYTES = 32 * 1024 * 1024
 SENDFILE_MIN = 64 * 1024
 """Smaller file regions are read with pread and written: cheaper than a sendfile round."""
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
-MAX_IN_FLIGHT = 16
-"""Pipelined requests started and not yet answered, per connection (librdkafka sends up to 5 per
-connection by default, kcat up to 1M: more would only queue in the purgatory)."""
+MAX_IN_FLIGHT = 32
+"""Pipelined requests started and not yet answered, per connection. librdkafka allows 1M in flight
+(5 with idempotence): with acks=all each request waits a replication round trip, so a deeper
+pipeline carries more batches per round trip. bench/replication.py-style runs, RF=3 acks=all:
+4 → 0.54M rec/s, 16 → 0.74M, 32 → 0.89M, 64 → 0.81M (2M records, alternated on one machine)."""
 PRODUCE = 0
 
 

@@ -2,9 +2,9 @@
 
 The controller is its own process here: `/controller` names it and carries the endpoint of its
 listener. The channel keeps one connection to it, forgets it when `/controller` changes (a watch
-set by each lookup),
-when the connection fails, or when the answer is NOT_CONTROLLER (a standby or deposed controller),
-and then looks it up again. Every send is bounded by a deadline; retries back off.
+set by each lookup), when the connection fails, or when the answer is NOT_CONTROLLER (a standby or
+deposed controller), and then looks it up again. Every send is bounded by a deadline; retries back
+off.
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ pods, ...) are read and written through this client with the same credentials ko
 (a `kopf.ConnectionInfo`), so one login serves both.
 """
 
+import base64
 import json
+import os
 import ssl
+import tempfile
 from dataclasses import dataclass
 
 import aiohttp
@@ -52,12 +55,16 @@ class KubeClient:
         headers = {}
         if info.token:
             headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+        elif info.username and info.password:
+            basic = base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
+            headers["Authorization"] = f"Basic {basic}"
         if info.insecure:
             ssl_context: ssl.SSLContext | bool = False
         else:
             ssl_context = ssl.create_default_context(
                 cafile=info.ca_path or None,
                 cadata=info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data)
+            _load_client_certificate(ssl_context, info)
         session = aiohttp.ClientSession(
             headers=headers, connector=aiohttp.TCPConnector(ssl=ssl_context),
             timeout=aiohttp.ClientTimeout(total=30))
@@ -65,6 +72,7 @@ class KubeClient:
 
     async def close(self) -> None:
         await self.session.close()
+
 
     async def _call(self, method: str, path: str, body=None, params=None, content_type=None) -> dict:
         headers = {"Content-Type": content_type or "application/json"}
@@ -115,3 +123,30 @@ class KubeClient:
             if e.status == 404:
                 return False
             raise
+
+
+def _load_client_certificate(context: ssl.SSLContext, info) -> None:
+    """Client-certificate login (a kubeconfig's client-certificate[-data], as kind's admin user
+    has). ssl only loads certificates from files, so inline data goes through a private temp file
+    that is removed at once."""
+    cert_path, key_path = info.certificate_path, info.private_key_path
+    if not (cert_path or info.certificate_data):
+        return
+    made = []
+    try:
+        if not cert_path:
+            cert_path = _private_file(info.certificate_data, made)
+        if not key_path and info.private_key_data:
+            key_path = _private_file(info.private_key_data, made)
+        context.load_cert_chain(cert_path, key_path or None)
+    finally:
+        for path in made:
+            os.unlink(path)
+
+
+def _private_file(data: bytes | str, made: list[str]) -> str:
+    fd, path = tempfile.mkstemp(prefix="odradek-kube-")
+    made.append(path)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    return path

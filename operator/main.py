@@ -23,7 +23,7 @@ from odradek.operator.reconciler import ViewSource, metadata_view, reconcile
 log = logging.getLogger("odradek.operator")
 
 DEFAULT_INTERVAL = 10.0
-FIELD_MANAGER_PREFIX = GROUP  # annotations kopf keeps on the resource (progress, last handled spec)
+ANNOTATION_PREFIX = GROUP  # annotations kopf keeps on the resource (progress, last handled spec)
 
 
 @dataclass
@@ -45,9 +45,9 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, logger, **_):
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=FIELD_MANAGER_PREFIX)
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=FIELD_MANAGER_PREFIX, key="last-handled-configuration")
+            prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
         settings.posting.level = logging.WARNING
         settings.peering.standalone = True
         settings.watching.server_timeout = 300

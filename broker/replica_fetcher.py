@@ -43,6 +43,15 @@ class PartitionFetchState:
     """True until OffsetForLeaderEpoch told us where to cut (every new leader epoch)."""
     delayed_until: float = 0.0
     """Loop time before which this partition is not fetched (after a partition-level error)."""
+    retries: int = 0
+    """Consecutive 'leadership not there yet' answers (see `ReplicaFetcher.retry_after`)."""
+
+
+LEADERSHIP_PENDING = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
+                                ErrorCode.unknown_leader_epoch})
+"""Answers of a leader that has not applied its own LeaderAndIsr yet: the controller sends it to
+every replica at once, so a follower often asks first."""
+FIRST_RETRY_S = 0.05
 
 
 def truncation_offset(local_end_for_epoch, leader_epoch: int, leader_end: int, log_end_offset: int,
@@ -186,8 +195,7 @@ class ReplicaFetcher:
                 if p is None:
                     continue
                 if r.error_code != ErrorCode.none:
-                    log.info("%s-%d: OffsetForLeaderEpoch from %d failed: %s", *key, self.source_id, r.error_code.name)
-                    state.delayed_until = now + self.backoff_s
+                    self.retry_after(state, key, r.error_code, now, "OffsetForLeaderEpoch")
                     continue
                 plog = p.log
                 offset = truncation_offset(
@@ -199,6 +207,7 @@ class ReplicaFetcher:
                              plog.log_end_offset, offset, self.source_id, r.leader_epoch, r.end_offset)
                     plog.truncate_to(offset)
                 state.truncating = False
+                state.retries = 0
 
     # --- fetching -------------------------------------------------------------------------
 
@@ -288,17 +297,27 @@ class ReplicaFetcher:
                     state.delayed_until = now + self.backoff_s
                     return
             plog.high_watermark = min(int(r.high_watermark), plog.log_end_offset)
+            state.retries = 0
             self.replica_manager.complete_delayed_requests(key)
         elif code == ErrorCode.offset_out_of_range:
             self._handle_out_of_range(p, state, r)
-        elif code in (ErrorCode.fenced_leader_epoch, ErrorCode.not_leader_or_follower,
-                      ErrorCode.unknown_topic_or_partition):
-            # The leader moved on (or not yet arrived): wait for the controller's LeaderAndIsr.
-            log.info("%s-%d: fetch from %d answered %s; retrying after backoff", *key, self.source_id, code.name)
-            state.delayed_until = now + self.backoff_s
         else:
-            log.info("%s-%d: fetch from %d answered %s", *key, self.source_id, code.name)
-            state.delayed_until = now + self.backoff_s
+            # FENCED_LEADER_EPOCH: the leader moved on; we wait for the controller's LeaderAndIsr.
+            self.retry_after(state, key, code, now, "fetch")
+
+    def retry_after(self, state: PartitionFetchState, key, code: ErrorCode, now: float, what: str) -> None:
+        """Delay the partition after an error: replica.fetch.backoff.ms, except while the leader
+        has not applied its LeaderAndIsr yet, where 50 ms doubling up to that bound lets a new
+        partition start replicating (and its acks=all produces complete) without a 1 s stall."""
+        if code in LEADERSHIP_PENDING:
+            delay = min(self.backoff_s, FIRST_RETRY_S * 2 ** state.retries)
+            state.retries += 1
+        else:
+            delay = self.backoff_s
+        level = logging.INFO if state.retries <= 1 else logging.DEBUG
+        log.log(level, "%s-%d: %s from %d answered %s; retrying in %.0f ms", *key, what, self.source_id,
+                code.name, delay * 1000)
+        state.delayed_until = now + delay
 
     def _handle_out_of_range(self, p, state: PartitionFetchState, r) -> None:
         """Our offset is outside the leader's log: below its start (retention) or past its end."""

@@ -1,11 +1,14 @@
-"""Replication decisions without processes: the truncation point and the HW checkpoint round trip."""
+"""Replication decisions without processes: the truncation point, the fetcher's retry delays and
+the HW checkpoint round trip."""
 
 import asyncio
 from types import SimpleNamespace
 
+from kio.schema.errors import ErrorCode
+
 from odradek.broker.log import LogManager
 from odradek.broker.log.record_batch import build_batch
-from odradek.broker.replica_fetcher import truncation_offset
+from odradek.broker.replica_fetcher import PartitionFetchState, ReplicaFetcher, truncation_offset
 from odradek.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
 from odradek.common.config import BrokerConfig
 
@@ -61,3 +64,20 @@ def test_high_watermark_checkpoint_round_trip(tmp_path):
     ReplicaManager.load_high_watermarks(SimpleNamespace(log_manager=manager))
     assert manager.get_log("t", 0).high_watermark == 3
     manager.shutdown()
+
+
+def test_a_leader_not_there_yet_is_retried_fast_then_at_the_backoff():
+    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "x", "log.dirs": "/tmp/x",
+                                           "replica.fetch.backoff.ms": "1000"})
+    fetcher = ReplicaFetcher(SimpleNamespace(replica_manager=None, config=config, broker_id=1), 0, "127.0.0.1", 9)
+    state = PartitionFetchState(leader_epoch=0)
+    delays = []
+    for code in [ErrorCode.unknown_topic_or_partition] + [ErrorCode.not_leader_or_follower] * 6:
+        fetcher.retry_after(state, ("t", 0), code, now=0.0, what="fetch")
+        delays.append(state.delayed_until)
+    assert delays == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+
+    # Our own epoch is stale: only the controller's next LeaderAndIsr helps, so the full backoff.
+    fresh = PartitionFetchState(leader_epoch=0)
+    fetcher.retry_after(fresh, ("t", 0), ErrorCode.fenced_leader_epoch, now=0.0, what="fetch")
+    assert fresh.delayed_until == 1.0

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
-from odradek.broker.log.errors import LogError
+from odradek.broker.log import LogConfig
 from odradek.broker.log.checkpoint import read_checkpoint, write_checkpoint
+from odradek.broker.log.errors import LogError
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.common.messages import (
@@ -318,11 +319,9 @@ class ReplicaManager:
                         try:
                             plog = self.log_manager.get_log(topic, index)
                             if plog is None:
-                                from odradek.broker.log import LogConfig
-
                                 if topic_config is None:
                                     topic_config = await self.zk.get_topic_config(topic)
-                                plog = self.log_manager.get_or_create_log(
+                                plog = await self.log_manager.get_or_create_log_async(
                                     topic, index, LogConfig.from_broker(self.config, topic_config)
                                 )
                         except Exception:
@@ -334,6 +333,8 @@ class ReplicaManager:
                     changed.append((partition, ps))
                     answer(topic, index, ErrorCode.none)
 
+            await self._assign_new_leader_epochs(
+                [(p, ps) for p, ps in changed if ps.leader == self.broker_id and not p.is_leader])
             new_followers = []
             for partition, ps in changed:
                 if ps.leader == self.broker_id:
@@ -348,6 +349,23 @@ class ReplicaManager:
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
             return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(errors))
+
+    async def _assign_new_leader_epochs(self, becoming_leader: list) -> None:
+        """Checkpoint the new leader epochs of partitions about to lead, in a worker thread.
+
+        Each checkpoint is two fsyncs; a LeaderAndIsr moving many leaderships (a failover, a
+        topic with many partitions) would otherwise stall the event loop for all of them. Their
+        fetchers stop first and they do not lead yet, so nothing is appended meanwhile, and the
+        epoch is on disk before anything is written under it (make_leader's assign is then a
+        no-op)."""
+        self.remove_fetchers([p.key for p, _ in becoming_leader])
+        caches = []
+        for p, ps in becoming_leader:
+            cache = p.log.leader_epoch_cache
+            if cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False):
+                caches.append((cache, cache.snapshot()))
+        if caches:
+            await asyncio.to_thread(lambda: [cache.write(snapshot) for cache, snapshot in caches])
 
     async def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
         async with self._state_change_lock:

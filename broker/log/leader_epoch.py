@@ -2,11 +2,15 @@
 
 A follower asks its new leader for the end offset of its own latest epoch (OffsetForLeaderEpoch)
 and truncates there; this cache answers that question on the leader and is persisted in the
-partition's `leader-epoch-checkpoint` on every change.
+partition's `leader-epoch-checkpoint` on every change. A change can also be written later, from a
+worker thread (`assign(..., flush=False)`, then `write(snapshot())`), so that a LeaderAndIsr making
+many partitions leaders does not fsync each checkpoint on the event loop; writes are serialized
+and a snapshot older than what is already on disk is skipped.
 """
 
 import bisect
 import logging
+import threading
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -29,6 +33,10 @@ class LeaderEpochFileCache:
         self.path = path
         self._log_end_offset = log_end_offset
         self.entries: list[EpochEntry] = []
+        self._version = 0
+        """Bumped by every change; `_written` is the version the file holds."""
+        self._written = 0
+        self._write_lock = threading.Lock()
         try:
             rows = read_checkpoint(path) or []
             self.entries = [EpochEntry(int(e), int(o)) for e, o in rows]
@@ -44,17 +52,19 @@ class LeaderEpochFileCache:
     def earliest_entry(self) -> EpochEntry | None:
         return self.entries[0] if self.entries else None
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` starts at `start_offset`; only a newer epoch adds an entry.
+    def assign(self, epoch: int, start_offset: int, flush: bool = True) -> bool:
+        """Record that `epoch` starts at `start_offset`; only a newer epoch adds an entry (True).
 
         Entries starting at or after `start_offset` conflict with the new one and are dropped.
+        With flush=False the caller writes `snapshot()` before anything is appended under it.
         """
         if epoch < 0 or epoch <= self.latest_epoch:
-            return
+            return False
         while self.entries and self.entries[-1].start_offset >= start_offset:
             self.entries.pop()
         self.entries.append(EpochEntry(epoch, start_offset))
-        self._flush()
+        self._changed(flush)
+        return True
 
     def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers it (Kafka's endOffsetFor)."""
@@ -74,7 +84,7 @@ class LeaderEpochFileCache:
         """Drop entries starting at or after `end_offset` (the log was truncated there)."""
         if self.entries and self.entries[-1].start_offset >= end_offset:
             self.entries = [e for e in self.entries if e.start_offset < end_offset]
-            self._flush()
+            self._changed()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: older entries go, the one covering it is moved up."""
@@ -85,12 +95,27 @@ class LeaderEpochFileCache:
         if not keep or keep[0].start_offset > start_offset:
             keep.insert(0, EpochEntry(older[-1].epoch, start_offset))
         self.entries = keep
-        self._flush()
+        self._changed()
 
     def clear(self) -> None:
         if self.entries:
             self.entries = []
-            self._flush()
+            self._changed()
 
-    def _flush(self) -> None:
-        write_checkpoint(self.path, [f"{e.epoch} {e.start_offset}" for e in self.entries])
+    def _changed(self, flush: bool = True) -> None:
+        self._version += 1
+        if flush:
+            self.write(self.snapshot())
+
+    def snapshot(self) -> tuple[int, list[str]]:
+        """(version, checkpoint lines) of the entries now; taken on the owner's thread."""
+        return self._version, [f"{e.epoch} {e.start_offset}" for e in self.entries]
+
+    def write(self, snapshot: tuple[int, list[str]]) -> None:
+        """Write a snapshot unless a newer one is already on disk (safe from any thread)."""
+        version, lines = snapshot
+        with self._write_lock:
+            if version <= self._written:
+                return
+            write_checkpoint(self.path, lines)
+            self._written = version

@@ -111,20 +111,45 @@ class LogManager:
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
         """The partition's log, created in the least-loaded log dir if new; its config is updated."""
-        key = (topic, partition)
-        existing = self._logs.get(key)
+        existing = self._existing(topic, partition, config)
+        if existing is not None:
+            return existing
+        log_dir = self._least_loaded_dir()
+        return self._add((topic, partition), log_dir, self._new_log(log_dir, topic, partition, config))
+
+    async def get_or_create_log_async(self, topic: str, partition: int, config: LogConfig) -> Log:
+        """The same, with a new log's files made in a worker thread: a LeaderAndIsr for a topic of
+        hundreds of partitions would otherwise hold the event loop for all of their mkdirs and
+        opens."""
+        existing = self._existing(topic, partition, config)
+        if existing is not None:
+            return existing
+        log_dir = self._least_loaded_dir()
+        created = await asyncio.to_thread(self._new_log, log_dir, topic, partition, config)
+        raced = self._logs.get((topic, partition))
+        if raced is not None:  # created by another caller meanwhile: keep that one
+            created.close()
+            return raced
+        return self._add((topic, partition), log_dir, created)
+
+    def _existing(self, topic: str, partition: int, config: LogConfig) -> Log | None:
+        existing = self._logs.get((topic, partition))
         if existing is not None:
             existing.config = config
-            return existing
+        return existing
+
+    def _least_loaded_dir(self) -> Path:
         counts = {d: 0 for d in self.log_dirs}
         for d in self._dir_of.values():
             counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    @staticmethod
+    def _new_log(log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
         try:
             partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True)
         except OSError as exc:
             raise KafkaStorageError(f"cannot create log {topic}-{partition} in {log_dir}: {exc}") from exc
-        self._add(key, log_dir, partition_log)
         log.info("created log %s-%d in %s", topic, partition, log_dir)
         return partition_log
 
@@ -150,10 +175,11 @@ class LogManager:
         self.checkpoint_recovery_points(log_dir)
         log.info("scheduled deletion of log %s-%d (%s)", topic, partition, target.name)
 
-    def _add(self, key: tuple[str, int], log_dir: Path, partition_log: Log) -> None:
+    def _add(self, key: tuple[str, int], log_dir: Path, partition_log: Log) -> Log:
         self._logs[key] = partition_log
         self._dir_of[key] = log_dir
         partition_log.on_truncate = lambda _log, d=log_dir: self.checkpoint_recovery_points(d)
+        return partition_log
 
     def _remove_doomed_dirs(self, now: int | None = None, force: bool = False) -> None:
         now = _now_ms() if now is None else now

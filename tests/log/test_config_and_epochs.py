@@ -88,6 +88,20 @@ def test_leader_epoch_cache_truncation(tmp_path):
     assert LeaderEpochFileCache(tmp_path / "c", lambda: 0).entries == []
 
 
+def test_leader_epoch_deferred_write_and_stale_snapshots(tmp_path):
+    path = tmp_path / "c"
+    cache = LeaderEpochFileCache(path, lambda: 0)
+    assert cache.assign(1, 0, flush=False) and not path.exists()  # written later, by the caller
+    old = cache.snapshot()
+    cache.assign(2, 10)  # a synchronous change writes everything so far
+    cache.write(old)  # an older snapshot arriving late must not undo it
+    assert LeaderEpochFileCache(path, lambda: 0).entries == [(1, 0), (2, 10)]
+    assert not cache.assign(2, 20, flush=False)  # not newer: nothing to write
+    cache.assign(3, 20, flush=False)
+    cache.write(cache.snapshot())
+    assert LeaderEpochFileCache(path, lambda: 0).entries == [(1, 0), (2, 10), (3, 20)]
+
+
 def test_unreadable_epoch_checkpoint_is_ignored(tmp_path):
     (tmp_path / "c").write_text("garbage")
     assert LeaderEpochFileCache(tmp_path / "c", lambda: 0).entries == []

@@ -123,3 +123,20 @@ def test_background_flushes_rolled_segments_and_by_flush_ms(tmp_path):
     text = (tmp_path / "recovery-point-offset-checkpoint").read_text()
     assert f"rolled 0 {rolled.active_segment.base_offset}" in text and "timed 0 4" in text
     manager.shutdown()
+
+
+def test_logs_made_in_a_worker_thread_join_the_manager(tmp_path):
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+
+    async def create():
+        config = manager.default_config
+        first = await manager.get_or_create_log_async("t", 0, config)
+        again = await manager.get_or_create_log_async("t", 0, config)
+        return first, again
+
+    first, again = asyncio.run(create())
+    assert first is again is manager.get_log("t", 0)
+    append(first, 3)
+    assert first.log_end_offset == 6 and (tmp_path / "t-0").is_dir()
+    manager.shutdown()

@@ -106,6 +106,12 @@ def latency(target: Target, topic: str, acks: str, rate: float, seconds: float) 
         return cb
 
     value = b"x" * SIZE
+    # Warm-up: a new topic's first acknowledgement waits for every replica to start (logs made,
+    # leader-epoch checkpoints fsynced, followers' first fetch), a one-time cost of hundreds of ms
+    # after heavy writes; the samples measure the steady state.
+    producer.produce(topic, value=value)
+    if producer.flush(30):
+        raise RuntimeError(f"latency run on {target.name}/{topic}: warm-up record not delivered")
     total = int(rate * seconds)
     start = time.perf_counter()
     for i in range(total):

@@ -6,6 +6,7 @@ the tests exercise is what a developer runs.
 """
 
 import argparse
+import asyncio
 import json
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from odradek.common import zk_data
+from odradek.common.client import NetworkClient
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 
 DEFAULT_CHROOT = "/odradek"
@@ -119,6 +121,29 @@ class ManagedProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def metadata_brokers(port: int, timeout: float = 2.0) -> set[int]:
+    """The broker ids that the broker on `port` lists in its Metadata answer. Registration alone
+    is not readiness: until the controller's first UpdateMetadata reaches it, a broker answers
+    with no brokers and no controller, and clients (librdkafka's admin client) wait for one."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    async def ask() -> set[int]:
+        client = NetworkClient("127.0.0.1", port, client_id="odradek-dev", connect_attempts=1,
+                               connect_timeout=timeout)
+        try:
+            response = await client.send(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                         include_topic_authorized_operations=False),
+                                         timeout=timeout)
+            return {int(b.node_id) for b in response.brokers}
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(ask())
+    except (OSError, ConnectionError, TimeoutError):
+        return set()
 
 
 class LocalCluster:
@@ -290,7 +315,8 @@ class LocalCluster:
             return set()
 
     def wait_ready(self, timeout: float = 60.0, brokers: list[int] | None = None) -> None:
-        """Wait until `/controller` exists and every (given) running broker is registered.
+        """Wait until `/controller` exists and every (given) running broker is registered and
+        lists all of them in its Metadata (it has had the controller's UpdateMetadata).
 
         Raises ClusterError naming the log to read if a process exits or the time runs out."""
         wanted = set(range(len(self.brokers)) if brokers is None else brokers)
@@ -305,9 +331,15 @@ class LocalCluster:
                         )
                 controller = self.active_controller(zk)
                 missing = wanted - self.registered_brokers(zk)
-                if controller is not None and not missing:
+                unaware = [] if controller is None or missing else [
+                    i for i in sorted(wanted) if not metadata_brokers(self.broker_ports[i]) >= wanted]
+                if controller is not None and not missing and not unaware:
                     return
                 if time.monotonic() > deadline:
+                    if unaware:
+                        raise ClusterError(f"brokers {unaware} registered, but their Metadata does not list "
+                                           f"brokers {sorted(wanted)} within {timeout}s (no UpdateMetadata?); "
+                                           f"read {self.controllers[0].log_path if self.controllers else ''}")
                     if controller is None:
                         logs = ", ".join(str(c.log_path) for c in self.controllers)
                         raise ClusterError(f"no controller elected within {timeout}s; read {logs}")

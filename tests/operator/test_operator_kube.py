@@ -38,22 +38,13 @@ async def echo(request):
                               "auth": request.headers.get("Authorization")})
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 20))
-
-
-@pytest.mark.parametrize("inline", [True, False], ids=["certificate-data", "certificate-path"])
-def test_client_certificate_login(inline):
+def get_configmap(**login) -> dict:
+    """GET a ConfigMap from the local server through a KubeClient logged in with `login`
+    (kopf.ConnectionInfo fields; the server's address is filled in)."""
     async def main():
         runner, server = await serve(echo)
         try:
-            if inline:
-                info = kopf.ConnectionInfo(server=server, ca_data=CERT.read_bytes(),
-                                           certificate_data=CERT.read_bytes(), private_key_data=KEY.read_bytes())
-            else:
-                info = kopf.ConnectionInfo(server=server, ca_path=str(CERT),
-                                           certificate_path=str(CERT), private_key_path=str(KEY))
-            client = KubeClient.from_connection(info)
+            client = KubeClient.from_connection(kopf.ConnectionInfo(server=server, **login))
             try:
                 return await client.get("ConfigMap", "ns", "cm")
             finally:
@@ -61,42 +52,29 @@ def test_client_certificate_login(inline):
         finally:
             await runner.cleanup()
 
-    assert run(main()) == {"metadata": {"name": "cm"}, "auth": None}
+    return asyncio.run(asyncio.wait_for(main(), 20))
+
+
+INLINE_CERT = dict(ca_data=CERT.read_bytes(), certificate_data=CERT.read_bytes(), private_key_data=KEY.read_bytes())
+
+
+@pytest.mark.parametrize("login", [
+    INLINE_CERT,
+    dict(ca_path=str(CERT), certificate_path=str(CERT), private_key_path=str(KEY)),
+], ids=["certificate-data", "certificate-path"])
+def test_client_certificate_login(login):
+    assert get_configmap(**login) == {"metadata": {"name": "cm"}, "auth": None}
 
 
 def test_without_a_client_certificate_the_server_refuses():
-    async def main():
-        runner, server = await serve(echo)
-        try:
-            client = KubeClient.from_connection(kopf.ConnectionInfo(server=server, ca_data=CERT.read_bytes()))
-            try:
-                await client.get("ConfigMap", "ns", "cm")
-            finally:
-                await client.close()
-        finally:
-            await runner.cleanup()
-
     with pytest.raises(aiohttp.ClientError):  # refused in the TLS handshake, not by an HTTP status
-        run(main())
+        get_configmap(ca_data=CERT.read_bytes())
 
 
-@pytest.mark.parametrize("info, expected", [
+@pytest.mark.parametrize("login, expected", [
     (dict(token="abc"), "Bearer abc"),
     (dict(token="abc", scheme="Token"), "Token abc"),
     (dict(username="u", password="p"), "Basic dTpw"),
 ], ids=["bearer", "scheme", "basic"])
-def test_authorization_header(info, expected):
-    async def main():
-        runner, server = await serve(echo)
-        try:
-            client = KubeClient.from_connection(kopf.ConnectionInfo(
-                server=server, ca_data=CERT.read_bytes(), certificate_data=CERT.read_bytes(),
-                private_key_data=KEY.read_bytes(), **info))
-            try:
-                return await client.get("ConfigMap", "ns", "cm")
-            finally:
-                await client.close()
-        finally:
-            await runner.cleanup()
-
-    assert run(main())["auth"] == expected
+def test_authorization_header(login, expected):
+    assert get_configmap(**INLINE_CERT, **login)["auth"] == expected

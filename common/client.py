@@ -27,32 +27,69 @@ class _Pending:
         self.future = future
 
 
-class _ClientProtocol(asyncio.Protocol):
-    """Splits the byte stream into frames and completes the matching pending request."""
+RECV_BUFFER = 64 * 1024
+"""Frames up to this size are parsed out of one reused buffer; larger ones get their own."""
+
+
+class _ClientProtocol(asyncio.BufferedProtocol):
+    """Splits the byte stream into frames and completes the matching pending request.
+
+    A large response (a replica fetch of megabytes) is received straight into a buffer of its
+    own, sized from its length prefix: no concatenating and slicing of a growing buffer."""
 
     def __init__(self, owner: "NetworkClient"):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
+        self._buf = bytearray(RECV_BUFFER)
+        self._end = 0
+        self._frame: bytearray | None = None
+        self._fill = 0
         self.pending: dict[int, _Pending] = {}
         self.closed = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport):
         self.transport = transport
 
-    def data_received(self, data: bytes):
-        buf = self.buffer
-        buf += data
-        while len(buf) >= 4:
-            (size,) = wire.SIZE.unpack_from(buf, 0)
+    def get_buffer(self, sizehint: int):
+        if self._frame is not None:
+            return memoryview(self._frame)[self._fill:]
+        return memoryview(self._buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._fill += nbytes
+            if self._fill == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._complete(bytes(frame))
+            return
+        self._end += nbytes
+        self._parse()
+
+    def _parse(self) -> None:
+        buf, start = self._buf, 0
+        while self._end - start >= 4:
+            (size,) = wire.SIZE.unpack_from(buf, start)
             if size < 4 or size > MAX_RESPONSE_BYTES:
                 self._abort(ConnectionError(f"bad response frame size {size}"))
                 return
-            if len(buf) < 4 + size:
-                return
-            frame = bytes(buf[4 : 4 + size])
-            del buf[: 4 + size]
-            self._complete(frame)
+            body = start + 4
+            if self._end - body >= size:
+                start = body + size
+                with memoryview(buf) as view:
+                    frame = bytes(view[body:start])
+                self._complete(frame)
+                continue
+            if 4 + size > len(buf):  # too big for the shared buffer: give it its own
+                have = self._end - body
+                self._frame = bytearray(size)
+                self._frame[:have] = buf[body:self._end]
+                self._fill = have
+                start = self._end
+            break
+        if start:
+            remaining = self._end - start
+            buf[:remaining] = buf[start:self._end]
+            self._end = remaining
 
     def _complete(self, frame: bytes):
         (correlation_id,) = wire.SIZE.unpack_from(frame, 0)

@@ -140,3 +140,54 @@ def test_closed_client_fails_in_flight_requests():
             await server.stop()
 
     run(main())
+
+
+def test_frames_split_and_joined_any_way_are_answered():
+    """Responses arrive however TCP cuts them: two frames in one write, a frame a byte at a time,
+    and frames larger than the client's receive buffer in uneven chunks."""
+    import struct
+
+    from kio.schema.api_versions.v0.request import ApiVersionsRequest
+
+    def answer(correlation_id: int, entries: int) -> bytes:
+        # ApiVersions v0 response: header v0 (correlation id), error_code, api_keys[key, min, max]
+        body = struct.pack(">ihi", correlation_id, 0, entries) + b"".join(
+            struct.pack(">hhh", i % 30000, 0, i % 7) for i in range(entries))
+        return struct.pack(">i", len(body)) + body
+
+    sizes = [1, 3, 50_000, 2, 200_000, 5]  # entries: 6 bytes each, so up to 1.2 MB
+
+    async def serve(reader, writer):
+        ids = []
+        for _ in sizes:
+            size = wire.SIZE.unpack(await reader.readexactly(4))[0]
+            header, _, _ = wire.decode_request(await reader.readexactly(size))
+            ids.append(int(header.correlation_id))
+        frames = [answer(cid, n) for cid, n in zip(ids, sizes)]
+        writer.write(frames[0] + frames[1])  # two in one write
+        for i in range(len(frames[2])):  # a large one a byte at a time at first, then in lumps
+            if i < 100:
+                writer.write(frames[2][i:i + 1])
+                await writer.drain()
+        writer.write(frames[2][100:])
+        stream = b"".join(frames[3:])
+        for start in range(0, len(stream), 70_001):  # uneven chunks across frame boundaries
+            writer.write(stream[start:start + 70_001])
+            await writer.drain()
+        await reader.read()  # until the client closes
+
+    async def main():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        client = NetworkClient("127.0.0.1", server.sockets[0].getsockname()[1])
+        try:
+            sends = [client.send(ApiVersionsRequest(), timeout=20) for _ in sizes]
+            return await asyncio.gather(*sends)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    responses = asyncio.run(asyncio.wait_for(main(), 30))
+    assert [len(r.api_keys) for r in responses] == sizes
+    big = responses[4].api_keys
+    assert (int(big[-1].api_key), int(big[-1].max_version)) == ((200_000 - 1) % 30000, (200_000 - 1) % 7)

@@ -10,6 +10,8 @@ single-broker acks=1 throughput. Run: .venv/bin/python bench/replication.py
 
 import argparse
 import gc
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -71,6 +73,35 @@ class Target:
         del self.admin  # its reconnect attempts would fill the output once the brokers are gone
         gc.collect()
         self.cluster.stop()
+
+
+class CpuMeter:
+    """CPU-seconds the target's brokers (from /proc) and the finished child processes (kcat) used
+    while open: on two cores the client's share decides as much as the brokers' efficiency."""
+
+    def __init__(self, target: Target):
+        self.pids = [p.popen.pid for p in target.cluster.brokers]
+
+    def _brokers(self) -> float:
+        total = 0
+        for pid in self.pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    def __enter__(self) -> "CpuMeter":
+        self._b0, self._c0 = self._brokers(), self._children()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.brokers = self._brokers() - self._b0
+        self.kcat = self._children() - self._c0
 
 
 def kcat_produce(target: Target, topic: str, data: Path, records: int, partitions: int, acks: str) -> Result:
@@ -164,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                     for rep in range(args.repeat):
                         topic = f"bench-acks{acks}-{rep}"
                         target.create_topic(topic, args.partitions)
-                        runs.append(kcat_produce(target, topic, data, args.records, args.partitions, acks))
-                        print(f"  {name:8} acks={acks:3} run {rep + 1}: {runs[-1].rps:>11,.0f} rec/s", flush=True)
+                        with CpuMeter(target) as cpu:
+                            runs.append(kcat_produce(target, topic, data, args.records, args.partitions, acks))
+                        print(f"  {name:8} acks={acks:3} run {rep + 1}: {runs[-1].rps:>11,.0f} rec/s "
+                              f"(CPU-seconds: brokers {cpu.brokers:.2f}, kcat {cpu.kcat:.2f})", flush=True)
                     throughput[key] = median(runs)
                     topic = f"latency-acks{acks}"
                     target.create_topic(topic, args.partitions)

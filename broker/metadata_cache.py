@@ -89,6 +89,11 @@ class MetadataCache:
         parts = self._partitions.get(topic)
         return None if parts is None else dict(parts)
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions the topic has (0 when unknown), without copying its states."""
+        parts = self._partitions.get(topic)
+        return 0 if parts is None else len(parts)
+
     def contains(self, topic: str) -> bool:
         return topic in self._partitions
 

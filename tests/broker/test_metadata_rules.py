@@ -177,6 +177,7 @@ def test_cache_replaces_partitions_and_brokers():
     cache = MetadataCache(0)
     assert cache.update(update(1, {"a": [pstate(0, 0), pstate(1, 1)]}, brokers=(0, 1))) == []
     assert sorted(cache.topic_partitions("a")) == [0, 1]
+    assert cache.partition_count("a") == 2 and cache.partition_count("zzz") == 0
     assert cache.leader_endpoint("a", 1) == (1, "127.0.0.1", 9093)
     cache.update(update(1, {"a": [pstate(1, 0, epoch=1)], "b": [pstate(0, 0)]}, brokers=(0,)))
     assert int(cache.partition_state("a", 1).leader_epoch) == 1

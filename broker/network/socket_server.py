@@ -208,7 +208,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             body_start = self._start + 4
             if avail - 4 >= size:
-                self._enqueue(bytes(buf[body_start : body_start + size]))
+                self._enqueue(bytes(self._view[body_start : body_start + size]))
                 self._start = body_start + size
                 continue
             if size > len(buf) // 2:

@@ -338,7 +338,6 @@ class ReplicaManager:
             new_followers = []
             for partition, ps in changed:
                 if ps.leader == self.broker_id:
-                    self.remove_fetchers([partition.key])
                     if partition.make_leader(ps, _now_ms()):
                         log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
                 else:

@@ -9,7 +9,6 @@ import asyncio
 import contextvars
 import datetime
 import logging
-import struct
 import sys
 from dataclasses import fields
 from functools import cache
@@ -18,6 +17,9 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from odradek.common.wire import _read_header_v1 as read_request_header_v1
+
+from . import records
 from .group_coordinator import GroupCoordinator
 from .group_metadata import OffsetAndMetadata
 from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, partition_for
@@ -89,7 +91,7 @@ class GroupApis:
             DELETE_GROUPS: self.handle_delete_groups,
         }
         self._creating: asyncio.Task | None = None
-        self.legacy_requests = {(OFFSET_COMMIT, 1): _decode_offset_commit_v1_checked}
+        self.legacy_requests = {(OFFSET_COMMIT, 1): decode_offset_commit_v1}
         """Request versions kio lacks: (api, version) → decoder of the frame body."""
 
     # --- FindCoordinator ------------------------------------------------------------------------
@@ -309,64 +311,30 @@ class GroupApis:
 
 # --- OffsetCommit v1 (not in kio) -----------------------------------------------------------------
 
-_H, _I, _Q = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-
 
 def decode_offset_commit_v1(body: bytes):
-    """An OffsetCommitRequest v1 frame → (header, kio's v2 request, v2 schema). The per-partition
-    timestamps are dropped, as Kafka ignores them since 2.1; v1 and v2 responses are identical."""
-    from kio.schema.request_header.v1.header import RequestHeader
-    from kio.serial import entity_reader
-
-    try:
-        header, pos = entity_reader(RequestHeader)(body, 0)
-    except Exception as e:
-        raise ValueError(f"malformed request header: {e}") from e
+    """An OffsetCommitRequest v1 frame → (header, kio's v2 request, v2 schema); ValueError if malformed.
+    The per-partition timestamps are dropped, as Kafka ignores them since 2.1; v1 and v2 responses
+    are identical."""
     req_cls = load_request_schema(OFFSET_COMMIT, 2)
     mod = sys.modules[req_cls.__module__]
-
-    def string():
-        nonlocal pos
-        (n,) = _H.unpack_from(body, pos)
-        pos += 2
-        if n < 0:
-            return None
-        s = bytes(body[pos : pos + n]).decode()
-        pos += n
-        return s
-
-    def int32():
-        nonlocal pos
-        (v,) = _I.unpack_from(body, pos)
-        pos += 4
-        return v
-
-    def int64():
-        nonlocal pos
-        (v,) = _Q.unpack_from(body, pos)
-        pos += 8
-        return v
-
-    group_id, generation, member_id = string(), int32(), string()
-    topics = []
-    for _ in range(int32()):
-        name = string()
-        parts = []
-        for _ in range(int32()):
-            index, offset, _ts, metadata = int32(), int64(), int64(), string()
-            parts.append(mod.OffsetCommitRequestPartition(partition_index=i32(index), committed_offset=i64(offset),
-                                                          committed_metadata=metadata))
-        topics.append(mod.OffsetCommitRequestTopic(name=name, partitions=tuple(parts)))
-    if pos != len(body):
+    try:
+        header, pos = read_request_header_v1(body, 0)
+        r = records._Reader(bytes(body))
+        r.pos = pos
+        group_id, generation, member_id = r.string(), r.int32(), r.string()
+        topics = []
+        for _ in range(r.int32()):
+            name = r.string()
+            parts = []
+            for _ in range(r.int32()):
+                index, offset, _ts, metadata = r.int32(), r.int64(), r.int64(), r.string()
+                parts.append(mod.OffsetCommitRequestPartition(
+                    partition_index=i32(index), committed_offset=i64(offset), committed_metadata=metadata))
+            topics.append(mod.OffsetCommitRequestTopic(name=name, partitions=tuple(parts)))
+    except Exception as e:  # struct.error and friends on truncated bodies, kio's errors on a bad header
+        raise ValueError(f"malformed OffsetCommit v1: {e}") from e
+    if r.pos != len(body):
         raise ValueError("trailing bytes in OffsetCommit v1")
     return header, req_cls(group_id=group_id, generation_id_or_member_epoch=i32(generation), member_id=member_id,
-                   retention_time=i64(-1), topics=tuple(topics)), req_cls
-
-
-def _decode_offset_commit_v1_checked(body: bytes):
-    try:
-        return decode_offset_commit_v1(body)
-    except ValueError:
-        raise
-    except Exception as e:  # struct.error and friends on truncated bodies
-        raise ValueError(f"malformed OffsetCommit v1: {e}") from e
+                           retention_time=i64(-1), topics=tuple(topics)), req_cls

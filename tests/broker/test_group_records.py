@@ -254,10 +254,8 @@ def test_offset_commit_v1_decodes_into_the_v2_request():
 
 
 def test_offset_commit_v1_rejects_trailing_and_truncated_bodies():
-    from odradek.broker.group.group_apis import _decode_offset_commit_v1_checked
-
     body = _offset_commit_v1()
     with pytest.raises(ValueError):
-        _decode_offset_commit_v1_checked(body + b"\x00")
+        decode_offset_commit_v1(body + b"\x00")
     with pytest.raises(ValueError):
-        _decode_offset_commit_v1_checked(body[:-3])
+        decode_offset_commit_v1(body[:-3])

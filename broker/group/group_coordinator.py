@@ -100,12 +100,8 @@ class GroupCoordinator:
 
     def _fail_waiters(self, group: GroupMetadata, code: ErrorCode) -> None:
         for m in group.members.values():
-            if m.awaiting_join is not None and not m.awaiting_join.done():
-                m.awaiting_join.set_result(JoinResult(code, m.member_id))
-            m.awaiting_join = None
-            if m.awaiting_sync is not None and not m.awaiting_sync.done():
-                m.awaiting_sync.set_result((code, b""))
-            m.awaiting_sync = None
+            m.answer_join(JoinResult(code, m.member_id))
+            m.answer_sync(code)
 
     def _spawn(self, awaitable) -> None:
         t = asyncio.ensure_future(awaitable)
@@ -172,11 +168,8 @@ class GroupCoordinator:
     async def _replace_static(self, group, instance_id, old_id, new_id, protocols, rebalance_ms, session_ms) -> JoinResult:
         """A known static member restarted: same place, new id, no rebalance unless its protocols changed."""
         old = group.members[old_id]
-        if old.awaiting_join is not None and not old.awaiting_join.done():
-            old.awaiting_join.set_result(JoinResult(ErrorCode.fenced_instance_id, old_id))
-        if old.awaiting_sync is not None and not old.awaiting_sync.done():
-            old.awaiting_sync.set_result((ErrorCode.fenced_instance_id, b""))
-        old.awaiting_join = old.awaiting_sync = None
+        old.answer_join(JoinResult(ErrorCode.fenced_instance_id, old_id))
+        old.answer_sync(ErrorCode.fenced_instance_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
         member.heartbeat_deadline_ms = now_ms() + session_ms
@@ -186,22 +179,21 @@ class GroupCoordinator:
             self._spawn(self._store_group(group))
             return JoinResult(ErrorCode.none, new_id, group.generation_id, group.protocol_type, group.protocol_name,
                               group.leader_id or "", [])
-        loop = asyncio.get_running_loop()
-        fut = member.awaiting_join = loop.create_future()
-        self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined")
-        self._check_join_complete(group)
-        return await fut
+        return await self._await_join(group, member, f"static member {instance_id} rejoined")
 
     async def _add_and_rebalance(self, group, member_id, instance_id, client_id, client_host,
                                  rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
-        loop = asyncio.get_running_loop()
         member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
                                 protocol_type, list(protocols), is_new=True)
-        fut = member.awaiting_join = loop.create_future()
         member.heartbeat_deadline_ms = now_ms() + session_ms
         group.add(member)
         group.new_member_added = True
-        self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
+        return await self._await_join(group, member, f"adding new member {member_id}")
+
+    async def _await_join(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> JoinResult:
+        """Puts the member in the join phase (rebalancing if the group may) and waits for its answer."""
+        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+        self._maybe_prepare_rebalance(group, reason)
         self._check_join_complete(group)
         return await fut
 
@@ -259,10 +251,7 @@ class GroupCoordinator:
         if group.state == GroupState.PREPARING_REBALANCE:
             return
         if group.state == GroupState.COMPLETING_REBALANCE:
-            for m in group.members.values():  # the pending SyncGroups of the old generation
-                if m.awaiting_sync is not None and not m.awaiting_sync.done():
-                    m.awaiting_sync.set_result((ErrorCode.rebalance_in_progress, b""))
-                m.awaiting_sync = None
+            self._fail_sync(group, ErrorCode.rebalance_in_progress)  # the old generation's pending SyncGroups
         was_empty = group.state == GroupState.EMPTY
         group.clear_assignments()
         group.transition_to(GroupState.PREPARING_REBALANCE, now_ms())
@@ -322,10 +311,7 @@ class GroupCoordinator:
             self._spawn(self._store_group(group))
             return
         for m in group.members.values():
-            result = self._join_result(group, m.member_id)
-            if m.awaiting_join is not None and not m.awaiting_join.done():
-                m.awaiting_join.set_result(result)
-            m.awaiting_join = None
+            m.answer_join(self._join_result(group, m.member_id))
             m.is_new = False
             m.heartbeat_deadline_ms = now + m.session_timeout_ms
 
@@ -377,9 +363,7 @@ class GroupCoordinator:
             else:
                 group.transition_to(GroupState.STABLE, now_ms())
                 for m in group.members.values():
-                    if m.awaiting_sync is not None and not m.awaiting_sync.done():
-                        m.awaiting_sync.set_result((ErrorCode.none, m.assignment))
-                    m.awaiting_sync = None
+                    m.answer_sync(ErrorCode.none, m.assignment)
         fut = member.awaiting_sync
         if fut is None:  # answered already (this is the leader)
             return (ErrorCode.none, member.assignment) if group.state == GroupState.STABLE else (
@@ -388,9 +372,7 @@ class GroupCoordinator:
 
     def _fail_sync(self, group: GroupMetadata, code: ErrorCode) -> None:
         for m in group.members.values():
-            if m.awaiting_sync is not None and not m.awaiting_sync.done():
-                m.awaiting_sync.set_result((code, b""))
-            m.awaiting_sync = None
+            m.answer_sync(code)
 
     def _store_group(self, group: GroupMetadata) -> "asyncio.Future[ErrorCode]":
         """Appends the group's current generation now (call order is log order); await for the code."""
@@ -457,10 +439,9 @@ class GroupCoordinator:
 
     def _remove_member_and_rebalance(self, group: GroupMetadata, member_id: str, reason: str) -> None:
         member = group.remove(member_id)
-        if member is not None and member.awaiting_join is not None and not member.awaiting_join.done():
-            member.awaiting_join.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
-        if member is not None and member.awaiting_sync is not None and not member.awaiting_sync.done():
-            member.awaiting_sync.set_result((ErrorCode.unknown_member_id, b""))
+        if member is not None:
+            member.answer_join(JoinResult(ErrorCode.unknown_member_id, member_id))
+            member.answer_sync(ErrorCode.unknown_member_id)
         log.info("group %s: member %s removed: %s", group.group_id, member_id, reason)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, reason)

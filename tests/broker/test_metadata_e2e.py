@@ -166,6 +166,29 @@ def broker(zookeeper, tmp_path):
             raise
 
 
+class Background:
+    """Runs `target(*args)` on a thread; `join` re-raises what it raised (an assertion on a
+    thread would otherwise only be printed) and fails if it did not finish in time."""
+
+    def __init__(self, target, *args):
+        self.error: BaseException | None = None
+
+        def run():
+            try:
+                target(*args)
+            except BaseException as e:  # re-raised on the test's thread by join()
+                self.error = e
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"background step still running after {timeout}s"
+        if self.error is not None:
+            raise self.error
+
+
 def controller_publishes_topic(zk: KazooClient, controller: ControllerWire, topic: str) -> dict:
     data, _ = poll(lambda: zk.exists(zk_data.topic_path(topic)) and zk.get(zk_data.topic_path(topic)))
     assignment = zk_data.decode_topic_assignment(data).partitions
@@ -231,8 +254,7 @@ def test_kafka_python_admin_and_auto_creation(broker):
     port, zk, controller = broker
     admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=30_000)
     try:
-        creating = threading.Thread(target=controller_publishes_topic, args=(zk, controller, "kp"))
-        creating.start()
+        creating = Background(controller_publishes_topic, zk, controller, "kp")
         admin.create_topics([KpNewTopic("kp", 2, 1, topic_configs={"cleanup.policy": "compact"})], timeout_ms=30_000)
         creating.join(30)
         assert "kp" in admin.list_topics()
@@ -242,8 +264,7 @@ def test_kafka_python_admin_and_auto_creation(broker):
         assert modified["cleanup.policy"]["value"] == "compact", described
         # auto-creation through Metadata: a producer asks for a topic nobody created, gets
         # LEADER_NOT_AVAILABLE while the (test-played) controller publishes it, then its partitions
-        publishing = threading.Thread(target=controller_publishes_topic, args=(zk, controller, "auto"))
-        publishing.start()
+        publishing = Background(controller_publishes_topic, zk, controller, "auto")
         producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=30_000)
         try:
             assert producer.partitions_for("auto") == {0, 1}  # num.partitions=2

@@ -35,15 +35,10 @@ class Target:
 
     def __init__(self, name: str, data_dir: Path, brokers: int):
         from odradek.dev.cluster import LocalCluster
-        from odradek.dev.zookeeper import free_port
+        from odradek.dev.zookeeper import free_ports
 
         self.name, self.rf = name, brokers
-        ports: list[int] = []
-        while len(ports) < brokers:
-            p = free_port()
-            if p not in ports:
-                ports.append(p)
-        self.cluster = LocalCluster(data_dir, brokers=brokers, controllers=1, broker_ports=ports)
+        self.cluster = LocalCluster(data_dir, brokers=brokers, controllers=1, broker_ports=free_ports(brokers))
         self.cluster.start()
         self.bootstrap = self.cluster.bootstrap
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap})

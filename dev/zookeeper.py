@@ -40,6 +40,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct free ports (each probe closes its socket, so the OS may hand one out twice)."""
+    ports: list[int] = []
+    for _ in range(100 * n):
+        if len(ports) == n:
+            return ports
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    raise RuntimeError(f"could not find {n} distinct free ports")
+
+
 def four_letter(host: str, port: int, word: bytes = b"srvr", timeout: float = 1.0) -> bytes:
     with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word)

@@ -11,7 +11,7 @@ from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from odradek.common import wire
 
 from odradek.dev.cluster import LocalCluster
-from odradek.dev.zookeeper import free_port
+from odradek.dev.zookeeper import free_ports
 
 
 def metadata_from(port: int, topic: str):
@@ -34,15 +34,8 @@ def metadata_from(port: int, topic: str):
 
 @pytest.fixture
 def cluster(zookeeper, tmp_path):
-    ports: list[int] = []
-    for _ in range(100):
-        if len(ports) == 2:
-            break
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
     c = LocalCluster(
-        tmp_path / "cluster", brokers=2, controllers=1, broker_ports=ports,
+        tmp_path / "cluster", brokers=2, controllers=1, broker_ports=free_ports(2),
         zookeeper_connect=f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}",
         broker_overrides={"zookeeper.session.timeout.ms": "6000"},
         controller_overrides={"zookeeper.session.timeout.ms": "6000"},

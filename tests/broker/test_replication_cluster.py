@@ -6,14 +6,15 @@ follower catches up."""
 
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.broker.log.checkpoint import read_checkpoint
+from odradek.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from odradek.dev.cluster import LocalCluster
-from odradek.dev.zookeeper import free_port
+from odradek.dev.zookeeper import free_ports
 from odradek.dev.waiting import wait_until
 
 BROKERS = 3
@@ -21,15 +22,10 @@ BROKERS = 3
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    ports: list[int] = []
-    while len(ports) < BROKERS:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
     c = LocalCluster(
         tmp_path_factory.mktemp("replication"),
         brokers=BROKERS,
-        broker_ports=ports,
+        broker_ports=free_ports(BROKERS),
         zookeeper_connect=f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}",
         broker_overrides={
             "zookeeper.session.timeout.ms": 6000,
@@ -76,34 +72,19 @@ def produce(cluster, topic: str, n: int, acks: str = "all") -> dict[int, int]:
     return acked
 
 
-def partition_dirs(cluster, topic: str, partition: int) -> list[Path]:
-    return [cluster.data_dir / f"broker-{i}" / f"{topic}-{partition}" for i in range(BROKERS)]
-
-
-def log_bytes(d: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
-
-
-
-
-def identical_logs(cluster, topic: str, partition: int) -> bool:
-    contents = [log_bytes(d) for d in partition_dirs(cluster, topic, partition)]
-    return bool(contents[0]) and all(c == contents[0] for c in contents)
-
-
 def checkpointed_hws(cluster, topic: str, partition: int) -> list[int | None]:
     """Each broker's `replication-offset-checkpoint` entry for the partition."""
     out = []
     for i in range(BROKERS):
-        path = cluster.data_dir / f"broker-{i}" / "replication-offset-checkpoint"
-        value = None
-        if path.exists():
-            for line in path.read_text().splitlines()[2:]:
-                parts = line.split()
-                if len(parts) == 3 and parts[0] == topic and int(parts[1]) == partition:
-                    value = int(parts[2])
-        out.append(value)
+        log_dir = cluster.partition_dir(i, topic, partition).parent
+        rows = read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT) or []
+        out.append(next((int(o) for t, p, o in rows if t == topic and int(p) == partition), None))
     return out
+
+
+def wait_logs_identical(cluster, topic: str, partition: int, timeout: float = 30.0) -> None:
+    """Every broker holds the same log for the partition, and it is not empty."""
+    assert cluster.wait_logs_identical(topic, partition, timeout=timeout), f"{topic}-{partition} is empty"
 
 
 def test_acks_all_to_rf3_leaves_byte_identical_replicas_and_checkpointed_hws(cluster):
@@ -112,7 +93,7 @@ def test_acks_all_to_rf3_leaves_byte_identical_replicas_and_checkpointed_hws(clu
     acked = produce(cluster, topic, 3000)
     assert sum(acked.values()) == 3000
     for p in range(2):
-        wait_until(lambda: identical_logs(cluster, topic, p), f"{topic}-{p} identical on all brokers")
+        wait_logs_identical(cluster, topic, p)
         # Every replica learns the HW (the leader's own, followers' from fetch responses).
         wait_until(lambda: checkpointed_hws(cluster, topic, p) == [acked.get(p, 0)] * BROKERS,
                    f"{topic}-{p} HW {acked.get(p, 0)} checkpointed everywhere")
@@ -129,6 +110,6 @@ def test_restarted_follower_catches_up_byte_identical(cluster):
     second = produce(cluster, topic, 500, acks="1")[0]
     cluster.broker(follower).start()
     cluster.wait_ready(brokers=[follower])
-    wait_until(lambda: identical_logs(cluster, topic, 0), f"{topic}-0 identical after the restart", timeout=60)
+    wait_logs_identical(cluster, topic, 0, timeout=60)
     wait_until(lambda: checkpointed_hws(cluster, topic, 0)[follower] == first + second,
                "the restarted follower's HW", timeout=60)

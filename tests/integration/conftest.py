@@ -6,24 +6,13 @@ import uuid
 import pytest
 
 from odradek.dev.cluster import LocalCluster
-from odradek.dev.zookeeper import free_port
+from odradek.dev.zookeeper import free_ports
 
 BROKER_DEFAULTS = {
     # A killed broker's registration vanishes after this; keeps crash tests short.
     "zookeeper.session.timeout.ms": 6000,
 }
 CONTROLLER_DEFAULTS = {"zookeeper.session.timeout.ms": 6000}
-
-
-def free_ports(n: int) -> list[int]:
-    ports: list[int] = []
-    for _ in range(100 * n):
-        if len(ports) == n:
-            return ports
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    raise RuntimeError(f"could not find {n} distinct free ports")
 
 
 def new_cluster(zookeeper, data_dir, brokers=1, controllers=1, broker_overrides=None, controller_overrides=None):

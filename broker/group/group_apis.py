@@ -22,7 +22,7 @@ from odradek.common.wire import _read_header_v1 as read_request_header_v1
 from . import records
 from .group_coordinator import GroupCoordinator
 from .group_metadata import OffsetAndMetadata
-from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, partition_for
+from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,6 @@ class GroupApis:
 
     # --- FindCoordinator ------------------------------------------------------------------------
 
-    def _offsets_partition_count(self) -> int:
-        parts = self.metadata_cache.topic_partitions(GROUP_METADATA_TOPIC_NAME)
-        return len(parts) if parts else self.offsets_partitions
-
     def _ensure_offsets_topic(self) -> None:
         """Creates __consumer_offsets on first use (in the background; clients retry meanwhile)."""
         if self.metadata_cache.contains(GROUP_METADATA_TOPIC_NAME) or (self._creating and not self._creating.done()):
@@ -124,7 +120,7 @@ class GroupApis:
         if not self.metadata_cache.contains(GROUP_METADATA_TOPIC_NAME):
             self._ensure_offsets_topic()
             return ErrorCode.coordinator_not_available, -1, "", -1
-        p = partition_for(key, self._offsets_partition_count())
+        p = self.coordinator.manager.partition_for(key)
         endpoint = self.metadata_cache.leader_endpoint(GROUP_METADATA_TOPIC_NAME, p)
         if endpoint is None:
             return ErrorCode.coordinator_not_available, -1, "", -1

@@ -7,6 +7,7 @@ leader it replays them (load), when it stops leading it forgets them (unload).
 """
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -27,6 +28,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@functools.lru_cache(maxsize=4096)
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
     h = 0

@@ -11,18 +11,13 @@ handler becomes Kafka's error code in an ordinary response (UNKNOWN_SERVER_ERROR
 """
 
 import dataclasses
-import datetime
-import io
 import logging
-import sys
 import typing
 import uuid
 from collections.abc import Awaitable, Callable
-from functools import cache
 
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i16, i32, i64
 
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
@@ -37,7 +32,6 @@ log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 4, 5, 10, 18
 OFFSET_FOR_LEADER_EPOCH = 23
-NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
@@ -59,21 +53,6 @@ class Body:
     def __init__(self, chunks: list, size: int):
         self.chunks = chunks
         self.size = size
-
-
-@cache
-def _response_module(api_key: int, version: int):
-    return sys.modules[wire.response_schema(api_key, version).__module__]
-
-
-def _ms(td) -> int:
-    return int(td.total_seconds() * 1000) if isinstance(td, datetime.timedelta) else int(td)
-
-
-def encode_body(payload) -> bytes:
-    buf = io.BytesIO()
-    entity_writer(type(payload))(buf, payload)
-    return buf.getvalue()
 
 
 # --- the generic error response -------------------------------------------------------------------
@@ -147,7 +126,7 @@ def _build(cls, code: ErrorCode, source):
         elif kafka_type == "bool":
             kwargs[f.name] = False
         elif kafka_type in ("timedelta_i32", "timedelta_i64"):
-            kwargs[f.name] = NO_THROTTLE
+            kwargs[f.name] = wire.NO_THROTTLE
         elif kafka_type in ("records", "bytes"):
             kwargs[f.name] = None if optional else b""
         elif kafka_type == "uuid":
@@ -267,27 +246,27 @@ class KafkaApis:
     # --- ApiVersions ----------------------------------------------------------------------------
 
     def _api_versions_payload(self, version: int, error_code: ErrorCode):
-        mod = _response_module(API_VERSIONS, version)
+        mod = wire.response_module(API_VERSIONS, version)
         keys = tuple(
             mod.ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
             for k, (lo, hi) in sorted(self.versions.items())
         )
         fields = {"error_code": error_code, "api_keys": keys}
         if version >= 1:
-            fields["throttle_time"] = NO_THROTTLE
+            fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ApiVersionsResponse(**fields)
 
     async def handle_api_versions(self, header, request) -> Body:
         version = int(header.request_api_version)
         body = self._api_versions_bodies.get(version)
         if body is None:
-            data = encode_body(self._api_versions_payload(version, ErrorCode.none))
+            data = wire.encode_entity(self._api_versions_payload(version, ErrorCode.none))
             body = self._api_versions_bodies[version] = Body([data], len(data))
         return body
 
     def _api_versions_unsupported(self, correlation_id: int) -> list:
         """A version newer than ours: UNSUPPORTED_VERSION and our list, as v0 (KIP-511)."""
-        data = encode_body(self._api_versions_payload(0, ErrorCode.unsupported_version))
+        data = wire.encode_entity(self._api_versions_payload(0, ErrorCode.unsupported_version))
         return frame(response_header(correlation_id, False), [data], len(data))
 
     # --- Produce --------------------------------------------------------------------------------
@@ -321,7 +300,7 @@ class KafkaApis:
             topics = [(t.name, [(int(p.index), failed) for p in t.partition_data]) for t in request.topic_data]
         else:
             entries = [(t.name, int(p.index), p.records) for t in request.topic_data for p in t.partition_data]
-            results = await self.replica_manager.append_records(_ms(request.timeout), acks, entries)
+            results = await self.replica_manager.append_records(wire.ms(request.timeout), acks, entries)
             if acks == 0:
                 if any(r.error != ErrorCode.none for r in results.values()):
                     raise CloseConnection()
@@ -361,7 +340,7 @@ class KafkaApis:
         ]
         results = await self.replica_manager.fetch_messages(
             int(request.replica_id),
-            _ms(request.max_wait),
+            wire.ms(request.max_wait),
             int(request.min_bytes),
             int(getattr(request, "max_bytes", 2**31 - 1)),
             infos,
@@ -375,7 +354,7 @@ class KafkaApis:
 
     async def handle_list_offsets(self, header, request):
         version = int(header.request_api_version)
-        mod = _response_module(LIST_OFFSETS, version)
+        mod = wire.response_module(LIST_OFFSETS, version)
         rm = self.replica_manager
         topics = []
         for t in request.topics:
@@ -397,7 +376,7 @@ class KafkaApis:
             topics.append(mod.ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
         fields = {"topics": tuple(topics)}
         if version >= 2:
-            fields["throttle_time"] = NO_THROTTLE
+            fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ListOffsetsResponse(**fields)
 
     # --- FindCoordinator ------------------------------------------------------------------------
@@ -410,23 +389,23 @@ class KafkaApis:
         assign partitions themselves work, and group members wait for the coordinator.
         """
         version = int(header.request_api_version)
-        mod = _response_module(FIND_COORDINATOR, version)
+        mod = wire.response_module(FIND_COORDINATOR, version)
         code = ErrorCode.coordinator_not_available
         none = dict(node_id=i32(-1), host="", port=i32(-1), error_code=code)
         if version >= 4:
             coordinators = tuple(
                 mod.Coordinator(key=key, error_message=None, **none) for key in request.coordinator_keys
             )
-            return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=coordinators)
+            return mod.FindCoordinatorResponse(throttle_time=wire.NO_THROTTLE, coordinators=coordinators)
         if version >= 1:
-            return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, error_message=None, **none)
+            return mod.FindCoordinatorResponse(throttle_time=wire.NO_THROTTLE, error_message=None, **none)
         return mod.FindCoordinatorResponse(**none)
 
     # --- OffsetForLeaderEpoch -------------------------------------------------------------------
 
     async def handle_offset_for_leader_epoch(self, header, request):
         """Where each asked leader epoch ends in our log (followers truncate there)."""
-        mod = _response_module(OFFSET_FOR_LEADER_EPOCH, int(header.request_api_version))
+        mod = wire.response_module(OFFSET_FOR_LEADER_EPOCH, int(header.request_api_version))
         rm = self.replica_manager
         topics = []
         for t in request.topics:
@@ -439,7 +418,7 @@ class KafkaApis:
                     error_code=code, partition=p.partition, leader_epoch=i32(epoch), end_offset=i64(offset)
                 ))
             topics.append(mod.OffsetForLeaderTopicResult(topic=t.topic, partitions=tuple(partitions)))
-        return mod.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+        return mod.OffsetForLeaderEpochResponse(throttle_time=wire.NO_THROTTLE, topics=tuple(topics))
 
     # --- controller requests --------------------------------------------------------------------
 

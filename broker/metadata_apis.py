@@ -8,21 +8,15 @@ its dispatch table and ApiVersions answer.
 """
 
 import asyncio
-import datetime
-import io
 import logging
 import struct
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import fields
-from functools import cache
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
-from kio.static.primitive import i32Timedelta
 
+from odradek.common import wire
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 
@@ -44,36 +38,8 @@ ENDPOINT_TYPE_BROKER = 1
 ZERO_UUID = uuid.UUID(int=0)
 AUTO_CREATE_WAIT_S = 5.0
 """How long Metadata waits for ZooKeeper (auto-creation, the cluster id) before answering anyway."""
-NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 _INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def _make(cls: type, **values):
-    """An instance of a kio class with the values its version has; the others are dropped."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-@cache
-def _response_module(api_key: int, version: int):
-    return sys.modules[load_response_schema(api_key, version).__module__]
-
-
-@cache
-def _writer(cls: type):
-    return entity_writer(cls)
-
-
-def encode_entity(value) -> bytes:
-    buf = io.BytesIO()
-    _writer(type(value))(buf, value)
-    return buf.getvalue()
 
 
 def _array_length(n: int, flexible: bool) -> bytes:
@@ -124,10 +90,6 @@ def _body(chunks: list[bytes]):
     from .kafka_apis import Body  # imported here: kafka_apis is the dispatcher above us
 
     return Body(chunks, sum(len(c) for c in chunks))
-
-
-def _ms(td: datetime.timedelta) -> int:
-    return int(td.total_seconds() * 1000)
 
 
 def config_text(value: object) -> str | None:
@@ -223,7 +185,7 @@ class MetadataApis:
 
     async def handle_metadata(self, header, request):
         version = int(request.__version__)
-        mod = _response_module(METADATA, version)
+        mod = wire.response_module(METADATA, version)
         cache = self.metadata_cache
         requested = request.topics
         all_topics = requested is None or (version == 0 and not requested)
@@ -260,14 +222,14 @@ class MetadataApis:
             else:
                 error = ErrorCode.unknown_topic_or_partition
             topics_out.append(
-                encode_entity(
-                    _make(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID, partitions=())
+                wire.encode_entity(
+                    wire.make_entity(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID, partitions=())
                 )
             )
         for tid in unknown_ids:
             topics_out.append(
-                encode_entity(
-                    _make(
+                wire.encode_entity(
+                    wire.make_entity(
                         mod.MetadataResponseTopic,
                         error_code=ErrorCode.unknown_topic_id, name=None, topic_id=tid, partitions=(),
                     )
@@ -293,8 +255,8 @@ class MetadataApis:
             address = self.broker_address(broker)
             if address is not None:
                 out.append(
-                    encode_entity(
-                        _make(mod.MetadataResponseBroker, node_id=broker_id, host=address[0], port=address[1], rack=broker.rack)
+                    wire.encode_entity(
+                        wire.make_entity(mod.MetadataResponseBroker, node_id=broker_id, host=address[0], port=address[1], rack=broker.rack)
                     )
                 )
         self._topic_cache[key] = out
@@ -318,7 +280,7 @@ class MetadataApis:
             leader = int(state.leader)
             alive = leader >= 0 and cache.is_alive(leader)
             partitions.append(
-                _make(
+                wire.make_entity(
                     mod.MetadataResponsePartition,
                     error_code=ErrorCode.none if alive else ErrorCode.leader_not_available,
                     partition_index=p,
@@ -329,7 +291,7 @@ class MetadataApis:
                     offline_replicas=tuple(state.offline_replicas),
                 )
             )
-        entry = _make(
+        entry = wire.make_entity(
             mod.MetadataResponseTopic,
             error_code=ErrorCode.none,
             name=name,
@@ -338,7 +300,7 @@ class MetadataApis:
             partitions=tuple(partitions),
             topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )
-        entry = self._topic_cache[key] = encode_entity(entry)
+        entry = self._topic_cache[key] = wire.encode_entity(entry)
         return entry
 
     # --- UpdateMetadata (6) --------------------------------------------------------------------
@@ -367,7 +329,7 @@ class MetadataApis:
 
     async def handle_create_topics(self, header, request):
         version = int(request.__version__)
-        mod = _response_module(CREATE_TOPICS, version)
+        mod = wire.response_module(CREATE_TOPICS, version)
         specs = [
             TopicSpec(
                 name=t.name,
@@ -378,7 +340,7 @@ class MetadataApis:
             )
             for t in request.topics
         ]
-        results = await self.admin.create_topics(specs, _ms(request.timeout), bool(request.validate_only))
+        results = await self.admin.create_topics(specs, wire.ms(request.timeout), bool(request.validate_only))
         out = []
         for r in results:
             values: dict = dict(name=r.name, topic_id=ZERO_UUID, configs=())
@@ -396,7 +358,7 @@ class MetadataApis:
                 if version >= 5:
                     try:
                         values["configs"] = tuple(
-                            _make(
+                            wire.make_entity(
                                 mod.CreatableTopicConfigs,
                                 name=name, value=value, read_only=False,
                                 config_source=source, is_sensitive=False,
@@ -406,8 +368,8 @@ class MetadataApis:
                     except Exception:  # noqa: BLE001 - the topic is created; only its config view failed
                         log.exception("describing the configs of new topic %r failed", r.name)
                         values["topic_config_error_code"] = int(ErrorCode.unknown_server_error)
-            out.append(_make(mod.CreatableTopicResult, **values))
-        return _make(mod.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(out))
+            out.append(wire.make_entity(mod.CreatableTopicResult, **values))
+        return wire.make_entity(mod.CreateTopicsResponse, throttle_time=wire.NO_THROTTLE, topics=tuple(out))
 
     def topic_config_entries(self, overrides: dict[str, str]) -> list[tuple[str, str | None, int]]:
         """(name, value, config_source) of a topic's full config: its overrides, else the defaults."""
@@ -421,7 +383,7 @@ class MetadataApis:
 
     async def handle_delete_topics(self, header, request):
         version = int(request.__version__)
-        mod = _response_module(DELETE_TOPICS, version)
+        mod = wire.response_module(DELETE_TOPICS, version)
         entries: list[tuple[str | None, uuid.UUID | None]] = []
         if version >= 6:
             for t in request.topics:
@@ -433,7 +395,7 @@ class MetadataApis:
             entries = [(name, None) for name in request.topic_names]
         known = [(i, name) for i, (name, _) in enumerate(entries) if name is not None]
         ids = await self.topic_ids([name for _, name in known]) if version >= 6 else {}
-        errors = await self.admin.delete_topics([name for _, name in known], _ms(request.timeout))
+        errors = await self.admin.delete_topics([name for _, name in known], wire.ms(request.timeout))
         error_at = {i: err for (i, _), err in zip(known, errors)}
         out = []
         for i, (name, tid) in enumerate(entries):
@@ -442,7 +404,7 @@ class MetadataApis:
             else:
                 error = error_at[i]
             out.append(
-                _make(
+                wire.make_entity(
                     mod.DeletableTopicResult,
                     name=name,
                     topic_id=tid if tid is not None else ids.get(name, ZERO_UUID),
@@ -450,13 +412,13 @@ class MetadataApis:
                     error_message=None if error is None else error.message,
                 )
             )
-        return _make(mod.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(out))
+        return wire.make_entity(mod.DeleteTopicsResponse, throttle_time=wire.NO_THROTTLE, responses=tuple(out))
 
     # --- DescribeConfigs (32) ------------------------------------------------------------------
 
     async def handle_describe_configs(self, header, request):
         version = int(request.__version__)
-        mod = _response_module(DESCRIBE_CONFIGS, version)
+        mod = wire.response_module(DESCRIBE_CONFIGS, version)
         results = []
         for resource in request.resources:
             rtype, rname = int(resource.resource_type), resource.resource_name
@@ -472,7 +434,7 @@ class MetadataApis:
                     wanted = set(keys)
                     entries = [e for e in entries if e[0] in wanted]
                 configs = tuple(
-                    _make(
+                    wire.make_entity(
                         mod.DescribeConfigsResourceResult,
                         name=name, value=value, read_only=read_only, config_source=source,
                         is_default=source == SOURCE_DEFAULT_CONFIG, is_sensitive=False, synonyms=(),
@@ -487,13 +449,13 @@ class MetadataApis:
                 log.exception("DescribeConfigs of %d/%r failed", rtype, rname)
                 configs, error, message = (), ErrorCode.unknown_server_error, str(e)
             results.append(
-                _make(
+                wire.make_entity(
                     mod.DescribeConfigsResult,
                     error_code=error, error_message=message,
                     resource_type=rtype, resource_name=rname, configs=configs,
                 )
             )
-        return _make(mod.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+        return wire.make_entity(mod.DescribeConfigsResponse, throttle_time=wire.NO_THROTTLE, results=tuple(results))
 
     async def _describe_topic(self, topic: str) -> list[tuple[str, str | None, int, bool]]:
         error = topic_name_error(topic)
@@ -522,13 +484,13 @@ class MetadataApis:
 
     async def handle_describe_cluster(self, header, request):
         version = int(request.__version__)
-        mod = _response_module(DESCRIBE_CLUSTER, version)
+        mod = wire.response_module(DESCRIBE_CLUSTER, version)
         endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
         cluster_id = await self.cluster_id() or ""
         if endpoint_type != ENDPOINT_TYPE_BROKER:
-            return _make(
+            return wire.make_entity(
                 mod.DescribeClusterResponse,
-                throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
+                throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
                 error_message="Only broker endpoints can be described.", endpoint_type=endpoint_type,
                 cluster_id=cluster_id, controller_id=-1, brokers=(),
                 cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
@@ -538,14 +500,14 @@ class MetadataApis:
             address = self.broker_address(broker)
             if address is not None:
                 brokers.append(
-                    _make(
+                    wire.make_entity(
                         mod.DescribeClusterBroker,
                         broker_id=broker_id, host=address[0], port=address[1], rack=broker.rack, is_fenced=False,
                     )
                 )
-        return _make(
+        return wire.make_entity(
             mod.DescribeClusterResponse,
-            throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+            throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
             endpoint_type=endpoint_type, cluster_id=cluster_id, controller_id=self.controller_id(),
             brokers=tuple(brokers), cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )

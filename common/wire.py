@@ -5,8 +5,12 @@ this module adds both, so the broker's server, the controller's channel and any 
 the same way.
 """
 
+import datetime
 import io
 import struct
+import sys
+from dataclasses import fields
+from functools import cache
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -14,12 +18,14 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from .messages import INTER_BROKER_REQUESTS, INTER_BROKER_RESPONSES
 
 SIZE = struct.Struct(">i")
 API_VERSIONS_KEY = 18
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+"""throttle_time of every response: this broker has no quotas."""
 
 _read_header_v1 = entity_reader(RequestHeaderV1)
 _read_header_v2 = entity_reader(RequestHeaderV2)
@@ -122,3 +128,35 @@ def decode_response(schema: type, frame: bytes) -> tuple[int, object]:
     header, offset = entity_reader(header_schema)(frame, 0)
     payload, _ = entity_reader(response_schema(api_key, int(schema.__version__)))(frame, offset)
     return int(header.correlation_id), payload
+
+
+# --- helpers the API handlers share ---------------------------------------------------------------
+
+
+@cache
+def response_module(api_key: int, version: int):
+    """The kio module of a response version, whose classes (response and nested) build the answer."""
+    return sys.modules[response_schema(api_key, version).__module__]
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def make_entity(cls: type, **values):
+    """An instance of a kio class with the values its version has; the others are dropped."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def encode_entity(value) -> bytes:
+    """A kio entity's bytes, without framing (entity_writer caches its writer per class)."""
+    buf = io.BytesIO()
+    entity_writer(type(value))(buf, value)
+    return buf.getvalue()
+
+
+def ms(td) -> int:
+    """Milliseconds of a kio duration field (a timedelta), or of a plain int."""
+    return int(td.total_seconds() * 1000) if isinstance(td, datetime.timedelta) else int(td)

@@ -42,12 +42,6 @@ def _join(chunks) -> bytes:
     return bytes(out)
 
 
-def _response_module(api_key, version):
-    import sys
-
-    return sys.modules[wire.response_schema(api_key, version).__module__]
-
-
 @pytest.mark.parametrize("version", [4, 5, 7, 10, 11, 12])
 def test_fetch_response_encoding_reads_back_with_kio(version, tmp_path):
     data = b"".join(bytes([i]) * 100 for i in range(7))

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from odradek.broker.kafka_apis import Body
-from odradek.broker.metadata_apis import MetadataApis, _make, encode_entity
+from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.zk_client import BrokerZkClient, base64_to_uuid
 from odradek.common import wire, zk_data
@@ -34,12 +34,12 @@ BROKER_ID = 0
 
 
 def request(api_key: int, version: int, **values):
-    return _make(load_request_schema(api_key, version), **values)
+    return wire.make_entity(load_request_schema(api_key, version), **values)
 
 
 def nested(api_key: int, version: int, cls_name: str, **values):
     module = sys.modules[load_request_schema(api_key, version).__module__]
-    return _make(getattr(module, cls_name), **values)
+    return wire.make_entity(getattr(module, cls_name), **values)
 
 
 def ms(value: int) -> i32Timedelta:
@@ -92,7 +92,7 @@ class Harness:
         correlation, answer = wire.decode_response(schema, out[4:])
         assert correlation == self.correlation
         if isinstance(response, Body):  # byte for byte what kio writes for the decoded object
-            assert encode_entity(answer) == body
+            assert wire.encode_entity(answer) == body
         return answer
 
     # --- the controller's part ---------------------------------------------------------------

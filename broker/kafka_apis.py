@@ -21,7 +21,7 @@ from kio.static.primitive import i16, i32, i64
 
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
-from odradek.broker.group.group_apis import CLIENT_HOST
+from odradek.broker.group.group_apis import CLIENT_HOST, JOIN_GROUP
 from odradek.broker.log.errors import LogError
 from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
@@ -208,7 +208,7 @@ class KafkaApis:
             raise CloseConnection()
         if api_key == PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
             return self._produce_legacy(frame_body, version, correlation_id, peer)
-        if peer is not None:
+        if api_key == JOIN_GROUP and peer is not None:  # the member's client_host; no other API reads it
             CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else str(peer))
         legacy = self.legacy_requests.get((api_key, version))
         try:

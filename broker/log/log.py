@@ -10,11 +10,11 @@ import bisect
 import logging
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from .clock import now_ms
 from .config import LogConfig
 from .errors import (
     CorruptRecordError,
@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def parse_dir_name(name: str) -> tuple[str, int] | None:
@@ -220,7 +216,7 @@ class Log:
 
     # --- appending ------------------------------------------------------------------------
 
-    def append_as_leader(self, records, leader_epoch: int, now_ms: int | None = None) -> LogAppendInfo:
+    def append_as_leader(self, records, leader_epoch: int, now: int | None = None) -> LogAppendInfo:
         """Validate, assign offsets (rewriting the batch headers in place) and append atomically.
 
         A bytearray or writable memoryview is rewritten in place; other buffers are copied once.
@@ -238,9 +234,9 @@ class Log:
             raise RecordBatchTooLargeError(
                 f"message set of {len(buf)} bytes exceeds segment.bytes {config.segment_bytes}"
             )
-        if now_ms is None:
-            now_ms = int(time.time() * 1000)
-        append_time = now_ms if config.log_append_time else None
+        if now is None:
+            now = now_ms()
+        append_time = now if config.log_append_time else None
         first = offset = self.log_end_offset
         bases = []
         max_ts, offset_of_max, count = NO_TIMESTAMP, first, 0
@@ -259,7 +255,7 @@ class Log:
         try:
             if leader_epoch > self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, first)
-            segment = self._maybe_roll(len(buf), max_ts, first, offset - 1, now_ms)
+            segment = self._maybe_roll(len(buf), max_ts, first, offset - 1, now)
             segment.append(buf, batches, bases, append_time)
         except OSError as exc:
             raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from .checkpoint import fsync_dir, read_checkpoint, write_checkpoint
+from .clock import now_ms
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .log import Log, parse_dir_name
@@ -25,10 +26,6 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 _DELETE_DIR = re.compile(r"^(?P<name>.+-\d+)\.(?P<uuid>[0-9a-f]{32})-delete$")
 _MAX_TICK_MS = 1000
 _MIN_TICK_MS = 10
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class LogManager:
@@ -170,7 +167,7 @@ class LogManager:
             fsync_dir(log_dir)
         except OSError as exc:
             raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
-        due = _now_ms() + partition_log.config.file_delete_delay_ms
+        due = now_ms() + partition_log.config.file_delete_delay_ms
         self._doomed_dirs.append((due, target, partition_log))
         self.checkpoint_recovery_points(log_dir)
         log.info("scheduled deletion of log %s-%d (%s)", topic, partition, target.name)
@@ -182,7 +179,7 @@ class LogManager:
         return partition_log
 
     def _remove_doomed_dirs(self, now: int | None = None, force: bool = False) -> None:
-        now = _now_ms() if now is None else now
+        now = now_ms() if now is None else now
         keep = []
         for due, path, partition_log in self._doomed_dirs:
             if not force and due > now:
@@ -237,9 +234,9 @@ class LogManager:
     async def run_background(self, stop: asyncio.Event) -> None:
         """Retention, time-based and post-roll flushes, delayed file deletion; until `stop` is set."""
         retention_interval = self.broker_config.log_retention_check_interval_ms
-        next_retention = _now_ms() + retention_interval
+        next_retention = now_ms() + retention_interval
         while not stop.is_set():
-            now = _now_ms()
+            now = now_ms()
             try:
                 await self._background_pass(now, run_retention=now >= next_retention)
             except Exception:

@@ -7,11 +7,11 @@ one timestamp lookup that has to look inside a single uncompressed batch.
 
 import gzip
 import struct
-import time
 from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
+from .clock import now_ms
 from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -281,7 +281,7 @@ def build_batch(
     For tests and tools; the broker never encodes records.
     """
     if base_timestamp is None:
-        base_timestamp = int(time.time() * 1000)
+        base_timestamp = now_ms()
     body = bytearray()
     max_ts = base_timestamp
     for delta, item in enumerate(records):

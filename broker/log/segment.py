@@ -7,12 +7,12 @@ Log decides when to roll, truncate and delete.
 
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Iterator
 
 from crc32c import crc32c
 
+from .clock import now_ms
 from .errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from .offset_index import IndexCorruptError, OffsetIndex, TimeIndex
 from .record_batch import (
@@ -56,7 +56,7 @@ class LogSegment:
         self.file = os.fdopen(fd, "r+b", buffering=0)
         self._fd = fd
         self.size = os.fstat(fd).st_size
-        self.created_ms = int(time.time() * 1000)
+        self.created_ms = now_ms()
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset
         self._next_offset: int | None = base_offset if self.size == 0 else None

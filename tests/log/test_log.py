@@ -90,7 +90,7 @@ def test_caller_bytes_are_not_modified_but_bytearray_is_rewritten_in_place(log):
 def test_log_append_time_topic(tmp_path):
     lg = Log(tmp_path / "t-0", LogConfig(message_timestamp_type="LogAppendTime"))
     try:
-        info = lg.append_as_leader(batch([0, 1], ts=5), leader_epoch=0, now_ms=777_000)
+        info = lg.append_as_leader(batch([0, 1], ts=5), leader_epoch=0, now=777_000)
         assert info.log_append_time == 777_000 and info.max_timestamp == 777_000
         records = decode_records(lg.read(0, 10_000).read_bytes())
         assert [r.timestamp for r in records] == [777_000, 777_000]

@@ -2,16 +2,17 @@
 a stand-in for the controller's side of the wire (LeaderAndIsr/UpdateMetadata/StopReplica frames,
 exactly what the controller sends; the controller process is tested elsewhere)."""
 
+import datetime
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from odradek.common import wire, zk_data
 from odradek.common.messages import (
@@ -254,6 +255,47 @@ class FakeController:
             topics=(StopReplicaTopic(name=topic, partition_indexes=tuple(partitions)),),
         )
         return self.client(broker).request(request)
+
+
+# --- data-path request builders (versioned kio schemas), for the raw-wire tests ---------------
+
+
+def _ms(n):
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
+
+
+def produce_request(version, topic, partition, records, acks=1, timeout_ms=5000, transactional_id=None):
+    mod = __import__(f"kio.schema.produce.v{version}.request", fromlist=["x"])
+    return mod.ProduceRequest(
+        transactional_id=transactional_id,
+        acks=i16(acks),
+        timeout=_ms(timeout_ms),
+        topic_data=(mod.TopicProduceData(name=topic, partition_data=(mod.PartitionProduceData(index=i32(partition), records=records),)),),
+    )
+
+
+def fetch_request(version, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
+    mod = __import__(f"kio.schema.fetch.v{version}.request", fromlist=["x"])
+    extra = {"forgotten_topics_data": ()} if version >= 7 else {}
+    return mod.FetchRequest(
+        replica_id=i32(-1),
+        max_wait=_ms(max_wait_ms),
+        min_bytes=i32(min_bytes),
+        max_bytes=i32(max_bytes),
+        isolation_level=i8(0),
+        topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes)),)),),
+        **extra,
+    )
+
+
+def list_offsets_request(version, topic, partition, timestamp):
+    mod = __import__(f"kio.schema.list_offsets.v{version}.request", fromlist=["x"])
+    extra = {"isolation_level": i8(0)} if version >= 2 else {}
+    return mod.ListOffsetsRequest(
+        replica_id=i32(-1),
+        topics=(mod.ListOffsetsTopic(name=topic, partitions=(mod.ListOffsetsPartition(partition_index=i32(partition), timestamp=i64(timestamp)),)),),
+        **extra,
+    )
 
 
 def dir_snapshot(path: Path) -> dict[str, bytes]:

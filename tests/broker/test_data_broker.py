@@ -1,7 +1,6 @@
 """The broker's data path end to end: a real `odradek broker` process, driven by the controller's
 wire requests (sent by the test) and used by real clients: confluent-kafka, kafka-python, kcat."""
 
-import datetime
 import os
 import subprocess
 import threading
@@ -11,9 +10,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from data_broker import BrokerProcess, FakeController, WireClient
+from data_broker import BrokerProcess, FakeController, WireClient, fetch_request, list_offsets_request, produce_request
 from odradek.broker.log.record_batch import build_batch
 from odradek.common import wire, zk_data
 
@@ -33,44 +31,6 @@ def controller(broker):
     c = FakeController(broker.zk_connect, {broker.broker_id: broker.port})
     yield c
     c.close()
-
-
-def _ms(n):
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
-
-
-def produce_request(version, topic, partition, records, acks=1, timeout_ms=5000, transactional_id=None):
-    mod = __import__(f"kio.schema.produce.v{version}.request", fromlist=["x"])
-    return mod.ProduceRequest(
-        transactional_id=transactional_id,
-        acks=i16(acks),
-        timeout=_ms(timeout_ms),
-        topic_data=(mod.TopicProduceData(name=topic, partition_data=(mod.PartitionProduceData(index=i32(partition), records=records),)),),
-    )
-
-
-def fetch_request(version, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
-    mod = __import__(f"kio.schema.fetch.v{version}.request", fromlist=["x"])
-    extra = {"forgotten_topics_data": ()} if version >= 7 else {}
-    return mod.FetchRequest(
-        replica_id=i32(-1),
-        max_wait=_ms(max_wait_ms),
-        min_bytes=i32(min_bytes),
-        max_bytes=i32(max_bytes),
-        isolation_level=i8(0),
-        topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes)),)),),
-        **extra,
-    )
-
-
-def list_offsets_request(version, topic, partition, timestamp):
-    mod = __import__(f"kio.schema.list_offsets.v{version}.request", fromlist=["x"])
-    extra = {"isolation_level": i8(0)} if version >= 2 else {}
-    return mod.ListOffsetsRequest(
-        replica_id=i32(-1),
-        topics=(mod.ListOffsetsTopic(name=topic, partitions=(mod.ListOffsetsPartition(partition_index=i32(partition), timestamp=i64(timestamp)),)),),
-        **extra,
-    )
 
 
 # --- ApiVersions ------------------------------------------------------------------------------------

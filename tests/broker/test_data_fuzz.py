@@ -11,11 +11,18 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from data_broker import BrokerProcess, FakeController, WireClient, dir_snapshot
+from data_broker import (
+    BrokerProcess,
+    FakeController,
+    WireClient,
+    dir_snapshot,
+    fetch_request,
+    list_offsets_request,
+    produce_request,
+)
 from odradek.broker.log.record_batch import build_batch
 from odradek.common import wire
 
-from test_data_broker import fetch_request, list_offsets_request, produce_request
 
 MAX_REQUEST = 1 << 20
 KNOWN_APIS = [0, 1, 2, 3, 4, 5, 6, 18, 19, 20, 32, 60]

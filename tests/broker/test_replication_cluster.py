@@ -4,7 +4,6 @@ Followers truncate by OffsetForLeaderEpoch and fetch from their leader; acks=all
 every replica ends byte-identical to the leader; high watermarks are checkpointed and a restarted
 follower catches up."""
 
-import time
 import uuid
 
 import pytest

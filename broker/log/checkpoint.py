@@ -1,7 +1,7 @@
 """Kafka's checkpoint file format: a version line, a count line, then one entry per line.
 
-Used for `leader-epoch-checkpoint` ("epoch startOffset") and `recovery-point-offset-checkpoint`
-("topic partition offset"). Written to a temp file, fsynced, then renamed, so a crash leaves
+Used for `leader-epoch-checkpoint` ("epoch startOffset") and the per-partition offset files,
+`recovery-point-offset-checkpoint` and `replication-offset-checkpoint` ("topic partition offset"). Written to a temp file, fsynced, then renamed, so a crash leaves
 either the old or the new file, never a torn one.
 """
 
@@ -38,6 +38,18 @@ def read_checkpoint(path: Path) -> list[list[str]] | None:
     if len(entries) != count:
         raise ValueError(f"{path}: expected {count} entries, found {len(entries)}")
     return entries
+
+
+def write_offsets(path: Path, offsets: dict[tuple[str, int], int]) -> None:
+    """A "topic partition offset" checkpoint, sorted by partition."""
+    write_checkpoint(path, [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())])
+
+
+def read_offsets(path: Path) -> dict[tuple[str, int], int]:
+    """{(topic, partition): offset} of a "topic partition offset" checkpoint; {} if missing.
+
+    ValueError if malformed."""
+    return {(topic, int(p)): int(offset) for topic, p, offset in read_checkpoint(path) or []}
 
 
 def fsync_dir(path: Path) -> None:

@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .checkpoint import fsync_dir, read_checkpoint, write_checkpoint
+from .checkpoint import fsync_dir, read_offsets, write_offsets
 from .clock import now_ms
 from .config import LogConfig
 from .errors import KafkaStorageError
@@ -198,8 +198,7 @@ class LogManager:
     @staticmethod
     def _read_recovery_points(log_dir: Path) -> dict[tuple[str, int], int]:
         try:
-            rows = read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT) or []
-            return {(topic, int(p)): int(offset) for topic, p, offset in rows}
+            return read_offsets(log_dir / RECOVERY_POINT_CHECKPOINT)
         except (ValueError, OSError) as exc:
             log.warning("%s: unreadable %s (%s): recovering every log", log_dir, RECOVERY_POINT_CHECKPOINT, exc)
             return {}
@@ -215,8 +214,7 @@ class LogManager:
 
     def _write_recovery_points(self, log_dir: Path, points: dict) -> None:
         with self._checkpoint_lock:
-            write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT,
-                             [f"{t} {p} {o}" for (t, p), o in sorted(points.items())])
+            write_offsets(log_dir / RECOVERY_POINT_CHECKPOINT, points)
             self._written_checkpoints[log_dir] = points
 
     def checkpoint_recovery_points(self, log_dir: Path | None = None, force: bool = False) -> None:

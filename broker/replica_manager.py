@@ -137,8 +137,8 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         accumulated = 0
         for info in self.infos:
-            partition = self.manager.partitions.get((info.topic, info.partition))
-            if partition is None or (not partition.is_leader and self.replica_id != DEBUGGING_REPLICA_ID):
+            partition, _ = self.manager.leader_partition(info.topic, info.partition, replica_id=self.replica_id)
+            if partition is None:
                 return self.force_complete()
             plog = partition.log
             end = plog.log_end_offset if self.replica_id >= 0 else plog.high_watermark
@@ -259,12 +259,19 @@ class ReplicaManager:
             return ErrorCode.not_leader_or_follower
         return ErrorCode.unknown_topic_or_partition
 
-    def leader_partition(self, topic: str, partition: int) -> tuple[Partition | None, ErrorCode]:
+    def leader_partition(
+        self, topic: str, partition: int, current_leader_epoch: int = -1, replica_id: int = CONSUMER_REPLICA_ID
+    ) -> tuple[Partition | None, ErrorCode]:
+        """The hosted partition a request may use, or why not: not hosted, not the leader (debugging
+        tools may read a follower), or the request's leader epoch fenced (-1: not checked)."""
         p = self.partitions.get((topic, partition))
         if p is None:
             return None, self._unknown_partition_error(topic, partition)
-        if not p.is_leader:
+        if not p.is_leader and replica_id != DEBUGGING_REPLICA_ID:
             return None, ErrorCode.not_leader_or_follower
+        error = p.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.none:
+            return None, error
         return p, ErrorCode.none
 
     def complete_delayed_requests(self, key) -> None:
@@ -418,13 +425,8 @@ class ReplicaManager:
         self, topic: str, index: int, leader_epoch: int, current_leader_epoch: int = -1
     ) -> tuple[ErrorCode, int, int]:
         """(error, epoch, end offset): where `leader_epoch` ends in the leader's log (KIP-101/279)."""
-        p = self.partitions.get((topic, index))
+        p, error = self.leader_partition(topic, index, current_leader_epoch)
         if p is None:
-            return self._unknown_partition_error(topic, index), -1, -1
-        if not p.is_leader:
-            return ErrorCode.not_leader_or_follower, -1, -1
-        error = p.check_leader_epoch(current_leader_epoch)
-        if error != ErrorCode.none:
             return error, -1, -1
         epoch, offset = p.log.leader_epoch_cache.end_offset_for(leader_epoch)
         return ErrorCode.none, epoch, offset
@@ -495,16 +497,8 @@ class ReplicaManager:
         for info in infos:
             result = FetchResult()
             out.append(result)
-            p = self.partitions.get((info.topic, info.partition))
+            p, result.error = self.leader_partition(info.topic, info.partition, info.current_leader_epoch, replica_id)
             if p is None:
-                result.error = self._unknown_partition_error(info.topic, info.partition)
-                continue
-            if not p.is_leader and replica_id != DEBUGGING_REPLICA_ID:
-                result.error = ErrorCode.not_leader_or_follower
-                continue
-            epoch_error = p.check_leader_epoch(info.current_leader_epoch)
-            if epoch_error != ErrorCode.none:
-                result.error = epoch_error
                 continue
             plog = p.log
             hw = plog.high_watermark
@@ -616,14 +610,9 @@ class ReplicaManager:
     def fetch_offset_for_timestamp(
         self, topic: str, index: int, timestamp: int, replica_id: int, current_leader_epoch: int = -1
     ) -> ListOffsetResult:
-        p = self.partitions.get((topic, index))
+        p, error = self.leader_partition(topic, index, current_leader_epoch, replica_id)
         if p is None:
-            return ListOffsetResult(error=self._unknown_partition_error(topic, index))
-        if not p.is_leader and replica_id != DEBUGGING_REPLICA_ID:
-            return ListOffsetResult(error=ErrorCode.not_leader_or_follower)
-        epoch_error = p.check_leader_epoch(current_leader_epoch)
-        if epoch_error != ErrorCode.none:
-            return ListOffsetResult(error=epoch_error)
+            return ListOffsetResult(error=error)
         plog = p.log
         # Consumers see only offsets below the high watermark (read_committed: the LSO, the same
         # here without transactions); followers and debugging tools see the whole log.

@@ -110,10 +110,6 @@ class ControllerChannelManager:
         ch.queue.put_nowait(payload)
         return True
 
-    def queued(self, broker_id: int) -> int:
-        ch = self.channels.get(broker_id)
-        return ch.queue.qsize() if ch else 0
-
     def abort(self) -> None:
         """Stop at once: drop every queue and connection (a deposed controller sends nothing more)."""
         for ch in self.channels.values():

@@ -48,19 +48,3 @@ class ControllerContext:
 
     def all_partitions(self) -> list[TopicPartition]:
         return [tp for t in sorted(self.assignments) for tp in self.partitions_of(t)]
-
-    def is_live(self, broker_id: int) -> bool:
-        return broker_id in self.live_brokers
-
-    def copy(self) -> "ControllerContext":
-        return ControllerContext(
-            self.controller_id,
-            self.epoch,
-            self.epoch_zk_version,
-            dict(self.live_brokers),
-            set(self.shutting_down_brokers),
-            dict(self.assignments),
-            dict(self.partition_states),
-            set(self.topics_to_delete),
-            self.unclean_leader_election,
-        )

@@ -78,6 +78,7 @@ class KafkaController:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.listener: SocketServer | None = None
         self._listener_endpoint: EndPoint | None = None
+        """Published in /controller: where brokers find the active controller's listener."""
         self._inflight: set[asyncio.Future] = set()
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -165,10 +166,6 @@ class KafkaController:
             if not session.done():
                 session.cancel()
 
-    def _endpoint(self) -> EndPoint | None:
-        """Published in /controller: where brokers find the active controller's listener."""
-        return self._listener_endpoint
-
     async def _session(self) -> None:
         """One ZooKeeper session: candidate, standby or active, until it ends."""
         self._generation += 1
@@ -185,7 +182,7 @@ class KafkaController:
             self._connected.set()
             zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, gen, state))
             while not self._stopping.is_set() and self._deposed_reason is None:
-                won = await asyncio.to_thread(zk.elect, ControllerInfo(self.controller_id, self._endpoint()))
+                won = await asyncio.to_thread(zk.elect, ControllerInfo(self.controller_id, self._listener_endpoint))
                 if won is not None:
                     await self._run_active(zk, gen, *won)
                     return  # deposed or stopping: a fresh session either way

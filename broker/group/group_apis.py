@@ -22,7 +22,7 @@ from odradek.common.wire import _read_header_v1 as read_request_header_v1
 from . import records
 from .group_coordinator import GroupCoordinator
 from .group_metadata import OffsetAndMetadata
-from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME
+from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class GroupApis:
     async def handle_offset_commit(self, header, request):
         version = _version(header)
         mod = _mod(OFFSET_COMMIT, max(version, 2))
-        now = int(datetime.datetime.now(datetime.timezone.utc).timestamp() * 1000)
+        now = now_ms()
         offsets = {}
         for t in request.topics:
             for p in t.partitions:
@@ -230,7 +230,7 @@ class GroupApis:
         )
         return _make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
 
-    def _fetch_group(self, mod, version: int, group_id: str, topics, topic_cls, part_cls):
+    def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls):
         wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
         code, found = self.coordinator.fetch_offsets(group_id, wanted)
         per_topic: dict[str, list] = {}
@@ -255,11 +255,11 @@ class GroupApis:
         if version >= 8:
             groups = []
             for g in request.groups:
-                code, topics = self._fetch_group(mod, version, g.group_id, g.topics, mod.OffsetFetchResponseTopics,
+                code, topics = self._fetch_group(version, g.group_id, g.topics, mod.OffsetFetchResponseTopics,
                                                  mod.OffsetFetchResponsePartitions)
                 groups.append(mod.OffsetFetchResponseGroup(group_id=g.group_id, topics=topics, error_code=code))
             return mod.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
-        code, topics = self._fetch_group(mod, version, request.group_id, request.topics, mod.OffsetFetchResponseTopic,
+        code, topics = self._fetch_group(version, request.group_id, request.topics, mod.OffsetFetchResponseTopic,
                                          mod.OffsetFetchResponsePartition)
         return _make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 

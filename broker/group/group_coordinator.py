@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
-CONSUMER_PROTOCOL = "consumer"
 
 
 @dataclass
@@ -59,7 +58,6 @@ class GroupCoordinator:
         """Groups whose join phase is in the initial delay of a new group (the timer decides)."""
         self._tasks: set[asyncio.Task] = set()
         self._reaper: asyncio.Task | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -341,7 +339,7 @@ class GroupCoordinator:
         ):
             return ErrorCode.inconsistent_group_protocol, b""
         member = group.members[member_id]
-        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+        if group.state == GroupState.EMPTY:
             return ErrorCode.unknown_member_id, b""
         if group.state == GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress, b""

@@ -109,9 +109,6 @@ class GroupMetadata:
 
     # --- state ----------------------------------------------------------------------------------
 
-    def is_state(self, *states: GroupState) -> bool:
-        return self.state in states
-
     def transition_to(self, target: GroupState, now_ms: int = 0) -> None:
         if self.state not in VALID_PREVIOUS[target]:
             raise ValueError(f"group {self.group_id}: illegal transition {self.state.value} → {target.value}")

@@ -103,7 +103,7 @@ class GroupMetadataManager:
         return asyncio.ensure_future(self._append(self.partition_for(group_id), entries))
 
     async def _append(self, p: int, entries: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        batch = build_batch([(k, v) for k, v in entries], base_timestamp=now_ms())
+        batch = build_batch(entries, base_timestamp=now_ms())
         try:
             results = await self.replica_manager.append_records(
                 self.commit_timeout_ms, -1, [(GROUP_METADATA_TOPIC_NAME, p, batch)]
@@ -112,7 +112,7 @@ class GroupMetadataManager:
             log.exception("append to %s-%d failed", GROUP_METADATA_TOPIC_NAME, p)
             return ErrorCode.unknown_server_error
         code = results[(GROUP_METADATA_TOPIC_NAME, p)].error
-        return ErrorCode.none if code == ErrorCode.none else append_error_to_commit_error(code)
+        return append_error_to_commit_error(code)
 
     # --- loading --------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ Kafka's, so tools that read the topic (kafka-console-consumer's formatter) under
 import struct
 from dataclasses import dataclass
 
-from .group_metadata import GroupMetadata, MemberMetadata, OffsetAndMetadata
+from .group_metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
 
 _H, _I, _Q = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
@@ -140,8 +140,6 @@ def group_value(group: GroupMetadata) -> bytes:
 
 def decode_group_value(group_id: str, data: bytes) -> GroupMetadata:
     """The stored group, Empty or Stable as Kafka reloads it (members only if it had any)."""
-    from .group_metadata import GroupState
-
     r = _Reader(data)
     version = r.int16()
     if not 0 <= version <= 3:

@@ -214,15 +214,8 @@ class LogSegment:
         try:
             self.index.load(self.size)
             self.time_index.load(self.next_offset if is_active else 2**63 - 1)
-            last = self.time_index.last_entry
-            if last is not None:
-                self.max_timestamp, self.offset_of_max_timestamp = last
-            if is_active:
-                # Batches after the last time-index entry may be newer; the scan also proves the tail whole.
-                position = self.index.lookup(last[1])[1] if last else 0
-                for info in self.scan(position):
-                    if info.max_timestamp > self.max_timestamp:
-                        self.max_timestamp, self.offset_of_max_timestamp = info.max_timestamp, info.base_offset
+            # An active segment's tail may hold newer batches; the scan also proves the tail whole.
+            self._restore_max_timestamp(scan_tail=is_active)
         except (IndexCorruptError, CorruptRecordError, InvalidRecordError) as exc:
             log.warning("%s: %s; rebuilding its indexes", self.log_path, exc)
             self.recover()
@@ -280,13 +273,20 @@ class LogSegment:
         self._bytes_since_index = 0
         if self.size == 0:
             self._rolling_timestamp = None
+        self._restore_max_timestamp(scan_tail=True)
+        return self._next_offset
+
+    def _restore_max_timestamp(self, scan_tail: bool) -> None:
+        """max_timestamp and its offset from the time index's last entry, then (if `scan_tail`)
+        from the batches after that entry, which the sparse index may not cover."""
         last = self.time_index.last_entry
         self.max_timestamp, self.offset_of_max_timestamp = last if last else (NO_TIMESTAMP, self.base_offset)
+        if not scan_tail:
+            return
         position = self.index.lookup(last[1])[1] if last else 0
-        for batch in self.scan(position):
-            if batch.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = batch.max_timestamp, batch.base_offset
-        return self._next_offset
+        for info in self.scan(position):
+            if info.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = info.max_timestamp, info.base_offset
 
     def on_become_inactive(self) -> None:
         """At roll: a final time-index entry for the segment's max timestamp, indexes written out."""

@@ -34,7 +34,7 @@ from .record_batch import (
     set_log_append_time,
     validate_batches,
 )
-from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, file_name
 
 log = logging.getLogger(__name__)
 
@@ -175,20 +175,22 @@ class Log:
         )
 
     def _load(self, had_clean_shutdown: bool) -> None:
-        bases = []
+        bases: set[int] = set()
+        indexes: list[tuple[int, Path]] = []
         for path in self.dir.iterdir():
             name = path.name
             if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp"):
                 path.unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
-            elif name.endswith(LOG_SUFFIX) and name[:-4].isdigit():
-                bases.append(int(name[:-4]))
-        for path in self.dir.iterdir():
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                if path.name.endswith(suffix) and path.name[: -len(suffix)].isdigit():
-                    if int(path.name[: -len(suffix)]) not in bases:
-                        path.unlink(missing_ok=True)  # orphaned index
-        bases.sort()
-        self.segments = [self._new_segment(b) for b in bases] or [self._new_segment(0)]
+            elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
+                bases.add(int(name[: -len(LOG_SUFFIX)]))
+            else:
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    if name.endswith(suffix) and name[: -len(suffix)].isdigit():
+                        indexes.append((int(name[: -len(suffix)]), path))
+        for base, path in indexes:
+            if base not in bases:
+                path.unlink(missing_ok=True)  # orphaned index
+        self.segments = [self._new_segment(b) for b in sorted(bases)] or [self._new_segment(0)]
         self._bases = [s.base_offset for s in self.segments]
         if had_clean_shutdown:
             for seg in self.segments:
@@ -338,7 +340,7 @@ class Log:
         else:
             active.on_become_inactive()
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            (self.dir / f"{new_base:020d}{suffix}").unlink(missing_ok=True)  # stale leftovers above the end
+            (self.dir / file_name(new_base, suffix)).unlink(missing_ok=True)  # stale leftovers above the end
         seg = self._new_segment(new_base)
         self.segments.append(seg)
         self._bases.append(new_base)

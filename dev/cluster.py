@@ -21,10 +21,11 @@ from kazoo.exceptions import NoNodeError
 
 from odradek.common import zk_data
 from odradek.common.client import NetworkClient
+from odradek.common.config import load_properties
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
+from odradek.operator.probe import CONTROLLER_ID_BASE
 
 DEFAULT_CHROOT = "/odradek"
-CONTROLLER_ID_BASE = 1000
 
 class ClusterError(RuntimeError):
     """The cluster did not come up (or a process died); the message names the log to read."""
@@ -206,8 +207,8 @@ class LocalCluster:
         return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log")
 
     def _controller_process(self, j: int) -> ManagedProcess:
-        # ControllerConfig's default listener is Kafka's 9093, broker 1's port under `odradek dev`:
-        # give each controller a free one, should it ever listen.
+        # A free port per controller: two candidates on one host cannot share ControllerConfig's
+        # default listener (9190).
         overrides = {
             "controller.id": str(CONTROLLER_ID_BASE + j),
             "zookeeper.connect": self.zookeeper_connect,
@@ -437,13 +438,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"override wants KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
+    try:
+        return load_properties(None, items)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,9 +13,10 @@ import socket
 import sys
 import zlib
 
+from odradek.common import zk_data
 from odradek.common.config import load_properties
 
-CONTROLLER_ID_BASE = 1000
+CONTROLLER_ID_BASE = 1000  # odradek.dev.cluster numbers its controllers from here too
 
 
 def controller_id_for(pod_name: str) -> int:
@@ -46,7 +47,7 @@ def broker_ready(connect: str, broker_id: int, port: int, timeout: float = 3.0) 
     except Exception as e:  # noqa: BLE001 - any failure means not ready
         return False, f"ZooKeeper unreachable: {e}"
     try:
-        if zk.exists(f"/brokers/ids/{broker_id}") is None:
+        if zk.exists(zk_data.broker_path(broker_id)) is None:
             return False, f"broker {broker_id} not registered"
         return True, f"broker {broker_id} registered and serving"
     finally:
@@ -57,15 +58,17 @@ def broker_ready(connect: str, broker_id: int, port: int, timeout: float = 3.0) 
 def controller_role(connect: str, controller_id: int, timeout: float = 3.0) -> tuple[bool, str]:
     import json
 
+    from kazoo.exceptions import NoNodeError
+
     try:
         zk = _zk(connect, timeout)
     except Exception as e:  # noqa: BLE001
         return False, f"ZooKeeper unreachable: {e}"
     try:
-        found = zk.exists("/controller")
-        if found is None:
+        try:
+            data, _ = zk.get(zk_data.CONTROLLER)
+        except NoNodeError:
             return True, "standby (no active controller yet)"
-        data, _ = zk.get("/controller")
         active = json.loads(data).get("brokerid")
         return True, "active" if active == controller_id else f"standby (active: {active})"
     finally:

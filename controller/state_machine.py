@@ -144,7 +144,13 @@ def reconcile_leader_and_isr(
                 new_isr = (leader,) if leader in isr else (isr[-1],)
     if new_leader == leader and new_isr == isr:
         return None
-    return LeaderIsrAndControllerEpoch(new_leader, state.leader_epoch + 1, new_isr, controller_epoch, state.zk_version + 1)
+    return next_state(state, new_leader, new_isr, controller_epoch)
+
+
+def next_state(state: LeaderIsrAndControllerEpoch, leader: int, isr: tuple[int, ...],
+               controller_epoch: int) -> LeaderIsrAndControllerEpoch:
+    """A leadership change of `state`: the next leader epoch, expecting the znode's next version."""
+    return LeaderIsrAndControllerEpoch(leader, state.leader_epoch + 1, isr, controller_epoch, state.zk_version + 1)
 
 
 # --- request batching (Kafka's ControllerBrokerRequestBatch) -------------------------------------
@@ -288,6 +294,16 @@ def _elect(ctx: ControllerContext, tps: Iterable[TopicPartition], replicas_of, l
             states[tp] = new
             changed[tp] = False
     return changed
+
+
+def _record_change(d: Decisions, batch: "RequestBatch", updates: dict, tp: TopicPartition,
+                   state: LeaderIsrAndControllerEpoch, new: LeaderIsrAndControllerEpoch,
+                   recipients: Iterable[int], replicas: tuple[int, ...]) -> None:
+    """A partition moves from `state` to `new`: its compare-and-set write, LeaderAndIsr to
+    `recipients`, and its UpdateMetadata entry in `updates`."""
+    d.state_writes.append(StateWrite(tp, new, state.zk_version))
+    batch.add_leader_and_isr(recipients, tp, new, replicas)
+    updates[tp] = (new, replicas)
 
 
 def _deleting_state(state: LeaderIsrAndControllerEpoch | None) -> LeaderIsrAndControllerEpoch:
@@ -565,25 +581,20 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
             continue
         new = None
         recipients = replicas
+        shrunk_isr = tuple(b for b in state.isr if b != broker_id)
         if state.leader == broker_id:
             candidates = [r for r in replicas if r in state.isr and r in ctx.live_brokers and r not in shutting]
             if candidates:
-                new = LeaderIsrAndControllerEpoch(candidates[0], state.leader_epoch + 1,
-                                                  tuple(b for b in state.isr if b != broker_id), ctx.epoch,
-                                                  state.zk_version + 1)
+                new = next_state(state, candidates[0], shrunk_isr, ctx.epoch)
             elif len(replicas) > 1:
                 remaining.append(tp)
         else:
             batch.add_stop_replica((broker_id,), tp, delete=False)
             recipients = tuple(r for r in replicas if r != broker_id)
             if broker_id in state.isr and len(state.isr) > 1:
-                new = LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch + 1,
-                                                  tuple(b for b in state.isr if b != broker_id), ctx.epoch,
-                                                  state.zk_version + 1)
+                new = next_state(state, state.leader, shrunk_isr, ctx.epoch)
         if new is not None:
-            d.state_writes.append(StateWrite(tp, new, state.zk_version))
-            batch.add_leader_and_isr(recipients, tp, new, replicas)
-            updates[tp] = (new, replicas)
+            _record_change(d, batch, updates, tp, state, new, recipients, replicas)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
     d.requests = batch.build()
@@ -631,10 +642,8 @@ def on_preferred_replica_election(ctx: ControllerContext, partitions: Iterable[T
         if (state.leader == preferred or preferred not in state.isr or preferred not in ctx.live_brokers
                 or preferred in ctx.shutting_down_brokers):
             continue
-        new = LeaderIsrAndControllerEpoch(preferred, state.leader_epoch + 1, state.isr, ctx.epoch, state.zk_version + 1)
-        d.state_writes.append(StateWrite(tp, new, state.zk_version))
-        batch.add_leader_and_isr(replicas, tp, new, replicas)
-        updates[tp] = (new, replicas)
+        _record_change(d, batch, updates, tp, state, next_state(state, preferred, state.isr, ctx.epoch),
+                       replicas, replicas)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
         d.requests = batch.build()

@@ -31,10 +31,8 @@ class DelayedOperation:
         raise NotImplementedError
 
     def on_complete(self) -> None:
-        """Runs exactly once, when the operation completes (met, expired or forced)."""
-
-    def on_expiration(self) -> None:
-        """Runs after on_complete when the timeout completed the operation."""
+        """Runs exactly once, when the operation completes (met, expired or forced); `expired`
+        tells a timeout apart."""
 
     # --- machinery ------------------------------------------------------------------------------
 
@@ -56,8 +54,7 @@ class DelayedOperation:
         self._timer = None
         if not self.completed:
             self.expired = True
-            if self.force_complete():
-                self.on_expiration()
+            self.force_complete()
 
     async def wait(self) -> None:
         await asyncio.shield(self._done)
@@ -79,15 +76,13 @@ class DelayedOperationPurgatory:
         """
         if op.try_complete():
             return True
-        keys = list(keys)
         for key in keys:
             self._watchers.setdefault(key, []).append(op)
-        if not op.completed:
-            op._timer = asyncio.get_running_loop().call_later(op.delay_ms / 1000.0, op._expire)
+        op._timer = asyncio.get_running_loop().call_later(op.delay_ms / 1000.0, op._expire)
         self._added_since_purge += 1
         if self._added_since_purge >= self._purge_interval:
             self.purge_completed()
-        return op.completed
+        return False
 
     def check_and_complete(self, key: Hashable) -> int:
         """Re-evaluates the operations watching `key`; returns how many completed."""

@@ -97,10 +97,6 @@ class OffsetIndex(_IndexFile):
         self._pos.append(position)
         self._maybe_write_chunk()
 
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self._rel[-1] if self._rel else self.base_offset
-
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry at or below `offset`; (base, 0) if none."""
         i = bisect.bisect_right(self._rel, offset - self.base_offset) - 1

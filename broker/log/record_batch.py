@@ -32,7 +32,6 @@ MAX_TIMESTAMP_POS = 35
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08  # 1 = LogAppendTime
-TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 COMPRESSION_CODECS = {0: None, 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
@@ -42,7 +41,6 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
 
 
 class BatchInfo(NamedTuple):
@@ -77,13 +75,6 @@ class BatchInfo(NamedTuple):
     @property
     def is_log_append_time(self) -> bool:
         return bool(self.attributes & TIMESTAMP_TYPE_MASK)
-
-
-def batch_size_at(buf, pos: int) -> int | None:
-    """Size of the batch starting at `pos` from its length field; None if the field is cut off."""
-    if len(buf) - pos < LOG_OVERHEAD:
-        return None
-    return _I32.unpack_from(buf, pos + LENGTH_POS)[0] + LOG_OVERHEAD
 
 
 def check_batch(buf, pos: int, end: int, *, verify_crc: bool = True) -> BatchInfo | None:

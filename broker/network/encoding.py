@@ -8,11 +8,9 @@ sendfile.
 
 import struct
 
-_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_SIZE = struct.Struct(">i")
 
 
 def uvarint(value: int) -> bytes:
@@ -38,10 +36,7 @@ class BodyWriter:
         self._buf = bytearray()
         self._chunks: list = []
         self.size = 0
-        """Bytes in regions already handed over (the buffer's own length is added by total())."""
-
-    def int8(self, v: int) -> None:
-        self._buf += _I8.pack(v)
+        """Bytes handed over to chunks so far (chunks() adds the buffer's remainder)."""
 
     def int16(self, v: int) -> None:
         self._buf += _I16.pack(v)
@@ -77,9 +72,6 @@ class BodyWriter:
         if self.flexible:
             self._buf.append(0)
 
-    def raw(self, data: bytes) -> None:
-        self._buf += data
-
     def records(self, regions: list, size: int) -> None:
         """A `records` field: the length, then the regions as they are (no copy)."""
         if self.flexible:
@@ -94,9 +86,6 @@ class BodyWriter:
             self._chunks.append(region)
             self.size += region.size
 
-    def null_records(self) -> None:
-        self._buf += b"\0" if self.flexible else b"\xff\xff\xff\xff"
-
     def chunks(self) -> list:
         if self._buf:
             self._chunks.append(bytes(self._buf))
@@ -107,7 +96,7 @@ class BodyWriter:
 
 def frame(header: bytes, body_chunks: list, body_size: int) -> list:
     """Size prefix + response header + body, the header merged into the first bytes chunk."""
-    head = _SIZE.pack(len(header) + body_size) + header
+    head = _I32.pack(len(header) + body_size) + header
     if body_chunks and isinstance(body_chunks[0], (bytes, bytearray)):
         return [head + body_chunks[0], *body_chunks[1:]]
     return [head, *body_chunks]

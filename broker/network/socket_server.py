@@ -161,9 +161,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._end += nbytes
         self._parse()
 
-    def eof_received(self):
-        return False
-
     def connection_lost(self, exc):
         self._closed = True
         self.server.connections.discard(self)

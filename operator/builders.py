@@ -114,12 +114,6 @@ def bootstrap_servers(body: dict) -> str:
     return f"{names(meta['name'])['bootstrap']}.{meta['namespace']}.svc:{BROKER_PORT}"
 
 
-def broker_host(body: dict, broker_id: int) -> str:
-    meta = body["metadata"]
-    n = names(meta["name"])
-    return f"{n['broker']}-{broker_id}.{n['broker_headless']}.{meta['namespace']}.svc"
-
-
 # --- ZooKeeper ----------------------------------------------------------------------------------
 
 def zookeeper_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:

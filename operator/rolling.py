@@ -17,7 +17,6 @@ class ClusterView:
     registered: frozenset[int]
     under_replicated: tuple[tuple[str, int], ...] = ()
     replicas_by_broker: dict[int, int] = field(default_factory=dict)
-    controller_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,15 +77,20 @@ class BrokerOrchestrator(Protocol):
         ...
 
 
+def unregistered(brokers: list[BrokerState], view: ClusterView) -> str | None:
+    """The wait for brokers that are down or not yet registered, or None when all are up."""
+    down = sorted(b.broker_id for b in brokers if not b.running or b.broker_id not in view.registered)
+    return f"waiting for brokers {down} to register" if down else None
+
+
 def next_roll_step(brokers: list[BrokerState], desired_hash: str, view: ClusterView) -> RollStep:
     """Restart one stale broker, and only when every broker is up and registered and no
     partition is under-replicated (so the previous restart has caught up)."""
     pending = tuple(sorted(b.broker_id for b in brokers if b.config_hash != desired_hash))
     if not pending:
         return RollStep(None, None, ())
-    down = sorted(b.broker_id for b in brokers if not b.running or b.broker_id not in view.registered)
-    if down:
-        return RollStep(None, f"waiting for brokers {down} to register", pending)
+    if (waiting := unregistered(brokers, view)) is not None:
+        return RollStep(None, waiting, pending)
     if view.under_replicated:
         shown = ", ".join(f"{t}-{p}" for t, p in view.under_replicated[:5])
         return RollStep(None, f"waiting for {len(view.under_replicated)} under-replicated partitions ({shown})",
@@ -133,11 +137,7 @@ async def reconcile_brokers(orchestrator: BrokerOrchestrator, desired_hash: str,
     if step.restart is not None:
         await orchestrator.restart_broker(step.restart)
         return BrokerReconcile(restarted=step.restart, refused=decision.refused, pending=step.pending)
-    waiting = step.waiting
-    if waiting is None:
-        down = sorted(b.broker_id for b in states if not b.running or b.broker_id not in view.registered)
-        if down:
-            waiting = f"waiting for brokers {down} to register"
+    waiting = step.waiting if step.waiting is not None else unregistered(states, view)
     done = step.done and waiting is None and decision.refused is None
     return BrokerReconcile(waiting=waiting, refused=decision.refused, done=done, pending=step.pending)
 
@@ -152,10 +152,8 @@ def view_from_metadata(response) -> ClusterView:
                 replicas[int(r)] = replicas.get(int(r), 0) + 1
             if len(p.isr_nodes) < len(p.replica_nodes):
                 under.append((str(topic.name), int(p.partition_index)))
-    controller = int(response.controller_id) if getattr(response, "controller_id", None) is not None else None
     return ClusterView(registered=frozenset(int(b.node_id) for b in response.brokers),
-                       under_replicated=tuple(sorted(under)), replicas_by_broker=replicas,
-                       controller_id=None if controller is None or controller < 0 else controller)
+                       under_replicated=tuple(sorted(under)), replicas_by_broker=replicas)
 
 
 async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0) -> ClusterView:

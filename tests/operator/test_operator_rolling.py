@@ -54,7 +54,7 @@ def test_scale_down_refused_while_removed_brokers_hold_replicas():
 
 def test_view_from_metadata():
     response = NS(
-        brokers=[NS(node_id=0), NS(node_id=1), NS(node_id=2)], controller_id=-1,
+        brokers=[NS(node_id=0), NS(node_id=1), NS(node_id=2)],
         topics=[NS(name="a", partitions=[
             NS(partition_index=0, replica_nodes=[0, 1], isr_nodes=[0, 1]),
             NS(partition_index=1, replica_nodes=[1, 2], isr_nodes=[1]),
@@ -63,7 +63,6 @@ def test_view_from_metadata():
     assert view.registered == {0, 1, 2}
     assert view.under_replicated == (("a", 1),)
     assert view.replicas_by_broker == {0: 1, 1: 2, 2: 1}
-    assert view.controller_id is None
 
 
 def test_fetch_view_reports_when_no_broker_answers():

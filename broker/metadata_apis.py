@@ -22,7 +22,7 @@ from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, TopicSpec, topic_name_error
 from .log.config import LogConfig
-from .metadata_cache import MetadataCache, StaleControllerEpochError
+from .metadata_cache import MetadataCache, StaleControllerEpochError, broker_endpoint
 from .network.encoding import uvarint
 from .zk_client import BrokerZkClient, base64_to_uuid
 
@@ -108,8 +108,6 @@ class MetadataApis:
         self.zk = zk
         self.log_manager = log_manager
         self.admin = AdminManager(config, metadata_cache, zk)
-        self.update_listeners: list[Callable[[list[tuple[str, int]]], None]] = []
-        """Called with the partitions an accepted UpdateMetadata deleted (for broker-data's use)."""
         self._cluster_id: str | None = None
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_cache: dict[tuple[int, str], object] = {}
@@ -163,23 +161,16 @@ class MetadataApis:
                     self._topic_ids[t] = base64_to_uuid(text) if text else ZERO_UUID
         return {t: self._topic_ids.get(t, ZERO_UUID) for t in topics}
 
-    async def topic_name_by_id(self, topic_id: uuid.UUID) -> str | None:
-        if topic_id == ZERO_UUID:
-            return None
+    async def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+        """topic id → name for the known topics (those without an id left out); build once per request."""
         ids = await self.topic_ids(self.metadata_cache.topics())
-        for name, tid in ids.items():
-            if tid == topic_id:
-                return name
-        return None
+        return {tid: name for name, tid in ids.items() if tid != ZERO_UUID}
 
     @staticmethod
     def broker_address(broker: UpdateMetadataBroker) -> tuple[str, int] | None:
-        for endpoint in broker.endpoints:
-            if endpoint.listener == "PLAINTEXT":
-                return endpoint.host, int(endpoint.port)
-        if broker.endpoints:
-            return broker.endpoints[0].host, int(broker.endpoints[0].port)
-        return None
+        """The PLAINTEXT endpoint, else the first one (Metadata must list the broker somewhere)."""
+        endpoint = broker_endpoint(broker) or (broker.endpoints[0] if broker.endpoints else None)
+        return None if endpoint is None else (endpoint.host, int(endpoint.port))
 
     # --- Metadata (3) --------------------------------------------------------------------------
 
@@ -197,11 +188,14 @@ class MetadataApis:
             unknown_ids: list[uuid.UUID] = []
         else:
             names, unknown_ids = [], []
+            by_id = None
             for t in requested:
                 name = getattr(t, "name", None)
                 if name is None:
                     tid = getattr(t, "topic_id", None)
-                    name = await self.topic_name_by_id(tid) if tid is not None else None
+                    if tid is not None and by_id is None:
+                        by_id = await self.topic_names_by_id()
+                    name = by_id.get(tid) if tid is not None else None
                     if name is None:
                         unknown_ids.append(tid or ZERO_UUID)
                         continue
@@ -318,11 +312,6 @@ class MetadataApis:
         for topic in {t for t, _ in deleted}:
             if not self.metadata_cache.contains(topic):
                 self._topic_ids.pop(topic, None)
-        for listener in list(self.update_listeners):
-            try:
-                listener(deleted)
-            except Exception:  # noqa: BLE001
-                log.exception("UpdateMetadata listener failed")
         return UpdateMetadataResponse(error_code=ErrorCode.none)
 
     # --- CreateTopics (19) ---------------------------------------------------------------------
@@ -386,11 +375,14 @@ class MetadataApis:
         mod = wire.response_module(DELETE_TOPICS, version)
         entries: list[tuple[str | None, uuid.UUID | None]] = []
         if version >= 6:
+            by_id = None
             for t in request.topics:
                 if t.name is not None:
                     entries.append((t.name, None))
                 else:
-                    entries.append((await self.topic_name_by_id(t.topic_id), t.topic_id or ZERO_UUID))
+                    if by_id is None:
+                        by_id = await self.topic_names_by_id()
+                    entries.append((by_id.get(t.topic_id), t.topic_id or ZERO_UUID))
         else:
             entries = [(name, None) for name in request.topic_names]
         known = [(i, name) for i, (name, _) in enumerate(entries) if name is not None]

@@ -9,7 +9,6 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 DEV_ARGS ?= --brokers 3 --controllers 1 --data-dir ./data --port 9092
-TEST_TIMEOUT ?= 600
 PYTEST_ARGS ?=
 
 .PHONY: setup system-packages dev test
@@ -39,4 +38,4 @@ dev: setup
 	$(BIN)/odradek dev $(DEV_ARGS)
 
 test: setup
-	$(BIN)/pytest tests/ -ra --timeout=$(TEST_TIMEOUT) $(PYTEST_ARGS)
+	$(BIN)/pytest tests/ -ra $(PYTEST_ARGS)

@@ -185,8 +185,6 @@ class ReplicaManager:
         self.zk = zk
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = 0
-        self.broker_epoch = -1
-        """This broker's registration epoch (czxid), set by the server once registered."""
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self._state_change_lock = asyncio.Lock()
@@ -196,6 +194,11 @@ class ReplicaManager:
         """One HW checkpoint write at a time (they share a temp file)."""
         self.alter_partition_manager = None
         """An AlterPartitionManager (set by the server); without one ISRs never change here."""
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's registration epoch (czxid of `/brokers/ids/<id>`); -1 before it registers."""
+        return -1 if self.zk is None else self.zk.broker_epoch
 
     # --- high watermark checkpoints -------------------------------------------------------------
 

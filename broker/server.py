@@ -79,7 +79,7 @@ class KafkaServer:
         self.replica_manager.load_high_watermarks()
         self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id)
         self.alter_partition_manager = AlterPartitionManager(
-            self.controller_channel, config.broker_id, lambda: self.replica_manager.broker_epoch,
+            self.controller_channel, config.broker_id, lambda: self.zk.broker_epoch,
             self.replica_manager.isr_change_still_wanted, config.controller_socket_timeout_ms,
         )
         self.replica_manager.alter_partition_manager = self.alter_partition_manager
@@ -106,10 +106,7 @@ class KafkaServer:
             log.info("listening on %s://%s:%d", name, host, bound_port)
 
         self.endpoints = self._advertised_endpoints(bound)
-        if hasattr(self.zk, "registration_listeners"):
-            self.zk.registration_listeners.append(self._on_registered)
         epoch = await self.zk.register_broker(BrokerInfo(config.broker_id, tuple(self.endpoints), config.broker_rack))
-        self._on_registered(epoch)
         self._background = asyncio.get_running_loop().create_task(
             self.log_manager.run_background(self._stop_background)
         )
@@ -172,10 +169,6 @@ class KafkaServer:
                 host = bound[name][0] if bound[name][0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
             out.append(EndPoint(host=host, port=port, listener=name, security_protocol=name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"))
         return out
-
-    def _on_registered(self, epoch: int) -> None:
-        if self.replica_manager is not None:
-            self.replica_manager.broker_epoch = epoch
 
     def _on_partitions_deleted(self, partitions) -> None:
         for key in partitions:

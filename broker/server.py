@@ -85,8 +85,6 @@ class KafkaServer:
         self.replica_manager.alter_partition_manager = self.alter_partition_manager
         self.alter_partition_manager.start()
         self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.log_manager)
-        if hasattr(self.metadata_apis, "update_listeners"):
-            self.metadata_apis.update_listeners.append(self._on_partitions_deleted)
         self.group_coordinator = self._group_coordinator()
         self.group_apis = GroupApis(
             config, self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
@@ -169,10 +167,6 @@ class KafkaServer:
                 host = bound[name][0] if bound[name][0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
             out.append(EndPoint(host=host, port=port, listener=name, security_protocol=name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"))
         return out
-
-    def _on_partitions_deleted(self, partitions) -> None:
-        for key in partitions:
-            self.replica_manager.complete_delayed_requests(tuple(key))
 
     @property
     def port(self) -> int:

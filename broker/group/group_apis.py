@@ -1,23 +1,21 @@
 """GroupApis: the group APIs' handler table (FindCoordinator and the group/offset APIs).
 
-Translates each version's kio request into GroupCoordinator calls and back; `_make` fills only the
+Translates each version's kio request into GroupCoordinator calls and back; `make_entity` fills only the
 fields a version has. KafkaApis merges `handlers`/`versions` like MetadataApis'. OffsetCommit v1
 (not in kio, needed for librdkafka's feature check) is decoded by hand into the v2 class.
 """
 
 import asyncio
 import contextvars
-import datetime
 import logging
 import sys
-from dataclasses import fields
-from functools import cache
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i32Timedelta, i64
+from kio.static.primitive import i32, i64
 
-from odradek.common.wire import _read_header_v1 as read_request_header_v1
+from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
+from odradek.common.wire import _read_header_v1 as read_request_header_v1  # kio has no OffsetCommit v1
 
 from . import records
 from .group_coordinator import GroupCoordinator
@@ -41,27 +39,7 @@ VERSIONS = {
     DELETE_GROUPS: (0, 2),
 }
 KEY_TYPE_GROUP = 0
-NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/127.0.0.1")
-
-
-@cache
-def _names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def _make(cls: type, **values):
-    names = _names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-@cache
-def _mod(api_key: int, version: int):
-    return sys.modules[load_response_schema(api_key, version).__module__]
-
-
-def _ms(td) -> int:
-    return int(td.total_seconds() * 1000) if isinstance(td, datetime.timedelta) else int(td)
 
 
 def _version(header) -> int:
@@ -129,7 +107,7 @@ class GroupApis:
 
     async def handle_find_coordinator(self, header, request):
         version = _version(header)
-        mod = _mod(FIND_COORDINATOR, version)
+        mod = response_module(FIND_COORDINATOR, version)
         key_type = int(getattr(request, "key_type", 0))
         if version >= 4:
             out = []
@@ -139,26 +117,26 @@ class GroupApis:
                                            error_message=None))
             return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=tuple(out))
         code, node, host, port = self.find_coordinator(request.key, key_type)
-        return _make(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=None,
+        return make_entity(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=None,
                      node_id=i32(node), host=host, port=i32(port))
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
 
     async def handle_join_group(self, header, request):
         version = _version(header)
-        mod = _mod(JOIN_GROUP, version)
-        session = _ms(request.session_timeout)
-        rebalance = _ms(getattr(request, "rebalance_timeout", session)) if version >= 1 else session
+        mod = response_module(JOIN_GROUP, version)
+        session = ms(request.session_timeout)
+        rebalance = ms(getattr(request, "rebalance_timeout", session)) if version >= 1 else session
         result = await self.coordinator.join_group(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None), version >= 4,
             header.client_id or "", CLIENT_HOST.get(), rebalance, session, request.protocol_type,
             [(p.name, bytes(p.metadata)) for p in request.protocols],
         )
         members = tuple(
-            _make(mod.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=meta)
+            make_entity(mod.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=meta)
             for mid, iid, meta in result.members
         )
-        return _make(
+        return make_entity(
             mod.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
             generation_id=i32(result.generation_id), protocol_type=result.protocol_type,
             protocol_name=result.protocol_name if version >= 7 else (result.protocol_name or ""),
@@ -167,14 +145,14 @@ class GroupApis:
 
     async def handle_sync_group(self, header, request):
         version = _version(header)
-        mod = _mod(SYNC_GROUP, version)
+        mod = response_module(SYNC_GROUP, version)
         code, assignment = await self.coordinator.sync_group(
             request.group_id, int(request.generation_id), request.member_id,
             getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
             getattr(request, "protocol_name", None), {a.member_id: bytes(a.assignment) for a in request.assignments},
         )
         group = self.coordinator.manager.groups.get(request.group_id)
-        return _make(
+        return make_entity(
             mod.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
             protocol_type=group.protocol_type if group and code == ErrorCode.none else None,
             protocol_name=group.protocol_name if group and code == ErrorCode.none else None,
@@ -182,21 +160,21 @@ class GroupApis:
         )
 
     async def handle_heartbeat(self, header, request):
-        mod = _mod(HEARTBEAT, _version(header))
+        mod = response_module(HEARTBEAT, _version(header))
         code = self.coordinator.heartbeat(request.group_id, request.member_id,
                                           getattr(request, "group_instance_id", None), int(request.generation_id))
-        return _make(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
+        return make_entity(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
 
     async def handle_leave_group(self, header, request):
         version = _version(header)
-        mod = _mod(LEAVE_GROUP, version)
+        mod = response_module(LEAVE_GROUP, version)
         if version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
             leaving = [(request.member_id, None)]
         code, codes = self.coordinator.leave_group(request.group_id, leaving)
         if version < 3:
-            return _make(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+            return make_entity(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,
                          error_code=code if code != ErrorCode.none else codes[0])
         members = tuple(
             mod.MemberResponse(member_id=mid, group_instance_id=iid, error_code=c)
@@ -208,7 +186,7 @@ class GroupApis:
 
     async def handle_offset_commit(self, header, request):
         version = _version(header)
-        mod = _mod(OFFSET_COMMIT, max(version, 2))
+        mod = response_module(OFFSET_COMMIT, max(version, 2))
         now = now_ms()
         offsets = {}
         for t in request.topics:
@@ -228,7 +206,7 @@ class GroupApis:
                 for p in t.partitions))
             for t in request.topics
         )
-        return _make(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
+        return make_entity(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
 
     def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls):
         wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
@@ -238,20 +216,20 @@ class GroupApis:
             keys = wanted if wanted is not None else sorted(found)
             for topic, p in keys:
                 om = found.get((topic, p))
-                per_topic.setdefault(topic, []).append(_make(
+                per_topic.setdefault(topic, []).append(make_entity(
                     part_cls, partition_index=i32(p), committed_offset=i64(om.offset if om else -1),
                     committed_leader_epoch=i32(om.leader_epoch if om else -1),
                     metadata=(om.metadata if om else ""), error_code=ErrorCode.none,
                 ))
         elif version < 2 and wanted is not None:
             for topic, p in wanted:  # v0/v1 have no top-level error: put it on every partition
-                per_topic.setdefault(topic, []).append(_make(
+                per_topic.setdefault(topic, []).append(make_entity(
                     part_cls, partition_index=i32(p), committed_offset=i64(-1), metadata="", error_code=code))
         return code, tuple(topic_cls(name=n, partitions=tuple(ps)) for n, ps in per_topic.items())
 
     async def handle_offset_fetch(self, header, request):
         version = _version(header)
-        mod = _mod(OFFSET_FETCH, version)
+        mod = response_module(OFFSET_FETCH, version)
         if version >= 8:
             groups = []
             for g in request.groups:
@@ -261,45 +239,45 @@ class GroupApis:
             return mod.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
         code, topics = self._fetch_group(version, request.group_id, request.topics, mod.OffsetFetchResponseTopic,
                                          mod.OffsetFetchResponsePartition)
-        return _make(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
+        return make_entity(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 
     # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
 
     async def handle_describe_groups(self, header, request):
-        mod = _mod(DESCRIBE_GROUPS, _version(header))
+        mod = response_module(DESCRIBE_GROUPS, _version(header))
         out = []
         for gid in request.groups:
             code, group = self.coordinator.describe_group(gid)
             if group is None:
                 state = "Dead" if code == ErrorCode.none else ""
-                out.append(_make(mod.DescribedGroup, error_code=code, group_id=gid, group_state=state,
+                out.append(make_entity(mod.DescribedGroup, error_code=code, group_id=gid, group_state=state,
                                  protocol_type="", protocol_data="", members=()))
                 continue
             stable = group.state.value == "Stable"
             members = tuple(
-                _make(mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                make_entity(mod.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
                       client_id=m.client_id, client_host=m.client_host,
                       member_metadata=m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
                       member_assignment=m.assignment if stable else b"")
                 for m in group.members.values()
             )
-            out.append(_make(mod.DescribedGroup, error_code=code, group_id=gid, group_state=group.state.value,
+            out.append(make_entity(mod.DescribedGroup, error_code=code, group_id=gid, group_state=group.state.value,
                              protocol_type=group.protocol_type or "",
                              protocol_data=(group.protocol_name or "") if stable else "", members=members))
-        return _make(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
+        return make_entity(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
 
     async def handle_list_groups(self, header, request):
-        mod = _mod(LIST_GROUPS, _version(header))
+        mod = response_module(LIST_GROUPS, _version(header))
         states = set(getattr(request, "states_filter", ()) or ())
         code, groups = self.coordinator.list_groups(states or None)
         listed = tuple(
-            _make(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value)
+            make_entity(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value)
             for g in groups
         )
-        return _make(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=code, groups=listed)
+        return make_entity(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=code, groups=listed)
 
     async def handle_delete_groups(self, header, request):
-        mod = _mod(DELETE_GROUPS, _version(header))
+        mod = response_module(DELETE_GROUPS, _version(header))
         results = await self.coordinator.delete_groups(list(request.groups_names))
         return mod.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(
             mod.DeletableGroupResult(group_id=g, error_code=c) for g, c in results.items()))

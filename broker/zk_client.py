@@ -15,9 +15,9 @@ import uuid
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from odradek.common import zk_data
+from odradek.common.zk_connect import close_client, ensure_chroot, split_connect, start_client
 from odradek.common.config import ZkClientConfig
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, TopicAssignment
 
@@ -32,13 +32,6 @@ class BrokerIdTakenError(Exception):
 
 class TopicExistsError(Exception):
     """`/brokers/topics/<t>` is already there."""
-
-
-def split_connect(connect: str) -> tuple[str, str]:
-    """`host:port,host:port/chroot` → (hosts, "/chroot" or "")."""
-    hosts, slash, chroot = connect.partition("/")
-    chroot = ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
-    return hosts, chroot
 
 
 def new_base64_uuid() -> str:
@@ -91,17 +84,11 @@ class BrokerZkClient:
 
     def _start_blocking(self) -> None:
         try:
-            if self.chroot:
-                bootstrap = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
-                bootstrap.start(timeout=self.connection_timeout_s)
-                try:
-                    bootstrap.ensure_path(self.chroot)
-                finally:
-                    _close(bootstrap)
+            ensure_chroot(self.config.zookeeper_connect, self.connection_timeout_s)
             zk = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
             zk.add_listener(self._on_state)
-            zk.start(timeout=self.connection_timeout_s)
-        except KazooTimeoutError as e:
+            start_client(zk, self.connection_timeout_s)
+        except TimeoutError as e:
             raise ConnectionError(f"ZooKeeper {self.config.zookeeper_connect} unreachable") from e
         self.zk = zk
         self._own_sessions.add(zk.client_id[0])
@@ -115,7 +102,7 @@ class BrokerZkClient:
             self._reregister_task.cancel()
         zk, self.zk = self.zk, None
         if zk is not None:
-            await asyncio.to_thread(_close, zk)
+            await asyncio.to_thread(close_client, zk)
 
     @property
     def session_id(self) -> int | None:
@@ -357,10 +344,3 @@ def _wait_deleted(zk: KazooClient, path: str, timeout_s: float) -> bool:
         return True
     gone.wait(timeout_s)
     return zk.exists(path) is None
-
-
-def _close(zk: KazooClient) -> None:
-    try:
-        zk.stop()
-    finally:
-        zk.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -25,6 +24,7 @@ from kazoo.exceptions import (
 )
 
 from odradek.common import zk_data as z
+from odradek.common.zk_connect import close_client, ensure_chroot, start_client
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
 
 from .context import ControllerContext, TopicPartition
@@ -40,39 +40,6 @@ Watch = Callable[[object], None] | None
 
 class ControllerMovedError(Exception):
     """Another controller holds a newer epoch: this one must stop acting."""
-
-
-def split_connect(connect: str) -> tuple[str, str]:
-    """`h1:p1,h2:p2/chroot` → ("h1:p1,h2:p2", "/chroot") (chroot "" when absent)."""
-    hosts, slash, chroot = connect.partition("/")
-    return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
-
-
-def start_client(zk: KazooClient, timeout: float, stop: threading.Event | None = None) -> None:
-    """kazoo's start(), but given up at once when `stop` is set (a process asked to exit while
-    ZooKeeper is unreachable must not hang for the whole connection timeout)."""
-    connected = zk.start_async()
-    deadline = time.monotonic() + timeout
-    while not connected.wait(0.1):
-        if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
-            zk.stop()
-            zk.close()
-            raise TimeoutError(f"no ZooKeeper connection to {zk.hosts} " + (
-                "(stopping)" if stop is not None and stop.is_set() else f"within {timeout:.0f}s"))
-
-
-def ensure_chroot(connect: str, timeout: float = 10.0, stop: threading.Event | None = None) -> None:
-    """kazoo does not create the chroot of `zookeeper.connect`; a chroot-less client does."""
-    hosts, chroot = split_connect(connect)
-    if not chroot:
-        return
-    zk = KazooClient(hosts=hosts, timeout=timeout)
-    start_client(zk, timeout, stop)
-    try:
-        zk.ensure_path(chroot)
-    finally:
-        zk.stop()
-        zk.close()
 
 
 @dataclass
@@ -113,10 +80,7 @@ class ControllerZkClient:
         return self.zk.client_id[0] if self.zk.client_id else -1
 
     def close(self) -> None:
-        try:
-            self.zk.stop()
-        finally:
-            self.zk.close()
+        close_client(self.zk)
 
     # --- election ------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from odradek.common import zk_data as z
 from odradek.common.zk_data import LeaderIsrAndControllerEpoch as State
 from odradek.controller.context import TopicPartition as TP
 from odradek.controller.state_machine import StateWrite
-from odradek.controller.zk_client import ControllerMovedError, ControllerZkClient, split_connect
+from odradek.controller.zk_client import ControllerMovedError, ControllerZkClient
 
 
 @pytest.fixture
@@ -23,11 +23,6 @@ def clients(zk_connect):
     yield make
     for c in made:
         c.close()
-
-
-def test_split_connect():
-    assert split_connect("a:1,b:2/x/y") == ("a:1,b:2", "/x/y")
-    assert split_connect("a:1") == ("a:1", "") and split_connect("a:1/") == ("a:1", "")
 
 
 def test_one_candidate_wins_and_the_epoch_counts_elections(clients):

@@ -77,7 +77,6 @@ class Partition:
     """The local odradek.broker.log.Log."""
     leader_id: int = -1
     leader_epoch: int = -1
-    controller_epoch: int = -1
     zk_version: int = -1
     isr: tuple[int, ...] = ()
     replicas: tuple[int, ...] = ()
@@ -104,7 +103,6 @@ class Partition:
         self.isr_change_blocked_until_ms = 0
         self.leader_id = int(state.leader)
         self.leader_epoch = int(state.leader_epoch)
-        self.controller_epoch = int(state.controller_epoch)
         self.zk_version = int(state.zk_version)
         self.isr = tuple(int(r) for r in state.isr)
         self.replicas = tuple(int(r) for r in state.replicas)
@@ -127,12 +125,10 @@ class Partition:
         self.maybe_increment_high_watermark()
         return not was_leader
 
-    def make_follower(self, state) -> bool:
-        """Become a follower of state.leader; True if the leader changed (fetcher must restart)."""
-        old_leader = self.leader_id
+    def make_follower(self, state) -> None:
+        """Become a follower of state.leader (the ReplicaManager restarts its fetcher at every new epoch)."""
         self._apply(state)
         self.remote_replicas = {}
-        return old_leader != self.leader_id
 
     def make_offline(self) -> None:
         """StopReplica without deletion: stop serving; the controller will say what comes next."""

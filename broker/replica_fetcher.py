@@ -363,12 +363,6 @@ class ReplicaFetcherManager:
             for fetcher in self.fetchers.values():
                 fetcher.remove(key)
 
-    def fetcher_of(self, key) -> ReplicaFetcher | None:
-        for fetcher in self.fetchers.values():
-            if key in fetcher.partitions:
-                return fetcher
-        return None
-
     def _prune(self) -> None:
         for source_id, fetcher in list(self.fetchers.items()):
             if not fetcher.partitions:

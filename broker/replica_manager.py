@@ -10,7 +10,6 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log import LogConfig
 from odradek.broker.log.checkpoint import read_checkpoint, write_checkpoint
+from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
@@ -38,10 +38,6 @@ CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 """ListOffsets/Fetch replica_id of tools that may read from a follower (Kafka's value)."""
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # --- results --------------------------------------------------------------------------------------
@@ -348,7 +344,7 @@ class ReplicaManager:
             new_followers = []
             for partition, ps in changed:
                 if ps.leader == self.broker_id:
-                    if partition.make_leader(ps, _now_ms()):
+                    if partition.make_leader(ps, now_ms()):
                         log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
                 else:
                     partition.make_follower(ps)
@@ -468,7 +464,7 @@ class ReplicaManager:
             plog = partition.log
             result = ProduceResult(
                 base_offset=info.first_offset,
-                log_append_time=info.log_append_time if info.log_append_time is not None else -1,
+                log_append_time=info.log_append_time,
                 log_start_offset=plog.log_start_offset,
                 required_offset=info.last_offset + 1,
                 pending=required_acks == -1,
@@ -555,7 +551,7 @@ class ReplicaManager:
         return self.read_from_local_log(replica_id, max_bytes, infos)
 
     def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
-        now = _now_ms()
+        now = now_ms()
         for info, result in zip(infos, results):
             if result.error != ErrorCode.none:
                 continue
@@ -571,21 +567,18 @@ class ReplicaManager:
 
     # --- ISR changes (AlterPartition) -----------------------------------------------------------
 
-    def maybe_shrink_isr(self, now_ms: int | None = None) -> int:
-        """Propose removing lagging followers from every partition we lead; returns how many."""
+    def maybe_shrink_isr(self) -> None:
+        """Propose removing lagging followers from every partition we lead."""
         if self.alter_partition_manager is None:
-            return 0
-        now = _now_ms() if now_ms is None else now_ms
+            return
+        now = now_ms()
         lag = int(self.config.replica_lag_time_max_ms)
-        proposed = 0
         for p in list(self.partitions.values()):
             if not p.is_leader:
                 continue
             change = p.maybe_shrink_isr(now, lag)
             if change is not None:
                 self._submit_isr_change(p, change)
-                proposed += 1
-        return proposed
 
     def _submit_isr_change(self, partition: Partition, change: PendingIsrChange) -> None:
         # The maximal ISR may have grown (an expansion): HW and acks=all count it from now on.
@@ -602,7 +595,7 @@ class ReplicaManager:
         if p.pending_isr_change is not change:
             return  # a LeaderAndIsr replaced it
         p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,
-                                    now_ms=_now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
+                                    now_ms=now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
         # Committed or dropped, the maximal ISR changed: a shrink lets the HW pass a dead follower
         # (completing acks=all produces), a dropped expansion may too.
         p.maybe_increment_high_watermark()
@@ -636,12 +629,9 @@ class ReplicaManager:
 
     # --- shutdown -------------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        self.produce_purgatory.shutdown()
-        self.fetch_purgatory.shutdown()
-
     async def shutdown_async(self) -> None:
         """Stop the fetchers and the purgatories, then checkpoint the HWs (logs are still open)."""
         await self.fetcher_manager.shutdown()
-        self.shutdown()
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()
         await self.checkpoint_high_watermarks(force=True)

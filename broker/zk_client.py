@@ -230,9 +230,6 @@ class BrokerZkClient:
     async def topic_exists(self, topic: str) -> bool:
         return await asyncio.to_thread(lambda: self._client().exists(zk_data.topic_path(topic)) is not None)
 
-    async def get_all_topics(self) -> list[str]:
-        return await asyncio.to_thread(lambda: self._client().get_children(zk_data.BROKER_TOPICS))
-
     async def is_topic_marked_for_deletion(self, topic: str) -> bool:
         return await asyncio.to_thread(
             lambda: self._client().exists(zk_data.delete_topic_path(topic)) is not None

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log import LogConfig
-from odradek.broker.log.checkpoint import read_checkpoint, write_checkpoint
+from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
 from odradek.broker.partition import Partition, PendingIsrChange
@@ -204,8 +204,7 @@ class ReplicaManager:
         checkpoints = {}
         for log_dir in self.log_manager.log_dirs:
             try:
-                rows = read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT) or []
-                checkpoints.update({(t, int(p)): int(o) for t, p, o in rows})
+                checkpoints.update(read_offsets(log_dir / HIGH_WATERMARK_CHECKPOINT))
             except (ValueError, OSError) as e:
                 log.warning("%s: unreadable %s (%s); high watermarks start at 0", log_dir, HIGH_WATERMARK_CHECKPOINT, e)
         for plog in self.log_manager.all_logs():
@@ -221,7 +220,7 @@ class ReplicaManager:
 
     def _write_high_watermarks(self, log_dir, hws: dict) -> None:
         try:
-            write_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT, [f"{t} {p} {o}" for (t, p), o in sorted(hws.items())])
+            write_offsets(log_dir / HIGH_WATERMARK_CHECKPOINT, hws)
             self._written_hw[log_dir] = hws
         except OSError:
             log.exception("cannot write %s in %s", HIGH_WATERMARK_CHECKPOINT, log_dir)
@@ -589,11 +588,9 @@ class ReplicaManager:
         return p is not None and p.pending_isr_change is change
 
     def _on_isr_change_answer(self, key, change, answer) -> None:
-        p = self.partitions.get(key)
-        if p is None:
-            return
-        if p.pending_isr_change is not change:
-            return  # a LeaderAndIsr replaced it
+        if not self.isr_change_still_wanted(key, change):
+            return  # gone, or a LeaderAndIsr replaced the change
+        p = self.partitions[key]
         p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,
                                     now_ms=now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
         # Committed or dropped, the maximal ISR changed: a shrink lets the HW pass a dead follower

@@ -102,11 +102,10 @@ def config_text(value: object) -> str | None:
 
 
 class MetadataApis:
-    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient, log_manager=None):
+    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient):
         self.config = config
         self.metadata_cache = metadata_cache
         self.zk = zk
-        self.log_manager = log_manager
         self.admin = AdminManager(config, metadata_cache, zk)
         self._cluster_id: str | None = None
         self._topic_ids: dict[str, uuid.UUID] = {}

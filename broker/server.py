@@ -84,10 +84,10 @@ class KafkaServer:
         )
         self.replica_manager.alter_partition_manager = self.alter_partition_manager
         self.alter_partition_manager.start()
-        self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.log_manager)
+        self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk)
         self.group_coordinator = self._group_coordinator()
         self.group_apis = GroupApis(
-            config, self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
+            self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
             config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
         )
         self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis)
@@ -118,8 +118,7 @@ class KafkaServer:
         cache = self.metadata_cache
 
         def partition_count() -> int:
-            parts = cache.topic_partitions(GROUP_METADATA_TOPIC_NAME)
-            return len(parts) if parts else c.offsets_topic_num_partitions
+            return cache.partition_count(GROUP_METADATA_TOPIC_NAME) or c.offsets_topic_num_partitions
 
         manager = GroupMetadataManager(c.broker_id, self.replica_manager, partition_count, c.offsets_commit_timeout_ms)
         return GroupCoordinator(manager, GroupConfig(

@@ -27,7 +27,7 @@ API_VERSIONS_KEY = 18
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 """throttle_time of every response: this broker has no quotas."""
 
-_read_header_v1 = entity_reader(RequestHeaderV1)
+read_request_header_v1 = entity_reader(RequestHeaderV1)
 _read_header_v2 = entity_reader(RequestHeaderV2)
 _write_header_v1 = entity_writer(RequestHeaderV1)
 _write_header_v2 = entity_writer(RequestHeaderV2)
@@ -72,7 +72,7 @@ def decode_request(frame: bytes) -> tuple[object, object, type]:
     """
     api_key, version, _ = peek_api(frame)
     schema = request_schema(api_key, version)
-    read_header = _read_header_v2 if schema.__flexible__ else _read_header_v1
+    read_header = _read_header_v2 if schema.__flexible__ else read_request_header_v1
     try:
         header, offset = read_header(frame, 0)
         payload, _ = entity_reader(schema)(frame, offset)

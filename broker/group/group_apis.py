@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
-from odradek.common.wire import _read_header_v1 as read_request_header_v1  # kio has no OffsetCommit v1
+from odradek.common.wire import read_request_header_v1  # kio has no OffsetCommit v1
 
 from . import records
 from .group_coordinator import GroupCoordinator
@@ -47,9 +47,8 @@ def _version(header) -> int:
 
 
 class GroupApis:
-    def __init__(self, config, coordinator: GroupCoordinator, metadata_cache, admin, offsets_partitions: int,
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache, admin, offsets_partitions: int,
                  offsets_replication_factor: int):
-        self.config = config
         self.coordinator = coordinator
         self.metadata_cache = metadata_cache
         self.admin = admin

@@ -63,7 +63,7 @@ class Harness:
 
     async def __aenter__(self):
         await self.zk.start()
-        self.apis = MetadataApis(self.config, self.cache, self.zk, None)
+        self.apis = MetadataApis(self.config, self.cache, self.zk)
         self.raw = KazooClient(hosts=self.config.zookeeper_connect)
         await asyncio.to_thread(self.raw.start, 10)
         return self

@@ -86,6 +86,11 @@ class BrokerConfig(ZkClientConfig):
     group_max_size: int = Field(2147483647, alias="group.max.size")
 
 
+CONTROLLER_ID_BASE = 1000
+"""Controller ids start here (`odradek dev` numbers them 1000+j, the operator derives them from pod
+names above it), apart from broker ids, which are StatefulSet ordinals and small."""
+
+
 class ControllerConfig(ZkClientConfig):
     controller_id: int = Field(alias="controller.id")
     listeners: str = Field("PLAINTEXT://127.0.0.1:9190", alias="listeners")

@@ -21,9 +21,9 @@ from kazoo.exceptions import NoNodeError
 
 from odradek.common import zk_data
 from odradek.common.client import NetworkClient
-from odradek.common.config import load_properties
+from odradek.common.config import CONTROLLER_ID_BASE, load_properties
+from odradek.common.zk_connect import ensure_chroot
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
-from odradek.operator.probe import CONTROLLER_ID_BASE
 
 DEFAULT_CHROOT = "/odradek"
 
@@ -254,7 +254,7 @@ class LocalCluster:
         try:
             if self.zookeeper is not None:
                 self.zookeeper.start()
-            self._ensure_chroot()
+            ensure_chroot(self.zookeeper_connect, timeout=15)
             for c in self.controllers:
                 c.start()
             for b in self.brokers:
@@ -290,16 +290,6 @@ class LocalCluster:
         zk = KazooClient(hosts=self.zookeeper_connect, timeout=timeout)
         zk.start(timeout=timeout)
         return zk
-
-    def _ensure_chroot(self) -> None:
-        hosts, _, chroot = self.zookeeper_connect.partition("/")
-        zk = KazooClient(hosts=hosts, timeout=10)
-        zk.start(timeout=15)
-        try:
-            zk.ensure_path("/" + chroot)
-        finally:
-            zk.stop()
-            zk.close()
 
     def active_controller(self, zk: KazooClient) -> int | None:
         """`controller.id` of the active controller, or None while there is none."""

@@ -14,9 +14,8 @@ import sys
 import zlib
 
 from odradek.common import zk_data
-from odradek.common.config import load_properties
+from odradek.common.config import CONTROLLER_ID_BASE, load_properties
 
-CONTROLLER_ID_BASE = 1000  # odradek.dev.cluster numbers its controllers from here too
 
 
 def controller_id_for(pod_name: str) -> int:

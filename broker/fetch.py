@@ -42,3 +42,16 @@ def encode_fetch_response(
     w.tags()
     chunks = w.chunks()
     return chunks, w.size
+
+
+def group_by_topic(pairs) -> list[tuple[str, list[tuple[int, object]]]]:
+    """[(info, FetchResult)] → encode_fetch_response's topics, keeping the order: consecutive
+    partitions of one topic share a topic entry (a topic may recur, as in Kafka's responses)."""
+    topics: list[tuple[str, list]] = []
+    last = None
+    for info, result in pairs:
+        if info.topic != last:
+            last = info.topic
+            topics.append((last, []))
+        topics[-1][1].append((info.partition, result))
+    return topics

@@ -21,7 +21,9 @@ from kio.static.primitive import i16, i32, i64
 
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
+from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
 from odradek.broker.group.group_apis import CLIENT_HOST, JOIN_GROUP
+from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
 from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
@@ -185,6 +187,12 @@ class KafkaApis:
         """Called with (request, response) after each StopReplica."""
         self.bad_input = RateLimitedLog(log)
         self._api_versions_bodies: dict[int, Body] = {}
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(int(config.max_incremental_fetch_session_cache_slots),
+                              int(config.min_incremental_fetch_session_eviction_ms)),
+            now_ms,
+        )
+        """Incremental fetch sessions (KIP-227), used by Fetch v7+."""
 
     # --- dispatch -------------------------------------------------------------------------------
 
@@ -315,18 +323,15 @@ class KafkaApis:
     # --- Fetch ----------------------------------------------------------------------------------
 
     async def handle_fetch(self, header, request) -> Body:
+        """Fetch, sessionless or in a fetch session (KIP-227, v7+; rules in broker/fetch_session).
+
+        Sessionless requests (v4–v6, or session 0 with the FINAL epoch: librdkafka, our replica
+        fetchers) take the direct path; the others go through the FetchManager, which decides
+        what is read (an incremental request reads every partition of its session, listed or not:
+        the long poll waits on them all, and a follower's fetch state sees them all) and what the
+        response carries (incremental: only partitions with something to say)."""
         version = int(header.request_api_version)
-        if version >= 7:
-            session_id = int(request.session_id)
-            session_epoch = int(request.session_epoch)
-            if session_id != 0 or session_epoch > 0:
-                # Sessions are never handed out (session_id 0 = sessionless full fetches), so an
-                # incremental fetch refers to a session we do not have.
-                code = (
-                    ErrorCode.fetch_session_id_not_found if session_id != 0 else ErrorCode.invalid_fetch_session_epoch
-                )
-                chunks, size = fetch_codec.encode_fetch_response(version, [], error_code=int(code))
-                return Body(chunks, size)
+        replica_id = int(request.replica_id)
         infos = [
             FetchInfo(
                 t.topic,
@@ -334,20 +339,33 @@ class KafkaApis:
                 int(p.fetch_offset),
                 int(p.partition_max_bytes),
                 int(getattr(p, "current_leader_epoch", -1)),
+                int(getattr(p, "log_start_offset", -1)),
             )
             for t in request.topics
             for p in t.partitions
         ]
-        results = await self.replica_manager.fetch_messages(
-            int(request.replica_id),
-            wire.ms(request.max_wait),
-            int(request.min_bytes),
-            int(getattr(request, "max_bytes", 2**31 - 1)),
-            infos,
+        max_wait_ms = wire.ms(request.max_wait)
+        min_bytes = int(request.min_bytes)
+        max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
+        if version < 7 or (int(request.session_id) == INVALID_SESSION_ID and int(request.session_epoch) == FINAL_EPOCH):
+            results = await self.replica_manager.fetch_messages(replica_id, max_wait_ms, min_bytes, max_bytes, infos)
+            it = iter(results)
+            topics = [(t.topic, [(int(p.partition), next(it)) for p in t.partitions]) for t in request.topics]
+            chunks, size = fetch_codec.encode_fetch_response(version, topics)
+            return Body(chunks, size)
+        to_forget = [(t.topic, int(p)) for t in request.forgotten_topics_data for p in t.partitions]
+        context = self.fetch_manager.new_context(
+            int(request.session_id), int(request.session_epoch), infos, to_forget, replica_id >= 0
         )
-        it = iter(results)
-        topics = [(t.topic, [(int(p.partition), next(it)) for p in t.partitions]) for t in request.topics]
-        chunks, size = fetch_codec.encode_fetch_response(version, topics)
+        results = []
+        if context.infos:
+            results = await self.replica_manager.fetch_messages(
+                replica_id, max_wait_ms, min_bytes, max_bytes, context.infos
+            )
+        error, session_id, pairs = context.response(results)
+        chunks, size = fetch_codec.encode_fetch_response(
+            version, fetch_codec.group_by_topic(pairs), error_code=int(error), session_id=session_id
+        )
         return Body(chunks, size)
 
     # --- ListOffsets ----------------------------------------------------------------------------

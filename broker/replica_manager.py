@@ -61,6 +61,8 @@ class FetchInfo:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    log_start_offset: int = -1
+    """The fetching follower's log start offset (kept in its fetch session; -1 from consumers)."""
 
 
 @dataclass

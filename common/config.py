@@ -67,6 +67,10 @@ class BrokerConfig(ZkClientConfig):
         5000, alias="replica.high.watermark.checkpoint.interval.ms"
     )
     unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
+    max_incremental_fetch_session_cache_slots: int = Field(1000, alias="max.incremental.fetch.session.cache.slots")
+    """Fetch sessions (KIP-227) the broker keeps; a full cache evicts by Kafka's rules or refuses."""
+    min_incremental_fetch_session_eviction_ms: int = Field(120_000, alias="min.incremental.fetch.session.eviction.ms")
+    """A fetch session unused (or, against a newcomer, existing) this long may be evicted."""
     request_timeout_ms: int = Field(30000, alias="request.timeout.ms")
     controlled_shutdown_enable: bool = Field(True, alias="controlled.shutdown.enable")
     controlled_shutdown_max_retries: int = Field(3, alias="controlled.shutdown.max.retries")

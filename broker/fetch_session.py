@@ -1,0 +1,357 @@
+"""Incremental fetch sessions (KIP-227): the leader remembers what a fetcher fetches.
+
+A fetcher that follows many partitions, most of them idle, would otherwise list every partition in
+every Fetch and get every partition back. With a session the broker caches each partition's fetch
+state (CachedPartition); an incremental request lists only what changed (new fetch offsets, added
+partitions, forgotten ones), and the response carries only partitions with something to say.
+
+Kafka's rules (FetchSession.scala), as data and decisions without I/O:
+- (session 0, epoch -1 FINAL): sessionless full fetch. (any session, epoch 0 INITIAL): full fetch
+  that closes the named session, if any, and creates a new one when the cache has room.
+  (S, -1): close S, then sessionless. (S, E > 0): incremental; unknown S → FETCH_SESSION_ID_NOT_FOUND,
+  E ≠ the session's expected epoch → INVALID_FETCH_SESSION_EPOCH; the expected epoch then advances.
+- The cache holds `max.incremental.fetch.session.cache.slots` sessions. When full, a new session
+  may evict: first a stale one (unused for over `min.incremental.fetch.session.eviction.ms`), else the
+  least valuable evictable one (ordered by privileged, size, id) if the newcomer is not less
+  valuable. Followers' sessions are privileged: only sessions older than the eviction time are
+  evictable by anyone; consumers' sessions are also evictable by followers.
+"""
+
+import random
+from collections.abc import Callable
+
+from kio.schema.errors import ErrorCode
+
+INVALID_SESSION_ID = 0
+"""Session id of sessionless requests and responses."""
+INITIAL_EPOCH = 0
+"""A request epoch asking for a new session (a full fetch)."""
+FINAL_EPOCH = -1
+"""A request epoch closing any session: a sessionless full fetch."""
+MAX_EPOCH = 2**31 - 1
+
+
+def next_epoch(prev: int) -> int:
+    """The epoch after `prev`: FINAL stays FINAL, int32 max wraps to 1 (0 means INITIAL)."""
+    if prev < 0:
+        return FINAL_EPOCH
+    if prev == MAX_EPOCH:
+        return 1
+    return prev + 1
+
+
+def is_full(epoch: int) -> bool:
+    """INITIAL and FINAL requests list every partition they want; others are incremental."""
+    return epoch == INITIAL_EPOCH or epoch == FINAL_EPOCH
+
+
+class CachedPartition:
+    """One partition's fetch state in a session.
+
+    Its request fields carry FetchInfo's names, so the session's partitions are read (and waited
+    on) as they are, without a copy per request. The response fields (high watermark, local log
+    start offset) are what the fetcher was last told: unchanged ones need not be sent again.
+    """
+
+    __slots__ = (
+        "topic", "partition", "max_bytes", "fetch_offset", "current_leader_epoch", "log_start_offset",
+        "high_watermark", "local_log_start_offset",
+    )
+
+    def __init__(self, info, result=None):
+        self.topic = info.topic
+        self.partition = info.partition
+        self.update_request_params(info)
+        self.high_watermark = -1 if result is None else result.high_watermark
+        self.local_log_start_offset = -1 if result is None else result.log_start_offset
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    def update_request_params(self, info) -> None:
+        self.max_bytes = info.max_bytes
+        self.fetch_offset = info.fetch_offset
+        self.current_leader_epoch = info.current_leader_epoch
+        self.log_start_offset = getattr(info, "log_start_offset", -1)
+        """The fetcher's own log start offset (followers), as Kafka's fetcherLogStartOffset."""
+
+    def maybe_update_response_data(self, result, update: bool) -> bool:
+        """Whether an incremental response must carry this partition (records, a changed high
+        watermark or log start offset, an error); with `update`, remember what is sent. An error
+        resets the cached high watermark so the partition is sent again once the error is gone."""
+        must_respond = result.size > 0
+        if self.high_watermark != result.high_watermark:
+            must_respond = True
+            if update:
+                self.high_watermark = result.high_watermark
+        if self.local_log_start_offset != result.log_start_offset:
+            must_respond = True
+            if update:
+                self.local_log_start_offset = result.log_start_offset
+        if result.error != ErrorCode.none:
+            must_respond = True
+            if update:
+                self.high_watermark = -1
+        return must_respond
+
+    def __repr__(self):
+        return (f"CachedPartition({self.topic}-{self.partition}, fetch_offset={self.fetch_offset}, "
+                f"high_watermark={self.high_watermark}, local_log_start_offset={self.local_log_start_offset})")
+
+
+class FetchSession:
+    """A fetcher's cached partitions, in fetch order, and the epoch its next request must carry."""
+
+    __slots__ = ("id", "privileged", "partitions", "creation_ms", "last_used_ms", "epoch", "cached_size")
+
+    def __init__(self, session_id: int, privileged: bool, partitions: dict, creation_ms: int, epoch: int):
+        self.id = session_id
+        self.privileged = privileged
+        self.partitions: dict[tuple[str, int], CachedPartition] = partitions
+        self.creation_ms = creation_ms
+        self.last_used_ms = creation_ms
+        self.epoch = epoch
+        self.cached_size = -1
+        """The size the cache last accounted for (-1: not in the cache), as in Kafka."""
+
+    @property
+    def size(self) -> int:
+        return len(self.partitions)
+
+    def evictable_key(self) -> tuple[bool, int, int]:
+        """Eviction value: unprivileged before privileged, then smaller before larger."""
+        return self.privileged, self.cached_size, self.id
+
+    def update(self, infos, to_forget) -> tuple[list, list, list]:
+        """An incremental request: listed partitions are added or get new fetch parameters, then
+        forgotten ones leave. Returns the (added, updated, removed) keys."""
+        added, updated, removed = [], [], []
+        partitions = self.partitions
+        for info in infos:
+            key = (info.topic, info.partition)
+            cached = partitions.get(key)
+            if cached is None:
+                partitions[key] = CachedPartition(info)
+                added.append(key)
+            else:
+                cached.update_request_params(info)
+                updated.append(key)
+        for key in to_forget:
+            if partitions.pop(key, None) is not None:
+                removed.append(key)
+        return added, updated, removed
+
+    def __repr__(self):
+        return (f"FetchSession(id={self.id}, privileged={self.privileged}, partitions={self.size}, "
+                f"epoch={self.epoch}, last_used_ms={self.last_used_ms})")
+
+
+class FetchSessionCache:
+    """At most `max_entries` sessions by id, with Kafka's eviction rules (see the module doc).
+
+    Eviction looks for its candidate by a scan (at most `max_entries`, only when the cache is full
+    and someone asks for a new session), instead of keeping Kafka's sorted trees up to date on
+    every fetch.
+    """
+
+    def __init__(self, max_entries: int, eviction_ms: int, rng: random.Random | None = None):
+        self.max_entries = max_entries
+        self.eviction_ms = eviction_ms
+        self.sessions: dict[int, FetchSession] = {}
+        self.evictable_by_all: dict[int, FetchSession] = {}
+        """Sessions any newcomer may evict (created longer than the eviction time ago)."""
+        self.evictable_by_privileged: dict[int, FetchSession] = {}
+        """Sessions a follower's new session may evict: the unprivileged ones and the old ones."""
+        self.total_partitions = 0
+        self.evictions = 0
+        self._rng = rng or random.Random()
+
+    def get(self, session_id: int) -> FetchSession | None:
+        return self.sessions.get(session_id)
+
+    @property
+    def size(self) -> int:
+        return len(self.sessions)
+
+    def new_session_id(self) -> int:
+        """A random positive id not in use (random, so a restarted broker rarely reuses one)."""
+        while True:
+            session_id = self._rng.randint(1, MAX_EPOCH - 1)
+            if session_id not in self.sessions:
+                return session_id
+
+    def maybe_create_session(
+        self, now: int, privileged: bool, size: int, create_partitions: Callable[[], dict]
+    ) -> int:
+        """A new session's id, or INVALID_SESSION_ID when the cache is full and nothing may go."""
+        if len(self.sessions) >= self.max_entries and not self.try_evict(privileged, (privileged, size, 0), now):
+            return INVALID_SESSION_ID
+        session = FetchSession(self.new_session_id(), privileged, create_partitions(), now,
+                               next_epoch(INITIAL_EPOCH))
+        self.sessions[session.id] = session
+        self.touch(session, now)
+        return session.id
+
+    def try_evict(self, privileged: bool, key: tuple[bool, int, int], now: int) -> bool:
+        """Evicts the least recently used session if stale, else the least valuable evictable one
+        unless it is worth more than `key` (the newcomer's (privileged, size, 0))."""
+        if not self.sessions:
+            return False
+        stale = min(self.sessions.values(), key=lambda s: (s.last_used_ms, s.id))
+        if now - stale.last_used_ms > self.eviction_ms:
+            self.remove_session(stale)
+            self.evictions += 1
+            return True
+        candidates = self.evictable_by_privileged if privileged else self.evictable_by_all
+        if not candidates:
+            return False
+        victim = min(candidates.values(), key=FetchSession.evictable_key)
+        if key < victim.evictable_key():
+            return False
+        self.remove_session(victim)
+        self.evictions += 1
+        return True
+
+    def remove(self, session_id: int) -> FetchSession | None:
+        session = self.sessions.get(session_id)
+        return None if session is None else self.remove_session(session)
+
+    def remove_session(self, session: FetchSession) -> FetchSession | None:
+        self.evictable_by_all.pop(session.id, None)
+        self.evictable_by_privileged.pop(session.id, None)
+        removed = self.sessions.pop(session.id, None)
+        if removed is not None:
+            self.total_partitions -= session.cached_size
+            session.cached_size = -1
+        return removed
+
+    def touch(self, session: FetchSession, now: int) -> None:
+        """A session was used: record when, its size, and whether it became evictable."""
+        session.last_used_ms = now
+        if session.cached_size != -1:
+            self.total_partitions -= session.cached_size
+        session.cached_size = session.size
+        self.total_partitions += session.cached_size
+        old = now - session.creation_ms > self.eviction_ms
+        if not session.privileged or old:
+            self.evictable_by_privileged[session.id] = session
+        else:
+            self.evictable_by_privileged.pop(session.id, None)
+        if old:
+            self.evictable_by_all[session.id] = session
+        else:
+            self.evictable_by_all.pop(session.id, None)
+
+
+# --- fetch contexts: what a request reads, and what its response carries -------------------------
+
+
+class FetchContext:
+    """`infos`: the partitions to read, in order. `response(results)` → (error, session id,
+    [(info, result)] to send), with results in `infos` order."""
+
+    error = ErrorCode.none
+    infos: list = []
+
+    def response(self, results: list) -> tuple[ErrorCode, int, list]:
+        raise NotImplementedError
+
+
+class SessionErrorContext(FetchContext):
+    """A session error: nothing is read; the response is the error alone, without a session."""
+
+    def __init__(self, error: ErrorCode):
+        self.error = error
+        self.infos = []
+
+    def response(self, results):
+        return self.error, INVALID_SESSION_ID, []
+
+
+class SessionlessFetchContext(FetchContext):
+    """The request's partitions, all of them answered, no session."""
+
+    def __init__(self, infos: list):
+        self.infos = infos
+
+    def response(self, results):
+        return ErrorCode.none, INVALID_SESSION_ID, list(zip(self.infos, results))
+
+
+class FullFetchContext(FetchContext):
+    """Every requested partition answered; afterwards a session of them is created if the cache
+    has room, remembering what this response told the fetcher."""
+
+    def __init__(self, infos: list, cache: FetchSessionCache, privileged: bool, clock: Callable[[], int]):
+        self.infos = infos
+        self.cache = cache
+        self.privileged = privileged
+        self.clock = clock
+
+    def response(self, results):
+        pairs = list(zip(self.infos, results))
+
+        def create_partitions() -> dict:
+            partitions = {}
+            for info, result in pairs:
+                partitions[(info.topic, info.partition)] = CachedPartition(info, result)
+            return partitions
+
+        session_id = self.cache.maybe_create_session(self.clock(), self.privileged, len(pairs), create_partitions)
+        return ErrorCode.none, session_id, pairs
+
+
+class IncrementalFetchContext(FetchContext):
+    """Reads every partition of the session (listed or not) in session order; answers only those
+    with something to say, and moves them to the end of the session so the next fetch reads the
+    others first (no partition starves under the response byte limit)."""
+
+    def __init__(self, session: FetchSession, request_epoch: int):
+        self.session = session
+        self.request_epoch = request_epoch
+        self.infos = list(session.partitions.values())
+
+    def response(self, results):
+        session = self.session
+        if session.epoch != next_epoch(self.request_epoch):
+            # Another request of this session was served meanwhile (a duplicate or a retry).
+            return ErrorCode.invalid_fetch_session_epoch, session.id, []
+        partitions = session.partitions
+        out = []
+        for cached, result in zip(self.infos, results):
+            if cached.maybe_update_response_data(result, True):
+                out.append((cached, result))
+                key = (cached.topic, cached.partition)
+                if partitions.pop(key, None) is not None:
+                    partitions[key] = cached
+        return ErrorCode.none, session.id, out
+
+
+class FetchManager:
+    """Turns a Fetch request's session fields into the context that serves it (Kafka's newContext)."""
+
+    def __init__(self, cache: FetchSessionCache, clock: Callable[[], int]):
+        self.cache = cache
+        self.clock = clock
+
+    def new_context(self, session_id: int, epoch: int, infos: list, to_forget: list, is_follower: bool) -> FetchContext:
+        """`infos`: the request's partitions (FetchInfo-like); `to_forget`: [(topic, partition)]."""
+        if is_full(epoch):
+            if session_id != INVALID_SESSION_ID:
+                self.cache.remove(session_id)  # a full request closes the session it names
+            if epoch == FINAL_EPOCH:
+                return SessionlessFetchContext(infos)
+            return FullFetchContext(infos, self.cache, is_follower, self.clock)
+        session = self.cache.get(session_id)
+        if session is None:
+            return SessionErrorContext(ErrorCode.fetch_session_id_not_found)
+        if session.epoch != epoch:
+            return SessionErrorContext(ErrorCode.invalid_fetch_session_epoch)
+        session.update(infos, to_forget)
+        if not session.partitions:
+            self.cache.remove_session(session)
+            return SessionlessFetchContext(infos)
+        self.cache.touch(session, self.clock())
+        session.epoch = next_epoch(session.epoch)
+        return IncrementalFetchContext(session, epoch)

@@ -22,8 +22,9 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 class _Pending:
     __slots__ = ("schema", "future")
 
-    def __init__(self, schema: type, future: asyncio.Future):
+    def __init__(self, schema: type | None, future: asyncio.Future):
         self.schema = schema
+        """The request's kio class, whose response is decoded; None: the caller decodes (`send_frame`)."""
         self.future = future
 
 
@@ -31,11 +32,16 @@ RECV_BUFFER = 64 * 1024
 """Frames up to this size are parsed out of one reused buffer; larger ones get their own."""
 
 
+LARGE_BUFFER_STEP = 1 << 20
+
+
 class _ClientProtocol(asyncio.BufferedProtocol):
     """Splits the byte stream into frames and completes the matching pending request.
 
     A large response (a replica fetch of megabytes) is received straight into a buffer of its
-    own, sized from its length prefix: no concatenating and slicing of a growing buffer."""
+    own, sized from its length prefix: no concatenating and slicing of a growing buffer. That
+    buffer is reused (`NetworkClient.recycle`) once its reader is done with it: a fresh one of
+    megabytes per response costs page faults and zeroing on every round trip."""
 
     def __init__(self, owner: "NetworkClient"):
         self.owner = owner
@@ -43,7 +49,9 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self._buf = bytearray(RECV_BUFFER)
         self._end = 0
         self._frame: bytearray | None = None
+        self._frame_size = 0
         self._fill = 0
+        self.spare: bytearray | None = None
         self.pending: dict[int, _Pending] = {}
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -52,18 +60,24 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int):
         if self._frame is not None:
-            return memoryview(self._frame)[self._fill:]
+            return memoryview(self._frame)[self._fill : self._frame_size]
         return memoryview(self._buf)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._fill += nbytes
-            if self._fill == len(self._frame):
+            if self._fill == self._frame_size:
                 frame, self._frame = self._frame, None
-                self._complete(bytes(frame))
+                self._complete(memoryview(frame)[: self._frame_size])
             return
         self._end += nbytes
         self._parse()
+
+    def _large_buffer(self, size: int) -> bytearray:
+        spare, self.spare = self.spare, None
+        if spare is not None and len(spare) >= size:
+            return spare
+        return bytearray(-(-size // LARGE_BUFFER_STEP) * LARGE_BUFFER_STEP)
 
     def _parse(self) -> None:
         buf, start = self._buf, 0
@@ -81,7 +95,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                 continue
             if 4 + size > len(buf):  # too big for the shared buffer: give it its own
                 have = self._end - body
-                self._frame = bytearray(size)
+                self._frame = self._large_buffer(size)
+                self._frame_size = size
                 self._frame[:have] = buf[body:self._end]
                 self._fill = have
                 start = self._end
@@ -91,7 +106,9 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             buf[:remaining] = buf[start:self._end]
             self._end = remaining
 
-    def _complete(self, frame: bytes):
+    def _complete(self, frame: bytes | memoryview):
+        """`frame` is bytes, or a view of a large buffer that goes back to `spare` unless the
+        caller decodes it itself (`send_frame`) and recycles it when done."""
         (correlation_id,) = wire.SIZE.unpack_from(frame, 0)
         pending = self.pending.pop(correlation_id, None)
         if pending is None:
@@ -99,6 +116,13 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             return
         if pending.future.done():
             return
+        if pending.schema is None:
+            pending.future.set_result(frame)
+            return
+        if isinstance(frame, memoryview):
+            # kio's values may keep views of what they read: they get bytes of their own
+            buffer, frame = frame.obj, bytes(frame)
+            self.spare = buffer
         try:
             _, payload = wire.decode_response(pending.schema, frame)
         except Exception as e:  # a malformed answer fails this request, not the process
@@ -199,25 +223,47 @@ class NetworkClient:
         seconds (the connection is closed then, failing every request in flight on it, as Kafka's
         client does). With `expect_response=False` (Produce acks=0) it returns None once written.
         """
+        return await self._send(
+            lambda correlation_id: wire.encode_request(payload, correlation_id, self.client_id),
+            type(payload), timeout, expect_response,
+        )
+
+    async def send_frame(self, encode, what: str, timeout: float = 30.0) -> memoryview | bytes:
+        """Send a request frame the caller encodes (`encode(correlation_id) -> bytes`, size
+        prefix included) and return the response frame body undecoded, from its correlation id
+        on. A memoryview answer is a view of a reused buffer: pass it to `recycle` when done."""
+        return await self._send(encode, None, timeout, True, what)
+
+    def recycle(self, frame: memoryview | bytes) -> None:
+        """Hand a `send_frame` answer's buffer back for the next large response."""
+        protocol = self._protocol
+        if isinstance(frame, memoryview) and protocol is not None:
+            buffer = frame.obj
+            frame.release()
+            if isinstance(buffer, bytearray) and (protocol.spare is None or len(buffer) > len(protocol.spare)):
+                protocol.spare = buffer
+
+    async def _send(self, encode, schema: type | None, timeout: float, expect_response: bool, what: str = ""):
+        what = what or schema.__name__
         if not self.connected:
             await self.connect()
         protocol = self._protocol
         correlation_id = self._next_correlation_id()
-        frame = wire.encode_request(payload, correlation_id, self.client_id)
+        frame = encode(correlation_id)
         future = asyncio.get_running_loop().create_future()
         if expect_response:
-            protocol.pending[correlation_id] = _Pending(type(payload), future)
+            protocol.pending[correlation_id] = _Pending(schema, future)
         protocol.transport.write(frame)
         if not expect_response:
             return None
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except asyncio.TimeoutError:
-            log.warning("%s: request %s timed out after %.1fs; disconnecting", self, type(payload).__name__, timeout)
+            log.warning("%s: request %s timed out after %.1fs; disconnecting", self, what, timeout)
             protocol.pending.pop(correlation_id, None)
             future.cancel()
             protocol._abort(ConnectionError("disconnected after a request timeout"))
-            raise TimeoutError(f"{type(payload).__name__} to {self.host}:{self.port} timed out") from None
+            raise TimeoutError(f"{what} to {self.host}:{self.port} timed out") from None
         finally:
             if not future.done():
                 future.cancel()

@@ -1,0 +1,92 @@
+"""The fetching side of a fetch session (KIP-227; Kafka's FetchSessionHandler).
+
+Without a session every Fetch lists every partition a follower follows on that leader, and every
+answer carries all of them, though most are idle. With one, the leader caches the partitions and
+their fetch state: a request lists only what changed since the previous one (a new fetch offset,
+a new leader epoch) and what to forget; the answer only the partitions with something to say.
+
+Pure state: `build` says what the next request carries, `handle_response` / `handle_error` what
+its outcome means for the one after.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+"""A full request asking for a new session (closing the one named, if any)."""
+FINAL_EPOCH = -1
+MAX_EPOCH = 2**31 - 1
+
+
+def next_epoch(epoch: int) -> int:
+    """Epochs run 1.. and wrap to 1: 0 and -1 mean "new session" and "no session"."""
+    return 1 if epoch >= MAX_EPOCH else epoch + 1
+
+
+class FetchRequestData(NamedTuple):
+    session_id: int
+    epoch: int
+    to_send: dict
+    """key → fetch data (any comparable value) to put in the request."""
+    forgotten: list
+    """keys the session should drop."""
+    full: bool
+
+
+class FetchSessionHandler:
+    """Session state of one fetcher towards one leader."""
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.session_partitions: dict = {}
+        """What the leader caches for us: key → the fetch data last sent."""
+        self._pending: FetchRequestData | None = None
+        self._next_partitions: dict = {}
+
+    def build(self, partitions: dict) -> FetchRequestData:
+        """The next request for `partitions` (key → fetch data)."""
+        if self.epoch == INITIAL_EPOCH:
+            data = FetchRequestData(self.session_id, INITIAL_EPOCH, dict(partitions), [], True)
+        else:
+            cached = self.session_partitions
+            to_send = {k: v for k, v in partitions.items() if cached.get(k) != v}
+            forgotten = [k for k in cached if k not in partitions]
+            data = FetchRequestData(self.session_id, self.epoch, to_send, forgotten, False)
+        self._pending, self._next_partitions = data, dict(partitions)
+        return data
+
+    def handle_response(self, error_code: int, session_id: int) -> None:
+        """Outcome of the request `build` made last; a top-level error starts over with a full one."""
+        sent, self._pending = self._pending, None
+        if sent is None:
+            return
+        if error_code != 0:
+            self._reset(keep_id=error_code != ErrorCode.fetch_session_id_not_found)
+            return
+        if sent.full:
+            if session_id == INVALID_SESSION_ID:
+                self._reset(keep_id=False)  # no session granted: full requests, asking again each time
+                return
+            self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
+        else:
+            self.epoch = next_epoch(self.epoch)
+        self.session_partitions = self._next_partitions
+
+    def handle_error(self) -> None:
+        """The request got no answer (connection lost or abandoned): the leader may or may not have
+        applied it, so the next request is a full one that replaces the session."""
+        self._pending = None
+        self._reset(keep_id=True)
+
+    def _reset(self, *, keep_id: bool) -> None:
+        # Naming the old session in the full request lets the leader free its slot at once.
+        if not keep_id:
+            self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.session_partitions = {}
+

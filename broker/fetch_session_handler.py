@@ -68,10 +68,11 @@ class FetchSessionHandler:
         if error_code != 0:
             self._reset(keep_id=error_code != ErrorCode.fetch_session_id_not_found)
             return
+        if session_id == INVALID_SESSION_ID:
+            # none granted, or the leader closed ours (it emptied): full requests, asking each time
+            self._reset(keep_id=False)
+            return
         if sent.full:
-            if session_id == INVALID_SESSION_ID:
-                self._reset(keep_id=False)  # no session granted: full requests, asking again each time
-                return
             self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
         else:
             self.epoch = next_epoch(self.epoch)

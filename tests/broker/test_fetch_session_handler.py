@@ -38,6 +38,14 @@ def test_no_session_granted_keeps_sending_full_requests():
     assert (r.session_id, r.epoch, r.full, r.to_send) == (0, 0, True, {A0: 2})
 
 
+def test_a_session_the_leader_closed_is_not_named_again():
+    h = established({A0: 1})
+    h.build({})
+    h.handle_response(0, 0)
+    r = h.build({A0: 1})
+    assert (r.session_id, r.epoch, r.full) == (0, 0, True)
+
+
 def test_session_errors_start_over_with_a_full_request():
     h = established({A0: 1})
     h.build({A0: 2})

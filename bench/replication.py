@@ -99,6 +99,18 @@ class CpuMeter:
         self.kcat = self._children() - self._c0
 
 
+def settle_page_cache() -> None:
+    """Write back what earlier runs left dirty before the next timed run starts.
+
+    The kernel starts writing dirty pages back once they pass dirty_background_ratio (~2 GiB
+    here); its flusher threads then compete for the two cores with whatever run is going on. The
+    RF=3 runs write three times the bytes and come last, so without this they paid for the
+    single-broker runs' writeback as well as their own. A 2M-record run (at most ~650 MB)
+    stays below that threshold: no run pays for writing back, its own bytes included.
+    """
+    os.sync()
+
+
 def kcat_produce(target: Target, topic: str, data: Path, records: int, partitions: int, acks: str) -> Result:
     start = time.perf_counter()
     proc = subprocess.run(["kcat", "-P", "-b", target.bootstrap, "-t", topic, "-l", "-X", f"acks={acks}",
@@ -190,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                     for rep in range(args.repeat):
                         topic = f"bench-acks{acks}-{rep}"
                         target.create_topic(topic, args.partitions)
+                        settle_page_cache()
                         with CpuMeter(target) as cpu:
                             runs.append(kcat_produce(target, topic, data, args.records, args.partitions, acks))
                         print(f"  {name:8} acks={acks:3} run {rep + 1}: {runs[-1].rps:>11,.0f} rec/s "

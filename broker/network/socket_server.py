@@ -15,7 +15,9 @@ order. Every other request is a barrier, as before: it starts once everything be
 answered, and nothing after it starts until it has been answered.
 
 A response is a list of chunks: bytes, written as they are, and file regions (`.file`,
-`.position`, `.size`), sent with sendfile so record data never enters Python.
+`.position`, `.size`), sent with sendfile so record data never enters Python. Writes bypass the
+transport while it has nothing buffered (one writev per run of bytes, os.sendfile per large
+region): loop.sendfile pauses reading, waits for a drain and resumes around every call.
 """
 
 import asyncio
@@ -35,7 +37,8 @@ RECV_BUFFER = 256 * 1024
 MAX_QUEUED_BYTES = 32 * 1024 * 1024
 """Read-ahead bound per connection: reading pauses while this much is waiting to be handled."""
 SENDFILE_MIN = 64 * 1024
-"""Smaller file regions are read with pread and written: cheaper than a sendfile round."""
+"""Smaller file regions are read with pread and written with the bytes around them (one writev);
+larger ones go by sendfile. With direct sendfile, 16 KiB and 256 KiB measured the same as 64 KiB."""
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 MAX_IN_FLIGHT = 32
 """Pipelined requests started and not yet answered, per connection. librdkafka allows 1M in flight
@@ -43,6 +46,8 @@ MAX_IN_FLIGHT = 32
 pipeline carries more batches per round trip. bench/replication.py-style runs, RF=3 acks=all:
 4 → 0.54M rec/s, 16 → 0.74M, 32 → 0.89M, 64 → 0.81M (2M records, alternated on one machine)."""
 PRODUCE = 0
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
+"""Most buffers one writev takes; a longer gather is joined first."""
 
 
 class CloseConnection(Exception):
@@ -111,6 +116,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer = None
+        self._fd = -1
+        """The socket's descriptor, for writes that bypass the transport while it is idle."""
         self._buf = bytearray(RECV_BUFFER)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -134,6 +141,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("socket")
         if sock is not None:
+            self._fd = sock.fileno()
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -245,11 +253,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         inflight = self._inflight
         try:
             while True:
-                # answer the finished pipelined requests at the head, in request order
+                # answer the finished pipelined requests at the head, in request order, together
                 while inflight and inflight[0].done():
-                    response = inflight.popleft().result()
-                    if response:
-                        await self._send(response)
+                    await self._send_done(inflight)
                 if self._closed:
                     return
                 frame = self._frames[0] if self._frames else None
@@ -292,13 +298,44 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 elif not task.cancelled():
                     task.exception()  # retrieved: an abandoned request's failure is not news
 
+    async def _send_done(self, inflight: collections.deque) -> None:
+        """Answers the finished requests at the head of `inflight` with one write.
+
+        Pipelined Produce requests finish together (one high-watermark move releases many), and a
+        send per answer would cost a syscall here and a wakeup of the client each. A request that
+        failed (CloseConnection, ...) ends the batch: the answers before it still go out first.
+        """
+        chunks: list = []
+        failure = None
+        while inflight and inflight[0].done():
+            try:
+                response = inflight.popleft().result()
+            except BaseException as e:
+                failure = e
+                break
+            if response:
+                chunks += response
+        if chunks:
+            await self._send(chunks)
+        if failure is not None:
+            raise failure
+
     async def _send(self, chunks: list) -> None:
-        transport = self.transport
+        """Writes one or more whole responses, in order, before anything else is written.
+
+        Consecutive bytes (and small file regions, read with pread) are gathered into one writev;
+        a large region is sent with os.sendfile straight from the segment file. Both go straight to
+        the socket while the transport has nothing buffered (the usual case); whatever the socket
+        does not take then goes through the transport, which preserves order and applies
+        back-pressure. (TCP_CORK around a response's pieces was tried: two more syscalls per
+        response, no saving at the reader.)
+        """
+        out: list = []
         for chunk in chunks:
             if self._closed:
                 return
             if isinstance(chunk, (bytes, bytearray, memoryview)):
-                transport.write(chunk)
+                out.append(chunk)
                 continue
             size = chunk.size
             if size <= 0:
@@ -308,15 +345,57 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 data = os.pread(fd, size, chunk.position)
                 if len(data) != size:
                     raise OSError(f"short read of a log segment: {len(data)} of {size} bytes")
-                transport.write(data)
+                out.append(data)
                 continue
-            sent = await self.loop.sendfile(
-                transport, _PositionalFile(fd), chunk.position, size, fallback=True
-            )
-            if sent != size:
-                raise OSError(f"sendfile sent {sent} of {size} bytes")
+            if out:
+                self._write(out)
+                out = []
+            await self._sendfile(fd, chunk.position, size)
+        if out and not self._closed:
+            self._write(out)
         if self._can_write is not None and not self._can_write.done():
             await self._can_write
+
+    def _direct(self) -> bool:
+        """True if bytes may go straight to the socket: the transport holds none still to send."""
+        transport = self.transport
+        return self._fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing()
+
+    def _write(self, out: list) -> None:
+        """Writes bytes-like `out` in order: one writev when the socket takes it all."""
+        sent = 0
+        if self._direct():
+            try:
+                if len(out) <= _IOV_MAX:
+                    sent = os.writev(self._fd, out)
+                else:
+                    out = [b"".join(out)]
+                    sent = os.write(self._fd, out[0])
+            except (BlockingIOError, InterruptedError):
+                pass
+            if sent == sum(map(len, out)):
+                return
+        rest = b"".join(out)
+        self.transport.write(memoryview(rest)[sent:] if sent else rest)
+
+    async def _sendfile(self, fd: int, position: int, size: int) -> None:
+        """Sends a file region: os.sendfile while the socket takes it, loop.sendfile for the rest."""
+        sent = 0
+        if self._direct():
+            while sent < size:
+                try:
+                    n = os.sendfile(self._fd, fd, position + sent, size - sent)
+                except (BlockingIOError, InterruptedError):
+                    break
+                if n == 0:
+                    raise OSError(f"sendfile sent {sent} of {size} bytes: the segment ends early")
+                sent += n
+        if sent < size:
+            n = await self.loop.sendfile(
+                self.transport, _PositionalFile(fd), position + sent, size - sent, fallback=True
+            )
+            if n != size - sent:
+                raise OSError(f"sendfile sent {sent + n} of {size} bytes")
 
     def close(self) -> None:
         if not self._closed:

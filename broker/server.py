@@ -14,8 +14,6 @@ import signal
 import sys
 from pathlib import Path
 
-import uvloop
-
 from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.controller_channel import BrokerToControllerChannel
 from odradek.broker.group.group_apis import GroupApis
@@ -342,10 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     config = BrokerConfig.from_properties(load_properties(args.config, args.override))
-    # uvloop's event loop (libuv, compiled): the broker is one event loop doing small amounts of
-    # work per request, and asyncio's pure-Python loop was ~13% of its CPU under replication load.
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run(config))
+    return asyncio.run(run(config))
 
 
 if __name__ == "__main__":

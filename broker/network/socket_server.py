@@ -45,8 +45,6 @@ MAX_IN_FLIGHT = 32
 (5 with idempotence): with acks=all each request waits a replication round trip, so a deeper
 pipeline carries more batches per round trip. bench/replication.py-style runs, RF=3 acks=all:
 4 → 0.54M rec/s, 16 → 0.74M, 32 → 0.89M, 64 → 0.81M (2M records, alternated on one machine)."""
-CLOSE_GRACE_S = 1.0
-"""How long a stopping server lets closed connections send what they hold."""
 PRODUCE = 0
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 """Most buffers one writev takes; a longer gather is joined first."""
@@ -381,8 +379,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport.write(memoryview(rest)[sent:] if sent else rest)
 
     async def _sendfile(self, fd: int, position: int, size: int) -> None:
-        """Sends a file region: os.sendfile while the socket takes it, loop.sendfile for the rest
-        (the broker's uvloop has none: the rest is read and written through the transport)."""
+        """Sends a file region: os.sendfile while the socket takes it, loop.sendfile for the rest."""
         sent = 0
         if self._direct():
             while sent < size:
@@ -394,14 +391,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     raise OSError(f"sendfile sent {sent} of {size} bytes: the segment ends early")
                 sent += n
         if sent < size:
-            try:
-                n = await self.loop.sendfile(
-                    self.transport, _PositionalFile(fd), position + sent, size - sent, fallback=True
-                )
-            except NotImplementedError:  # uvloop has no loop.sendfile: the transport takes a copy
-                data = os.pread(fd, size - sent, position + sent)
-                self.transport.write(data)
-                n = len(data)
+            n = await self.loop.sendfile(
+                self.transport, _PositionalFile(fd), position + sent, size - sent, fallback=True
+            )
             if n != size - sent:
                 raise OSError(f"sendfile sent {sent + n} of {size} bytes")
 
@@ -409,8 +401,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self._closed:
             self._closed = True
             self._wakeup()
-            if self._can_write is not None and not self._can_write.done():
-                self._can_write.set_result(None)  # the answering task stops; the transport flushes
             if self.transport is not None:
                 self.transport.close()
 
@@ -445,19 +435,10 @@ class SocketServer:
             self._server.close()
 
     async def stop(self) -> None:
-        """Stops accepting, closes every connection (requests in flight are abandoned).
-
-        A closing transport first sends what it holds; a peer that does not read would keep it
-        open forever, so what is left after CLOSE_GRACE_S is dropped."""
+        """Stops accepting, closes every connection (requests in flight are abandoned)."""
         self.stop_accepting()
         for conn in list(self.connections):
             conn.close()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CLOSE_GRACE_S
-        while self.connections and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        for conn in list(self.connections):
-            conn.transport.abort()
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 5)

@@ -11,7 +11,6 @@ import socket
 import struct
 
 import pytest
-import uvloop
 
 from odradek.broker.log import FileRegion
 from odradek.broker.network import socket_server
@@ -20,19 +19,6 @@ from odradek.broker.network.socket_server import SocketServer
 STEP_S = 10.0
 """Bound on every single wait in these tests."""
 FILE_BYTES = 24 * 1024 * 1024
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request):
-    """Runs a test's coroutine on each event loop: brokers run on uvloop (which has no
-    loop.sendfile), the in-process servers of other tests on asyncio's."""
-    factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
-
-    def run_(coro):
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(coro)
-
-    return run_
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +89,7 @@ SMALL = socket_server.SENDFILE_MIN // 3
 LARGE = socket_server.SENDFILE_MIN * 5
 
 
-def test_multi_partition_responses_arrive_byte_identical_and_in_order(segment, run):
+def test_multi_partition_responses_arrive_byte_identical_and_in_order(segment):
     f, _ = segment
     sizes = [[SMALL, LARGE, 0, 1, SMALL, socket_server.SENDFILE_MIN], [LARGE] * 12, [SMALL] * 40, [], [7]]
     expected = {}
@@ -125,10 +111,10 @@ def test_multi_partition_responses_arrive_byte_identical_and_in_order(segment, r
             finally:
                 writer.close()
 
-    run(main())
+    asyncio.run(main())
 
 
-def test_a_reader_that_does_not_read_bounds_what_the_server_buffers(segment, run):
+def test_a_reader_that_does_not_read_bounds_what_the_server_buffers(segment):
     """Each response is 6 MiB of small regions (written through the transport once the socket is
     full) and 6 MiB sent by sendfile. While the peer does not read, the server answers no more
     requests than its buffers hold, then everything arrives intact once the peer reads."""
@@ -161,11 +147,11 @@ def test_a_reader_that_does_not_read_bounds_what_the_server_buffers(segment, run
             finally:
                 writer.close()
 
-    run(main())
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])
-def test_a_peer_going_away_mid_response_ends_the_connection_cleanly(segment, run, caplog, how):
+def test_a_peer_going_away_mid_response_ends_the_connection_cleanly(segment, caplog, how):
     f, _ = segment
 
     def respond(correlation_id):
@@ -195,11 +181,11 @@ def test_a_peer_going_away_mid_response_ends_the_connection_cleanly(segment, run
             writer.close()
 
     with caplog.at_level(logging.WARNING, logger=socket_server.__name__):
-        run(main())
+        asyncio.run(main())
     assert not [r for r in caplog.records if r.name == socket_server.__name__ and r.levelno >= logging.WARNING]
 
 
-def test_server_stopping_while_a_response_waits_for_the_peer_ends_cleanly(segment, run, caplog):
+def test_server_stopping_while_a_response_waits_for_the_peer_ends_cleanly(segment, caplog):
     """The transport closing under a sendfile (the peer does not read; the server stops).
 
     asyncio 3.11 itself logs an InvalidStateError from the transport's connection_lost here (its
@@ -227,5 +213,5 @@ def test_server_stopping_while_a_response_waits_for_the_peer_ends_cleanly(segmen
             writer.close()
 
     with caplog.at_level(logging.WARNING, logger=socket_server.__name__):
-        run(main())
+        asyncio.run(main())
     assert not [r for r in caplog.records if r.name == socket_server.__name__ and r.levelno >= logging.WARNING]

@@ -253,6 +253,9 @@ class FetchContext:
 
     error = ErrorCode.none
     infos: list = []
+    unchanged = None
+    """Optional `unchanged(info, high_watermark, log_start_offset)`: True for a partition whose
+    empty answer would say nothing new; the reader may skip it (see IncrementalFetchContext)."""
 
     def response(self, results: list) -> tuple[ErrorCode, int, list]:
         raise NotImplementedError
@@ -305,12 +308,22 @@ class FullFetchContext(FetchContext):
 class IncrementalFetchContext(FetchContext):
     """Reads every partition of the session (listed or not) in session order; answers only those
     with something to say, and moves them to the end of the session so the next fetch reads the
-    others first (no partition starves under the response byte limit)."""
+    others first (no partition starves under the response byte limit).
 
-    def __init__(self, session: FetchSession, request_epoch: int):
+    A partition the request did not list keeps the fetch offset of the last request, so if its
+    log still shows the high watermark and log start offset the fetcher was last told, and has
+    nothing to read, its answer would be empty: `unchanged` lets the reader skip it (a result of
+    None), which makes a session's idle partitions almost free."""
+
+    def __init__(self, session: FetchSession, request_epoch: int, listed: set):
         self.session = session
         self.request_epoch = request_epoch
         self.infos = list(session.partitions.values())
+        self.listed = listed
+
+    def unchanged(self, cached: CachedPartition, high_watermark: int, log_start_offset: int) -> bool:
+        return (cached.high_watermark == high_watermark and cached.local_log_start_offset == log_start_offset
+                and cached not in self.listed)
 
     def response(self, results):
         session = self.session
@@ -320,7 +333,7 @@ class IncrementalFetchContext(FetchContext):
         partitions = session.partitions
         out = []
         for cached, result in zip(self.infos, results):
-            if cached.maybe_update_response_data(result, True):
+            if result is not None and cached.maybe_update_response_data(result, True):
                 out.append((cached, result))
                 key = (cached.topic, cached.partition)
                 if partitions.pop(key, None) is not None:
@@ -348,10 +361,12 @@ class FetchManager:
             return SessionErrorContext(ErrorCode.fetch_session_id_not_found)
         if session.epoch != epoch:
             return SessionErrorContext(ErrorCode.invalid_fetch_session_epoch)
-        session.update(infos, to_forget)
+        added, updated, _ = session.update(infos, to_forget)
         if not session.partitions:
             self.cache.remove_session(session)
             return SessionlessFetchContext(infos)
         self.cache.touch(session, self.clock())
         session.epoch = next_epoch(session.epoch)
-        return IncrementalFetchContext(session, epoch)
+        partitions = session.partitions
+        listed = {partitions[key] for key in added + updated if key in partitions}
+        return IncrementalFetchContext(session, epoch, listed)

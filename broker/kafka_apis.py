@@ -360,7 +360,7 @@ class KafkaApis:
         results = []
         if context.infos:
             results = await self.replica_manager.fetch_messages(
-                replica_id, max_wait_ms, min_bytes, max_bytes, context.infos
+                replica_id, max_wait_ms, min_bytes, max_bytes, context.infos, context.unchanged
             )
         error, session_id, pairs = context.response(results)
         chunks, size = fetch_codec.encode_fetch_response(

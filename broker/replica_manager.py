@@ -485,16 +485,29 @@ class ReplicaManager:
 
     # --- fetch ----------------------------------------------------------------------------------
 
-    def read_from_local_log(self, replica_id: int, fetch_max_bytes: int, infos: list[FetchInfo]) -> list[FetchResult]:
+    def read_from_local_log(
+        self, replica_id: int, fetch_max_bytes: int, infos: list[FetchInfo], unchanged=None
+    ) -> list[FetchResult | None]:
         """Reads each partition in order within the byte limits (Kafka's readFromLocalLog).
 
         The first partition with data gets at least one whole batch even beyond the limits, so a
         consumer can always make progress; consumers read below the HW, followers to the LEO.
+        With `unchanged(info, high_watermark, log_start_offset)` (a fetch session's), a partition
+        with nothing to read that it calls unchanged gets None: there is nothing to tell.
         """
         remaining = max(0, fetch_max_bytes)
         min_one = True
         out = []
+        partitions = self.partitions
         for info in infos:
+            p = partitions.get((info.topic, info.partition))
+            if unchanged is not None and p is not None and p.is_leader:
+                plog = p.log
+                end = plog.log_end_offset if replica_id >= 0 else plog.high_watermark
+                if (info.fetch_offset == end and info.current_leader_epoch in (-1, p.leader_epoch)
+                        and unchanged(info, plog.high_watermark, plog.log_start_offset)):
+                    out.append(None)
+                    continue
             result = FetchResult()
             out.append(result)
             p, result.error = self.leader_partition(info.topic, info.partition, info.current_leader_epoch, replica_id)
@@ -533,30 +546,41 @@ class ReplicaManager:
         return out
 
     async def fetch_messages(
-        self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, infos: list[FetchInfo]
-    ) -> list[FetchResult]:
-        results = self.read_from_local_log(replica_id, max_bytes, infos)
+        self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, infos: list[FetchInfo],
+        unchanged=None,
+    ) -> list[FetchResult | None]:
+        """Reads `infos` (see read_from_local_log, also for `unchanged`), long-polling up to
+        `max_wait_ms` for `min_bytes`; a follower's fetch offsets update its replica state."""
+        results = self.read_from_local_log(replica_id, max_bytes, infos, unchanged)
         if replica_id >= 0:
             self._update_follower_fetch_state(replica_id, infos, results)
-        total = sum(r.size for r in results)
+        total = sum(r.size for r in results if r is not None)
         if (
             max_wait_ms <= 0
             or not infos
             or total >= min_bytes
-            or any(r.error != ErrorCode.none for r in results)
+            or any(r is not None and r.error != ErrorCode.none for r in results)
         ):
             return results
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos)
         if not self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos]):
             await op.wait()
-        return self.read_from_local_log(replica_id, max_bytes, infos)
+        return self.read_from_local_log(replica_id, max_bytes, infos, unchanged)
 
     def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
         now = now_ms()
+        partitions = self.partitions
         for info, result in zip(infos, results):
-            if result.error != ErrorCode.none:
+            if result is None:
+                # caught up and nothing changed: only the time it was last seen caught up moves
+                p = partitions[(info.topic, info.partition)]
+                replica = p.remote_replicas.get(replica_id)
+                if replica is not None and replica_id in p.isr:
+                    replica.update_fetch_state(info.fetch_offset, p.log.log_end_offset, now)
+                    continue
+            elif result.error != ErrorCode.none:
                 continue
-            p = self.partitions.get((info.topic, info.partition))
+            p = partitions.get((info.topic, info.partition))
             if p is None:
                 continue
             if p.update_follower_fetch_state(replica_id, info.fetch_offset, now):

@@ -166,6 +166,23 @@ def test_a_partition_in_error_is_sent_again_once_the_error_is_gone():
     assert keys(pairs) == [("a", 0)]
 
 
+def test_unlisted_partition_whose_answer_would_say_nothing_may_be_skipped():
+    m = manager()
+    sid = open_session(m, [info("a", 0, offset=5), info("a", 1, offset=5), info("b", 0, offset=5)],
+                       [result(hw=5, lso=0)] * 3)
+    ctx = m.new_context(sid, 1, [info("a", 1, offset=5)], [], True)
+    a0, a1, b0 = ctx.infos
+    assert ctx.unchanged(a0, 5, 0)
+    assert not ctx.unchanged(a0, 6, 0) and not ctx.unchanged(a0, 5, 2)  # news to tell
+    assert not ctx.unchanged(a1, 5, 0)  # listed again: answered as asked
+    # a skipped partition (None) is not answered; the others are, as usual
+    error, _, pairs = ctx.response([None, result(hw=5, lso=0), result(hw=5, lso=0, size=10)])
+    assert error == ErrorCode.none and keys(pairs) == [("b", 0)]
+    assert [i.key for i in m.new_context(sid, 2, [], [], True).infos] == [("a", 0), ("a", 1), ("b", 0)]
+    full = m.new_context(sid, 0, [info("a", 0)], [], True)
+    assert full.unchanged is None  # full and sessionless requests read everything
+
+
 def test_incremental_request_updates_adds_and_forgets_and_keeps_the_rest():
     m = manager()
     sid = open_session(m, [info("a", 0, offset=1), info("a", 1, offset=2), info("b", 0, offset=3)])
@@ -328,9 +345,16 @@ class RecordingReplicaManager:
         self.state = state
         self.calls = []
 
-    async def fetch_messages(self, replica_id, max_wait_ms, min_bytes, max_bytes, infos):
+    async def fetch_messages(self, replica_id, max_wait_ms, min_bytes, max_bytes, infos, unchanged=None):
+        """Skips what `unchanged` calls unchanged, as ReplicaManager.read_from_local_log does for a
+        partition with nothing to read."""
         self.calls.append((replica_id, max_wait_ms, min_bytes, [(i.topic, i.partition, i.fetch_offset) for i in infos]))
-        return [self.state[(i.topic, i.partition)] for i in infos]
+        results = []
+        for i in infos:
+            r = self.state[(i.topic, i.partition)]
+            quiet = unchanged is not None and r.size == 0 and unchanged(i, r.high_watermark, r.log_start_offset)
+            results.append(None if quiet else r)
+        return results
 
 
 def apis_with(state) -> tuple[KafkaApis, RecordingReplicaManager]:

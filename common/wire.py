@@ -33,8 +33,11 @@ _write_header_v1 = entity_writer(RequestHeaderV1)
 _write_header_v2 = entity_writer(RequestHeaderV2)
 
 
+@cache
 def request_schema(api_key: int, version: int) -> type:
-    """The request class for (api_key, version); KeyError when nobody here knows it."""
+    """The request class for (api_key, version); KeyError when nobody here knows it.
+
+    Cached: kio looks a schema up by importing its module by name on every call."""
     own = INTER_BROKER_REQUESTS.get(api_key)
     if own is not None:
         if own.__version__ != version:
@@ -46,6 +49,7 @@ def request_schema(api_key: int, version: int) -> type:
         raise KeyError((api_key, version)) from e
 
 
+@cache
 def response_schema(api_key: int, version: int) -> type:
     own = INTER_BROKER_RESPONSES.get(api_key)
     if own is not None:

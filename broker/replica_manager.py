@@ -133,13 +133,18 @@ class DelayedFetch(DelayedOperation):
         self.infos = infos
 
     def try_complete(self) -> bool:
+        # Checked on every append to any watched partition: a fetch session's idle partitions make
+        # `infos` long, so the loop inlines leader_partition's checks.
         accumulated = 0
+        partitions = self.manager.partitions
+        follower = self.replica_id >= 0
+        debugging = self.replica_id == DEBUGGING_REPLICA_ID
         for info in self.infos:
-            partition, _ = self.manager.leader_partition(info.topic, info.partition, replica_id=self.replica_id)
-            if partition is None:
+            partition = partitions.get((info.topic, info.partition))
+            if partition is None or not (partition.is_leader or debugging):
                 return self.force_complete()
             plog = partition.log
-            end = plog.log_end_offset if self.replica_id >= 0 else plog.high_watermark
+            end = plog.log_end_offset if follower else plog.high_watermark
             if info.fetch_offset > plog.log_end_offset or info.fetch_offset < plog.log_start_offset:
                 return self.force_complete()
             if end <= info.fetch_offset:

@@ -29,6 +29,7 @@ from kio.static.primitive import i32
 
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH
+from odradek.broker.log.record_batch import leader_epoch_starts
 from odradek.broker.fetch_session_handler import FetchSessionHandler
 from odradek.broker.replica_fetch_codec import (
     FetchedPartition,
@@ -164,7 +165,10 @@ class ReplicaFetcher:
             except asyncio.TimeoutError:
                 pass
             return
-        await self.fetch(due)
+        # A partition backing off (a leader that has not taken over yet) must not wait for a
+        # whole long poll over the others: the poll ends when its backoff does.
+        next_due = min((s.delayed_until for s in self.partitions.values() if s.delayed_until > now), default=None)
+        await self.fetch(due, None if next_due is None else next_due - now)
 
     # --- truncation -----------------------------------------------------------------------
 
@@ -220,7 +224,8 @@ class ReplicaFetcher:
 
     # --- fetching -------------------------------------------------------------------------
 
-    async def fetch(self, ready: dict) -> None:
+    async def fetch(self, ready: dict, wait_bound_s: float | None = None) -> None:
+        """One Fetch of the `ready` partitions; it long-polls at most `wait_bound_s` (if given)."""
         partitions: dict[tuple[str, int], PartitionFetch] = {}
         max_bytes = self.config.replica_fetch_max_bytes
         for key, s in ready.items():
@@ -240,6 +245,8 @@ class ReplicaFetcher:
             forgotten.setdefault(topic, []).append(index)
         config = self.config
         wait_ms = config.replica_fetch_wait_max_ms
+        if wait_bound_s is not None:
+            wait_ms = max(0, min(wait_ms, int(wait_bound_s * 1000)))
 
         def encode(correlation_id: int) -> bytes:
             return encode_fetch_request(
@@ -266,19 +273,48 @@ class ReplicaFetcher:
                 return
             if response.error_code != ErrorCode.none:
                 raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
-            now = asyncio.get_running_loop().time()
+            def still_ours(p, state):
+                # a partition may change while a fetch (or an epoch checkpoint) is in flight
+                return self._follower(p.key, state) is p and p.log.log_end_offset == partitions[p.key].fetch_offset
+
+            answered = []
             for r in response.partitions:
                 key = (r.topic, r.partition)
                 state = ready.get(key)
-                if state is None:
-                    continue
-                p = self._follower(key, state)
-                if p is None or p.log.log_end_offset != partitions[key].fetch_offset:
-                    continue  # the partition changed while the fetch was in flight
-                self._process(p, state, r, now)
+                p = None if state is None else self.replica_manager.partitions.get(key)
+                if p is not None and still_ours(p, state):
+                    answered.append((p, state, r))
+            starting = await self._checkpoint_new_epochs(answered)
+            now = asyncio.get_running_loop().time()
+            for p, state, r in answered:
+                if not starting or still_ours(p, state):
+                    self._process(p, state, r, now)
+                elif p.key in starting and self.replica_manager.partitions.get(p.key) is p:
+                    p.log.leader_epoch_cache.truncate_from_end(p.log.log_end_offset)  # not appended after all
         finally:
             del response
             self.client.recycle(frame)  # appends are done: nothing refers to the frame any more
+
+    async def _checkpoint_new_epochs(self, answered: list) -> set:
+        """Records that start a new leader epoch (a new topic, a new leader) add an entry to the
+        partition's leader-epoch checkpoint, which must be on disk before they are appended. Its
+        fsync can take hundreds of milliseconds after heavy writes; done in the append it stalled
+        every partition of the broker. Here the entries go into the caches, their files are
+        written in a worker thread, and the appends follow. Returns the keys concerned."""
+        writes, starting = [], set()
+        for p, _, r in answered:
+            if r.error_code != ErrorCode.none or not r.records:
+                continue
+            cache = p.log.leader_epoch_cache
+            new = leader_epoch_starts(r.records, cache.latest_epoch)
+            if new:
+                for epoch, start_offset in new:
+                    cache.assign(epoch, start_offset, flush=False)
+                writes.append((cache, cache.snapshot()))
+                starting.add(p.key)
+        if writes:
+            await asyncio.to_thread(lambda: [cache.write(snapshot) for cache, snapshot in writes])
+        return starting
 
     async def _long_poll(self, encode, timeout_s: float):
         """Sends a Fetch; its response frame, or None if partitions were added while it waited.

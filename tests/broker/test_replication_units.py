@@ -2,6 +2,7 @@
 the HW checkpoint round trip."""
 
 import asyncio
+import struct
 from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
@@ -81,3 +82,17 @@ def test_a_leader_not_there_yet_is_retried_fast_then_at_the_backoff():
     fresh = PartitionFetchState(leader_epoch=0)
     fetcher.retry_after(fresh, ("t", 0), ErrorCode.fenced_leader_epoch, now=0.0, what="fetch")
     assert fresh.delayed_until == 1.0
+
+
+def test_leader_epoch_starts_reads_the_new_epochs_of_whole_batches():
+    from odradek.broker.log.record_batch import leader_epoch_starts
+
+    def batch(base: int, epoch: int, length: int = 49) -> bytes:
+        return struct.pack(">qii", base, length, epoch) + bytes(length - 4)
+
+    buf = batch(10, 3) + batch(11, 3) + batch(12, 5) + batch(20, 5) + batch(30, 6)
+    assert leader_epoch_starts(buf, 2) == [(3, 10), (5, 12), (6, 30)]
+    assert leader_epoch_starts(buf, 5) == [(6, 30)]
+    assert leader_epoch_starts(buf, 6) == []
+    assert leader_epoch_starts(buf[:-1], 5) == []  # a partial batch is not appended, so not counted
+    assert leader_epoch_starts(b"", 0) == []

@@ -96,6 +96,11 @@ def test_acks_all_to_rf3_leaves_byte_identical_replicas_and_checkpointed_hws(clu
         # Every replica learns the HW (the leader's own, followers' from fetch responses).
         wait_until(lambda: checkpointed_hws(cluster, topic, p) == [acked.get(p, 0)] * BROKERS,
                    f"{topic}-{p} HW {acked.get(p, 0)} checkpointed everywhere")
+        # ... and every replica's leader-epoch checkpoint says where the records' epoch starts
+        # (followers write theirs in a worker thread before appending).
+        epochs = [(cluster.partition_dir(i, topic, p) / "leader-epoch-checkpoint").read_text().split()
+                  for i in range(BROKERS)]
+        assert epochs == [["0", "1", "0", "0"]] * BROKERS, epochs  # version 0, one entry: epoch 0 from offset 0
 
 
 def test_restarted_follower_catches_up_byte_identical(cluster):

@@ -7,7 +7,8 @@ there, so a tail written under an older leader that the new leader never had is 
 merged. Then it fetches (Fetch with replica_id = our id) from its log end offset and appends the
 batches byte for byte (Log.append_as_follower); the follower's high watermark follows the leader's.
 Fetches go through a fetch session (KIP-227, `fetch_session_handler`), so idle partitions cost no
-bytes per round trip, and are encoded and read by hand (`replica_fetch_codec`). Errors back off (`replica.fetch.backoff.ms`); a fetcher with no partitions left shuts down.
+bytes per round trip, and are encoded and read by hand (`replica_fetch_codec`). Errors back off
+(`replica.fetch.backoff.ms`); a fetcher with no partitions left shuts down.
 
 All of this runs on the broker's event loop: between awaits nothing else runs, so a response is
 applied only if its partition is still ours, on the same leader epoch, at the same offset.
@@ -27,10 +28,10 @@ from kio.schema.offset_for_leader_epoch.v3.request import (
 )
 from kio.static.primitive import i32
 
+from odradek.broker.fetch_session_handler import FetchSessionHandler
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH
 from odradek.broker.log.record_batch import leader_epoch_starts
-from odradek.broker.fetch_session_handler import FetchSessionHandler
 from odradek.broker.replica_fetch_codec import (
     FetchedPartition,
     PartitionFetch,
@@ -263,37 +264,43 @@ class ReplicaFetcher:
         if frame is None:
             self.session.handle_error()
             return
-        response = None
         try:
-            response = decode_fetch_response(frame)
-            self.session.handle_response(response.error_code, response.session_id)
-            if response.error_code in SESSION_ERRORS:
-                log.info("%r: fetch session %d answered %s; starting a new one", self, session.session_id,
-                         ErrorCode(response.error_code).name)
-                return
-            if response.error_code != ErrorCode.none:
-                raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
-            def still_ours(p, state):
-                # a partition may change while a fetch (or an epoch checkpoint) is in flight
-                return self._follower(p.key, state) is p and p.log.log_end_offset == partitions[p.key].fetch_offset
-
-            answered = []
-            for r in response.partitions:
-                key = (r.topic, r.partition)
-                state = ready.get(key)
-                p = None if state is None else self.replica_manager.partitions.get(key)
-                if p is not None and still_ours(p, state):
-                    answered.append((p, state, r))
-            starting = await self._checkpoint_new_epochs(answered)
-            now = asyncio.get_running_loop().time()
-            for p, state, r in answered:
-                if not starting or still_ours(p, state):
-                    self._process(p, state, r, now)
-                elif p.key in starting and self.replica_manager.partitions.get(p.key) is p:
-                    p.log.leader_epoch_cache.truncate_from_end(p.log.log_end_offset)  # not appended after all
+            await self._apply(frame, ready, partitions)
+        except BaseException:
+            self.session.handle_error()  # a response not (wholly) applied: start the session over
+            raise
         finally:
-            del response
             self.client.recycle(frame)  # appends are done: nothing refers to the frame any more
+
+    async def _apply(self, frame, ready: dict, sent: dict) -> None:
+        """Appends what a Fetch response brought to the partitions still ours, still at the offset
+        it was asked for (a partition may change while a fetch, or an epoch checkpoint, is in flight)."""
+        response = decode_fetch_response(frame)
+        self.session.handle_response(response.error_code, response.session_id)
+        if response.error_code in SESSION_ERRORS:
+            log.info("%r: fetch session answered %s; starting a new one", self, ErrorCode(response.error_code).name)
+            return
+        if response.error_code != ErrorCode.none:
+            raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
+
+        def still_ours(p, state) -> bool:
+            return self._follower(p.key, state) is p and p.log.log_end_offset == sent[p.key].fetch_offset
+
+        answered = []
+        for r in response.partitions:
+            key = (r.topic, r.partition)
+            state = ready.get(key)
+            p = None if state is None else self.replica_manager.partitions.get(key)
+            if p is not None and still_ours(p, state):
+                answered.append((p, state, r))
+        starting = await self._checkpoint_new_epochs(answered)
+        now = asyncio.get_running_loop().time()
+        for p, state, r in answered:
+            if not starting or still_ours(p, state):
+                self._process(p, state, r, now)
+            elif p.key in starting and self.replica_manager.partitions.get(p.key) is p:
+                # not appended after all: its new epoch entries go (a rare synchronous write)
+                p.log.leader_epoch_cache.truncate_from_end(p.log.log_end_offset)
 
     async def _checkpoint_new_epochs(self, answered: list) -> set:
         """Records that start a new leader epoch (a new topic, a new leader) add an entry to the

@@ -505,8 +505,8 @@ class ReplicaManager:
         out = []
         partitions = self.partitions
         for info in infos:
-            p = partitions.get((info.topic, info.partition))
-            if unchanged is not None and p is not None and p.is_leader:
+            p = None if unchanged is None else partitions.get((info.topic, info.partition))
+            if p is not None and p.is_leader:
                 plog = p.log
                 end = plog.log_end_offset if replica_id >= 0 else plog.high_watermark
                 if (info.fetch_offset == end and info.current_leader_epoch in (-1, p.leader_epoch)

@@ -33,7 +33,7 @@ RECV_BUFFER = 64 * 1024
 
 
 LARGE_BUFFER_STEP = 1 << 20
-
+"""Own buffers of large frames are sized in steps of this, so one fits the next few frames."""
 
 class _ClientProtocol(asyncio.BufferedProtocol):
     """Splits the byte stream into frames and completes the matching pending request.

@@ -540,7 +540,7 @@ class GroupCoordinator:
         for group in list(self.manager.groups.values()):
             if not self.manager.is_local(group.group_id) or self.manager.is_loading(group.group_id):
                 continue
-            expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            expired = group.expired_offsets(now, self.config.offsets_retention_ms, group.subscribed_topics())
             if not expired:
                 continue
             entries = [(records.offset_key(group.group_id, t, p), None) for t, p in expired]

@@ -11,6 +11,8 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
+from odradek.broker.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscription_topics
+
 
 class GroupState(enum.Enum):
     EMPTY = "Empty"
@@ -228,6 +230,20 @@ class GroupMetadata:
         return self.state in VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
 
     # --- offsets --------------------------------------------------------------------------------
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics a consumer-protocol group's members subscribe to (Kafka's
+        computeSubscribedTopics); None when unknown: another protocol type, no members or no
+        protocol chosen yet, or a member's metadata that is not a consumer subscription."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None or not self.members:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            try:
+                topics.update(subscription_topics(member.metadata(self.protocol_name)))
+            except ValueError:
+                return None
+        return topics
 
     def expired_offsets(self, now_ms: int, retention_ms: int, subscribed: set[str] | None = None) -> list[tuple[str, int]]:
         """Offsets past retention (Kafka 2.1+): an Empty group's offsets once retention has passed

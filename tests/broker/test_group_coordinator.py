@@ -3,11 +3,13 @@ codes Kafka's coordinator returns, with `__consumer_offsets` appends captured by
 replica manager (its records are replayed to check that what was stored reloads)."""
 
 import asyncio
+import struct
 from types import SimpleNamespace
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from odradek.broker.group.consumer_protocol import subscription_topics
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.broker.group.group_metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
 from odradek.broker.group.group_metadata_manager import GroupMetadataManager
@@ -325,6 +327,51 @@ def test_delete_groups_and_offset_expiry():
     loaded = GroupMetadataManager(0, None, 1)
     loaded.replay(0, rm.records())
     assert loaded.groups == {}
+
+
+def subscription(*topics: str, version: int = 1) -> bytes:
+    """ConsumerProtocolSubscription bytes: version, topics, user data (null) and, v1+, no owned partitions."""
+    out = struct.pack(">hi", version, len(topics))
+    for t in topics:
+        name = t.encode()
+        out += struct.pack(">h", len(name)) + name
+    out += struct.pack(">i", -1)
+    return out + (struct.pack(">i", 0) if version >= 1 else b"")
+
+
+def test_live_group_offsets_of_topics_no_member_subscribes_to_expire():
+    gc, _ = make(offsets_retention_ms=1000)
+
+    async def scenario():
+        r = await join(gc, protocols=[("range", subscription("kept", "also"))])
+        code, _ = await gc.sync_group("g", r.generation_id, r.member_id, None, "consumer", "range", {r.member_id: b""})
+        assert code == E.none
+        committed = {("kept", 0): OffsetAndMetadata(1, commit_timestamp=0),
+                     ("gone", 0): OffsetAndMetadata(2, commit_timestamp=0)}
+        assert await gc.commit_offsets("g", r.member_id, None, r.generation_id, committed) == {
+            k: E.none for k in committed}
+        group = gc.manager.groups["g"]
+        assert group.state == GroupState.STABLE and group.subscribed_topics() == {"kept", "also"}
+        assert await gc.cleanup_offsets(999) == 0
+        assert await gc.cleanup_offsets(1000) == 1
+        assert set(group.offsets) == {("kept", 0)} and "g" in gc.manager.groups
+
+    run(scenario)
+
+
+def test_subscription_topics_of_every_version_and_garbage():
+    for version in (0, 1, 3):
+        assert subscription_topics(subscription("a", "bé", version=version)) == ["a", "bé"]
+    for garbage in (b"", b"\x00\x01", struct.pack(">hi", 0, 2) + b"\x00\x09abc", struct.pack(">hi", -1, 0)):
+        with pytest.raises(ValueError):
+            subscription_topics(garbage)
+    g = GroupMetadata("g", protocol_type="consumer", protocol_name="range")
+    g.add(MemberMetadata("m1", None, "c", "h", 1, 1, "consumer", [("range", subscription("a"))]))
+    g.add(MemberMetadata("m2", None, "c", "h", 1, 1, "consumer", [("range", subscription("b"))]))
+    assert g.subscribed_topics() == {"a", "b"}
+    g.add(MemberMetadata("m3", None, "c", "h", 1, 1, "consumer", [("range", b"not a subscription")]))
+    assert g.subscribed_topics() is None  # unknown: nothing expires for lack of a subscription
+    assert GroupMetadata("c", protocol_type="connect", protocol_name="x").subscribed_topics() is None
 
 
 # --- group.max.size ---------------------------------------------------------------------------------

@@ -27,13 +27,21 @@ from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
 from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
+from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
 from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
 from odradek.common import wire
 
 log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 4, 5, 10, 18
-OFFSET_FOR_LEADER_EPOCH = 23
+INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 22, 23
+NO_PRODUCER_ID, NO_PRODUCER_EPOCH = -1, -1
+INIT_PRODUCER_ID_VERSIONS = (0, 5)
+"""v0 for librdkafka (it wants exactly v0 advertised), up to v5 (KIP-890's error code, which we
+never send); v6 (KIP-939 two-phase commit) only means something to transactions."""
+NO_TRANSACTION_COORDINATOR = ErrorCode.coordinator_not_available
+"""Odradek has no transaction coordinator: FindCoordinator for a transaction key answers this
+(group_apis, and the placeholder below), and so does InitProducerId with a transactional id."""
 
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
@@ -151,9 +159,12 @@ def error_response(request, error_code: ErrorCode):
 
 
 class KafkaApis:
-    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis, group_apis=None):
+    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis, group_apis=None,
+                 producer_id_manager=None):
         self.config = config
         self.replica_manager = replica_manager
+        self.producer_id_manager = producer_id_manager
+        """ZkProducerIdManager; without one InitProducerId is not advertised."""
         self.handlers: dict[int, Callable[..., Awaitable]] = {
             PRODUCE: self.handle_produce,
             FETCH: self.handle_fetch,
@@ -165,6 +176,9 @@ class KafkaApis:
             OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
         }
         self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
+        if producer_id_manager is not None:
+            self.handlers[INIT_PRODUCER_ID] = self.handle_init_producer_id
+            self.versions[INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
         if metadata_apis is not None:
             for key, handler in metadata_apis.handlers.items():
                 if key in self.handlers:
@@ -408,7 +422,7 @@ class KafkaApis:
         """
         version = int(header.request_api_version)
         mod = wire.response_module(FIND_COORDINATOR, version)
-        code = ErrorCode.coordinator_not_available
+        code = ErrorCode.coordinator_not_available  # NO_TRANSACTION_COORDINATOR for transaction keys
         none = dict(node_id=i32(-1), host="", port=i32(-1), error_code=code)
         if version >= 4:
             coordinators = tuple(
@@ -418,6 +432,39 @@ class KafkaApis:
         if version >= 1:
             return mod.FindCoordinatorResponse(throttle_time=wire.NO_THROTTLE, error_message=None, **none)
         return mod.FindCoordinatorResponse(**none)
+
+    # --- InitProducerId -------------------------------------------------------------------------
+
+    async def handle_init_producer_id(self, header, request):
+        """A fresh producer id with epoch 0 for an idempotent producer (null transactional id), as
+        Kafka's TransactionCoordinator.handleInitProducerId does: the id and epoch a v3+ request
+        carries are only checked for shape (both or neither); the producer gets a new id either way.
+
+        A transactional id is refused: empty → INVALID_REQUEST (Kafka's check), else
+        NO_TRANSACTION_COORDINATOR, the answer FindCoordinator gives for transaction keys too, so
+        clients see one consistent story (both are retriable: they look for a coordinator until
+        their own timeout). A block that cannot be claimed right now answers
+        COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.x's producer-id manager does the same).
+        """
+        mod = wire.response_module(INIT_PRODUCER_ID, int(header.request_api_version))
+
+        def answer(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):
+            return mod.InitProducerIdResponse(
+                throttle_time=wire.NO_THROTTLE, error_code=code, producer_id=i64(producer_id), producer_epoch=i16(epoch)
+            )
+
+        pid = int(getattr(request, "producer_id", NO_PRODUCER_ID))
+        epoch = int(getattr(request, "producer_epoch", NO_PRODUCER_EPOCH))
+        if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
+            return answer(ErrorCode.invalid_request)
+        transactional_id = request.transactional_id
+        if transactional_id is not None:
+            return answer(ErrorCode.invalid_request if transactional_id == "" else NO_TRANSACTION_COORDINATOR)
+        try:
+            producer_id = await self.producer_id_manager.generate_producer_id()
+        except ProducerIdBlockUnavailableError:
+            return answer(ErrorCode.coordinator_load_in_progress)
+        return answer(ErrorCode.none, producer_id, 0)
 
     # --- OffsetForLeaderEpoch -------------------------------------------------------------------
 

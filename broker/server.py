@@ -24,6 +24,7 @@ from odradek.broker.log import LogManager
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.network.socket_server import SocketServer
+from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.zk_client import BrokerZkClient
 from kio.schema.errors import ErrorCode
@@ -57,6 +58,7 @@ class KafkaServer:
         self.metadata_apis: MetadataApis | None = None
         self.apis: KafkaApis | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.producer_id_manager: ZkProducerIdManager | None = None
         self.socket_servers: list[SocketServer] = []
         self.endpoints: list[EndPoint] = []
         self._stop_background = asyncio.Event()
@@ -90,7 +92,9 @@ class KafkaServer:
             self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
             config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
         )
-        self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis)
+        self.producer_id_manager = ZkProducerIdManager(config.broker_id, self.zk)
+        self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
+                              self.producer_id_manager)
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()

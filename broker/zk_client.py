@@ -14,12 +14,13 @@ import threading
 import uuid
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.common import zk_data
 from odradek.common.zk_connect import close_client, ensure_chroot, split_connect, start_client
 from odradek.common.config import ZkClientConfig
-from odradek.common.zk_data import BrokerInfo, ControllerInfo, TopicAssignment
+from odradek.common.zk_data import BrokerInfo, ControllerInfo, ProducerIdsBlock, TopicAssignment
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +329,49 @@ class BrokerZkClient:
                 pass  # already being deleted
 
         await asyncio.to_thread(mark)
+
+    # --- producer id blocks ------------------------------------------------------------------------
+
+    async def claim_producer_id_block(self, next_block, max_attempts: int = 100) -> ProducerIdsBlock:
+        """Claim the block `next_block(current)` computes from `/latest_producer_id_block` (None when
+        there is none yet) by a compare-and-set on the znode's version; on a conflict (another
+        broker claimed one in between) read again and retry, at most `max_attempts` times.
+
+        Each ZooKeeper call waits at most the session timeout (TimeoutError), so a disconnected
+        client fails the claim instead of hanging."""
+        return await asyncio.to_thread(self._claim_producer_id_block_blocking, next_block, max_attempts)
+
+    def _claim_producer_id_block_blocking(self, next_block, max_attempts: int) -> ProducerIdsBlock:
+        zk = self._client()
+        path = zk_data.LATEST_PRODUCER_ID_BLOCK
+        timeout = self.session_timeout_s
+        for attempt in range(max_attempts):
+            try:
+                data, stat = _wait(zk.get_async(path), timeout)
+            except NoNodeError:
+                data, stat = None, None
+            current = zk_data.decode_producer_id_block(data) if data else None
+            block = next_block(current)
+            encoded = zk_data.encode_producer_id_block(block)
+            try:
+                if stat is None:
+                    _wait(zk.create_async(path, encoded, makepath=True), timeout)
+                else:
+                    _wait(zk.set_async(path, encoded, version=stat.version), timeout)
+            except (NodeExistsError, BadVersionError, NoNodeError):
+                log.info("producer id block claim %d lost a race; reading %s again", attempt + 1, path)
+                continue
+            log.info("claimed producer id block %s", block)
+            return block
+        raise RuntimeError(f"no producer id block claimed in {max_attempts} attempts: {path} keeps changing")
+
+
+def _wait(result, timeout_s: float):
+    """A kazoo async result's value within timeout_s; TimeoutError otherwise."""
+    try:
+        return result.get(timeout=timeout_s)
+    except KazooTimeoutError as e:
+        raise TimeoutError(f"ZooKeeper did not answer within {timeout_s}s") from e
 
 
 def _wait_deleted(zk: KazooClient, path: str, timeout_s: float) -> bool:

@@ -15,6 +15,8 @@ BROKER_TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+"""The newest block of producer ids any broker claimed (Kafka's ProducerIdBlockZNode)."""
 
 PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS)
 """Created (if missing) by whoever connects first, as Kafka does at start-up."""
@@ -228,3 +230,47 @@ def encode_controller_epoch(epoch: int) -> bytes:
 
 def decode_controller_epoch(data: bytes) -> int:
     return int(data)
+
+
+# --- /latest_producer_id_block -------------------------------------------------------------------
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+"""Ids per block (Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE)."""
+
+
+@dataclass(frozen=True)
+class ProducerIdsBlock:
+    """A range of producer ids one broker owns: `first_producer_id` .. `last_producer_id`."""
+
+    assigned_broker_id: int
+    first_producer_id: int
+    size: int
+
+    @property
+    def last_producer_id(self) -> int:
+        return self.first_producer_id + self.size - 1
+
+    def next_block_first_id(self) -> int:
+        return self.first_producer_id + self.size
+
+
+def encode_producer_id_block(block: ProducerIdsBlock) -> bytes:
+    """Kafka's JSON: version and broker are numbers, block_start and block_end strings (longs
+    survive JSON readers that use doubles)."""
+    return _dump(
+        {
+            "version": 1,
+            "broker": block.assigned_broker_id,
+            "block_start": str(block.first_producer_id),
+            "block_end": str(block.last_producer_id),
+        }
+    )
+
+
+def decode_producer_id_block(data: bytes) -> ProducerIdsBlock:
+    """Raises ValueError (or KeyError) on anything that is not Kafka's block JSON."""
+    obj = json.loads(data)
+    start, end = int(obj["block_start"]), int(obj["block_end"])
+    if end < start:
+        raise ValueError(f"producer id block ends ({end}) before it starts ({start})")
+    return ProducerIdsBlock(int(obj["broker"]), start, end - start + 1)

@@ -48,6 +48,9 @@ class BrokerConfig(ZkClientConfig):
     log_retention_ms: int = Field(7 * DAY_MS, alias="log.retention.ms")
     log_retention_bytes: int = Field(-1, alias="log.retention.bytes")
     log_retention_check_interval_ms: int = Field(300_000, alias="log.retention.check.interval.ms")
+    producer_id_expiration_ms: int = Field(86_400_000, alias="producer.id.expiration.ms")
+    """Idle producer ids are forgotten after this long (KIP-854; broker-wide, no topic override in Kafka)."""
+    producer_id_expiration_check_interval_ms: int = Field(600_000, alias="producer.id.expiration.check.interval.ms")
     log_index_interval_bytes: int = Field(4096, alias="log.index.interval.bytes")
     log_index_size_max_bytes: int = Field(10 * 1024 * 1024, alias="log.index.size.max.bytes")
     log_flush_interval_messages: int = Field(2**63 - 1, alias="log.flush.interval.messages")

@@ -25,6 +25,15 @@ from .errors import (
     UnexpectedAppendOffsetError,
 )
 from .leader_epoch import FILE_NAME as EPOCH_FILE, LeaderEpochFileCache
+from .producer_state import (
+    SNAPSHOT_SUFFIX,
+    AppendOrigin,
+    BatchMetadata,
+    ProducerStateManager,
+    delete_snapshots,
+    load_latest_snapshot,
+    write_snapshot,
+)
 from .record_batch import (
     NO_TIMESTAMP,
     BatchInfo,
@@ -39,6 +48,7 @@ from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 log = logging.getLogger(__name__)
 
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+_REPLAY_CHUNK = 4096
 _DIR_NAME = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
@@ -58,6 +68,9 @@ class LogAppendInfo(NamedTuple):
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     num_records: int
     valid_bytes: int
+    duplicate: bool = False
+    """A retried batch of an idempotent producer: nothing was appended, the offsets are the
+    ones it got the first time (Kafka answers it as a success)."""
 
 
 class FileRegion:
@@ -129,6 +142,8 @@ class Log:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state = ProducerStateManager(self.log_start_offset)
+        self._load_producer_state()
 
     # --- properties -----------------------------------------------------------------------
 
@@ -181,6 +196,8 @@ class Log:
             name = path.name
             if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp"):
                 path.unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
+            elif name.endswith(SNAPSHOT_SUFFIX):
+                continue
             elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
                 bases.add(int(name[: -len(LOG_SUFFIX)]))
             else:
@@ -240,6 +257,15 @@ class Log:
             now = now_ms()
         append_time = now if config.log_append_time else None
         first = offset = self.log_end_offset
+        producer_appends = None
+        if any(info.producer_id >= 0 for info in batches):
+            outcome = self._analyze_producer_state(batches, first, append_time)
+            if isinstance(outcome, BatchMetadata):
+                return LogAppendInfo(
+                    outcome.first_offset, outcome.last_offset, outcome.timestamp, outcome.last_offset,
+                    outcome.timestamp if append_time is not None else -1, 0, 0, True,
+                )
+            producer_appends = outcome
         bases = []
         max_ts, offset_of_max, count = NO_TIMESTAMP, first, 0
         for info in batches:
@@ -262,10 +288,26 @@ class Log:
         except OSError as exc:
             raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
         self.log_end_offset = offset
+        if producer_appends:
+            self.producer_state.update(producer_appends, offset)
+        else:
+            self.producer_state.map_end_offset = offset
         self._after_append()
         return LogAppendInfo(
             first, offset - 1, max_ts, offset_of_max, append_time if append_time is not None else -1, count, len(buf)
         )
+
+    def _analyze_producer_state(self, batches: list[BatchInfo], first: int, append_time: int | None):
+        """Kafka's analyzeAndValidateProducerState for a client append: the first duplicate's
+        BatchMetadata, or the updates to apply after the write; raises on a sequence gap or an
+        old epoch. Offsets are the ones the batches are about to get."""
+        rows, offset = [], first
+        for info in batches:
+            last = offset + info.last_offset_delta
+            rows.append((info.producer_id, info.producer_epoch, info.base_sequence, info.last_sequence,
+                         offset, last, append_time if append_time is not None else info.max_timestamp))
+            offset = last + 1
+        return self.producer_state.prepare(rows, AppendOrigin.CLIENT)
 
     def append_as_follower(self, records) -> LogAppendInfo:
         """Append batches fetched from the leader with their offsets and epochs as sent.
@@ -306,6 +348,7 @@ class Log:
         except OSError as exc:
             raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
         self.log_end_offset = expected
+        self.producer_state.replay(_producer_rows(batches), expected)
         self._after_append()
         return LogAppendInfo(first, expected - 1, max_ts, offset_of_max, -1, count, valid_bytes)
 
@@ -339,6 +382,7 @@ class Log:
             self._bases.pop()
         else:
             active.on_become_inactive()
+            self._take_producer_snapshot(new_base)
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             (self.dir / file_name(new_base, suffix)).unlink(missing_ok=True)  # stale leftovers above the end
         seg = self._new_segment(new_base)
@@ -520,6 +564,7 @@ class Log:
         self._high_watermark = max(self._high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        delete_snapshots(self.dir, below=self.log_start_offset)
         log.info("%s: deleted %d old segment(s), log start offset %d", self.dir.name, len(doomed), self.log_start_offset)
         return len(doomed)
 
@@ -555,6 +600,7 @@ class Log:
             self._schedule_delete(self.segments.pop())
             self._bases.pop()
         self.log_end_offset = self.segments[-1].truncate_to(offset)
+        self._truncate_producer_state()
         self._after_truncate()
         return True
 
@@ -567,6 +613,8 @@ class Log:
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = offset
         self.leader_epoch_cache.clear()
+        delete_snapshots(self.dir)
+        self.producer_state = ProducerStateManager(offset)
         self._after_truncate()
 
     def _after_truncate(self) -> None:
@@ -577,12 +625,83 @@ class Log:
         if self.on_truncate is not None:
             self.on_truncate(self)
 
+    # --- producer state -------------------------------------------------------------------
+
+    def _load_producer_state(self) -> None:
+        """The newest snapshot at or below the log end (one is written at every roll and at
+        close), then the batch headers after it: after a clean shutdown that is nothing."""
+        end = self.log_end_offset
+        try:
+            delete_snapshots(self.dir, above=end)
+            state = load_latest_snapshot(self.dir, self.log_start_offset, end)
+        except OSError as exc:
+            log.warning("%s: cannot read producer snapshots (%s); scanning the log", self.dir.name, exc)
+            state = None
+        if state is None:
+            state = ProducerStateManager(self.log_start_offset)
+        self._replay(state, state.map_end_offset)
+        self.producer_state = state
+
+    def _replay(self, state: ProducerStateManager, start: int) -> None:
+        """Apply the producer batches of [start, log end) from their headers (no CRC check:
+        loading has checked what it had to)."""
+        end = self.log_end_offset
+        i = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for seg in self.segments[i:]:
+            if seg.size == 0:
+                continue
+            position = 0
+            if seg.base_offset < start:
+                first = seg.translate_offset(start)
+                if first is None:
+                    continue
+                position = first.position
+            rows = []
+            for info in seg.scan(position):
+                if info.producer_id >= 0 and info.base_offset >= start and not info.is_control:
+                    rows.append((info.producer_id, info.producer_epoch, info.base_sequence, info.last_sequence,
+                                 info.base_offset, info.last_offset, info.max_timestamp))
+                    if len(rows) >= _REPLAY_CHUNK:
+                        state.replay(rows, info.next_offset)
+                        rows = []
+            state.replay(rows, start)
+        state.map_end_offset = end
+
+    def _truncate_producer_state(self) -> None:
+        """Kafka's truncateAndReload: state beyond the new end goes. When no producer wrote at or
+        above it nothing changes; else rebuild from the newest snapshot below it."""
+        end = self.log_end_offset
+        delete_snapshots(self.dir, above=end)
+        if self.producer_state.covers_up_to(end):
+            self.producer_state.map_end_offset = end
+            return
+        self._load_producer_state()
+
+    def _take_producer_snapshot(self, offset: int, fsync: bool = False) -> None:
+        """A snapshot at `offset` (= the log end): loading then scans only what follows it."""
+        state = self.producer_state
+        if state.map_end_offset != offset or (offset <= self.log_start_offset and not len(state)):
+            return  # stale, or nothing a load could skip (Kafka: only when lastMapOffset moved)
+        try:
+            write_snapshot(self.dir, state, fsync=fsync)
+        except OSError as exc:
+            log.warning("%s: cannot write a producer snapshot: %s", self.dir.name, exc)
+
+    def remove_expired_producers(self, now: int, expiration_ms: int) -> int:
+        """producer.id.expiration.ms: forget producers idle that long; returns how many."""
+        expired = self.producer_state.remove_expired_producers(now, expiration_ms)
+        if expired:
+            log.info("%s: expired %d producer id(s)", self.dir.name, len(expired))
+        return len(expired)
+
     # --- closing --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write out the indexes and close the files (no fsync: see `flush`)."""
+        """Write out the indexes and a producer snapshot, close the files (no fsync of the log:
+        see `flush`)."""
         if self.closed:
             return
+        self._take_producer_snapshot(self.log_end_offset, fsync=True)
         for seg in self.segments:
             seg.close()
         self.delete_pending_files(force=True)
@@ -591,3 +710,13 @@ class Log:
     def _check_open(self) -> None:
         if self.closed:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
+
+
+def _producer_rows(batches: list[BatchInfo]) -> list[tuple]:
+    """The producer-state rows of appended batches (offsets as in their headers)."""
+    return [
+        (b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, b.base_offset, b.last_offset,
+         b.max_timestamp)
+        for b in batches
+        if b.producer_id >= 0 and not b.is_control
+    ]

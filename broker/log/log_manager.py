@@ -233,6 +233,8 @@ class LogManager:
         """Retention, time-based and post-roll flushes, delayed file deletion; until `stop` is set."""
         retention_interval = self.broker_config.log_retention_check_interval_ms
         next_retention = now_ms() + retention_interval
+        expiry_interval = getattr(self.broker_config, "producer_id_expiration_check_interval_ms", 600_000)
+        next_expiry = now_ms() + expiry_interval
         while not stop.is_set():
             now = now_ms()
             try:
@@ -241,11 +243,21 @@ class LogManager:
                 log.exception("log background pass failed")
             if now >= next_retention:
                 next_retention = now + retention_interval
+            if now >= next_expiry:
+                self.remove_expired_producers(now)
+                next_expiry = now + expiry_interval
             tick = min([_MAX_TICK_MS, retention_interval] + [lg.config.flush_ms for lg in self._logs.values()])
             try:
                 await asyncio.wait_for(stop.wait(), max(tick, _MIN_TICK_MS) / 1000)
             except asyncio.TimeoutError:
                 pass
+
+    def remove_expired_producers(self, now: int) -> None:
+        """Kafka's producer-id expiration task (every producer.id.expiration.check.interval.ms)."""
+        expiration_ms = getattr(self.broker_config, "producer_id_expiration_ms", 86_400_000)
+        for partition_log in list(self._logs.values()):
+            if not partition_log.closed:
+                partition_log.remove_expired_producers(now, expiration_ms)
 
     async def _background_pass(self, now: int, run_retention: bool) -> None:
         self._remove_doomed_dirs(now)

@@ -55,6 +55,18 @@ class BatchInfo(NamedTuple):
     base_timestamp: int
     max_timestamp: int
     records_count: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the batch's last record; sequences wrap at 2^31-1 (Kafka's rule)."""
+        if self.base_sequence < 0:
+            return self.base_sequence
+        if self.base_sequence > 2**31 - 1 - self.last_offset_delta:
+            return self.last_offset_delta - (2**31 - 1 - self.base_sequence) - 1
+        return self.base_sequence + self.last_offset_delta
 
     @property
     def last_offset(self) -> int:
@@ -113,13 +125,13 @@ def check_batch(buf, pos: int, end: int, *, verify_crc: bool = True) -> BatchInf
     size = batch_length + LOG_OVERHEAD
     if size > end - pos:
         return None
-    (base_offset, _, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, _, _, _, count) = (
+    (base_offset, _, epoch, magic, crc, attributes, last_delta, base_ts, max_ts, pid, p_epoch, seq, count) = (
         HEADER.unpack_from(buf, pos)
     )
     check_header(pos, magic, last_delta, count)
     if verify_crc and crc32c(memoryview(buf)[pos + ATTRIBUTES_POS : pos + size]) != crc:
         raise CorruptRecordError(f"record batch at position {pos} (base offset {base_offset}) fails its CRC32C")
-    return BatchInfo(pos, size, base_offset, epoch, attributes, last_delta, base_ts, max_ts, count)
+    return BatchInfo(pos, size, base_offset, epoch, attributes, last_delta, base_ts, max_ts, count, pid, p_epoch, seq)
 
 
 def check_header(pos: int, magic: int, last_delta: int, count: int) -> None:
@@ -133,14 +145,15 @@ def check_header(pos: int, magic: int, last_delta: int, count: int) -> None:
 
 def read_header(buf, pos: int, file_position: int) -> BatchInfo:
     """The header at `buf[pos:]` (61 bytes needed), checked but without CRC; positioned at `file_position`."""
-    (base_offset, length, epoch, magic, _, attributes, last_delta, base_ts, max_ts, _, _, _, count) = (
+    (base_offset, length, epoch, magic, _, attributes, last_delta, base_ts, max_ts, pid, p_epoch, seq, count) = (
         HEADER.unpack_from(buf, pos)
     )
     if length < MIN_BATCH_LENGTH:
         raise CorruptRecordError(f"record batch length {length} at position {file_position} is below the minimum")
     check_header(file_position, magic, last_delta, count)
     return BatchInfo(
-        file_position, length + LOG_OVERHEAD, base_offset, epoch, attributes, last_delta, base_ts, max_ts, count
+        file_position, length + LOG_OVERHEAD, base_offset, epoch, attributes, last_delta, base_ts, max_ts, count,
+        pid, p_epoch, seq,
     )
 
 

@@ -1,0 +1,321 @@
+"""Producer state of one partition (Kafka's ProducerStateManager): per producer id, its epoch and
+the metadata of its last 5 batches, so the leader can answer a retried batch with the offsets it
+got the first time and refuse a batch that skips sequences.
+
+The core is pure: `ProducerStateManager.prepare` checks batch headers against the current state
+without changing it (a produce request is all or nothing), `update` applies what an append wrote.
+Leaders validate (origin CLIENT); followers and log loading only replay headers (origin
+REPLICATION), so a new leader knows what the old one acknowledged. Snapshot files
+(`<offset>.snapshot`, what the state was with every batch below `offset` applied) spare a full log
+scan at load; the functions at the bottom are the only I/O here.
+"""
+
+import enum
+import logging
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+
+from kio.schema.errors import ErrorCode
+
+from .errors import InvalidRecordError, LogError
+
+log = logging.getLogger(__name__)
+
+
+class OutOfOrderSequenceError(LogError):
+    """A batch whose sequence does not follow the producer's last one (a gap: something was lost)."""
+
+    error_code = ErrorCode.out_of_order_sequence_number
+
+
+class InvalidProducerEpochError(LogError):
+    """A batch from an older epoch of the producer (Kafka 2.7+ answers produce with this code,
+    not PRODUCER_FENCED, so the client may abort and retry)."""
+
+    error_code = ErrorCode.invalid_producer_epoch
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NUM_BATCHES_TO_RETAIN = 5
+"""Kafka's ProducerStateEntry.NumBatchesToRetain: a client has at most 5 requests in flight."""
+MAX_SEQUENCE = 2**31 - 1
+SNAPSHOT_SUFFIX = ".snapshot"
+
+
+class AppendOrigin(enum.Enum):
+    CLIENT = "client"
+    """A produce request at the leader: sequences and epochs are checked."""
+    REPLICATION = "replication"
+    """A follower append or a log load: the log is the truth, headers are replayed."""
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """`sequence + increment`, wrapping past 2^31-1 to 0 (DefaultRecordBatch.incrementSequence)."""
+    if sequence > MAX_SEQUENCE - increment:
+        return increment - (MAX_SEQUENCE - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    if sequence < decrement:
+        return MAX_SEQUENCE - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What a retried duplicate is answered with."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1
+    """The newest batch's max timestamp: what producer.id.expiration.ms is measured from (Kafka's)."""
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def copy(self) -> "ProducerStateEntry":
+        return ProducerStateEntry(self.producer_id, self.producer_epoch,
+                                  deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN), self.last_timestamp)
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+    def add_batch(self, epoch: int, meta: BatchMetadata) -> None:
+        """A new epoch forgets the old epoch's batches (they can never be duplicates again)."""
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+        self.batches.append(meta)
+        self.last_timestamp = meta.timestamp
+
+
+class BatchAppend(tuple):
+    """(producer_id, epoch, BatchMetadata) of one batch of an append, to apply with `update`."""
+
+    __slots__ = ()
+
+    def __new__(cls, producer_id: int, epoch: int, meta: BatchMetadata):
+        return tuple.__new__(cls, (producer_id, epoch, meta))
+
+
+class ProducerStateManager:
+    """Every producer's state in one partition, as of `map_end_offset` (the next offset to apply)."""
+
+    def __init__(self, map_end_offset: int = 0):
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = map_end_offset
+
+    def __len__(self) -> int:
+        return len(self.producers)
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def prepare(self, batches, origin: AppendOrigin) -> BatchMetadata | list[BatchAppend]:
+        """Check `batches` = [(producer_id, epoch, first_seq, last_seq, first_offset, last_offset,
+        max_timestamp)] in log order. Returns the first duplicate's metadata (Kafka then appends
+        nothing and answers with it) or the updates to apply once the append is written.
+
+        Raises OutOfOrderSequenceError / InvalidProducerEpochError; changes nothing itself.
+        """
+        updated: dict[int, ProducerStateEntry] = {}
+        appends: list[BatchAppend] = []
+        check = origin is AppendOrigin.CLIENT
+        for producer_id, epoch, first_seq, last_seq, first_offset, last_offset, timestamp in batches:
+            if producer_id < 0:
+                continue
+            current = self.producers.get(producer_id)
+            if check and current is not None:
+                duplicate = current.find_duplicate(epoch, first_seq, last_seq)
+                if duplicate is not None:
+                    return duplicate
+            entry = updated.get(producer_id)
+            if entry is None:
+                entry = current.copy() if current is not None else ProducerStateEntry(producer_id)
+                updated[producer_id] = entry
+            if check:
+                if first_seq < 0:
+                    raise InvalidRecordError(f"producer {producer_id} sent a batch without a base sequence")
+                self._check(entry, current, epoch, first_seq)
+            elif epoch < entry.producer_epoch:
+                log.warning("producer %d: epoch %d in the log after epoch %d", producer_id, epoch, entry.producer_epoch)
+            meta = BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp)
+            entry.add_batch(epoch, meta)
+            appends.append(BatchAppend(producer_id, epoch, meta))
+        return appends
+
+    @staticmethod
+    def _check(entry: ProducerStateEntry, current: ProducerStateEntry | None, epoch: int, first_seq: int) -> None:
+        """Kafka 3.x's checkProducerEpoch + checkSequence (after KIP-360): `entry` already holds
+        the earlier batches of this request, `current` is the state before it."""
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {entry.producer_id}: epoch {epoch} is older than the current {entry.producer_epoch}"
+            )
+        if epoch != entry.producer_epoch:
+            # A new epoch restarts at 0, unless we know no epoch at all (state expired or deleted).
+            if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"producer {entry.producer_id}: new epoch {epoch} must start at sequence 0, not {first_seq}"
+                )
+            return
+        known_epoch = current.producer_epoch if current is not None else NO_PRODUCER_EPOCH
+        if known_epoch == NO_PRODUCER_EPOCH:
+            return  # no state for this producer: any sequence is accepted (KIP-360)
+        if not in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceError(
+                f"producer {entry.producer_id}: sequence {first_seq} does not follow {entry.last_seq}"
+            )
+
+    def update(self, appends: list[BatchAppend], map_end_offset: int) -> None:
+        """Apply what an append wrote (from `prepare`); the state now covers offsets below `map_end_offset`."""
+        for producer_id, epoch, meta in appends:
+            entry = self.producers.get(producer_id)
+            if entry is None:
+                entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+            entry.add_batch(epoch, meta)
+        self.map_end_offset = max(self.map_end_offset, map_end_offset)
+
+    def replay(self, batches, map_end_offset: int) -> None:
+        """Replay headers from the log (a follower append, a load): never refuses anything."""
+        appends = self.prepare(batches, AppendOrigin.REPLICATION)
+        self.update(appends, map_end_offset)
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers whose newest batch is `expiration_ms` old (producer.id.expiration.ms)."""
+        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
+
+    def covers_up_to(self, offset: int) -> bool:
+        """True if no producer has a batch at or above `offset`: truncating there changes nothing."""
+        return all(e.last_offset < offset for e in self.producers.values())
+
+    # --- snapshots (Kafka's file layout in spirit: a versioned, CRC-checked body) ---------------
+
+    def to_bytes(self) -> bytes:
+        body = bytearray(_SNAP_HEAD.pack(_SNAP_VERSION, self.map_end_offset, len(self.producers)))
+        for e in self.producers.values():
+            body += _SNAP_PRODUCER.pack(e.producer_id, e.producer_epoch, e.last_timestamp, len(e.batches))
+            for m in e.batches:
+                body += _SNAP_BATCH.pack(m.first_seq, m.last_seq, m.first_offset, m.last_offset, m.timestamp)
+        return _U32.pack(crc32c(body)) + bytes(body)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ProducerStateManager":
+        """ValueError for a torn or foreign file."""
+        try:
+            (crc,) = _U32.unpack_from(data, 0)
+            body = memoryview(data)[4:]
+            if crc32c(body) != crc:
+                raise ValueError("snapshot fails its CRC32C")
+            version, map_end_offset, count = _SNAP_HEAD.unpack_from(body, 0)
+            if version != _SNAP_VERSION:
+                raise ValueError(f"snapshot version {version} is not {_SNAP_VERSION}")
+            pos = _SNAP_HEAD.size
+            state = cls(map_end_offset)
+            for _ in range(count):
+                pid, epoch, last_ts, n = _SNAP_PRODUCER.unpack_from(body, pos)
+                pos += _SNAP_PRODUCER.size
+                entry = ProducerStateEntry(pid, epoch, last_timestamp=last_ts)
+                for _ in range(n):
+                    entry.batches.append(BatchMetadata(*_SNAP_BATCH.unpack_from(body, pos)))
+                    pos += _SNAP_BATCH.size
+                state.producers[pid] = entry
+            if pos != len(body):
+                raise ValueError("snapshot has trailing bytes")
+            return state
+        except struct.error as exc:
+            raise ValueError(f"snapshot is truncated: {exc}") from None
+
+
+_U32 = struct.Struct(">I")
+_SNAP_VERSION = 1
+_SNAP_HEAD = struct.Struct(">hqi")  # version, map end offset, producer count
+_SNAP_PRODUCER = struct.Struct(">qhqi")  # producer id, epoch, last timestamp, batch count
+_SNAP_BATCH = struct.Struct(">iiqqq")  # first/last sequence, first/last offset, timestamp
+
+
+# --- snapshot files (the I/O shell) ---------------------------------------------------------------
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
+    """(offset, path) of every snapshot file, oldest first."""
+    out = []
+    for path in directory.iterdir():
+        name = path.name
+        if name.endswith(SNAPSHOT_SUFFIX) and name[: -len(SNAPSHOT_SUFFIX)].isdigit():
+            out.append((int(name[: -len(SNAPSHOT_SUFFIX)]), path))
+    return sorted(out)
+
+
+def write_snapshot(directory: Path, state: ProducerStateManager, fsync: bool = False) -> Path:
+    """Write `<map_end_offset>.snapshot` through a temp file and a rename (a torn write fails the CRC)."""
+    path = snapshot_path(directory, state.map_end_offset)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(state.to_bytes())
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def load_latest_snapshot(directory: Path, low: int, high: int) -> ProducerStateManager | None:
+    """The newest readable snapshot with an offset in [low, high]; unreadable ones are deleted."""
+    for offset, path in reversed(list_snapshots(directory)):
+        if not low <= offset <= high:
+            continue
+        try:
+            state = ProducerStateManager.from_bytes(path.read_bytes())
+            if state.map_end_offset != offset:
+                raise ValueError(f"holds offset {state.map_end_offset}")
+            return state
+        except (OSError, ValueError) as exc:
+            log.warning("%s: unreadable producer snapshot (%s); deleting it", path, exc)
+            path.unlink(missing_ok=True)
+    return None
+
+
+def delete_snapshots(directory: Path, *, below: int | None = None, above: int | None = None) -> None:
+    """Remove snapshots with offset < `below` or > `above`."""
+    for offset, path in list_snapshots(directory):
+        if (below is not None and offset < below) or (above is not None and offset > above):
+            path.unlink(missing_ok=True)

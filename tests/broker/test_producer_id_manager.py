@@ -200,3 +200,26 @@ def test_racing_managers_never_hand_out_the_same_id(zk_connect):
         assert znode["block_end"] == "179" and version == 59
 
     asyncio.run(scenario())
+
+
+def test_init_producer_id_answers_a_retriable_error_while_no_block_can_be_claimed():
+    """ZooKeeper unreachable: COORDINATOR_LOAD_IN_PROGRESS (clients retry), not a fatal error."""
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from odradek.broker.kafka_apis import KafkaApis
+    from odradek.common import wire
+
+    request = wire.request_schema(22, 0)(transactional_id=None, transaction_timeout=wire.NO_THROTTLE)
+    header = SimpleNamespace(request_api_version=0)
+
+    async def answer(zk):
+        apis = SimpleNamespace(producer_id_manager=ZkProducerIdManager(0, zk))
+        return await KafkaApis.handle_init_producer_id(apis, header, request)
+
+    down = asyncio.run(answer(FakeZk(fail=True)))
+    assert (down.error_code, int(down.producer_id), int(down.producer_epoch)) == (
+        ErrorCode.coordinator_load_in_progress, -1, -1)
+    up = asyncio.run(answer(FakeZk()))
+    assert (up.error_code, int(up.producer_id), int(up.producer_epoch)) == (ErrorCode.none, 0, 0)

@@ -681,7 +681,7 @@ class Log:
         """A snapshot at `offset` (= the log end): loading then scans only what follows it."""
         state = self.producer_state
         if state.map_end_offset != offset or (offset <= self.log_start_offset and not len(state)):
-            return  # stale, or nothing a load could skip (Kafka: only when lastMapOffset moved)
+            return  # stale, or nothing a load could skip (Kafka: only when the state moved)
         try:
             write_snapshot(self.dir, state, fsync=fsync)
         except OSError as exc:

@@ -17,6 +17,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -120,13 +121,12 @@ class ProducerStateEntry:
         self.last_timestamp = meta.timestamp
 
 
-class BatchAppend(tuple):
-    """(producer_id, epoch, BatchMetadata) of one batch of an append, to apply with `update`."""
+class BatchAppend(NamedTuple):
+    """One batch of an append, to apply with `update` once it is written."""
 
-    __slots__ = ()
-
-    def __new__(cls, producer_id: int, epoch: int, meta: BatchMetadata):
-        return tuple.__new__(cls, (producer_id, epoch, meta))
+    producer_id: int
+    epoch: int
+    meta: BatchMetadata
 
 
 class ProducerStateManager:

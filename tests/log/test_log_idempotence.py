@@ -185,3 +185,25 @@ def test_non_idempotent_batches_are_untouched(log):
     log.append_as_leader(batch([1]), leader_epoch=0)
     log.append_as_leader(batch([1]), leader_epoch=0)
     assert log.log_end_offset == 2 and len(log.producer_state) == 0
+
+
+def test_log_manager_expires_producers_with_the_broker_setting(tmp_path):
+    from odradek.broker.log import LogManager
+    from odradek.common.config import BrokerConfig
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1",
+                                           "producer.id.expiration.ms": "10000"})
+    assert config.producer_id_expiration_ms == 10_000
+    assert BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1"}
+                                        ).producer_id_expiration_ms == 86_400_000
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    try:
+        lg = manager.get_or_create_log("t", 0, SMALL)
+        lg.append_as_leader(pbatch([1], seq=0, ts=1_000), leader_epoch=0)
+        manager.remove_expired_producers(now=10_999)
+        assert lg.producer_state.last_entry(PID) is not None
+        manager.remove_expired_producers(now=11_000)
+        assert lg.producer_state.last_entry(PID) is None
+    finally:
+        manager.shutdown()

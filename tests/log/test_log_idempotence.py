@@ -79,6 +79,12 @@ def _fill(log, n, pid=PID):
         log.append_as_leader(pbatch([seq], seq=seq, pid=pid), leader_epoch=0)
 
 
+def _assert_rebuilt(log, last_seq: int, retried: int) -> None:
+    """The reopened log knows the producer up to `last_seq` and answers a retry as a duplicate."""
+    assert log.producer_state.last_entry(PID).last_seq == last_seq
+    assert log.append_as_leader(pbatch([retried], seq=retried), leader_epoch=0).duplicate
+
+
 def test_state_is_rebuilt_after_a_clean_reopen_from_a_snapshot(tmp_path):
     lg = Log(tmp_path / "t-0", SMALL)
     _fill(lg, 30)
@@ -105,8 +111,7 @@ def test_state_is_rebuilt_by_a_scan_without_snapshots(tmp_path):
         path.unlink()
     lg = Log(tmp_path / "t-0", SMALL, recovery_point=0, had_clean_shutdown=False)
     try:
-        assert lg.producer_state.last_entry(PID).last_seq == 29
-        assert lg.append_as_leader(pbatch([29], seq=29), leader_epoch=0).duplicate
+        _assert_rebuilt(lg, 29, retried=29)
     finally:
         lg.close()
 
@@ -121,8 +126,7 @@ def test_a_roll_snapshot_plus_the_tail_after_an_unclean_stop(tmp_path):
         seg.write_indexes()
     lg2 = Log(tmp_path / "t-0", SMALL, recovery_point=0, had_clean_shutdown=False)
     try:
-        assert lg2.producer_state.last_entry(PID).last_seq == 29
-        assert lg2.append_as_leader(pbatch([27], seq=27), leader_epoch=0).duplicate
+        _assert_rebuilt(lg2, 29, retried=27)
     finally:
         lg2.close()
         for seg in lg.segments:

@@ -7,6 +7,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.broker import fetch as fetch_codec
+from odradek.broker.log import FileRegion
 from odradek.broker.replica_fetch_codec import PartitionFetch, decode_fetch_response, encode_fetch_request
 from odradek.broker.replica_manager import FetchResult
 from odradek.common import wire
@@ -36,11 +37,6 @@ def test_request_reads_back_with_kio():
     assert request.rack_id == ""
 
 
-class _Region:
-    def __init__(self, file, position, size):
-        self.file, self.position, self.size = file, position, size
-
-
 def test_response_written_by_the_broker_reads_back(tmp_path):
     data = os.urandom(3000)
     path = tmp_path / "segment.log"
@@ -48,14 +44,13 @@ def test_response_written_by_the_broker_reads_back(tmp_path):
     with open(path, "rb") as f:
         results = {
             ("t", 0): FetchResult(high_watermark=50, last_stable_offset=50, log_start_offset=3,
-                                  regions=[_Region(f, 100, 1000), _Region(f, 1100, 500)], size=1500),
+                                  regions=[FileRegion(f, 100, 1000), FileRegion(f, 1100, 500)], size=1500),
             ("t", 1): FetchResult(high_watermark=9, last_stable_offset=9, log_start_offset=0),
             ("u", 4): FetchResult(error=ErrorCode.not_leader_or_follower),
         }
         topics = [("t", [(0, results[("t", 0)]), (1, results[("t", 1)])]), ("u", [(4, results[("u", 4)])])]
         chunks, size = fetch_codec.encode_fetch_response(11, topics, session_id=77)
-        body = b"".join(bytes(c) if isinstance(c, (bytes, bytearray)) else
-                        os.pread(c.file.fileno(), c.size, c.position) for c in chunks)
+        body = b"".join(c.read_bytes() if isinstance(c, FileRegion) else bytes(c) for c in chunks)
     assert len(body) == size
     frame = memoryview(wire.SIZE.pack(123) + body)  # header v0: the correlation id
     response = decode_fetch_response(frame)

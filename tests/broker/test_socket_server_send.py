@@ -28,7 +28,7 @@ def segment(tmp_path_factory):
     rnd = random.Random(7)
     path.write_bytes(rnd.randbytes(FILE_BYTES))
     f = open(path, "rb", buffering=0)
-    yield f, path.read_bytes()
+    yield f
     f.close()
 
 
@@ -90,7 +90,7 @@ LARGE = socket_server.SENDFILE_MIN * 5
 
 
 def test_multi_partition_responses_arrive_byte_identical_and_in_order(segment):
-    f, _ = segment
+    f = segment
     sizes = [[SMALL, LARGE, 0, 1, SMALL, socket_server.SENDFILE_MIN], [LARGE] * 12, [SMALL] * 40, [], [7]]
     expected = {}
 
@@ -118,7 +118,7 @@ def test_a_reader_that_does_not_read_bounds_what_the_server_buffers(segment):
     """Each response is 6 MiB of small regions (written through the transport once the socket is
     full) and 6 MiB sent by sendfile. While the peer does not read, the server answers no more
     requests than its buffers hold, then everything arrives intact once the peer reads."""
-    f, _ = segment
+    f = segment
     n, expected = 12, {}
 
     def respond(correlation_id):
@@ -152,7 +152,7 @@ def test_a_reader_that_does_not_read_bounds_what_the_server_buffers(segment):
 
 @pytest.mark.parametrize("how", ["close", "reset"])
 def test_a_peer_going_away_mid_response_ends_the_connection_cleanly(segment, caplog, how):
-    f, _ = segment
+    f = segment
 
     def respond(correlation_id):
         return fetch_like(f, correlation_id, [LARGE, SMALL] * 60 + [FILE_BYTES // 2], correlation_id)[0]
@@ -190,7 +190,7 @@ def test_server_stopping_while_a_response_waits_for_the_peer_ends_cleanly(segmen
 
     asyncio 3.11 itself logs an InvalidStateError from the transport's connection_lost here (its
     sendfile waiter is already done); only this module's own log is checked."""
-    f, _ = segment
+    f = segment
 
     def respond(correlation_id):
         return fetch_like(f, correlation_id, [LARGE] * 50 + [FILE_BYTES - 1], correlation_id)[0]

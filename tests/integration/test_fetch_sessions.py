@@ -8,7 +8,6 @@ session partitions, forgetting, closing, and the session errors."""
 
 import asyncio
 import datetime
-import struct
 import time
 import uuid
 
@@ -17,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
 from kio.static.primitive import i32, i32Timedelta, i64
 
+from odradek.broker.log.record_batch import iter_batches
 from odradek.common.client import NetworkClient
 
 from .kafka_helpers import ContinuousProducer, create_topic, end_offsets, leader_of
@@ -34,15 +34,8 @@ def produce(bootstrap: str, topic: str, partition: int, n: int, tag: str) -> Non
 
 
 def record_count(records: bytes | None) -> int:
-    """Records in a v2 record-batch sequence: each batch's count at byte 57, its length at 8."""
-    data = records or b""
-    pos = count = 0
-    while pos + 61 <= len(data):
-        (length,) = struct.unpack_from(">i", data, pos + 8)
-        (count_in_batch,) = struct.unpack_from(">i", data, pos + 57)
-        count += count_in_batch
-        pos += 12 + length
-    return count
+    """Records in a record-batch sequence."""
+    return sum(b.records_count for b in iter_batches(records or b""))
 
 
 def fetch_request(session_id: int, epoch: int, partitions: dict, topic: str, forget=(), max_wait_ms: int = 0):

@@ -6,7 +6,6 @@ same COORDINATOR_NOT_AVAILABLE that FindCoordinator answers for transaction keys
 import asyncio
 import datetime
 import json
-import struct
 import time
 import uuid
 
@@ -15,6 +14,7 @@ from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32Timedelta, i64
 
+from odradek.broker.log.record_batch import iter_batches
 from odradek.common import wire, zk_data
 from odradek.common.client import NetworkClient
 
@@ -46,13 +46,8 @@ def ask(port: int, requests: list) -> list:
 
 
 def batch_producer_ids(log: bytes) -> list[tuple[int, int, int]]:
-    """(producer_id, producer_epoch, base_sequence) of each v2 batch in a .log file's bytes."""
-    out, pos = [], 0
-    while pos + 61 <= len(log):
-        (length,) = struct.unpack_from(">i", log, pos + 8)
-        out.append(struct.unpack_from(">qhi", log, pos + 43))
-        pos += 12 + length
-    return out
+    """(producer_id, producer_epoch, base_sequence) of each batch in a .log file's bytes."""
+    return [(b.producer_id, b.producer_epoch, b.base_sequence) for b in iter_batches(log)]
 
 
 def test_api_versions_advertise_init_producer_id_from_v0(shared_cluster):

@@ -174,7 +174,7 @@ def test_expiry_removes_producers_idle_that_long():
     assert w.state.remove_expired_producers(now_ms=10_999, expiration_ms=10_000) == []
     assert w.state.remove_expired_producers(now_ms=11_000, expiration_ms=10_000) == [1]
     assert w.state.last_entry(1) is None and w.state.last_entry(2) is not None
-    assert w.append(1, 0, 8) is not None  # forgotten: any sequence again
+    assert w.append(1, 0, 8) == 2  # forgotten: any sequence again, appended at the next offset
 
 
 def test_covers_up_to():

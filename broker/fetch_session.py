@@ -123,24 +123,22 @@ class FetchSession:
         """Eviction value: unprivileged before privileged, then smaller before larger."""
         return self.privileged, self.cached_size, self.id
 
-    def update(self, infos, to_forget) -> tuple[list, list, list]:
+    def update(self, infos, to_forget) -> set:
         """An incremental request: listed partitions are added or get new fetch parameters, then
-        forgotten ones leave. Returns the (added, updated, removed) keys."""
-        added, updated, removed = [], [], []
+        forgotten ones leave. Returns the listed partitions still in the session."""
+        listed = []
         partitions = self.partitions
         for info in infos:
             key = (info.topic, info.partition)
             cached = partitions.get(key)
             if cached is None:
-                partitions[key] = CachedPartition(info)
-                added.append(key)
+                cached = partitions[key] = CachedPartition(info)
             else:
                 cached.update_request_params(info)
-                updated.append(key)
+            listed.append(cached)
         for key in to_forget:
-            if partitions.pop(key, None) is not None:
-                removed.append(key)
-        return added, updated, removed
+            partitions.pop(key, None)
+        return {c for c in listed if partitions.get(c.key) is c}
 
     def __repr__(self):
         return (f"FetchSession(id={self.id}, privileged={self.privileged}, partitions={self.size}, "
@@ -361,12 +359,10 @@ class FetchManager:
             return SessionErrorContext(ErrorCode.fetch_session_id_not_found)
         if session.epoch != epoch:
             return SessionErrorContext(ErrorCode.invalid_fetch_session_epoch)
-        added, updated, _ = session.update(infos, to_forget)
+        listed = session.update(infos, to_forget)
         if not session.partitions:
             self.cache.remove_session(session)
             return SessionlessFetchContext(infos)
         self.cache.touch(session, self.clock())
         session.epoch = next_epoch(session.epoch)
-        partitions = session.partitions
-        listed = {partitions[key] for key in added + updated if key in partitions}
         return IncrementalFetchContext(session, epoch, listed)

@@ -15,16 +15,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0
-"""A full request asking for a new session (closing the one named, if any)."""
-FINAL_EPOCH = -1
-MAX_EPOCH = 2**31 - 1
-
-
-def next_epoch(epoch: int) -> int:
-    """Epochs run 1.. and wrap to 1: 0 and -1 mean "new session" and "no session"."""
-    return 1 if epoch >= MAX_EPOCH else epoch + 1
+from odradek.broker.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 
 
 class FetchRequestData(NamedTuple):

@@ -25,6 +25,7 @@ from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchM
 from odradek.broker.group.group_apis import CLIENT_HOST, JOIN_GROUP
 from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
+from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 4, 5, 10, 18
 INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 22, 23
-NO_PRODUCER_ID, NO_PRODUCER_EPOCH = -1, -1
 INIT_PRODUCER_ID_VERSIONS = (0, 5)
 """v0 for librdkafka (it wants exactly v0 advertised), up to v5 (KIP-890's error code, which we
 never send); v6 (KIP-939 two-phase commit) only means something to transactions."""
@@ -339,11 +339,10 @@ class KafkaApis:
     async def handle_fetch(self, header, request) -> Body:
         """Fetch, sessionless or in a fetch session (KIP-227, v7+; rules in broker/fetch_session).
 
-        Sessionless requests (v4–v6, or session 0 with the FINAL epoch: librdkafka, our replica
-        fetchers) take the direct path; the others go through the FetchManager, which decides
-        what is read (an incremental request reads every partition of its session, listed or not:
-        the long poll waits on them all, and a follower's fetch state sees them all) and what the
-        response carries (incremental: only partitions with something to say)."""
+        The FetchManager decides what is read (an incremental request reads every partition of its
+        session, listed or not: the long poll waits on them all, and a follower's fetch state sees
+        them all) and what the response carries (incremental: only partitions with something to
+        say). v4–v6 have no session fields: they are sessionless, as (session 0, FINAL epoch) is."""
         version = int(header.request_api_version)
         replica_id = int(request.replica_id)
         infos = [
@@ -361,16 +360,12 @@ class KafkaApis:
         max_wait_ms = wire.ms(request.max_wait)
         min_bytes = int(request.min_bytes)
         max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
-        if version < 7 or (int(request.session_id) == INVALID_SESSION_ID and int(request.session_epoch) == FINAL_EPOCH):
-            results = await self.replica_manager.fetch_messages(replica_id, max_wait_ms, min_bytes, max_bytes, infos)
-            it = iter(results)
-            topics = [(t.topic, [(int(p.partition), next(it)) for p in t.partitions]) for t in request.topics]
-            chunks, size = fetch_codec.encode_fetch_response(version, topics)
-            return Body(chunks, size)
-        to_forget = [(t.topic, int(p)) for t in request.forgotten_topics_data for p in t.partitions]
-        context = self.fetch_manager.new_context(
-            int(request.session_id), int(request.session_epoch), infos, to_forget, replica_id >= 0
-        )
+        if version >= 7:
+            session_id, epoch = int(request.session_id), int(request.session_epoch)
+            to_forget = [(t.topic, int(p)) for t in request.forgotten_topics_data for p in t.partitions]
+        else:
+            session_id, epoch, to_forget = INVALID_SESSION_ID, FINAL_EPOCH, []
+        context = self.fetch_manager.new_context(session_id, epoch, infos, to_forget, replica_id >= 0)
         results = []
         if context.infos:
             results = await self.replica_manager.fetch_messages(

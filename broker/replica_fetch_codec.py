@@ -2,10 +2,10 @@
 FetchResponse.json, v11: the newest version before flexible encoding).
 
 A replica fetcher sends one Fetch per round trip and receives megabytes of record batches in the
-answer. kio's writer is pure Python (about half a millisecond for a few partitions) and its reader
-copies every partition's records into new bytes; here the request is packed with `struct` and the
-response is read in place: each partition's records stay a memoryview of the received frame, which
-the log appends without another copy.
+answer. kio's writer is pure Python (0.5 ms per request under cProfile in the RF=3 bench) and its
+reader copies every partition's records into new bytes; here the request is packed with `struct`
+and the response is read in place: each partition's records stay a memoryview of the received
+frame, which the log appends without another copy.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from kio.static.primitive import i32
 
 from odradek.broker.fetch_session_handler import FetchSessionHandler
 from odradek.broker.log.errors import LogError
-from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH
+from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH, write_in_worker
 from odradek.broker.log.record_batch import leader_epoch_starts
 from odradek.broker.replica_fetch_codec import (
     FetchedPartition,
@@ -308,7 +308,7 @@ class ReplicaFetcher:
         fsync can take hundreds of milliseconds after heavy writes; done in the append it stalled
         every partition of the broker. Here the entries go into the caches, their files are
         written in a worker thread, and the appends follow. Returns the keys concerned."""
-        writes, starting = [], set()
+        caches, starting = [], set()
         for p, _, r in answered:
             if r.error_code != ErrorCode.none or not r.records:
                 continue
@@ -317,10 +317,9 @@ class ReplicaFetcher:
             if new:
                 for epoch, start_offset in new:
                     cache.assign(epoch, start_offset, flush=False)
-                writes.append((cache, cache.snapshot()))
+                caches.append(cache)
                 starting.add(p.key)
-        if writes:
-            await asyncio.to_thread(lambda: [cache.write(snapshot) for cache, snapshot in writes])
+        await write_in_worker(caches)
         return starting
 
     async def _long_poll(self, encode, timeout_s: float):

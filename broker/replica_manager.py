@@ -19,6 +19,7 @@ from odradek.broker.log import LogConfig
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
+from odradek.broker.log.leader_epoch import write_in_worker
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.common.messages import (
@@ -370,13 +371,9 @@ class ReplicaManager:
         epoch is on disk before anything is written under it (make_leader's assign is then a
         no-op)."""
         self.remove_fetchers([p.key for p, _ in becoming_leader])
-        caches = []
-        for p, ps in becoming_leader:
-            cache = p.log.leader_epoch_cache
-            if cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False):
-                caches.append((cache, cache.snapshot()))
-        if caches:
-            await asyncio.to_thread(lambda: [cache.write(snapshot) for cache, snapshot in caches])
+        caches = [p.log.leader_epoch_cache for p, ps in becoming_leader
+                  if p.log.leader_epoch_cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False)]
+        await write_in_worker(caches)
 
     async def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
         async with self._state_change_lock:
@@ -503,19 +500,16 @@ class ReplicaManager:
         remaining = max(0, fetch_max_bytes)
         min_one = True
         out = []
-        partitions = self.partitions
         for info in infos:
-            p = None if unchanged is None else partitions.get((info.topic, info.partition))
-            if p is not None and p.is_leader:
+            p, error = self.leader_partition(info.topic, info.partition, info.current_leader_epoch, replica_id)
+            if unchanged is not None and p is not None and p.is_leader:
                 plog = p.log
                 end = plog.log_end_offset if replica_id >= 0 else plog.high_watermark
-                if (info.fetch_offset == end and info.current_leader_epoch in (-1, p.leader_epoch)
-                        and unchanged(info, plog.high_watermark, plog.log_start_offset)):
+                if info.fetch_offset == end and unchanged(info, plog.high_watermark, plog.log_start_offset):
                     out.append(None)
                     continue
-            result = FetchResult()
+            result = FetchResult(error=error)
             out.append(result)
-            p, result.error = self.leader_partition(info.topic, info.partition, info.current_leader_epoch, replica_id)
             if p is None:
                 continue
             plog = p.log

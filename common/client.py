@@ -73,6 +73,11 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self._end += nbytes
         self._parse()
 
+    def keep_spare(self, buffer) -> None:
+        """Keep a large frame's buffer for the next one: the larger of it and the current spare."""
+        if isinstance(buffer, bytearray) and (self.spare is None or len(buffer) > len(self.spare)):
+            self.spare = buffer
+
     def _large_buffer(self, size: int) -> bytearray:
         spare, self.spare = self.spare, None
         if spare is not None and len(spare) >= size:
@@ -122,7 +127,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         if isinstance(frame, memoryview):
             # kio's values may keep views of what they read: they get bytes of their own
             buffer, frame = frame.obj, bytes(frame)
-            self.spare = buffer
+            self.keep_spare(buffer)
         try:
             _, payload = wire.decode_response(pending.schema, frame)
         except Exception as e:  # a malformed answer fails this request, not the process
@@ -240,8 +245,7 @@ class NetworkClient:
         if isinstance(frame, memoryview) and protocol is not None:
             buffer = frame.obj
             frame.release()
-            if isinstance(buffer, bytearray) and (protocol.spare is None or len(buffer) > len(protocol.spare)):
-                protocol.spare = buffer
+            protocol.keep_spare(buffer)
 
     async def _send(self, encode, schema: type | None, timeout: float, expect_response: bool, what: str = ""):
         what = what or schema.__name__

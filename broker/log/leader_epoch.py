@@ -8,6 +8,7 @@ many partitions leaders does not fsync each checkpoint on the event loop; writes
 and a snapshot older than what is already on disk is skipped.
 """
 
+import asyncio
 import bisect
 import logging
 import threading
@@ -119,3 +120,11 @@ class LeaderEpochFileCache:
                 return
             write_checkpoint(self.path, lines)
             self._written = version
+
+
+async def write_in_worker(caches: list[LeaderEpochFileCache]) -> None:
+    """Write the caches' current snapshots (taken here, on the owner's thread) in one worker
+    thread: each is two fsyncs, which must not stall the event loop."""
+    if caches:
+        snapshots = [(cache, cache.snapshot()) for cache in caches]
+        await asyncio.to_thread(lambda: [cache.write(snapshot) for cache, snapshot in snapshots])

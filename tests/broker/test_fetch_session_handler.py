@@ -2,7 +2,8 @@
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.fetch_session_handler import MAX_EPOCH, FetchSessionHandler, next_epoch
+from odradek.broker.fetch_session import MAX_EPOCH, next_epoch
+from odradek.broker.fetch_session_handler import FetchSessionHandler
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 

@@ -86,10 +86,6 @@ class ZkProducerIdManager:
         self._lock = asyncio.Lock()
         """One claim at a time: callers arriving during a claim wait for its block."""
 
-    @property
-    def current_block(self) -> ProducerIdsBlock | None:
-        return self.generator.block
-
     async def generate_producer_id(self) -> int:
         pid = self.generator.take()
         if pid is not None:

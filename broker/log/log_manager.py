@@ -233,7 +233,7 @@ class LogManager:
         """Retention, time-based and post-roll flushes, delayed file deletion; until `stop` is set."""
         retention_interval = self.broker_config.log_retention_check_interval_ms
         next_retention = now_ms() + retention_interval
-        expiry_interval = getattr(self.broker_config, "producer_id_expiration_check_interval_ms", 600_000)
+        expiry_interval = self.broker_config.producer_id_expiration_check_interval_ms
         next_expiry = now_ms() + expiry_interval
         while not stop.is_set():
             now = now_ms()
@@ -254,7 +254,7 @@ class LogManager:
 
     def remove_expired_producers(self, now: int) -> None:
         """Kafka's producer-id expiration task (every producer.id.expiration.check.interval.ms)."""
-        expiration_ms = getattr(self.broker_config, "producer_id_expiration_ms", 86_400_000)
+        expiration_ms = self.broker_config.producer_id_expiration_ms
         for partition_log in list(self._logs.values()):
             if not partition_log.closed:
                 partition_log.remove_expired_producers(now, expiration_ms)

@@ -14,13 +14,14 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from odradek.broker.log.clock import now_ms
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
 from odradek.common.wire import read_request_header_v1  # kio has no OffsetCommit v1
 
 from . import records
 from .group_coordinator import GroupCoordinator
 from .group_metadata import OffsetAndMetadata
-from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, now_ms
+from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 

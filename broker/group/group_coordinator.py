@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from odradek.broker.log.clock import now_ms
+
 from . import records
 from .group_metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
-from .group_metadata_manager import GroupMetadataManager, now_ms
+from .group_metadata_manager import GroupMetadataManager
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from odradek.broker.log.clock import now_ms
 from odradek.broker.log.record_batch import build_batch, decode_records, iter_batches
 
 from . import records
@@ -22,10 +23,6 @@ log = logging.getLogger(__name__)
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 LOAD_CHUNK_BYTES = 4 * 1024 * 1024
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @functools.lru_cache(maxsize=4096)

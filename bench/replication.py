@@ -201,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, brokers in (("1 broker", 1), ("RF=3", 3)):
             targets[name] = Target(name, work / name.replace(" ", "-").replace("=", ""), brokers)
-        # Round 0 warms up and is not counted: a cluster's first kcat run is slower (kcat used 2.1
-        # CPU-seconds in a single broker's first run, 1.2 in the next ones).
+        # Round 0 warms up and is not counted: a cluster's first kcat run is slower (bench/README.md).
         for rep in range(args.repeat + 1):
             for name, _, acks in cases:
                 key = (name, acks)

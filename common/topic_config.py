@@ -134,6 +134,12 @@ def config_text(value) -> str:
     return str(value)
 
 
+def parse_topic_config(key: str, text: str) -> object:
+    """The value of `key=text` as the broker reads it; ValueError (Kafka's message) when refused."""
+    validate_topic_config({key: text})
+    return TOPIC_CONFIGS[key].parse(str(text))
+
+
 def validate_topic_config(overrides: dict[str, str]) -> None:
     """ValueError naming the first unknown key or unparseable value (Kafka's messages)."""
     for key, text in overrides.items():

@@ -25,6 +25,7 @@ KINDS = {
     "Deployment": ("apis/apps/v1", "deployments"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "KafkaCluster": ("apis/odradek.io/v1alpha1", "kafkaclusters"),
+    "Topic": ("apis/odradek.io/v1alpha1", "topics"),
 }
 
 
@@ -34,9 +35,10 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def object_path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+def object_path(kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+    """The object's URL path; namespace None: the kind in every namespace (for lists)."""
     prefix, plural = KINDS[kind]
-    path = f"/{prefix}/namespaces/{namespace}/{plural}"
+    path = f"/{prefix}/{plural}" if namespace is None else f"/{prefix}/namespaces/{namespace}/{plural}"
     if name is not None:
         path += f"/{name}"
     if subresource is not None:
@@ -98,7 +100,7 @@ class KubeClient:
                 return None
             raise
 
-    async def list(self, kind: str, namespace: str, labels: dict[str, str]) -> list[dict]:
+    async def list(self, kind: str, namespace: str | None, labels: dict[str, str]) -> list[dict]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         found = await self._call("GET", object_path(kind, namespace), params={"labelSelector": selector})
         # Filter here too: a server (or emulator) that ignores the selector must not widen the set.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from odradek.operator import status as status_mod
+from odradek.operator import topics
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.models import GROUP, PLURAL, VERSION
 from odradek.operator.reconciler import ViewSource, metadata_view, reconcile
@@ -34,6 +35,11 @@ class OperatorMemo:
     view_source: ViewSource = metadata_view
     client: KubeClient | None = None
     locks: dict = field(default_factory=dict)
+    namespaces: list[str] = field(default_factory=list)
+    clusterwide: bool = False
+    topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap
+    topic_tuning: topics.Tuning = field(default_factory=topics.Tuning)
+    topic_controller: topics.TopicController | None = None
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
@@ -57,6 +63,8 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
         if memo.connection is None:
             raise kopf.PermanentError("no Kubernetes credentials: neither a service account nor a kubeconfig")
         memo.client = KubeClient.from_connection(memo.connection)
+
+    topics.register(registry)  # after `configure` (it needs the client), before `close`
 
     @kopf.on.cleanup(registry=registry)
     async def close(memo: OperatorMemo, **_):
@@ -106,11 +114,16 @@ async def run_pass(body, memo: OperatorMemo, logger) -> dict:
 def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.ConnectionInfo | None = None,
         view_source: ViewSource = metadata_view, interval: float = DEFAULT_INTERVAL,
         liveness: str | None = None, stop_flag: threading.Event | None = None,
-        ready_flag: threading.Event | None = None) -> None:
+        ready_flag: threading.Event | None = None,
+        topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap,
+        topic_tuning: topics.Tuning | None = None) -> None:
     """Run the operator until stopped (SIGTERM/SIGINT, or stop_flag in tests)."""
+    memo = OperatorMemo(connection=connection, view_source=view_source, namespaces=list(namespaces),
+                        clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
+                        topic_tuning=topic_tuning or topics.Tuning())
     asyncio.run(kopf.operator(
         registry=build_registry(interval), clusterwide=clusterwide, namespaces=namespaces,
-        memo=OperatorMemo(connection=connection, view_source=view_source), standalone=True,
+        memo=memo, standalone=True,
         liveness_endpoint=liveness, stop_flag=stop_flag, ready_flag=ready_flag))
 
 
@@ -125,7 +138,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="kopf's liveness endpoint (empty to disable)")
     p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between reconcile passes of each cluster (rolls advance per pass)")
+    p.add_argument("--topic-resync", type=float, default=topics.DEFAULT_RESYNC,
+                   help="seconds between looks at every Topic (reverts changes made in the cluster)")
+    p.add_argument("--topic-workers", type=int, default=topics.DEFAULT_WORKERS,
+                   help="Topics reconciled at once (their admin calls are batched)")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run(args.namespace or [], args.all_namespaces, interval=args.interval, liveness=args.liveness or None)
+    run(args.namespace or [], args.all_namespaces, interval=args.interval, liveness=args.liveness or None,
+        topic_tuning=topics.Tuning(workers=args.topic_workers, resync=args.topic_resync))
     return 0

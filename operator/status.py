@@ -46,7 +46,7 @@ def support_problem(o: Observation) -> tuple[str, str] | None:
     return None
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str, generation, previous: dict, at: str) -> dict:
+def condition(type_: str, ok: bool, reason: str, message: str, generation, previous: dict, at: str) -> dict:
     status = "True" if ok else "False"
     old = previous.get(type_)
     since = old.get("lastTransitionTime") if old and old.get("status") == status else None
@@ -60,7 +60,7 @@ def conditions(o: Observation, previous: list[dict] | None = None, at: str | Non
     g = o.generation
 
     def cond(type_, ok, reason, message):
-        return _condition(type_, ok, reason, message, g, prev, at)
+        return condition(type_, ok, reason, message, g, prev, at)
 
     if o.invalid:
         return [cond(READY, False, "InvalidSpec", o.invalid),

@@ -17,6 +17,7 @@ from odradek.operator.rolling import ClusterView
 
 NS = "kafka"
 KC = "odradek.io/v1alpha1/kafkaclusters"
+TOPICS = "odradek.io/v1alpha1/topics"
 STS = "apps/v1/statefulsets"
 PODS = "v1/pods"
 WRITES = ("create", "update", "delete")
@@ -26,6 +27,9 @@ def new_server() -> KubernetesServer:
     server = KubernetesServer()
     server.resources[KC] = kmock.ResourceInfo(
         kind="KafkaCluster", singular="kafkacluster", namespaced=True, shortnames={"kc"},
+        subresources={"status"}, verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
+    server.resources[TOPICS] = kmock.ResourceInfo(
+        kind="Topic", singular="topic", namespaced=True,
         subresources={"status"}, verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
     # kopf's backbone: it waits for these resources before serving anything.
     server.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
@@ -159,7 +163,7 @@ class Kubelet:
 class OperatorThread:
     """`odradek.operator.main.run` in a thread, against the emulator, until stop()."""
 
-    def __init__(self, url: str, view: ScriptedView, interval: float = 0.3):
+    def __init__(self, url: str, view, interval: float = 0.3, **run_kwargs):
         import kopf
 
         from odradek.operator.main import run
@@ -170,7 +174,8 @@ class OperatorThread:
         def target():
             try:
                 run([NS], False, connection=kopf.ConnectionInfo(server=url, insecure=True),
-                    view_source=view, interval=interval, stop_flag=self.stop_flag, ready_flag=self.ready_flag)
+                    view_source=view, interval=interval, stop_flag=self.stop_flag, ready_flag=self.ready_flag,
+                    **run_kwargs)
             except BaseException as e:  # noqa: BLE001 - reported by stop()
                 self.errors.append(e)
 

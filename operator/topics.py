@@ -1,0 +1,409 @@
+"""The Topic controller: watch events in, Kafka admin calls and status writes out.
+
+kopf delivers the watch events of Topics and KafkaClusters (`register`); this module keeps the
+latest body of each, queues the Topic keys that need a look (work_queue), and a fixed set of
+workers reconciles them: topic_reconciler decides, the batched admin client (kafka_admin through
+batching) acts, and the status is written only when it changed. A periodic resync queues every
+Topic again, which is what reverts changes made directly in the cluster.
+
+Events only (no kopf change handlers) keeps kopf from writing its own progress annotations and
+finalizer on thousands of Topics: the finalizer here is the operator's own (FINALIZER), written
+with the resourceVersion it was decided on. Before the workers start, every Topic is listed once,
+so the older of two resources naming one topic is known before either is acted on.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import kopf
+
+from odradek.operator import builders
+from odradek.operator.batching import Batcher
+from odradek.operator.kafka_admin import KafkaAdmin
+from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.models import GROUP, VERSION
+from odradek.operator.models import PLURAL as CLUSTER_PLURAL
+from odradek.operator.topic_models import FINALIZER, PLURAL
+from odradek.operator.topic_reconciler import (
+    Action, ActionResult, AlterConfigs, Cluster, CreatePartitions, CreateTopic, Outcome, Phase, Step,
+    TopicResource, gate, outcome, owner_of, plan, resource_from_body, status, status_changed,
+    status_patch, topic_name_of, unreachable,
+)
+from odradek.operator.work_queue import ShutDown, WorkQueue
+
+log = logging.getLogger("odradek.operator.topics")
+
+BootstrapSource = Callable[[dict], list[tuple[str, int]]]
+
+DEFAULT_RESYNC = 60.0
+DEFAULT_WORKERS = 64
+
+
+def service_bootstrap(cluster: dict) -> list[tuple[str, int]]:
+    """The cluster's bootstrap Service (the operator runs inside Kubernetes)."""
+    host, port = builders.bootstrap_servers(cluster).rsplit(":", 1)
+    return [(host, int(port))]
+
+
+@dataclass
+class Tuning:
+    """Scale knobs: concurrent reconciles, admin batching, resync period."""
+    workers: int = DEFAULT_WORKERS
+    queue_size: int = 10000
+    resync: float = DEFAULT_RESYNC
+    linger: float = 0.05
+    max_batch: int = 500
+    request_timeout: float = 30.0
+
+
+@dataclass
+class ClusterAdmin:
+    """One cluster's admin connection and the batchers in front of it."""
+    bootstrap: tuple[tuple[str, int], ...]
+    admin: KafkaAdmin
+    batchers: dict[str, Batcher] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, bootstrap: tuple[tuple[str, int], ...], tuning: Tuning) -> "ClusterAdmin":
+        admin = KafkaAdmin(list(bootstrap), request_timeout=tuning.request_timeout)
+        t = tuning.request_timeout
+
+        def batcher(name, send, key, share=False):
+            return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
+                           max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
+
+        return cls(bootstrap, admin, {
+            "describe": batcher("describe", admin.describe_topics, lambda n: n, share=True),
+            "create": batcher("create", lambda a: admin.create_topics(a, t), lambda a: a.topic),
+            "partitions": batcher("partitions", lambda a: admin.create_partitions(a, t), lambda a: a.topic),
+            "configs": batcher("configs", admin.alter_configs, lambda a: a.topic),
+            "delete": batcher("delete", lambda n: admin.delete_topics(n, t), lambda n: n),
+        })
+
+    async def close(self) -> None:
+        for b in self.batchers.values():
+            await b.close()
+        await self.admin.close()
+
+    async def act(self, action: Action) -> ActionResult:
+        name = {CreateTopic: "create", CreatePartitions: "partitions", AlterConfigs: "configs"}[type(action)]
+        return await self.batchers[name].submit(action)
+
+
+class TopicController:
+    def __init__(self, client: KubeClient, *, namespaces: list[str], clusterwide: bool,
+                 bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None):
+        self.client = client
+        self.namespaces, self.clusterwide = list(namespaces), clusterwide
+        self.bootstrap_source = bootstrap_source
+        self.tuning = tuning or Tuning()
+        self.topics: dict[tuple[str, str], TopicResource] = {}
+        self.bodies: dict[tuple[str, str], dict] = {}
+        self.claims: dict[tuple, set[tuple[str, str]]] = {}
+        self.clusters: dict[tuple[str, str], dict] = {}
+        self.admins: dict[tuple[str, str], ClusterAdmin] = {}
+        self.queue = WorkQueue(self.tuning.queue_size)
+        self.seeded = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    # --- the store, fed by watch events --------------------------------------------------------
+
+    def _store(self, body: dict) -> TopicResource:
+        r = resource_from_body(body)
+        old = self.topics.get(r.key)
+        if old is not None and old.claim != r.claim:
+            self._unclaim(old)
+        self.topics[r.key], self.bodies[r.key] = r, body
+        self.claims.setdefault(r.claim, set()).add(r.key)
+        return r
+
+    def _unclaim(self, r: TopicResource) -> None:
+        keys = self.claims.get(r.claim)
+        if keys is not None:
+            keys.discard(r.key)
+            if not keys:
+                del self.claims[r.claim]
+
+    def _forget(self, key) -> TopicResource | None:
+        r = self.topics.pop(key, None)
+        self.bodies.pop(key, None)
+        if r is not None:
+            self._unclaim(r)
+        return r
+
+    async def topic_event(self, kind: str | None, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace"), meta.get("name"))
+        if kind == "DELETED":
+            gone = self._forget(key)
+            if gone is not None:
+                for sibling in list(self.claims.get(gone.claim, ())):
+                    await self.queue.add(sibling)  # the next in line may take the topic over
+            return
+        old = self.topics.get(key)
+        r = self._store(body)
+        if old is None or _wants_look(old, r):
+            await self.queue.add(key)
+            if old is not None and old.claim != r.claim:
+                for sibling in self.claims.get(old.claim, ()):
+                    await self.queue.add(sibling)
+
+    async def cluster_event(self, kind: str | None, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace"), meta.get("name"))
+        old = self.clusters.get(key)
+        if kind == "DELETED":
+            self.clusters.pop(key, None)
+        else:
+            self.clusters[key] = body
+        if kind == "DELETED" or old is None or _cluster_state(old) != _cluster_state(body):
+            admin = self.admins.pop(key, None)
+            if admin is not None:
+                await admin.close()
+            for topic_key, r in list(self.topics.items()):
+                if (r.namespace, r.cluster_ref) == key:
+                    await self.queue.add(topic_key)
+
+    # --- running -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._seed_then_run(), name="topics-seed")]
+
+    async def stop(self) -> None:
+        await self.queue.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for admin in list(self.admins.values()):
+            await admin.close()
+        self.admins.clear()
+
+    async def _list(self, kind: str) -> list[dict]:
+        items = []
+        for namespace in [None] if self.clusterwide else self.namespaces:
+            items.extend(await self.client.list(kind, namespace, {}))
+        return items
+
+    async def _seed(self) -> None:
+        """Every Topic and KafkaCluster once, before any decision (see the module docstring)."""
+        delay = 1.0
+        for attempt in range(1_000_000):  # bounded; in practice until the API server answers
+            try:
+                clusters = await self._list("KafkaCluster")
+                topics = await self._list("Topic")
+                break
+            except (ApiError, OSError, asyncio.TimeoutError) as e:
+                log.warning("listing Topics and KafkaClusters failed (%s); retrying in %.0fs", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+        for body in clusters:
+            meta = body["metadata"]
+            self.clusters.setdefault((meta["namespace"], meta["name"]), body)
+        for body in topics:
+            key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            if key not in self.topics:
+                self._store(body)
+        for key in list(self.topics):
+            await self.queue.add(key)
+        self.seeded.set()
+        log.info("topic controller started: %d Topics, %d KafkaClusters", len(self.topics), len(self.clusters))
+
+    async def _seed_then_run(self) -> None:
+        await self._seed()
+        workers = [asyncio.create_task(self._worker(i), name=f"topics-worker-{i}")
+                   for i in range(self.tuning.workers)]
+        resync = asyncio.create_task(self._resync(), name="topics-resync")
+        try:
+            await asyncio.gather(*workers, resync)
+        finally:
+            for task in [*workers, resync]:
+                task.cancel()
+            await asyncio.gather(*workers, resync, return_exceptions=True)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.tuning.resync)
+            for key in list(self.topics):
+                await self.queue.add(key)
+
+    async def _worker(self, index: int) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                retry = await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except ApiError as e:
+                log.info("Topic %s/%s: Kubernetes API answered %s; retrying", *key, e)
+                retry = True
+            except Exception:  # noqa: BLE001 - one resource's failure must not stop the worker
+                log.exception("Topic %s/%s: reconcile failed; retrying", *key)
+                retry = True
+            finally:
+                await self.queue.done(key)
+            if retry:
+                self.queue.add_rate_limited(key)
+            else:
+                self.queue.forget(key)
+
+    # --- one pass ------------------------------------------------------------------------------
+
+    def cluster_of(self, r: TopicResource) -> Cluster:
+        body = self.clusters.get((r.namespace, r.cluster_ref))
+        if body is None:
+            return Cluster.MISSING
+        return Cluster.DELETING if body["metadata"].get("deletionTimestamp") else Cluster.PRESENT
+
+    def owner_name(self, r: TopicResource) -> str | None:
+        """The older resource's name when another Topic claims the same topic first."""
+        claimants = [self.topics[k] for k in self.claims.get(r.claim, ()) if k in self.topics]
+        owner = owner_of(claimants) if claimants else r
+        return None if owner.key == r.key else owner.name
+
+    def admin_for(self, r: TopicResource) -> ClusterAdmin:
+        key = (r.namespace, r.cluster_ref)
+        bootstrap = tuple(self.bootstrap_source(self.clusters[key]))
+        admin = self.admins.get(key)
+        if admin is None or admin.bootstrap != bootstrap:
+            if admin is not None:
+                asyncio.get_running_loop().create_task(admin.close())
+            admin = self.admins[key] = ClusterAdmin.open(bootstrap, self.tuning)
+        return admin
+
+    async def reconcile(self, key) -> bool:
+        """One pass for one Topic; True when it should be retried soon (with backoff)."""
+        r = self.topics.get(key)
+        if r is None:
+            return False
+        g = gate(r, self.cluster_of(r), self.owner_name(r))
+        if g.step is Step.NONE:
+            return False
+        if g.step is Step.RELEASE:
+            await self._set_finalizer(r, False)
+            return False
+        if g.step is Step.DELETE:
+            return await self._delete(r)
+        if g.finalizer is not None:
+            r = await self._set_finalizer(r, g.finalizer)
+            if r is None:
+                return False
+        if g.step is Step.STATUS:
+            await self._write_status(r, g.outcome)
+            return g.outcome.phase is Phase.PROGRESSING
+        return await self._observe_and_act(r)
+
+    async def _observe_and_act(self, r: TopicResource) -> bool:
+        topic = topic_name_of(r)
+        try:
+            admin = self.admin_for(r)
+            live = await admin.batchers["describe"].submit(topic)
+            p = plan(r.spec, topic, live)
+            results = list(zip(p.actions, await asyncio.gather(*(admin.act(a) for a in p.actions))))
+        except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+            await self._write_status(r, unreachable(r, f"cluster {r.cluster_ref!r}: {e}"))
+            return True
+        for action, result in results:
+            if result.error is None:
+                log.info("Topic %s/%s: %s", r.namespace, r.name, action)
+            else:
+                log.warning("Topic %s/%s: %s failed: %s %s", r.namespace, r.name, action, result.error,
+                            result.message or "")
+        o = outcome(r, topic, live, p, results)
+        await self._write_status(r, o)
+        return o.phase is Phase.PROGRESSING
+
+    async def _delete(self, r: TopicResource) -> bool:
+        try:
+            result = await self.admin_for(r).batchers["delete"].submit(r.topic)
+        except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+            await self._write_status(r, unreachable(r, f"deleting topic {r.topic!r}: {e}"))
+            return True
+        if result.error is not None:
+            await self._write_status(r, Outcome(r, Phase.PROGRESSING, "DeleteFailed",
+                                                f"DeleteTopics: {result.error} {result.message or ''}".strip()))
+            return True
+        log.info("Topic %s/%s: deleted topic %s", r.namespace, r.name, r.topic)
+        await self._set_finalizer(r, False)
+        return False
+
+    async def _set_finalizer(self, r: TopicResource, present: bool) -> TopicResource | None:
+        """Add or remove FINALIZER (compare-and-set on the resourceVersion it was decided on);
+        returns the resource as now stored (None when it is gone)."""
+        if r.has_finalizer == present:
+            return r
+        body = self.bodies[r.key]
+        meta = body["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        if present:
+            finalizers.append(FINALIZER)
+        try:
+            new = await self.client.patch("Topic", r.namespace, r.name, {"metadata": {
+                "finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}})
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+        if not present and meta.get("deletionTimestamp"):
+            return None  # released: the object goes away
+        if self.topics.get(r.key) is r:
+            return self._store(new)
+        return resource_from_body(new)
+
+    async def _write_status(self, r: TopicResource, o: Outcome) -> None:
+        body = self.bodies.get(r.key)
+        if body is None:
+            return
+        previous = body.get("status") or {}
+        new = status(o, previous)
+        if not status_changed(previous, new):
+            return
+        try:
+            written = await self.client.patch("Topic", r.namespace, r.name, {"status": status_patch(previous, new)},
+                                              subresource="status")
+        except ApiError as e:
+            if e.status == 404:
+                return
+            raise
+        if self.bodies.get(r.key) is body:
+            self._store(written)
+
+
+def _cluster_state(body: dict) -> tuple:
+    return bool(body["metadata"].get("deletionTimestamp")), body["metadata"].get("uid")
+
+
+def _wants_look(old: TopicResource, new: TopicResource) -> bool:
+    """Whether an update needs a pass: the spec, the managed annotation, deletion or the claim
+    changed (not our own status and finalizer writes)."""
+    return (old.generation != new.generation or old.managed != new.managed or old.deleting != new.deleting
+            or old.claim != new.claim or (not new.has_finalizer and old.has_finalizer))
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """The Topic controller's kopf handlers. The memo (main.OperatorMemo) brings the Kubernetes
+    client, the watched namespaces and the tuning, and holds the controller."""
+
+    @kopf.on.startup(registry=registry)
+    async def start_topics(memo, **_):
+        memo.topic_controller = TopicController(
+            memo.client, namespaces=memo.namespaces, clusterwide=memo.clusterwide,
+            bootstrap_source=memo.topic_bootstrap, tuning=memo.topic_tuning)
+        await memo.topic_controller.start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_topics(memo, **_):
+        if memo.topic_controller is not None:
+            await memo.topic_controller.stop()
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def topic_event(event, memo, **_):
+        await memo.topic_controller.topic_event(event.get("type"), event["object"])
+
+    @kopf.on.event(GROUP, VERSION, CLUSTER_PLURAL, registry=registry)
+    async def cluster_event(event, memo, **_):
+        await memo.topic_controller.cluster_event(event.get("type"), event["object"])

@@ -64,6 +64,8 @@ class TopicSpec(_Model):
     @field_validator("config")
     @classmethod
     def _kafka_config(cls, config: dict) -> dict:
+        # JSON has one number type: 6.048e+08 from a YAML tool is the long 604800000 to Kafka.
+        config = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in config.items()}
         problems = [problem for key, value in sorted(config.items())
                     if (problem := config_error(key, value)) is not None]
         if problems:

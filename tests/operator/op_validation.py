@@ -11,7 +11,8 @@ K8S_VERSION = "1.30"
 
 def validate(obj: dict) -> None:
     if obj["apiVersion"].startswith("odradek.io/"):
-        schema = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        build = crd.topic_crd if obj["kind"] == "Topic" else crd.crd
+        schema = build()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         jsonschema.validate(obj, schema)
         return
     kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

@@ -51,6 +51,10 @@ VALUE_SETS = {
     "cluster-5-external-zk": ("cluster.enabled=true", "cluster.brokers=5", "cluster.controllers=3",
                               "cluster.zookeeper.connect=zk:2181/odradek", "cluster.storage.storageClass=fast",
                               "cluster.config.num\\.partitions=6", "operator.watchAllNamespaces=true"),
+    "topics": ("cluster.enabled=true", "topics[0].name=orders", "topics[0].partitions=6", "topics[0].replicas=3",
+               "topics[0].config.retention\\.ms=604800000", "topics[0].config.cleanup\\.policy=compact",
+               "topics[1].name=audit", "topics[1].topicName=Audit_Log", "topics[1].deletionPolicy=Retain",
+               "topics[1].clusterRef=other"),
 }
 
 
@@ -87,3 +91,20 @@ def test_namespaced_by_default_with_no_cluster(helm):
     docs = render(helm)
     assert not [d for d in docs if d["kind"] == "KafkaCluster"]
     assert {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")} == {"Role", "RoleBinding"}
+
+
+def test_topic_values_become_topics_the_operator_accepts(helm):
+    from odradek.operator.topic_models import parse_topic_spec
+
+    docs = render(helm, *VALUE_SETS["topics"])
+    topics = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Topic"}
+    assert set(topics) == {"orders", "audit"}
+    orders = topics["orders"]["spec"]
+    assert orders == {"clusterRef": "kafka", "partitions": 6, "replicas": 3,
+                      "config": {"retention.ms": 604800000, "cleanup.policy": "compact"}}
+    assert parse_topic_spec(orders).config_texts() == {"retention.ms": "604800000", "cleanup.policy": "compact"}
+    assert topics["audit"]["spec"] == {"clusterRef": "other", "topicName": "Audit_Log", "deletionPolicy": "Retain"}
+    rules = next(d for d in docs if d["kind"] == "Role")["rules"]
+    granted = {(r, v) for rule in rules if rule["apiGroups"] == ["odradek.io"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert {("topics", "watch"), ("topics", "patch"), ("topics/status", "patch")} <= granted

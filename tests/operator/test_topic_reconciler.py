@@ -192,3 +192,9 @@ def test_status_keeps_live_fields_while_the_topic_is_not_looked_at_and_nulls_rem
     assert (s["topicName"], s["partitions"], s["replicas"], s["config"]) == ("orders", 3, 1, {"retention.ms": "5"})
     patch = status_patch(previous, {**s, "config": {"segment.bytes": "100"}})
     assert patch["config"] == {"retention.ms": None, "segment.bytes": "100"}
+
+
+def test_integral_floats_from_yaml_tools_are_longs_to_kafka():
+    r = resource(spec={"config": {"retention.ms": 6.048e+08, "min.cleanable.dirty.ratio": 0.25}})
+    assert r.invalid is None
+    assert r.spec.config_texts() == {"retention.ms": "604800000", "min.cleanable.dirty.ratio": "0.25"}

@@ -20,6 +20,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i32Timedelta
 
+from . import message_bounds
 from .messages import INTER_BROKER_REQUESTS, INTER_BROKER_RESPONSES
 
 SIZE = struct.Struct(">i")
@@ -72,10 +73,14 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
 def decode_request(frame: bytes) -> tuple[object, object, type]:
     """(header, payload, schema) of a request frame body (without the size prefix).
 
-    Raises KeyError for an unknown (api_key, version) and ValueError for a malformed body.
+    Raises KeyError for an unknown (api_key, version) and ValueError for a malformed body. Every
+    length is checked against the frame before kio reads it (message_bounds: kio's reader aborts
+    the process on a huge claimed array length).
     """
     api_key, version, _ = peek_api(frame)
     schema = request_schema(api_key, version)
+    header_schema = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    message_bounds.check(schema, frame, message_bounds.check(header_schema, frame))
     read_header = _read_header_v2 if schema.__flexible__ else read_request_header_v1
     try:
         header, offset = read_header(frame, 0)
@@ -129,8 +134,10 @@ def decode_response(schema: type, frame: bytes) -> tuple[int, object]:
     api_key = int(schema.__api_key__)
     flexible = response_header_flexible(api_key, schema.__flexible__)
     header_schema = ResponseHeaderV1 if flexible else ResponseHeaderV0
+    payload_schema = response_schema(api_key, int(schema.__version__))
+    message_bounds.check(payload_schema, frame, message_bounds.check(header_schema, frame))
     header, offset = entity_reader(header_schema)(frame, 0)
-    payload, _ = entity_reader(response_schema(api_key, int(schema.__version__)))(frame, offset)
+    payload, _ = entity_reader(payload_schema)(frame, offset)
     return int(header.correlation_id), payload
 
 

@@ -28,7 +28,7 @@ def profile_brokers(out_dir: Path):
         args = plain_argv(self)
         if self.role != "broker":
             return args
-        return [args[0], "-P", "-m", "cProfile", "-o", str(out_dir / f"{self.name}.prof")] + args[2:]
+        return [args[0], "-m", "cProfile", "-o", str(out_dir / f"{self.name}.prof")] + args[1:]
 
     cluster.ManagedProcess.argv = argv
 

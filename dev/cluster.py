@@ -43,8 +43,7 @@ class ManagedProcess:
     paused: bool = False
 
     def argv(self) -> list[str]:
-        # -P: the checkout's operator/ folder must not shadow the standard library's `operator`.
-        args = [sys.executable, "-P", "-m", "odradek.cli", self.role]
+        args = [sys.executable, "-m", "odradek.cli", self.role]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         return args

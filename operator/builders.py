@@ -16,7 +16,7 @@ ZK_CLIENT_PORT = 2181
 CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"
 DATA_DIR = "/var/lib/odradek"
-PROBE = ["python", "-P", "-m", "odradek.operator.probe"]
+PROBE = ["python", "-m", "odradek.operator.probe"]
 
 
 def labels(name: str, component: str) -> dict[str, str]:

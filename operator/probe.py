@@ -1,4 +1,4 @@
-"""Pod probes and pod-derived ids, run inside the image (`python -P -m odradek.operator.probe`).
+"""Pod probes and pod-derived ids, run inside the image (`python -m odradek.operator.probe`).
 
 - `broker --config F`: ready when `/brokers/ids/<ordinal>` exists in ZooKeeper and the listener
   accepts connections (registered and serving).

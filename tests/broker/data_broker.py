@@ -101,7 +101,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> "BrokerProcess":
-        args = [sys.executable, "-P", "-m", "odradek.cli", "broker"]
+        args = [sys.executable, "-m", "odradek.cli", "broker"]
         for o in self.overrides:
             args += ["--override", o]
         self._stderr = open(self.stderr_path, "ab")

@@ -131,7 +131,7 @@ def broker(zookeeper, tmp_path):
         "broker.id": "0", "zookeeper.connect": connect, "listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "log.dirs": str(tmp_path / "logs"), "zookeeper.session.timeout.ms": "6000", "num.partitions": "2",
     }
-    argv = [sys.executable, "-P", "-m", "odradek.cli", "broker"]
+    argv = [sys.executable, "-m", "odradek.cli", "broker"]
     for key, value in overrides.items():
         argv += ["--override", f"{key}={value}"]
     log_path = tmp_path / "broker.log"

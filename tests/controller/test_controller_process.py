@@ -36,7 +36,7 @@ class ControllerProcess:
         self.controller_id = controller_id
         self.log_path = log_dir / f"controller-{controller_id}.log"
         self.args = [
-            sys.executable, "-P", "-m", "odradek.cli", "controller",
+            sys.executable, "-m", "odradek.cli", "controller",
             "--override", f"controller.id={controller_id}",
             "--override", f"zookeeper.connect={zk_connect}",
             "--override", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",

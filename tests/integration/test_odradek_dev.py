@@ -59,7 +59,7 @@ class Dev:
 
     def __init__(self, data_dir, port: int, brokers: int = 2):
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "odradek.cli", "dev", "--brokers", str(brokers),
+            [sys.executable, "-m", "odradek.cli", "dev", "--brokers", str(brokers),
              "--data-dir", str(data_dir), "--port", str(port), "--timeout", "90"],
             stdout=subprocess.PIPE, stderr=open(data_dir.parent / "dev-stderr.log", "ab"),
         )

@@ -30,6 +30,8 @@ from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
 from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
+from odradek.broker.transaction_refusal import MESSAGE as TRANSACTIONS_MESSAGE
+from odradek.broker.transaction_refusal import TRANSACTIONS_UNSUPPORTED
 from odradek.common import wire
 
 log = logging.getLogger(__name__)
@@ -39,9 +41,6 @@ INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 22, 23
 INIT_PRODUCER_ID_VERSIONS = (0, 5)
 """v0 for librdkafka (it wants exactly v0 advertised), up to v5 (KIP-890's error code, which we
 never send); v6 (KIP-939 two-phase commit) only means something to transactions."""
-NO_TRANSACTION_COORDINATOR = ErrorCode.coordinator_not_available
-"""Odradek has no transaction coordinator: FindCoordinator for a transaction key answers this
-(group_apis, and the placeholder below), and so does InitProducerId with a transactional id."""
 
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
@@ -311,11 +310,7 @@ class KafkaApis:
         version = int(header.request_api_version)
         acks = int(request.acks)
         if request.transactional_id is not None or acks not in (0, 1, -1):
-            code = (
-                ErrorCode.transactional_id_authorization_failed
-                if request.transactional_id is not None
-                else ErrorCode.invalid_required_acks
-            )
+            code = TRANSACTIONS_UNSUPPORTED if request.transactional_id is not None else ErrorCode.invalid_required_acks
             if acks == 0:
                 raise CloseConnection()
             failed = ProduceResult(error=code)
@@ -409,23 +404,27 @@ class KafkaApis:
     # --- FindCoordinator ------------------------------------------------------------------------
 
     async def handle_find_coordinator(self, header, request):
-        """COORDINATOR_NOT_AVAILABLE for every key until the group coordinator exists.
+        """COORDINATOR_NOT_AVAILABLE for every group key until the group coordinator exists.
 
         Advertised anyway because librdkafka (up to 2.11) enables lz4 and other features only when
         FindCoordinator v0 is in the ApiVersions list; clients retry this error, so consumers that
-        assign partitions themselves work, and group members wait for the coordinator.
+        assign partitions themselves work, and group members wait for the coordinator. Transaction
+        keys get the refusal of transaction_refusal, as with the group coordinator.
         """
         version = int(header.request_api_version)
         mod = wire.response_module(FIND_COORDINATOR, version)
-        code = ErrorCode.coordinator_not_available  # NO_TRANSACTION_COORDINATOR for transaction keys
+        if int(getattr(request, "key_type", 0)) == 1:
+            code, message = TRANSACTIONS_UNSUPPORTED, TRANSACTIONS_MESSAGE
+        else:
+            code, message = ErrorCode.coordinator_not_available, None
         none = dict(node_id=i32(-1), host="", port=i32(-1), error_code=code)
         if version >= 4:
             coordinators = tuple(
-                mod.Coordinator(key=key, error_message=None, **none) for key in request.coordinator_keys
+                mod.Coordinator(key=key, error_message=message, **none) for key in request.coordinator_keys
             )
             return mod.FindCoordinatorResponse(throttle_time=wire.NO_THROTTLE, coordinators=coordinators)
         if version >= 1:
-            return mod.FindCoordinatorResponse(throttle_time=wire.NO_THROTTLE, error_message=None, **none)
+            return mod.FindCoordinatorResponse(throttle_time=wire.NO_THROTTLE, error_message=message, **none)
         return mod.FindCoordinatorResponse(**none)
 
     # --- InitProducerId -------------------------------------------------------------------------
@@ -436,9 +435,8 @@ class KafkaApis:
         carries are only checked for shape (both or neither); the producer gets a new id either way.
 
         A transactional id is refused: empty → INVALID_REQUEST (Kafka's check), else
-        NO_TRANSACTION_COORDINATOR, the answer FindCoordinator gives for transaction keys too, so
-        clients see one consistent story (both are retriable: they look for a coordinator until
-        their own timeout). A block that cannot be claimed right now answers
+        TRANSACTIONS_UNSUPPORTED, the answer FindCoordinator gives for transaction keys too, so
+        clients see one consistent story and fail at once (transaction_refusal). A block that cannot be claimed right now answers
         COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.x's producer-id manager does the same).
         """
         mod = wire.response_module(INIT_PRODUCER_ID, int(header.request_api_version))
@@ -454,7 +452,7 @@ class KafkaApis:
             return answer(ErrorCode.invalid_request)
         transactional_id = request.transactional_id
         if transactional_id is not None:
-            return answer(ErrorCode.invalid_request if transactional_id == "" else NO_TRANSACTION_COORDINATOR)
+            return answer(ErrorCode.invalid_request if transactional_id == "" else TRANSACTIONS_UNSUPPORTED)
         try:
             producer_id = await self.producer_id_manager.generate_producer_id()
         except ProducerIdBlockUnavailableError:

@@ -21,6 +21,7 @@ from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, TopicSpec, topic_name_error
+from .auth_helper import NOT_REQUESTED, ResourceType, authorized_operations
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError, broker_endpoint
 from .network.encoding import uvarint
@@ -38,7 +39,6 @@ ENDPOINT_TYPE_BROKER = 1
 ZERO_UUID = uuid.UUID(int=0)
 AUTO_CREATE_WAIT_S = 5.0
 """How long Metadata waits for ZooKeeper (auto-creation, the cluster id) before answering anyway."""
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 _INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
 
 
@@ -54,7 +54,8 @@ def _nullable_string(value: str | None, flexible: bool) -> bytes:
 
 
 def encode_metadata_response(
-    schema: type, *, brokers: list[bytes], cluster_id: str | None, controller_id: int, topics: list[bytes]
+    schema: type, *, brokers: list[bytes], cluster_id: str | None, controller_id: int, topics: list[bytes],
+    cluster_authorized_operations: int = NOT_REQUESTED,
 ) -> list[bytes]:
     """A MetadataResponse body from pre-encoded brokers and topics, byte for byte what kio would
     write for the whole object (the test compares), without re-encoding every partition each time."""
@@ -75,7 +76,7 @@ def encode_metadata_response(
             chunks.append(_array_length(len(topics), flexible))
             chunks.extend(topics)
         elif name == "cluster_authorized_operations":
-            chunks.append(_INT32.pack(NO_AUTHORIZED_OPERATIONS))
+            chunks.append(_INT32.pack(cluster_authorized_operations))
         elif name == "error_code":
             chunks.append(_INT16.pack(0))
         else:
@@ -109,7 +110,7 @@ class MetadataApis:
         self.admin = AdminManager(config, metadata_cache, zk)
         self._cluster_id: str | None = None
         self._topic_ids: dict[str, uuid.UUID] = {}
-        self._topic_cache: dict[tuple[int, str], object] = {}
+        self._topic_cache: dict[tuple, object] = {}
         """Encoded Metadata pieces per (version, topic), valid for one MetadataCache generation."""
         self._topic_cache_generation = -1
         self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
@@ -180,6 +181,8 @@ class MetadataApis:
         requested = request.topics
         all_topics = requested is None or (version == 0 and not requested)
         allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
+        topic_ops = authorized_operations(
+            ResourceType.TOPIC, bool(getattr(request, "include_topic_authorized_operations", False)))
 
         topics_out = []
         if all_topics:
@@ -203,7 +206,7 @@ class MetadataApis:
         ids = await self.topic_ids([n for n in names if cache.contains(n)]) if version >= 10 else {}
         for name in names:
             if cache.contains(name):
-                topics_out.append(self._metadata_topic(mod, version, name, ids.get(name, ZERO_UUID)))
+                topics_out.append(self._metadata_topic(mod, version, name, ids.get(name, ZERO_UUID), topic_ops))
                 continue
             if topic_name_error(name) is not None:
                 error = ErrorCode.invalid_topic_exception
@@ -216,7 +219,8 @@ class MetadataApis:
                 error = ErrorCode.unknown_topic_or_partition
             topics_out.append(
                 wire.encode_entity(
-                    wire.make_entity(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID, partitions=())
+                    wire.make_entity(mod.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID,
+                                     partitions=(), topic_authorized_operations=topic_ops)
                 )
             )
         for tid in unknown_ids:
@@ -225,6 +229,7 @@ class MetadataApis:
                     wire.make_entity(
                         mod.MetadataResponseTopic,
                         error_code=ErrorCode.unknown_topic_id, name=None, topic_id=tid, partitions=(),
+                        topic_authorized_operations=topic_ops,
                     )
                 )
             )
@@ -234,6 +239,8 @@ class MetadataApis:
             cluster_id=await self.cluster_id(),
             controller_id=self.controller_id(),
             topics=topics_out,
+            cluster_authorized_operations=authorized_operations(
+                ResourceType.CLUSTER, bool(getattr(request, "include_cluster_authorized_operations", False))),
         )
         return _body(chunks)
 
@@ -260,11 +267,11 @@ class MetadataApis:
             self._topic_cache.clear()
             self._topic_cache_generation = self.metadata_cache.generation
 
-    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID) -> bytes:
-        """A topic's encoded entry, memoised per (version, topic) until the next UpdateMetadata."""
+    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID, authorized_ops: int) -> bytes:
+        """A topic's encoded entry, memoised per (version, topic, operations) until the next UpdateMetadata."""
         cache = self.metadata_cache
         self._sync_topic_cache()
-        key = (version, name)
+        key = (version, name, authorized_ops)
         entry = self._topic_cache.get(key)
         if entry is not None:
             return entry
@@ -291,7 +298,7 @@ class MetadataApis:
             topic_id=topic_id,
             is_internal=name in INTERNAL_TOPICS,
             partitions=tuple(partitions),
-            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            topic_authorized_operations=authorized_ops,
         )
         entry = self._topic_cache[key] = wire.encode_entity(entry)
         return entry
@@ -477,6 +484,7 @@ class MetadataApis:
         version = int(request.__version__)
         mod = wire.response_module(DESCRIBE_CLUSTER, version)
         endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
+        cluster_ops = authorized_operations(ResourceType.CLUSTER, bool(request.include_cluster_authorized_operations))
         cluster_id = await self.cluster_id() or ""
         if endpoint_type != ENDPOINT_TYPE_BROKER:
             return wire.make_entity(
@@ -484,7 +492,7 @@ class MetadataApis:
                 throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
                 error_message="Only broker endpoints can be described.", endpoint_type=endpoint_type,
                 cluster_id=cluster_id, controller_id=-1, brokers=(),
-                cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                cluster_authorized_operations=cluster_ops,
             )
         brokers = []
         for broker_id, broker in sorted(self.metadata_cache.live_brokers().items()):
@@ -500,5 +508,5 @@ class MetadataApis:
             mod.DescribeClusterResponse,
             throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
             endpoint_type=endpoint_type, cluster_id=cluster_id, controller_id=self.controller_id(),
-            brokers=tuple(brokers), cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            brokers=tuple(brokers), cluster_authorized_operations=cluster_ops,
         )

@@ -14,7 +14,10 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from odradek.broker.auth_helper import ResourceType, authorized_operations
 from odradek.broker.log.clock import now_ms
+from odradek.broker.transaction_refusal import MESSAGE as TRANSACTIONS_MESSAGE
+from odradek.broker.transaction_refusal import TRANSACTIONS_UNSUPPORTED
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
 from odradek.common.wire import read_request_header_v1  # kio has no OffsetCommit v1
 
@@ -26,7 +29,7 @@ from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 log = logging.getLogger(__name__)
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 8, 9, 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 VERSIONS = {
     FIND_COORDINATOR: (0, 4),
     OFFSET_COMMIT: (1, 8),  # v9+ belong to the KIP-848 protocol
@@ -36,10 +39,13 @@ VERSIONS = {
     LEAVE_GROUP: (0, 5),
     SYNC_GROUP: (0, 5),
     DESCRIBE_GROUPS: (0, 5),
-    LIST_GROUPS: (0, 4),
+    LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
 }
-KEY_TYPE_GROUP = 0
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+CLASSIC_GROUP_TYPE = "classic"
+"""The only group type of the classic protocol (KIP-848 adds "consumer"): ListGroups v5's group_type."""
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/127.0.0.1")
 
 
@@ -67,6 +73,7 @@ class GroupApis:
             DESCRIBE_GROUPS: self.handle_describe_groups,
             LIST_GROUPS: self.handle_list_groups,
             DELETE_GROUPS: self.handle_delete_groups,
+            OFFSET_DELETE: self.handle_offset_delete,
         }
         self._creating: asyncio.Task | None = None
         self.legacy_requests = {(OFFSET_COMMIT, 1): decode_offset_commit_v1}
@@ -90,20 +97,23 @@ class GroupApis:
 
         self._creating = asyncio.get_running_loop().create_task(create())
 
-    def find_coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+    def find_coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+        """(error, error message, node, host, port) of the coordinator of `key`."""
+        if key_type == KEY_TYPE_TRANSACTION:
+            return TRANSACTIONS_UNSUPPORTED, TRANSACTIONS_MESSAGE, -1, "", -1
         if key_type != KEY_TYPE_GROUP:
-            return ErrorCode.coordinator_not_available, -1, "", -1  # no transaction coordinator yet
+            return ErrorCode.invalid_request, f"Unknown coordinator type {key_type}", -1, "", -1
         if not key:
-            return ErrorCode.invalid_request, -1, "", -1
+            return ErrorCode.invalid_request, None, -1, "", -1
         if not self.metadata_cache.contains(GROUP_METADATA_TOPIC_NAME):
             self._ensure_offsets_topic()
-            return ErrorCode.coordinator_not_available, -1, "", -1
+            return ErrorCode.coordinator_not_available, None, -1, "", -1
         p = self.coordinator.manager.partition_for(key)
         endpoint = self.metadata_cache.leader_endpoint(GROUP_METADATA_TOPIC_NAME, p)
         if endpoint is None:
-            return ErrorCode.coordinator_not_available, -1, "", -1
+            return ErrorCode.coordinator_not_available, None, -1, "", -1
         node, host, port = endpoint
-        return ErrorCode.none, node, host, port
+        return ErrorCode.none, None, node, host, port
 
     async def handle_find_coordinator(self, header, request):
         version = _version(header)
@@ -112,13 +122,13 @@ class GroupApis:
         if version >= 4:
             out = []
             for key in request.coordinator_keys:
-                code, node, host, port = self.find_coordinator(key, key_type)
+                code, message, node, host, port = self.find_coordinator(key, key_type)
                 out.append(mod.Coordinator(key=key, node_id=i32(node), host=host, port=i32(port), error_code=code,
-                                           error_message=None))
+                                           error_message=message))
             return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=tuple(out))
-        code, node, host, port = self.find_coordinator(request.key, key_type)
-        return make_entity(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=None,
-                     node_id=i32(node), host=host, port=i32(port))
+        code, message, node, host, port = self.find_coordinator(request.key, key_type)
+        return make_entity(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code,
+                           error_message=message, node_id=i32(node), host=host, port=i32(port))
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
 
@@ -184,21 +194,32 @@ class GroupApis:
 
     # --- OffsetCommit / OffsetFetch -------------------------------------------------------------
 
+    def _known_partition(self, topic: str, partition: int) -> bool:
+        return self.metadata_cache.partition_state(topic, partition) is not None
+
     async def handle_offset_commit(self, header, request):
+        """Offsets of partitions the cluster does not have get UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
+        KafkaApis answers before the coordinator sees them; the rest are committed."""
         version = _version(header)
         mod = response_module(OFFSET_COMMIT, max(version, 2))
         now = now_ms()
         offsets = {}
+        results = {}
         for t in request.topics:
             for p in t.partitions:
-                offsets[(t.name, int(p.partition_index))] = OffsetAndMetadata(
+                key = (t.name, int(p.partition_index))
+                if not self._known_partition(*key):
+                    results[key] = ErrorCode.unknown_topic_or_partition
+                    continue
+                offsets[key] = OffsetAndMetadata(
                     int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                     p.committed_metadata or "", now,
                 )
-        results = await self.coordinator.commit_offsets(
-            request.group_id, request.member_id, getattr(request, "group_instance_id", None),
-            int(request.generation_id_or_member_epoch), offsets,
-        )
+        if offsets:
+            results.update(await self.coordinator.commit_offsets(
+                request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+                int(request.generation_id_or_member_epoch), offsets,
+            ))
         topics = tuple(
             mod.OffsetCommitResponseTopic(name=t.name, partitions=tuple(
                 mod.OffsetCommitResponsePartition(partition_index=p.partition_index,
@@ -245,13 +266,14 @@ class GroupApis:
 
     async def handle_describe_groups(self, header, request):
         mod = response_module(DESCRIBE_GROUPS, _version(header))
+        ops = authorized_operations(ResourceType.GROUP, bool(getattr(request, "include_authorized_operations", False)))
         out = []
         for gid in request.groups:
             code, group = self.coordinator.describe_group(gid)
             if group is None:
                 state = "Dead" if code == ErrorCode.none else ""
                 out.append(make_entity(mod.DescribedGroup, error_code=code, group_id=gid, group_state=state,
-                                 protocol_type="", protocol_data="", members=()))
+                                       protocol_type="", protocol_data="", members=(), authorized_operations=ops))
                 continue
             stable = group.state.value == "Stable"
             members = tuple(
@@ -263,15 +285,22 @@ class GroupApis:
             )
             out.append(make_entity(mod.DescribedGroup, error_code=code, group_id=gid, group_state=group.state.value,
                              protocol_type=group.protocol_type or "",
-                             protocol_data=(group.protocol_name or "") if stable else "", members=members))
+                             protocol_data=(group.protocol_name or "") if stable else "", members=members,
+                             authorized_operations=ops))
         return make_entity(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
 
     async def handle_list_groups(self, header, request):
+        """Every group here is a classic one: a types filter (v5) lists them only if it names
+        "classic" (any case), as Kafka's old coordinator does."""
         mod = response_module(LIST_GROUPS, _version(header))
         states = set(getattr(request, "states_filter", ()) or ())
+        types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         code, groups = self.coordinator.list_groups(states or None)
+        if types and CLASSIC_GROUP_TYPE not in types:
+            groups = []
         listed = tuple(
-            make_entity(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value)
+            make_entity(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
+                        group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
             for g in groups
         )
         return make_entity(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=code, groups=listed)
@@ -281,6 +310,32 @@ class GroupApis:
         results = await self.coordinator.delete_groups(list(request.groups_names))
         return mod.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(
             mod.DeletableGroupResult(group_id=g, error_code=c) for g, c in results.items()))
+
+    # --- OffsetDelete (KIP-496) -----------------------------------------------------------------
+
+    async def handle_offset_delete(self, header, request):
+        """Deletes a group's committed offsets. Partitions the cluster does not have get
+        UNKNOWN_TOPIC_OR_PARTITION (as in OffsetCommit); a group error answers alone, with no topics
+        (Kafka's getErrorResponse)."""
+        mod = response_module(OFFSET_DELETE, _version(header))
+        results: dict[tuple[str, int], ErrorCode] = {}
+        wanted = []
+        for t in request.topics:
+            for p in t.partitions:
+                key = (t.name, int(p.partition_index))
+                if self._known_partition(*key):
+                    wanted.append(key)
+                else:
+                    results[key] = ErrorCode.unknown_topic_or_partition
+        code, deleted = await self.coordinator.delete_offsets(request.group_id, wanted)
+        if code != ErrorCode.none:
+            return mod.OffsetDeleteResponse(error_code=code, throttle_time=NO_THROTTLE, topics=())
+        results.update(deleted)
+        per_topic: dict[str, list] = {}
+        for (topic, p), c in results.items():
+            per_topic.setdefault(topic, []).append(mod.OffsetDeleteResponsePartition(partition_index=i32(p), error_code=c))
+        topics = tuple(mod.OffsetDeleteResponseTopic(name=n, partitions=tuple(ps)) for n, ps in per_topic.items())
+        return mod.OffsetDeleteResponse(error_code=ErrorCode.none, throttle_time=NO_THROTTLE, topics=topics)
 
 
 # --- OffsetCommit v1 (not in kio) -----------------------------------------------------------------

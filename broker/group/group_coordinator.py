@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from odradek.broker.log.clock import now_ms
 
 from . import records
+from .consumer_protocol import CONSUMER_PROTOCOL_TYPE
 from .group_metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
 from .group_metadata_manager import GroupMetadataManager
 
@@ -543,20 +544,52 @@ class GroupCoordinator:
             if not self.manager.is_local(group.group_id) or self.manager.is_loading(group.group_id):
                 continue
             expired = group.expired_offsets(now, self.config.offsets_retention_ms, group.subscribed_topics())
-            if not expired:
-                continue
-            entries = [(records.offset_key(group.group_id, t, p), None) for t, p in expired]
-            drop_group = group.state == GroupState.EMPTY and len(expired) == len(group.offsets)
-            if drop_group:
-                entries.append((records.group_key(group.group_id), None))
-            if await self.manager.append(group.group_id, entries) == ErrorCode.none:
-                for k in expired:
-                    group.offsets.pop(k, None)
+            if expired and await self._remove_offsets(group, expired) == ErrorCode.none:
                 removed += len(expired)
-                if drop_group and group.state == GroupState.EMPTY and not group.offsets:
-                    group.transition_to(GroupState.DEAD, now)
-                    self.manager.groups.pop(group.group_id, None)
         return removed
+
+    async def _remove_offsets(self, group: GroupMetadata, keys: list[tuple[str, int]]) -> ErrorCode:
+        """Tombstones for the group's offsets of `keys` (Kafka's cleanupGroupMetadata); an Empty
+        group left without offsets is deleted with them (its own tombstone). Returns the append's code."""
+        entries = [(records.offset_key(group.group_id, t, p), None) for t, p in keys]
+        drop_group = group.state == GroupState.EMPTY and not set(group.offsets) - set(keys)
+        if drop_group:
+            entries.append((records.group_key(group.group_id), None))
+        code = await self.manager.append(group.group_id, entries)
+        if code == ErrorCode.none and self.manager.groups.get(group.group_id) is group:
+            for k in keys:
+                group.offsets.pop(k, None)
+            if drop_group and group.state == GroupState.EMPTY and not group.offsets:
+                group.transition_to(GroupState.DEAD, now_ms())
+                self.manager.groups.pop(group.group_id, None)
+        return code
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete (KIP-496, Kafka's handleDeleteOffsets): an Empty group loses the offsets
+        asked for; a live consumer group only those of topics no member subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC for the others); another live group refuses (NON_EMPTY_GROUP).
+        Returns (group error, per-partition codes); a group error comes with no partition codes."""
+        error = self._group_error(group_id)
+        if error != ErrorCode.none:
+            return error, {}
+        group = self.manager.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return ErrorCode.group_id_not_found, {}
+        out: dict[tuple[str, int], ErrorCode] = {}
+        if group.state == GroupState.EMPTY:
+            eligible = list(partitions)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            subscribed = group.subscribed_topics() or set()
+            eligible = [k for k in partitions if k[0] not in subscribed]
+            out.update({k: ErrorCode.group_subscribed_to_topic for k in partitions if k[0] in subscribed})
+        else:
+            return ErrorCode.non_empty_group, {}
+        if eligible:
+            code = await self._remove_offsets(group, [k for k in dict.fromkeys(eligible) if k in group.offsets])
+            out.update({k: code for k in eligible})
+            log.info("group %s: offsets of %s deleted (%s)", group_id, eligible, code.name)
+        return ErrorCode.none, out
 
     # --- admin ----------------------------------------------------------------------------------
 

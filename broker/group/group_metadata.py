@@ -241,7 +241,7 @@ class GroupMetadata:
         for member in self.members.values():
             try:
                 topics.update(subscription_topics(member.metadata(self.protocol_name)))
-            except ValueError:
+            except (KeyError, ValueError):  # KeyError: a member joined since without that protocol
                 return None
         return topics
 

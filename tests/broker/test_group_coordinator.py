@@ -359,6 +359,50 @@ def test_live_group_offsets_of_topics_no_member_subscribes_to_expire():
     run(scenario)
 
 
+def test_offset_delete_refuses_subscribed_topics_and_tombstones_the_rest():
+    gc, rm = make()
+
+    async def scenario():
+        assert await gc.delete_offsets("nope", [("t", 0)]) == (E.group_id_not_found, {})
+        assert await gc.delete_offsets("", [("t", 0)]) == (E.invalid_group_id, {})
+        r = await join(gc, protocols=[("range", subscription("kept"))])
+        code, _ = await gc.sync_group("g", r.generation_id, r.member_id, None, "consumer", "range", {r.member_id: b""})
+        assert code == E.none
+        committed = {("kept", 0): OffsetAndMetadata(1), ("kept", 1): OffsetAndMetadata(2),
+                     ("other", 0): OffsetAndMetadata(3)}
+        assert await gc.commit_offsets("g", r.member_id, None, r.generation_id, committed) == {
+            k: E.none for k in committed}
+        # Stable consumer group: a topic a member subscribes to is refused, the others deleted.
+        assert await gc.delete_offsets("g", [("kept", 0), ("other", 0), ("never", 0)]) == (E.none, {
+            ("kept", 0): E.group_subscribed_to_topic, ("other", 0): E.none, ("never", 0): E.none})
+        group = gc.manager.groups["g"]
+        assert set(group.offsets) == {("kept", 0), ("kept", 1)}
+        # Empty: everything may go; the last offsets take the group with them.
+        gc.leave_group("g", [(r.member_id, None)])
+        assert await gc.delete_offsets("g", [("kept", 0)]) == (E.none, {("kept", 0): E.none})
+        assert "g" in gc.manager.groups
+        assert await gc.delete_offsets("g", [("kept", 1)]) == (E.none, {("kept", 1): E.none})
+        assert "g" not in gc.manager.groups
+        assert await gc.delete_offsets("g", [("kept", 1)]) == (E.group_id_not_found, {})
+
+    run(scenario)
+    loaded = GroupMetadataManager(0, None, 1)
+    loaded.replay(0, rm.records())
+    assert loaded.groups == {}  # the tombstones reload as deletions
+
+
+def test_offset_delete_of_a_live_group_of_another_protocol_is_refused():
+    gc, _ = make()
+
+    async def scenario():
+        r = await gc.join_group("c", "", None, False, "cid", "/h", 2000, 10_000, "connect", [("v1", b"")])
+        assert r.error == E.none
+        await gc.sync_group("c", r.generation_id, r.member_id, None, None, None, {r.member_id: b""})
+        assert await gc.delete_offsets("c", [("t", 0)]) == (E.non_empty_group, {})
+
+    run(scenario)
+
+
 def test_subscription_topics_of_every_version_and_garbage():
     for version in (0, 1, 3):
         assert subscription_topics(subscription("a", "bé", version=version)) == ["a", "bé"]

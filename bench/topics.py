@@ -15,7 +15,7 @@ what the cluster itself needs; the ratio says what the operator adds.
 
 Cases (issue 12): `small` 1,000 topics × 3 partitions, RF 3, 3 brokers (target under 60 s);
 `large` 10,000 topics × 1 partition, 1 broker (target under 10 minutes, operator under 500 MB).
-Run: .venv/bin/python -P bench/topics.py small|large [--topics N]
+Run: .venv/bin/python bench/topics.py small|large [--topics N]
 """
 
 import argparse
@@ -143,7 +143,7 @@ async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: floa
             url = str(http.url).rstrip("/")
             log = open(data_dir / "operator.log", "wb")
             operator = subprocess.Popen(
-                [sys.executable, "-P", __file__, "operator", "--url", url, "--workers", str(workers),
+                [sys.executable, __file__, "operator", "--url", url, "--workers", str(workers),
                  "--ports", ",".join(map(str, cluster.broker_ports))],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             async with aiohttp.ClientSession() as session:

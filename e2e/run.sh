@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end on kind: build and load the image, install the chart with a cluster, wait for Ready,
-# produce and consume inside the cluster, scale 3→4 brokers with a helm upgrade, tear down.
+# produce and consume inside the cluster, scale 3→4 brokers with a helm upgrade, a Topic from
+# values (kubectl wait for Ready, then its partitions through kcat), tear down.
 # Needs docker, kind, kubectl and helm on PATH. Not yet run anywhere (no Docker engine where it
 # was written).
 set -euo pipefail
@@ -44,4 +45,12 @@ for _ in $(seq 60); do
   sleep 10
 done
 [ "$ready" = 4 ] || { echo "e2e: scale to 4 brokers did not finish (ready=$ready)" >&2; exit 1; }
+
+# A Topic from values: Ready through kubectl wait, then visible to a Kafka client.
+helm upgrade odradek helm/odradek --namespace "$NS" --reuse-values \
+  --set 'topics[0].name=e2e-orders' --set 'topics[0].partitions=6' --set 'topics[0].replicas=3'
+kubectl -n "$NS" wait topic/e2e-orders --for=condition=Ready --timeout=300s
+partitions=$(kubectl -n "$NS" run e2e-metadata --rm -i --quiet --restart=Never --image="$KCAT_IMAGE" --command -- \
+  kcat -L -b "$BOOTSTRAP" -t e2e-orders | grep -c 'partition [0-9]')
+[ "$partitions" = 6 ] || { echo "e2e: topic e2e-orders has $partitions partitions, 6 wanted" >&2; exit 1; }
 echo "e2e: passed"

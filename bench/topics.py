@@ -66,6 +66,18 @@ def vm_hwm_mb(pid: int) -> float:
     raise RuntimeError("no VmHWM")
 
 
+def stop(operator: subprocess.Popen | None) -> None:
+    """SIGTERM (kopf stops cleanly), SIGKILL after 30 s."""
+    if operator is None or operator.poll() is not None:
+        return
+    os.killpg(operator.pid, signal.SIGTERM)
+    try:
+        operator.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(operator.pid, signal.SIGKILL)
+        operator.wait(timeout=10)
+
+
 def topic_body(i: int, partitions: int, replicas: int) -> dict:
     return {"apiVersion": "odradek.io/v1alpha1", "kind": "Topic",
             "metadata": {"name": f"bench-{i:05d}", "namespace": NS},
@@ -189,6 +201,7 @@ async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: floa
                     await asyncio.sleep(0.25)
                 wall = time.monotonic() - started
                 peak = vm_hwm_mb(operator.pid)
+            stop(operator)  # before its API server goes away
             checked = await asyncio.to_thread(verify, cluster.bootstrap, n, partitions, replicas)
             return {"topics": n, "partitions": partitions, "replicas": replicas, "brokers": brokers,
                     "apply_s": round(applied, 1), "all_ready_s": round(wall, 1),
@@ -197,13 +210,7 @@ async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: floa
                     "ratio_to_peer": None if peer_s is None else round(wall / peer_s, 2),
                     "requests_to_api": len(list(server))}
     finally:
-        if operator is not None and operator.poll() is None:
-            os.killpg(operator.pid, signal.SIGTERM)
-            try:
-                operator.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(operator.pid, signal.SIGKILL)
-                operator.wait(timeout=10)
+        stop(operator)
 
 
 def main(argv=None) -> int:

@@ -143,6 +143,8 @@ class TopicController:
                     await self.queue.add(sibling)  # the next in line may take the topic over
             return
         old = self.topics.get(key)
+        if old is not None and _older(body, self.bodies[key]):
+            return  # our own write's answer is stored already; this event predates it
         r = self._store(body)
         if old is None or _wants_look(old, r):
             await self.queue.add(key)
@@ -371,6 +373,14 @@ class TopicController:
             raise
         if self.bodies.get(r.key) is body:
             self._store(written)
+
+
+def _older(new: dict, stored: dict) -> bool:
+    """Whether `new` is an older version than `stored`. Resource versions are opaque to clients,
+    but where both are integers (etcd revisions, as every API server has them) they order writes,
+    and an event can arrive after the answer to a later write of ours."""
+    a, b = new["metadata"].get("resourceVersion"), stored["metadata"].get("resourceVersion")
+    return isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
 def _cluster_state(body: dict) -> tuple:

@@ -80,7 +80,8 @@ class Kafka:
         await asyncio.to_thread(self._delete, name)
 
     async def wait_topic(self, name, expected, timeout):
-        """Until Metadata shows `expected` (a topic being created shows up partition by partition)."""
+        """Until Metadata shows `expected`: brokers learn of a new topic or partition from the
+        controller one after another, and librdkafka may ask another broker than the operator."""
         deadline = time.monotonic() + timeout
         while (found := await self.topic(name)) != expected:
             assert time.monotonic() < deadline, f"topic {name} is {found} after {timeout}s, not {expected}"
@@ -192,7 +193,7 @@ async def test_create_reports_the_live_topic_with_kstatus_conditions(env):
         "Ready": "True", "Reconciling": "False", "Stalled": "False"}
     assert all(c["observedGeneration"] == 1 for c in status["conditions"]), "kubectl wait reads these"
     assert body["metadata"]["finalizers"] == [FINALIZER]
-    assert await env.kafka.topic(name) == {"partitions": 3, "replicas": 2}
+    await env.kafka.wait_topic(name, {"partitions": 3, "replicas": 2}, timeout=15)
     assert await env.kafka.overrides(name) == {"cleanup.policy": "delete", "retention.ms": "3600000"}
 
 
@@ -224,7 +225,7 @@ async def test_partition_decrease_is_refused_with_its_condition(env):
     assert "3 partitions" in stalled["message"] and "replication factor 1" in stalled["message"]
     assert condition(body, "Reconciling")["status"] == "False"
     assert body["status"]["partitions"] == 3 and body["status"]["observedGeneration"] == 2
-    assert await env.kafka.topic(name) == {"partitions": 3, "replicas": 1}, "nothing removed"
+    await env.kafka.wait_topic(name, {"partitions": 3, "replicas": 1}, timeout=15)  # nothing removed
 
 
 async def test_invalid_config_and_unknown_cluster_are_conditions(env):
@@ -260,12 +261,12 @@ async def test_the_older_of_two_resources_keeps_the_topic_and_the_newer_takes_ov
     body = await env.reason("second", "ResourceConflict")
     assert "'first'" in condition(body, "Ready")["message"] and condition(body, "Stalled")["status"] == "True"
     assert not body["metadata"].get("finalizers")
-    assert await env.kafka.topic(shared) == {"partitions": 2, "replicas": 1}, "the newer one changed nothing"
+    await env.kafka.wait_topic(shared, {"partitions": 2, "replicas": 1}, timeout=15)  # the newer one changed nothing
 
     await env.delete("first")  # Delete policy: the topic goes, then the newer resource creates its own
     await env.gone("first")
     await env.ready("second")
-    assert await env.kafka.topic(shared) == {"partitions": 4, "replicas": 1}
+    await env.kafka.wait_topic(shared, {"partitions": 4, "replicas": 1}, timeout=15)
 
 
 async def test_delete_removes_the_topic_unless_retained(env):
@@ -281,7 +282,7 @@ async def test_delete_removes_the_topic_unless_retained(env):
     await env.gone(doomed)
     await env.gone(kept)
     await env.kafka.wait_gone(doomed)
-    assert await env.kafka.topic(kept) == {"partitions": 1, "replicas": 1}
+    await env.kafka.wait_topic(kept, {"partitions": 1, "replicas": 1}, timeout=15)
 
 
 async def test_unmanaged_annotation_stops_managing_without_deleting(env):
@@ -303,7 +304,7 @@ async def test_unmanaged_annotation_stops_managing_without_deleting(env):
     await env.delete(name)
     await env.gone(name)
     await asyncio.sleep(0.5)
-    assert await env.kafka.topic(name) == {"partitions": 1, "replicas": 1}, "deleting the resource kept the topic"
+    await env.kafka.wait_topic(name, {"partitions": 1, "replicas": 1}, timeout=15)  # deleting the resource kept the topic
 
 
 async def test_an_existing_topic_is_adopted(env):
@@ -327,7 +328,7 @@ async def test_cluster_gone_during_delete_releases_the_finalizer(env):
     await wait_for(lambda: env.server.live(KC, NS, CLUSTER) is None, 30, "the KafkaCluster gone")
     await env.delete(name)
     await env.gone(name)
-    assert await env.kafka.topic(name) == {"partitions": 1, "replicas": 1}, "nothing could be asked to delete it"
+    await env.kafka.wait_topic(name, {"partitions": 1, "replicas": 1}, timeout=15)  # nothing could be asked to delete it
 
 
 async def test_operator_restarted_between_steps(env):
@@ -344,7 +345,7 @@ async def test_operator_restarted_between_steps(env):
     await env.ready(b)
     await env.gone(a)
     await env.kafka.wait_gone(a)
-    assert await env.kafka.topic(b) == {"partitions": 2, "replicas": 1}
+    await env.kafka.wait_topic(b, {"partitions": 2, "replicas": 1}, timeout=15)
     await env.stop_operator()
 
     mark = env.mark()  # an upgrade: a new process, nothing changed

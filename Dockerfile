@@ -1,6 +1,8 @@
 # One image for brokers, controllers and the operator: `odradek broker|controller|operator`.
 FROM python:3.11-slim AS build
 WORKDIR /src
+# gcc for the record validator's C extension (broker/log/_records.c)
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY odradek odradek
 COPY broker broker

@@ -41,8 +41,12 @@ def encode_produce_response(version: int, topics: list[tuple[str, list[tuple[int
             if version >= 5:
                 w.int64(r.log_start_offset)
             if version >= 8:
-                w.array(0)  # record_errors
-                w.string(None)  # error_message
+                w.array(len(r.record_errors))
+                for batch_index, message in r.record_errors:
+                    w.int32(batch_index)
+                    w.string(message)
+                    w.tags()
+                w.string(r.error_message)
             w.tags()
         w.tags()
     if version >= 1:

@@ -53,6 +53,9 @@ class ProduceResult:
     required_offset: int = -1
     """The offset the high watermark must reach before acks=-1 is satisfied."""
     pending: bool = False
+    error_message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+    """(batch index, message) of the records that failed validation (Produce v8+)."""
 
 
 @dataclass(frozen=True)
@@ -455,7 +458,11 @@ class ReplicaManager:
                 info = partition.append_records_to_leader(records, required_acks)
             except LogError as e:
                 log.debug("append to %s-%d rejected: %s", topic, index, e)
-                results[key] = ProduceResult(error=e.error_code)
+                index_in_batch = getattr(e, "batch_index", None)
+                results[key] = ProduceResult(
+                    error=e.error_code, error_message=str(e),
+                    record_errors=((index_in_batch, str(e)),) if index_in_batch is not None else (),
+                )
                 continue
             except Exception:
                 log.exception("append to %s-%d failed", topic, index)

@@ -19,12 +19,14 @@ from .config import LogConfig
 from .errors import (
     CorruptRecordError,
     InvalidRecordError,
+    LogError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
 from .leader_epoch import FILE_NAME as EPOCH_FILE, LeaderEpochFileCache
+from .log_validator import validate_client_batch
 from .producer_state import (
     SNAPSHOT_SUFFIX,
     AppendOrigin,
@@ -246,7 +248,9 @@ class Log:
         else:
             buf = bytearray(records)
         config = self._config
-        batches = validate_batches(buf, max_batch_bytes=config.max_message_bytes, from_client=True)
+        batches = validate_batches(buf, max_batch_bytes=config.max_message_bytes)
+        for info in batches:
+            validate_client_batch(buf, info)
         if not batches:
             return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
         if len(buf) > config.segment_bytes:
@@ -315,7 +319,7 @@ class Log:
         A partial batch at the end (a fetch cut short) is dropped; every whole batch is checked.
         """
         self._check_open()
-        batches = validate_batches(records, from_client=False, allow_partial_tail=True)
+        batches = validate_batches(records, allow_partial_tail=True)
         if not batches:
             return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
         first = batches[0].base_offset
@@ -453,7 +457,7 @@ class Log:
                 pairs = [(r.offset, r.timestamp) for r in decode_records(data)]
             else:
                 pairs = record_timestamps(data)
-        except (ImportError, ValueError, CorruptRecordError, IndexError) as exc:
+        except (ValueError, LogError, IndexError) as exc:
             log.debug("timestamp lookup falls back to the batch base offset: %s", exc)
             return info.base_offset, info.max_timestamp
         for offset, ts in pairs:

@@ -5,13 +5,13 @@ never decoded there. `build_batch` / `decode_records` (pure Python) exist for te
 one timestamp lookup that has to look inside a single uncompressed batch.
 """
 
-import gzip
 import struct
 from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
 from .clock import now_ms
+from .compression import CODEC_NAMES, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -33,7 +33,7 @@ MAX_TIMESTAMP_POS = 35
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08  # 1 = LogAppendTime
 CONTROL_MASK = 0x20
-COMPRESSION_CODECS = {0: None, 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_CODECS = CODEC_NAMES
 
 NO_TIMESTAMP = -1
 
@@ -161,12 +161,10 @@ def validate_batches(
     buf,
     *,
     max_batch_bytes: int | None = None,
-    from_client: bool = True,
     allow_partial_tail: bool = False,
 ) -> list[BatchInfo]:
-    """Check every batch in `buf` the way Kafka's LogValidator does before an append.
-
-    Clients must send whole batches; a replica fetch may end in a partial batch, which is dropped
+    """Check every batch's framing, header and CRC in `buf` (a leader then checks a client's
+    records too: log_validator). Clients must send whole batches; a replica fetch may end in a partial batch, which is dropped
     (`allow_partial_tail`). Raises on the first bad batch, so an append is all or nothing.
     """
     end = len(buf)
@@ -184,8 +182,6 @@ def validate_batches(
             )
         if info.attributes & COMPRESSION_MASK > 4:
             raise InvalidRecordError(f"record batch at position {pos} has unknown compression type")
-        if from_client and info.attributes & CONTROL_MASK:
-            raise InvalidRecordError("clients are not allowed to write control records")
         batches.append(info)
         pos += info.size
     return batches
@@ -256,38 +252,6 @@ class Record(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-def _compress(codec: str | None, data: bytes) -> bytes:
-    if codec is None:
-        return data
-    if codec == "gzip":
-        return gzip.compress(data)
-    if codec == "lz4":
-        import lz4.frame
-
-        return lz4.frame.compress(data)
-    if codec == "zstd":
-        import zstandard
-
-        return zstandard.ZstdCompressor().compress(data)
-    raise ValueError(f"build_batch does not support compression {codec!r}")
-
-
-def _decompress(codec: int, data) -> bytes:
-    if codec == 0:
-        return bytes(data)
-    if codec == 1:
-        return gzip.decompress(data)
-    if codec == 3:
-        import lz4.frame
-
-        return lz4.frame.decompress(data)
-    if codec == 4:
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(data))
-    raise ValueError(f"decode_records does not support compression type {codec}")
-
-
 def build_batch(
     records,
     base_offset: int = 0,
@@ -330,7 +294,7 @@ def build_batch(
     if count == 0:
         raise ValueError("a record batch holds at least one record")
     codec = {v: k for k, v in COMPRESSION_CODECS.items()}[compression]
-    payload = _compress(compression, bytes(body))
+    payload = compress(codec, bytes(body))
     attributes = (attributes & ~COMPRESSION_MASK) | codec
     out = bytearray(HEADER_SIZE) + payload
     HEADER.pack_into(
@@ -342,11 +306,11 @@ def build_batch(
 
 
 def decode_records(batch) -> list[Record]:
-    """All records of one batch (uncompressed, gzip, lz4 or zstd). For tests and tools."""
+    """All records of one batch, whatever its codec. For tests, tools and timestamp lookups."""
     info = check_batch(batch, 0, len(batch))
     if info is None:
         raise CorruptRecordError("partial batch")
-    data = _decompress(info.compression, memoryview(batch)[HEADER_SIZE : info.size])
+    data = decompress(info.compression, memoryview(batch)[HEADER_SIZE : info.size])
     out, pos = [], 0
     for _ in range(info.records_count):
         length, pos = _read_varint(data, pos)

@@ -163,10 +163,13 @@ def test_fetch_offset_by_timestamp(log):
     assert log.fetch_offset_by_timestamp(10_293) is None
 
 
-def test_fetch_offset_by_timestamp_in_compressed_batch(log):
-    recs = [(None, b"x", (), 500 + k) for k in range(5)]
-    log.append_as_leader(build_batch(recs, base_timestamp=500, compression="gzip"), leader_epoch=0)
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_fetch_offset_by_timestamp_in_compressed_batch(log, codec):
+    """The record's own offset, in every codec (snappy batches answered the batch's first)."""
+    recs = [(None, b"x", (), 500 + k) for k in range(8)]
+    log.append_as_leader(build_batch(recs, base_timestamp=500, compression=codec), leader_epoch=0)
     assert log.fetch_offset_by_timestamp(503) == (3, 503)
+    assert log.fetch_offset_by_timestamp(505) == (5, 505)
 
 
 def test_follower_append_keeps_offsets_and_epochs(log):

@@ -69,7 +69,7 @@ def test_truncated_batch_is_corrupt_for_clients_and_dropped_for_followers():
     data = whole + build_batch([b"y" * 50])[:30]
     with pytest.raises(CorruptRecordError):
         validate_batches(data)
-    assert len(validate_batches(data, from_client=False, allow_partial_tail=True)) == 1
+    assert len(validate_batches(data, allow_partial_tail=True)) == 1
 
 
 def test_wrong_magic_is_invalid_record():
@@ -96,11 +96,10 @@ def test_too_large_batch():
     assert validate_batches(data, max_batch_bytes=len(data))
 
 
-def test_control_batch_rejected_from_clients_only():
+def test_control_batches_pass_the_framing_checks():
+    """A follower appends the leader's control batches; clients' are refused by log_validator."""
     data = build_batch([b"x"], attributes=CONTROL_MASK)
-    with pytest.raises(InvalidRecordError):
-        validate_batches(data)
-    assert validate_batches(data, from_client=False)
+    assert validate_batches(data)
 
 
 def test_unknown_compression_is_invalid():

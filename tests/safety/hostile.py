@@ -223,3 +223,83 @@ def send_frames(port: int, frames: Iterable[bytes], host: str = "127.0.0.1", ans
             except (ConnectionResetError, BrokenPipeError):
                 closed += 1
     return closed
+
+
+# --- record batches that lie (issue 11, finding 3) ------------------------------------------------
+
+
+def _zigzag_varint(n: int) -> bytes:
+    return _uvarint((n << 1) ^ (n >> 63))
+
+
+def record(delta: int, key: bytes | None = b"k", value: bytes | None = b"v", headers=()) -> bytes:
+    """One v2 record (Kafka's DefaultRecord) with offset delta `delta` and timestamp delta 0."""
+    body = b"\0" + _zigzag_varint(0) + _zigzag_varint(delta)
+    for field in (key, value):
+        body += _zigzag_varint(-1) if field is None else _zigzag_varint(len(field)) + field
+    body += _zigzag_varint(len(headers))
+    for hk, hv in headers:
+        body += _zigzag_varint(len(hk)) + hk + (_zigzag_varint(-1) if hv is None else _zigzag_varint(len(hv)) + hv)
+    return _zigzag_varint(len(body)) + body
+
+
+def records(n: int, tag: bytes = b"value") -> bytes:
+    """`n` well-formed records with deltas 0..n-1 (every other one with a header)."""
+    return b"".join(record(i, value=b"%s-%d" % (tag, i), headers=[(b"h", b"x")] if i % 2 else ()) for i in range(n))
+
+
+def batch(payload: bytes, count: int, *, compression: int = 0, attributes: int = 0, producer_id: int = -1,
+          base_timestamp: int = 1_700_000_000_000) -> bytearray:
+    """A v2 batch around `payload` (records, compressed already if `compression`) claiming `count`
+    records (lastOffsetDelta = count - 1), with a valid CRC32C: only the contents lie."""
+    from crc32c import crc32c
+
+    header = struct.Struct(">qiibIhiqqqhii")
+    out = bytearray(header.size) + payload
+    has_pid = producer_id >= 0
+    header.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, attributes | compression, count - 1, base_timestamp,
+                     base_timestamp, producer_id, 0 if has_pid else -1, 0 if has_pid else -1, count)
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+    return out
+
+
+def lying_batches() -> dict[str, tuple[bytes, str]]:
+    """name → (batch, Kafka error name) for every lie issue 11 found stored."""
+    import cramjam
+
+    out = {
+        "claims 10 holds 3": (batch(records(3), 10), "invalid_record"),
+        "claims 1 holds 3": (batch(records(3), 1), "invalid_record"),
+        "claims 2^31-1": (batch(records(3), 2**31 - 1), "invalid_record"),
+        "duplicate offset deltas": (batch(record(0) + record(0) + record(2), 3), "invalid_record"),
+        "garbage record bodies": (batch(random.Random(3).randbytes(200), 4), "invalid_record"),
+        "transactional without producer id": (batch(records(2), 2, attributes=0x10), "invalid_record"),
+        "control batch": (batch(records(1), 1, attributes=0x20), "invalid_record"),
+        "compressed, claims 10 holds 3": (batch(bytes(cramjam.zstd.compress(records(3))), 10, compression=4),
+                                          "invalid_record"),
+    }
+    for codec, name in ((1, "gzip"), (2, "snappy"), (3, "lz4"), (4, "zstd")):
+        out[f"corrupt {name}"] = (batch(b"\xa5" * 64, 3, compression=codec), "corrupt_message")
+    return out
+
+
+def exchange(port: int, payload, host: str = "127.0.0.1", timeout: float = 30.0):
+    """Sends one kio request on a fresh connection and returns the decoded response."""
+    from odradek.common import wire
+
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(wire.encode_request(payload, 1, "hostile"))
+        head = _recv_exact(s, 4)
+        (size,) = struct.unpack(">i", head)
+        _, response = wire.decode_response(type(payload), _recv_exact(s, size))
+        return response
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise EOFError(f"connection closed after {len(out)} of {n} bytes")
+        out += chunk
+    return bytes(out)

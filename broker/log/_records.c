@@ -1,0 +1,104 @@
+/* The per-record walk of broker/log/log_validator.py, in C: a produce of 100-byte records costs
+ * the broker well under a microsecond per record, and the same walk in Python doubled it.
+ *
+ * walk_records(buffer, start, end, count) -> None | (record_index, message)
+ *
+ * Checks that buffer[start:end] holds exactly `count` v2 records (Kafka's DefaultRecord: varint
+ * length, int8 attributes, varlong timestamp delta, varint offset delta, key, value, headers),
+ * that each record's fields fill its length exactly, and that record i has offset delta i.
+ * log_validator.walk_records_py is the reference implementation; the tests run both on the same
+ * inputs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} cursor;
+
+/* Reads a zigzag varint of at most `max_bytes` bytes; 0 on success. */
+static int read_varint(cursor *c, int max_bytes, int64_t *out) {
+    uint64_t value = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if (c->p >= c->end) return -1;
+        unsigned char b = *c->p++;
+        value |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
+            return 0;
+        }
+        shift += 7;
+    }
+    return -2;
+}
+
+static PyObject *fail(Py_ssize_t index, const char *message) {
+    return Py_BuildValue("(ns)", index, message);
+}
+
+/* A varint-sized byte field (key, value, header value): -1 is null if `nullable`. */
+static int skip_bytes(cursor *c, int nullable) {
+    int64_t n;
+    if (read_varint(c, 5, &n)) return -1;
+    if (n < 0) return (n == -1 && nullable) ? 0 : -1;
+    if (n > c->end - c->p) return -1;
+    c->p += n;
+    return 0;
+}
+
+static PyObject *walk_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end, count;
+    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &end, &count)) return NULL;
+    PyObject *result = NULL;
+    if (start < 0 || end > view.len || start > end || count < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "walk_records: bad bounds");
+        return NULL;
+    }
+    cursor c = {(const unsigned char *)view.buf + start, (const unsigned char *)view.buf + end};
+    Py_ssize_t i;
+    for (i = 0; i < count; i++) {
+        int64_t length, value;
+        if (c.p >= c.end) { result = fail(i, "fewer records than the batch's record count"); goto done; }
+        if (read_varint(&c, 5, &length) || length < 0 || length > c.end - c.p) {
+            result = fail(i, "invalid record size"); goto done;
+        }
+        cursor r = {c.p, c.p + length};
+        c.p += length;
+        if (r.p >= r.end) { result = fail(i, "record too short for its attributes"); goto done; }
+        r.p++; /* attributes */
+        if (read_varint(&r, 10, &value)) { result = fail(i, "invalid timestamp delta"); goto done; }
+        if (read_varint(&r, 5, &value)) { result = fail(i, "invalid offset delta"); goto done; }
+        if (value != i) { result = fail(i, "offset delta does not match the record's position"); goto done; }
+        if (skip_bytes(&r, 1)) { result = fail(i, "invalid key size"); goto done; }
+        if (skip_bytes(&r, 1)) { result = fail(i, "invalid value size"); goto done; }
+        int64_t headers;
+        if (read_varint(&r, 5, &headers) || headers < 0 || headers > r.end - r.p) {
+            result = fail(i, "invalid number of record headers"); goto done;
+        }
+        for (int64_t h = 0; h < headers; h++) {
+            if (skip_bytes(&r, 0)) { result = fail(i, "invalid header key size"); goto done; }
+            if (skip_bytes(&r, 1)) { result = fail(i, "invalid header value size"); goto done; }
+        }
+        if (r.p != r.end) { result = fail(i, "record fields do not fill the record's size"); goto done; }
+    }
+    if (c.p != c.end) { result = fail(count, "bytes remain after the batch's last record"); goto done; }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"walk_records", walk_records, METH_VARARGS,
+     "walk_records(buffer, start, end, count) -> None | (record_index, message)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__records(void) { return PyModule_Create(&module); }

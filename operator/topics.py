@@ -309,13 +309,14 @@ class TopicController:
         except (OSError, ConnectionError, TimeoutError, ValueError) as e:
             await self._write_status(r, unreachable(r, f"cluster {r.cluster_ref!r}: {e}"))
             return True
+        o = outcome(r, topic, live, p, results)
+        repeated = _ready_reason(r) == o.reason  # a refusal met again at every resync: logged once
         for action, result in results:
             if result.error is None:
                 log.info("Topic %s/%s: %s", r.namespace, r.name, action)
             else:
-                log.warning("Topic %s/%s: %s failed: %s %s", r.namespace, r.name, action, result.error,
-                            result.message or "")
-        o = outcome(r, topic, live, p, results)
+                log.log(logging.DEBUG if repeated else logging.WARNING, "Topic %s/%s: %s failed: %s %s",
+                        r.namespace, r.name, action, result.error, result.message or "")
         await self._write_status(r, o)
         return o.phase is Phase.PROGRESSING
 
@@ -373,6 +374,10 @@ class TopicController:
             raise
         if self.bodies.get(r.key) is body:
             self._store(written)
+
+
+def _ready_reason(r: TopicResource) -> str | None:
+    return next((c.get("reason") for c in r.previous_conditions if c.get("type") == "Ready"), None)
 
 
 def _older(new: dict, stored: dict) -> bool:

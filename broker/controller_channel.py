@@ -41,10 +41,10 @@ class BrokerToControllerChannel:
         if client is not None:
             asyncio.get_running_loop().create_task(client.close())
 
-    async def _controller_client(self) -> NetworkClient | None:
+    async def _controller_client(self, timeout_s: float) -> NetworkClient | None:
         if self.client is not None:
             return self.client
-        info = await self.zk.get_controller(on_change=self.invalidate)
+        info = await self.zk.get_controller(on_change=self.invalidate, timeout_s=timeout_s)
         if info is None or info.endpoint is None:
             return None
         if self.client is not None:  # found by a concurrent send meanwhile
@@ -67,8 +67,8 @@ class BrokerToControllerChannel:
             if remaining <= 0:
                 break
             try:
-                client = await asyncio.wait_for(self._controller_client(), remaining)
-            except (asyncio.TimeoutError, ConnectionError) as e:
+                client = await asyncio.wait_for(self._controller_client(remaining), remaining)
+            except (asyncio.TimeoutError, TimeoutError, ConnectionError) as e:
                 last = e
                 client = None
             if client is not None:

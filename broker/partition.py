@@ -86,6 +86,9 @@ class Partition:
     """After a fenced/stale answer: no new proposal before this time (or the next LeaderAndIsr)."""
     leader_epoch_start_offset: int = -1
     """Our log end offset when this leader epoch began: a follower must reach it to rejoin."""
+    fenced: bool = False
+    """The broker lost its ZooKeeper registration: whatever it leads, the controller may have given
+    to another replica, so it appends nothing, moves no high watermark and proposes no ISR change."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -174,7 +177,8 @@ class Partition:
         return self.isr + tuple(b for b in pending.new_isr if b not in self.isr)
 
     def can_change_isr(self, now_ms: int) -> bool:
-        return self.is_leader and self.pending_isr_change is None and now_ms >= self.isr_change_blocked_until_ms
+        return (self.is_leader and not self.fenced and self.pending_isr_change is None
+                and now_ms >= self.isr_change_blocked_until_ms)
 
     def out_of_sync_replicas(self, now_ms: int, max_lag_ms: int) -> tuple[int, ...]:
         """ISR followers that have not caught up within max_lag_ms (never the leader itself)."""
@@ -250,7 +254,7 @@ class Partition:
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = the smallest log end offset among the maximal ISR members; never moves backwards."""
-        if not self.is_leader:
+        if not self.is_leader or self.fenced:
             return False
         new_hw = self.log.log_end_offset
         for r in self.maximal_isr:

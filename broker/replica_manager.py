@@ -103,7 +103,7 @@ class DelayedProduce(DelayedOperation):
             if not result.pending:
                 continue
             partition = self.manager.partitions.get(key)
-            if partition is None or not partition.is_leader:
+            if partition is None or not partition.is_leader or partition.fenced:
                 result.error = ErrorCode.not_leader_or_follower
                 result.pending = False
             elif partition.log.high_watermark >= result.required_offset:
@@ -145,7 +145,7 @@ class DelayedFetch(DelayedOperation):
         debugging = self.replica_id == DEBUGGING_REPLICA_ID
         for info in self.infos:
             partition = partitions.get((info.topic, info.partition))
-            if partition is None or not (partition.is_leader or debugging):
+            if partition is None or not ((partition.is_leader and not partition.fenced) or debugging):
                 return self.force_complete()
             plog = partition.log
             end = plog.log_end_offset if follower else plog.high_watermark
@@ -201,11 +201,26 @@ class ReplicaManager:
         """One HW checkpoint write at a time (they share a temp file)."""
         self.alter_partition_manager = None
         """An AlterPartitionManager (set by the server); without one ISRs never change here."""
+        self.fenced = False
+        """Set while the broker's ZooKeeper registration is lost (see set_fenced)."""
 
     @property
     def broker_epoch(self) -> int:
         """This broker's registration epoch (czxid of `/brokers/ids/<id>`); -1 before it registers."""
         return -1 if self.zk is None else self.zk.broker_epoch
+
+    def set_fenced(self, fenced: bool) -> None:
+        """The broker lost (True) or regained (False) its ZooKeeper registration. Lost, the
+        controller counts it dead and may have elected other leaders for its partitions, so until
+        it has registered again it answers NOT_LEADER_OR_FOLLOWER for the partitions it leads and
+        moves no high watermark; waiting acks=all produces and long polls end now."""
+        if fenced == self.fenced:
+            return
+        self.fenced = fenced
+        for p in self.partitions.values():
+            p.fenced = fenced
+        for key in list(self.partitions):
+            self.complete_delayed_requests(key)
 
     # --- high watermark checkpoints -------------------------------------------------------------
 
@@ -276,7 +291,7 @@ class ReplicaManager:
         p = self.partitions.get((topic, partition))
         if p is None:
             return None, self._unknown_partition_error(topic, partition)
-        if not p.is_leader and replica_id != DEBUGGING_REPLICA_ID:
+        if (not p.is_leader or p.fenced) and replica_id != DEBUGGING_REPLICA_ID:
             return None, ErrorCode.not_leader_or_follower
         error = p.check_leader_epoch(current_leader_epoch)
         if error != ErrorCode.none:
@@ -344,7 +359,7 @@ class ReplicaManager:
                             log.exception("cannot create the log of %s-%d", topic, index)
                             answer(topic, index, ErrorCode.kafka_storage_error)
                             continue
-                        partition = Partition(topic, index, self.broker_id, plog)
+                        partition = Partition(topic, index, self.broker_id, plog, fenced=self.fenced)
                         self.partitions[(topic, index)] = partition
                     changed.append((partition, ps))
                     answer(topic, index, ErrorCode.none)

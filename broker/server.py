@@ -79,6 +79,7 @@ class KafkaServer:
         await self.zk.start()
         self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
         self.replica_manager.load_high_watermarks()
+        self.zk.fencing_listeners.append(self.replica_manager.set_fenced)
         self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id)
         self.alter_partition_manager = AlterPartitionManager(
             self.controller_channel, config.broker_id, lambda: self.zk.broker_epoch,
@@ -223,14 +224,21 @@ class KafkaServer:
         return False
 
     async def _controller_registered(self, timeout_s: float) -> bool:
+        """Whether `/controller` names a controller, waiting at most `timeout_s` for one to
+        appear. ZooKeeper not answering in that time counts as no: a controller could not move
+        our leaderships without it either, so the shutdown goes on without one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             try:
-                if await self.zk.get_controller() is not None:
+                if await self.zk.get_controller(timeout_s=max(0.1, deadline - loop.time())) is not None:
                     return True
-            except Exception:  # noqa: BLE001 - ZooKeeper trouble: let the channel's deadline decide
-                return True
+            except (TimeoutError, ConnectionError) as e:
+                log.warning("controlled shutdown: ZooKeeper did not answer (%r)", e)
+                return False
+            except Exception:  # noqa: BLE001 - any other ZooKeeper failure: no controller to find
+                log.exception("controlled shutdown: cannot read /controller")
+                return False
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(0.1)

@@ -1,9 +1,14 @@
 """The broker's ZooKeeper access: kazoo underneath, an asyncio facade on top.
 
 kazoo calls block, so each runs in a worker thread (`asyncio.to_thread`) and never stalls the event
-loop. kazoo's state listener runs on kazoo's own thread; it only hands events to the loop. After a
-session loss kazoo silently opens a new session without our ephemeral znode, so the registration is
-redone here (Kafka's broker does the same on session re-establishment).
+loop; each waits at most zookeeper.connection.timeout.ms (common/zk_calls), and all of them give
+up once stop() is called, so no shutdown waits on an unreachable ZooKeeper. kazoo's state listener
+runs on kazoo's own thread; it only hands events to the loop. After a session loss kazoo silently
+opens a new session without our ephemeral znode, so the registration is redone here (Kafka's
+broker does the same on session re-establishment), retried until it works. While the
+registration is lost (or presumed lost: disconnected for half the session timeout), the
+`fencing_listeners` hear it, so the broker stops acting as a leader the controller may already
+have replaced.
 """
 
 import asyncio
@@ -14,17 +19,28 @@ import threading
 import uuid
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.common import zk_data
-from odradek.common.zk_connect import close_client, ensure_chroot, split_connect, start_client
+from odradek.common.zk_calls import BoundedCalls
+from odradek.common.zk_connect import (
+    CLOSE_TIMEOUT_S,
+    close_client,
+    ensure_chroot,
+    new_client,
+    split_connect,
+    start_client,
+)
 from odradek.common.config import ZkClientConfig
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, ProducerIdsBlock, TopicAssignment
 
 log = logging.getLogger(__name__)
 
 CLUSTER_ID = "/cluster/id"
+PRESUMED_LOST_FRACTION = 0.5
+"""Disconnected for this share of the session timeout, the broker presumes its session expired."""
+REREGISTER_BACKOFF_S = 0.5
+"""Pause between two attempts to register again after a session loss."""
 
 
 class BrokerIdTakenError(Exception):
@@ -63,17 +79,29 @@ class BrokerZkClient:
         self.session_timeout_s = config.zookeeper_session_timeout_ms / 1000
         self.connection_timeout_s = config.zookeeper_connection_timeout_ms / 1000
         self.zk: KazooClient | None = None
+        self.calls: BoundedCalls | None = None
         self.broker_epoch: int = -1
         """czxid of our current registration; changes when we re-register after a session loss."""
+        self.registered = False
+        """True while `/brokers/ids/<id>` is ours as far as we know: set by each registration,
+        cleared when the session is lost or presumed lost (see _on_state_change)."""
         self._registration: BrokerInfo | None = None
+        self._registered_session: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._session_lost = False
+        self._losses = 0
+        """Session losses seen: a registration that straddles one is not trusted."""
         self._reregister_task: asyncio.Task | None = None
+        self._presumed_lost_timer: asyncio.TimerHandle | None = None
         self._stopping = False
+        self._abort = threading.Event()
+        """Set by stop(): every ZooKeeper call still waiting gives up at once."""
         self._own_sessions: set[int] = set()
         """Session ids we have held: a leftover registration from one of them is ours to outwait."""
         self.registration_listeners: list = []
         """Callables(broker_epoch) run on the event loop after every (re-)registration."""
+        self.fencing_listeners: list = []
+        """Callables(fenced: bool) run on the event loop when `registered` changes: a broker that
+        lost its registration must stop acting as leader until it has registered again."""
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -85,58 +113,120 @@ class BrokerZkClient:
 
     def _start_blocking(self) -> None:
         try:
-            ensure_chroot(self.config.zookeeper_connect, self.connection_timeout_s)
-            zk = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+            ensure_chroot(self.config.zookeeper_connect, self.connection_timeout_s, self._abort)
+            zk = new_client(self.hosts + self.chroot, self.session_timeout_s)
             zk.add_listener(self._on_state)
-            start_client(zk, self.connection_timeout_s)
+            start_client(zk, self.connection_timeout_s, self._abort)
         except TimeoutError as e:
             raise ConnectionError(f"ZooKeeper {self.config.zookeeper_connect} unreachable") from e
         self.zk = zk
+        self.calls = BoundedCalls(zk, self.connection_timeout_s, self._abort)
         self._own_sessions.add(zk.client_id[0])
         for path in zk_data.PERSISTENT_PATHS:
-            zk.ensure_path(path)
+            self.calls.ensure_path(path)
 
     async def stop(self) -> None:
-        """Close the session: our ephemeral registration goes at once, not after the timeout."""
+        """Close the session: our ephemeral registration goes at once, not after the timeout.
+        Bounded: calls still waiting on ZooKeeper give up, and closing waits CLOSE_TIMEOUT_S."""
         self._stopping = True
+        self._abort.set()
+        self._cancel_presumed_lost_timer()
         if self._reregister_task is not None:
             self._reregister_task.cancel()
         zk, self.zk = self.zk, None
-        if zk is not None:
-            await asyncio.to_thread(close_client, zk)
+        if zk is not None and not await asyncio.to_thread(close_client, zk):
+            log.warning("ZooKeeper session not closed within %.0fs; it will expire", CLOSE_TIMEOUT_S)
 
     @property
     def session_id(self) -> int | None:
         zk = self.zk
         return None if zk is None or zk.client_id is None else zk.client_id[0]
 
+    # --- session events ----------------------------------------------------------------------------
+
     def _on_state(self, state: str) -> None:
-        """kazoo's thread: note a lost session; when connected again, re-register on the loop."""
-        if self._stopping:
-            return
-        if state == KazooState.LOST:
-            self._session_lost = True
-            log.warning("ZooKeeper session lost; will re-register when reconnected")
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
-            if self._loop is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(self._schedule_reregistration)
-
-    def _schedule_reregistration(self) -> None:
-        if self._registration is None or self._stopping:
-            return
-        if self._reregister_task is None or self._reregister_task.done():
-            self._reregister_task = asyncio.get_running_loop().create_task(self._reregister())
-
-    async def _reregister(self) -> None:
-        info = self._registration
-        if info is None:
+        """kazoo's thread: hand the state change to the loop."""
+        loop = self._loop
+        if self._stopping or loop is None or loop.is_closed():
             return
         try:
-            await self.register_broker(info)
-            log.info("re-registered broker %d after session loss (epoch %d)", info.id, self.broker_epoch)
-        except Exception:  # noqa: BLE001 - logged; the next session event tries again
-            log.exception("re-registration of broker %d failed", info.id)
+            loop.call_soon_threadsafe(self._on_state_change, state)
+        except RuntimeError:
+            pass  # the loop closed in between
+
+    def _on_state_change(self, state: str) -> None:
+        """SUSPENDED: if it lasts half the session timeout, the session may have expired (the
+        server expires it a timeout after it last heard from us, and the controller then moves our
+        leaderships): stop acting as leader. LOST: the registration is gone; register again until
+        it works. CONNECTED in the same session: the registration never went away."""
+        if self._stopping or self._registration is None:
+            return
+        if state == KazooState.SUSPENDED:
+            if self._presumed_lost_timer is None and self.registered:
+                self._presumed_lost_timer = asyncio.get_running_loop().call_later(
+                    self.session_timeout_s * PRESUMED_LOST_FRACTION, self._presume_lost)
+        elif state == KazooState.LOST:
+            self._cancel_presumed_lost_timer()
+            self._losses += 1
+            self._set_registered(False, "ZooKeeper session expired")
+            self._schedule_reregistration()
+        elif state == KazooState.CONNECTED:
+            self._cancel_presumed_lost_timer()
+            if self.session_id == self._registered_session and self._reregister_task_idle():
+                self._set_registered(True, "reconnected within the session")
+            else:
+                self._schedule_reregistration()
+
+    def _presume_lost(self) -> None:
+        self._presumed_lost_timer = None
+        self._set_registered(False, f"ZooKeeper unreachable for {self.session_timeout_s * PRESUMED_LOST_FRACTION:.1f}s")
+
+    def _cancel_presumed_lost_timer(self) -> None:
+        if self._presumed_lost_timer is not None:
+            self._presumed_lost_timer.cancel()
+            self._presumed_lost_timer = None
+
+    def _set_registered(self, registered: bool, reason: str) -> None:
+        if registered == self.registered:
+            return
+        self.registered = registered
+        if registered:
+            log.info("broker registration in force (%s)", reason)
+        else:
+            log.warning("broker registration lost (%s): fenced until registered again", reason)
+        for listener in list(self.fencing_listeners):
+            try:
+                listener(not registered)
+            except Exception:  # noqa: BLE001
+                log.exception("fencing listener failed")
+
+    def _reregister_task_idle(self) -> bool:
+        return self._reregister_task is None or self._reregister_task.done()
+
+    def _schedule_reregistration(self) -> None:
+        if self._registration is None or self._stopping or not self._reregister_task_idle():
+            return
+        self._reregister_task = asyncio.get_running_loop().create_task(
+            self._reregister(), name="broker-reregistration")
+
+    async def _reregister(self) -> None:
+        """Register again after a session loss until it works or the broker stops (Kafka's broker
+        re-registers on every new session). A failure (ZooKeeper flapping again, the old
+        registration not yet expired) is retried every REREGISTER_BACKOFF_S."""
+        info = self._registration
+        attempt = 0
+        while not self._stopping and not self.registered:
+            attempt += 1
+            try:
+                await self.register_broker(info)
+                log.info("re-registered broker %d after session loss (epoch %d, attempt %d)",
+                         info.id, self.broker_epoch, attempt)
+                return
+            except Exception as e:  # noqa: BLE001 - any failure: try again shortly
+                level = logging.WARNING if attempt in (1, 10) or attempt % 60 == 0 else logging.DEBUG
+                log.log(level, "re-registration of broker %d failed (attempt %d): %r; retrying in %.1fs",
+                        info.id, attempt, e, REREGISTER_BACKOFF_S)
+            await asyncio.sleep(REREGISTER_BACKOFF_S)
 
     # --- broker registration ---------------------------------------------------------------------
 
@@ -145,11 +235,17 @@ class BrokerZkClient:
 
         A leftover znode from a session that was ours, or that advertises our very endpoints (which
         we now hold, so its owner is dead), is waited out up to the session timeout; any other
-        owner means another live broker has our id: BrokerIdTakenError.
+        owner means another live broker has our id: BrokerIdTakenError. A registration during which
+        the session was lost does not count (ConnectionError).
         """
         self._registration = info
-        epoch = await asyncio.to_thread(self._register_blocking, info)
+        losses = self._losses
+        epoch, session = await asyncio.to_thread(self._register_blocking, info)
+        if losses != self._losses or session != self.session_id:
+            raise ConnectionError("the ZooKeeper session was lost while registering")
         self.broker_epoch = epoch
+        self._registered_session = session
+        self._set_registered(True, f"registered with epoch {epoch}")
         for listener in list(self.registration_listeners):
             try:
                 listener(epoch)
@@ -157,29 +253,32 @@ class BrokerZkClient:
                 log.exception("registration listener failed")
         return epoch
 
-    def _register_blocking(self, info: BrokerInfo) -> int:
-        zk = self._client()
+    def _register_blocking(self, info: BrokerInfo) -> tuple[int, int]:
+        zk, calls = self._client(), self.calls
         path = zk_data.broker_path(info.id)
         data = zk_data.encode_broker(info)
-        self._own_sessions.add(zk.client_id[0])
+        if zk.client_id is None:
+            raise ConnectionError("no ZooKeeper session yet")
+        session = zk.client_id[0]
+        self._own_sessions.add(session)
         deadline_waits = int((self.session_timeout_s * 1.5 + 5) / 0.25)
         for _ in range(max(1, deadline_waits)):
             try:
-                _, stat = zk.create(path, data, ephemeral=True, makepath=True, include_data=True)
-                return stat.czxid
+                _, stat = calls.create(path, data, ephemeral=True, makepath=True, include_data=True)
+                return stat.czxid, session
             except NodeExistsError:
                 pass
             try:
-                existing, stat = zk.get(path)
+                existing, stat = calls.get(path)
             except NoNodeError:
                 continue  # gone in between: try again at once
-            if stat.ephemeralOwner == zk.client_id[0]:
-                return stat.czxid  # ours already (a retried create after a connection blip)
+            if stat.ephemeralOwner == session:
+                return stat.czxid, session  # ours already (a retried create after a connection blip)
             if not self._is_leftover(info, existing, stat.ephemeralOwner):
                 raise BrokerIdTakenError(
                     f"broker id {info.id} is registered by live session {stat.ephemeralOwner:#x}"
                 )
-            gone = _wait_deleted(zk, path, 0.25)
+            gone = _wait_deleted(calls, path, 0.25)
             if not gone:
                 log.info("waiting for the previous registration of broker %d to expire", info.id)
         raise BrokerIdTakenError(f"broker id {info.id}: previous registration did not expire in time")
@@ -197,6 +296,10 @@ class BrokerZkClient:
         if self.zk is None:
             raise ConnectionError("BrokerZkClient is not started")
         return self.zk
+
+    def _calls(self) -> BoundedCalls:
+        self._client()
+        return self.calls
 
     # --- reads -------------------------------------------------------------------------------------
 
@@ -217,29 +320,29 @@ class BrokerZkClient:
         return await asyncio.to_thread(self._topic_ids_blocking, list(topics))
 
     def _topic_ids_blocking(self, topics: list[str]) -> dict[str, str | None]:
-        zk = self._client()
+        zk, calls = self._client(), self.calls
         pending = [(t, zk.get_async(zk_data.topic_path(t))) for t in topics]
         out: dict[str, str | None] = {}
         for topic, result in pending:
             try:
-                data, _ = result.get(timeout=self.session_timeout_s)
+                data, _ = calls.wait(result)
                 out[topic] = zk_data.decode_topic_assignment(data).topic_id
             except NoNodeError:
                 out[topic] = None
         return out
 
     async def topic_exists(self, topic: str) -> bool:
-        return await asyncio.to_thread(lambda: self._client().exists(zk_data.topic_path(topic)) is not None)
+        return await asyncio.to_thread(lambda: self._calls().exists(zk_data.topic_path(topic)) is not None)
 
     async def is_topic_marked_for_deletion(self, topic: str) -> bool:
         return await asyncio.to_thread(
-            lambda: self._client().exists(zk_data.delete_topic_path(topic)) is not None
+            lambda: self._calls().exists(zk_data.delete_topic_path(topic)) is not None
         )
 
     async def _get(self, path: str) -> bytes | None:
         def get() -> bytes | None:
             try:
-                return self._client().get(path)[0]
+                return self._calls().get(path)[0]
             except NoNodeError:
                 return None
 
@@ -247,11 +350,12 @@ class BrokerZkClient:
 
     # --- the active controller ------------------------------------------------------------------
 
-    async def get_controller(self, on_change=None) -> ControllerInfo | None:
+    async def get_controller(self, on_change=None, timeout_s: float | None = None) -> ControllerInfo | None:
         """The active controller from `/controller`; None when there is none (or it is unreadable).
 
         `on_change()` runs once on the event loop at the znode's next change (a one-shot ZooKeeper
-        watch, re-armed by the next read; no kazoo retry loop that could outlive the session)."""
+        watch, re-armed by the next read; no kazoo retry loop that could outlive the session).
+        Waits at most `timeout_s` (default zookeeper.connection.timeout.ms): TimeoutError."""
         loop = self._loop
 
         def watch(_event) -> None:
@@ -259,11 +363,11 @@ class BrokerZkClient:
                 loop.call_soon_threadsafe(on_change)
 
         def get() -> bytes | None:
-            zk = self._client()
+            calls = self._calls()
             try:
-                return zk.get(zk_data.CONTROLLER, watch=watch if on_change else None)[0]
+                return calls.get(zk_data.CONTROLLER, watch=watch if on_change else None, timeout_s=timeout_s)[0]
             except NoNodeError:
-                zk.exists(zk_data.CONTROLLER, watch=watch if on_change else None)
+                calls.exists(zk_data.CONTROLLER, watch=watch if on_change else None, timeout_s=timeout_s)
                 return None
 
         data = await asyncio.to_thread(get)
@@ -282,15 +386,15 @@ class BrokerZkClient:
         return await asyncio.to_thread(self._cluster_id_blocking)
 
     def _cluster_id_blocking(self) -> str:
-        zk = self._client()
+        calls = self._calls()
         for _ in range(5):
             try:
-                return decode_cluster_id(zk.get(CLUSTER_ID)[0])
+                return decode_cluster_id(calls.get(CLUSTER_ID)[0])
             except NoNodeError:
                 pass
             try:
                 candidate = new_base64_uuid()
-                zk.create(CLUSTER_ID, encode_cluster_id(candidate), makepath=True)
+                calls.create(CLUSTER_ID, encode_cluster_id(candidate), makepath=True)
                 return candidate
             except NodeExistsError:
                 continue  # someone else won the race: read theirs
@@ -305,17 +409,17 @@ class BrokerZkClient:
         await asyncio.to_thread(self._create_topic_blocking, topic, assignment, config)
 
     def _create_topic_blocking(self, topic: str, assignment: TopicAssignment, config: dict[str, str]) -> None:
-        zk = self._client()
-        if zk.exists(zk_data.topic_path(topic)) is not None:
+        calls = self._calls()
+        if calls.exists(zk_data.topic_path(topic)) is not None:
             raise TopicExistsError(topic)
         config_path = zk_data.topic_config_path(topic)
         config_data = zk_data.encode_topic_config(config)
         try:
-            zk.create(config_path, config_data, makepath=True)
+            calls.create(config_path, config_data, makepath=True)
         except NodeExistsError:
-            zk.set(config_path, config_data)
+            calls.set(config_path, config_data)
         try:
-            zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
+            calls.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
         except NodeExistsError as e:
             raise TopicExistsError(topic) from e
 
@@ -324,7 +428,7 @@ class BrokerZkClient:
 
         def mark() -> None:
             try:
-                self._client().create(zk_data.delete_topic_path(topic), makepath=True)
+                self._calls().create(zk_data.delete_topic_path(topic), makepath=True)
             except NodeExistsError:
                 pass  # already being deleted
 
@@ -337,17 +441,16 @@ class BrokerZkClient:
         there is none yet) by a compare-and-set on the znode's version; on a conflict (another
         broker claimed one in between) read again and retry, at most `max_attempts` times.
 
-        Each ZooKeeper call waits at most the session timeout (TimeoutError), so a disconnected
-        client fails the claim instead of hanging."""
+        Each ZooKeeper call waits at most zookeeper.connection.timeout.ms (TimeoutError), so a
+        disconnected client fails the claim instead of hanging."""
         return await asyncio.to_thread(self._claim_producer_id_block_blocking, next_block, max_attempts)
 
     def _claim_producer_id_block_blocking(self, next_block, max_attempts: int) -> ProducerIdsBlock:
-        zk = self._client()
+        calls = self._calls()
         path = zk_data.LATEST_PRODUCER_ID_BLOCK
-        timeout = self.session_timeout_s
         for attempt in range(max_attempts):
             try:
-                data, stat = _wait(zk.get_async(path), timeout)
+                data, stat = calls.get(path)
             except NoNodeError:
                 data, stat = None, None
             current = zk_data.decode_producer_id_block(data) if data else None
@@ -355,9 +458,9 @@ class BrokerZkClient:
             encoded = zk_data.encode_producer_id_block(block)
             try:
                 if stat is None:
-                    _wait(zk.create_async(path, encoded, makepath=True), timeout)
+                    calls.create(path, encoded, makepath=True)
                 else:
-                    _wait(zk.set_async(path, encoded, version=stat.version), timeout)
+                    calls.set(path, encoded, version=stat.version)
             except (NodeExistsError, BadVersionError, NoNodeError):
                 log.info("producer id block claim %d lost a race; reading %s again", attempt + 1, path)
                 continue
@@ -366,22 +469,14 @@ class BrokerZkClient:
         raise RuntimeError(f"no producer id block claimed in {max_attempts} attempts: {path} keeps changing")
 
 
-def _wait(result, timeout_s: float):
-    """A kazoo async result's value within timeout_s; TimeoutError otherwise."""
-    try:
-        return result.get(timeout=timeout_s)
-    except KazooTimeoutError as e:
-        raise TimeoutError(f"ZooKeeper did not answer within {timeout_s}s") from e
-
-
-def _wait_deleted(zk: KazooClient, path: str, timeout_s: float) -> bool:
+def _wait_deleted(calls: BoundedCalls, path: str, timeout_s: float) -> bool:
     """Block up to timeout_s until `path` is gone; True if it is."""
     gone = threading.Event()
 
     def watch(_event) -> None:
         gone.set()
 
-    if zk.exists(path, watch=watch) is None:
+    if calls.exists(path, watch=watch) is None:
         return True
     gone.wait(timeout_s)
-    return zk.exists(path) is None
+    return calls.exists(path) is None

@@ -3,14 +3,31 @@
 kazoo does not create the chroot of a connect string (`host:port/odradek`), so a short-lived
 chroot-less client creates it first; and a process asked to exit while ZooKeeper is unreachable
 must not hang for the whole connection timeout, so connecting can be given up on a stop event.
+
+Reconnecting is bounded: kazoo's default policy doubles the pause between attempts up to an hour,
+so after a 20-second outage a client could try again only long after the server was back and
+its session had expired. Here a disconnected client tries at least every
+RECONNECT_MAX_DELAY_S (plus jitter) for as long as it runs, and no attempt waits much longer
+than HANDSHAKE_TIMEOUT_S for an answer, so a session outlives any outage once the server is back
+(it restores sessions with a fresh timeout when it starts again).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
 from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
+
+RECONNECT_MAX_DELAY_S = 1.0
+"""Longest pause between two connection attempts (jitter adds at most 20 %)."""
+HANDSHAKE_TIMEOUT_S = 2.0
+"""About the longest one connection attempt waits for the server's answer to its handshake."""
+CLOSE_TIMEOUT_S = 3.0
+"""Longest wait for a session to close: past it (ZooKeeper stopped) the client is abandoned and
+the server expires the session after its timeout."""
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -19,12 +36,42 @@ def split_connect(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot.strip("/")) if slash and chroot.strip("/") else ""
 
 
-def close_client(zk: KazooClient) -> None:
-    """Stop (ends the session: its ephemeral znodes go at once) and release the client."""
-    try:
-        zk.stop()
-    finally:
-        zk.close()
+def connection_retry() -> KazooRetry:
+    """Retry forever, the pause doubling from 0.1 s to at most RECONNECT_MAX_DELAY_S."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_DELAY_S, max_jitter=0.2)
+
+
+def attempt_hosts(connect: str, session_timeout_s: float) -> str:
+    """`connect` with each host listed enough times that one connection attempt waits at most
+    about HANDSHAKE_TIMEOUT_S for the handshake's answer. kazoo (like ZooKeeper's own client)
+    gives a handshake the session timeout divided by the number of hosts listed: with one host,
+    an attempt that reached a server still loading its data (port open, no answer yet) or a
+    stopped one waited a whole session timeout, and the session could expire meanwhile."""
+    hosts, chroot = split_connect(connect)
+    copies = max(1, math.ceil(session_timeout_s / len(hosts.split(",")) / HANDSHAKE_TIMEOUT_S))
+    return ",".join([hosts] * copies) + chroot
+
+
+def new_client(connect: str, session_timeout_s: float) -> KazooClient:
+    """A kazoo client (not started) with the bounded reconnect policy and short handshakes."""
+    return KazooClient(hosts=attempt_hosts(connect, session_timeout_s), timeout=session_timeout_s,
+                       connection_retry=connection_retry())
+
+
+def close_client(zk: KazooClient, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
+    """Stop (ends the session: its ephemeral znodes go at once) and release the client, waiting
+    at most `timeout_s`; False when it did not finish (its daemon thread is left to end alone)."""
+
+    def close() -> None:
+        try:
+            zk.stop()
+        finally:
+            zk.close()
+
+    closer = threading.Thread(target=close, name="zookeeper-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    return not closer.is_alive()
 
 
 def start_client(zk: KazooClient, timeout: float, stop: threading.Event | None = None) -> None:
@@ -43,9 +90,9 @@ def ensure_chroot(connect: str, timeout: float = 10.0, stop: threading.Event | N
     hosts, chroot = split_connect(connect)
     if not chroot:
         return
-    zk = KazooClient(hosts=hosts, timeout=timeout)
+    zk = new_client(hosts, timeout)
     start_client(zk, timeout, stop)
     try:
-        zk.ensure_path(chroot)
+        zk.ensure_path_async(chroot).get(timeout=timeout)
     finally:
         close_client(zk)

@@ -175,7 +175,7 @@ class KafkaController:
         self._deposed_reason = None
         zk = ControllerZkClient(
             self.config.zookeeper_connect, self.config.zookeeper_session_timeout_ms,
-            self.config.zookeeper_connection_timeout_ms,
+            self.config.zookeeper_connection_timeout_ms, abort=self._stopping_threads,
         )
         try:
             await asyncio.to_thread(zk.start, self._stopping_threads)
@@ -271,8 +271,12 @@ class KafkaController:
             await channels.close()
             self.context = None
             if self._stopping.is_set() and self._deposed_reason is None:
-                await asyncio.to_thread(zk.resign)
-                log.info("controller %d: resigned", self.controller_id)
+                try:
+                    await asyncio.to_thread(zk.resign)
+                    log.info("controller %d: resigned", self.controller_id)
+                except (TimeoutError, ConnectionError) as e:
+                    log.warning("controller %d: could not resign (%r); /controller goes when the session "
+                                "expires", self.controller_id, e)
 
     async def _act(self, zk: ControllerZkClient, gen: int, epoch: int, epoch_zk_version: int) -> None:
         ctx = await asyncio.to_thread(
@@ -303,7 +307,8 @@ class KafkaController:
                     return
                 if "lost" in pending:
                     raise Deposed(self._deposed_reason or "session lost")
-                await self._connected.wait()
+                if not await self._until_connected():
+                    return  # stopping while ZooKeeper is unreachable
                 for event in EVENT_ORDER:
                     if event in pending:
                         await self._handle(zk, gen, event)
@@ -312,6 +317,19 @@ class KafkaController:
         finally:
             if rebalance is not None:
                 rebalance.cancel()
+
+    async def _until_connected(self) -> bool:
+        """Wait for the ZooKeeper connection; False when stop() comes first (a controller asked to
+        stop during an outage must not wait for ZooKeeper to return)."""
+        if self._connected.is_set():
+            return True
+        waiters = {asyncio.create_task(self._connected.wait()), asyncio.create_task(self._stopping.wait())}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        return not self._stopping.is_set()
 
     async def _rebalance_timer(self, gen: int) -> None:
         """Kafka's auto leader rebalance task: every leader.imbalance.check.interval.seconds."""

@@ -14,7 +14,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
@@ -24,7 +23,8 @@ from kazoo.exceptions import (
 )
 
 from odradek.common import zk_data as z
-from odradek.common.zk_connect import close_client, ensure_chroot, start_client
+from odradek.common.zk_calls import BoundedCalls
+from odradek.common.zk_connect import close_client, ensure_chroot, new_client, start_client
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
 
 from .context import ControllerContext, TopicPartition
@@ -36,6 +36,8 @@ TRANSACTION_OPS = 200
 """Partition-state writes per ZooKeeper transaction (keeps each request far below jute.maxbuffer)."""
 
 Watch = Callable[[object], None] | None
+RESIGN_TIMEOUT_S = 2.0
+"""Longest a stopping controller waits to delete /controller (ZooKeeper may be unreachable)."""
 
 
 class ControllerMovedError(Exception):
@@ -58,11 +60,16 @@ def _failure(results: list) -> tuple[int, Exception] | None:
 
 
 class ControllerZkClient:
-    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int = 18000):
+    """Every call waits at most zookeeper.connection.timeout.ms and gives up once `abort` is set
+    (the controller stopping), so no worker thread outlives a stop (common/zk_calls)."""
+
+    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int = 18000,
+                 abort: threading.Event | None = None):
         self.connect = connect
         self.session_timeout = session_timeout_ms / 1000
         self.connection_timeout = connection_timeout_ms / 1000
-        self.zk = KazooClient(hosts=connect, timeout=self.session_timeout)
+        self.zk = new_client(connect, self.session_timeout)
+        self.calls = BoundedCalls(self.zk, self.connection_timeout, abort)
 
     # --- session -------------------------------------------------------------------------------
 
@@ -70,7 +77,7 @@ class ControllerZkClient:
         ensure_chroot(self.connect, self.connection_timeout, stop)
         start_client(self.zk, self.connection_timeout, stop)
         for path in z.PERSISTENT_PATHS:
-            self.zk.ensure_path(path)
+            self.calls.ensure_path(path)
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         self.zk.add_listener(listener)
@@ -80,6 +87,7 @@ class ControllerZkClient:
         return self.zk.client_id[0] if self.zk.client_id else -1
 
     def close(self) -> None:
+        """End the session (bounded: see close_client)."""
         close_client(self.zk)
 
     # --- election ------------------------------------------------------------------------------
@@ -92,10 +100,10 @@ class ControllerZkClient:
         """
         for _ in range(attempts):
             try:
-                data, stat = self.zk.get(z.CONTROLLER_EPOCH)
+                data, stat = self.calls.get(z.CONTROLLER_EPOCH)
             except NoNodeError:
                 try:
-                    self.zk.create(z.CONTROLLER_EPOCH, z.encode_controller_epoch(0))
+                    self.calls.create(z.CONTROLLER_EPOCH, z.encode_controller_epoch(0))
                 except NodeExistsError:
                     pass
                 continue
@@ -103,7 +111,7 @@ class ControllerZkClient:
             t = self.zk.transaction()
             t.create(z.CONTROLLER, z.encode_controller(info), ephemeral=True)
             t.set_data(z.CONTROLLER_EPOCH, z.encode_controller_epoch(epoch), version=stat.version)
-            failure = _failure(t.commit())
+            failure = _failure(self.calls.commit(t))
             if failure is None:
                 return epoch, stat.version + 1
             if isinstance(failure[1], NodeExistsError):
@@ -117,20 +125,20 @@ class ControllerZkClient:
         """/controller exists: ours if our session owns it (a commit retried after a connection
         blip), else someone else's."""
         try:
-            _, stat = self.zk.get(z.CONTROLLER)
+            _, stat = self.calls.get(z.CONTROLLER)
         except NoNodeError:
             return None
         if stat.ephemeralOwner != self.session_id:
             return None
-        data, epoch_stat = self.zk.get(z.CONTROLLER_EPOCH)
+        data, epoch_stat = self.calls.get(z.CONTROLLER_EPOCH)
         return z.decode_controller_epoch(data), epoch_stat.version
 
     def controller(self, watch: Watch = None) -> tuple[ControllerInfo, int] | None:
         """(info, owner session) of /controller, watching it (data change or deletion)."""
         try:
-            if watch is not None and self.zk.exists(z.CONTROLLER, watch=watch) is None:
+            if watch is not None and self.calls.exists(z.CONTROLLER, watch=watch) is None:
                 return None
-            data, stat = self.zk.get(z.CONTROLLER)
+            data, stat = self.calls.get(z.CONTROLLER)
         except NoNodeError:
             return None
         return z.decode_controller(data), stat.ephemeralOwner
@@ -140,11 +148,13 @@ class ControllerZkClient:
         return found is not None and found[1] == self.session_id
 
     def resign(self) -> None:
-        """Delete /controller if this session owns it (a clean hand-over to a standby)."""
+        """Delete /controller if this session owns it (a clean hand-over to a standby). Runs while
+        stopping, so not subject to `abort`; RESIGN_TIMEOUT_S at most per call (TimeoutError)."""
+        calls = BoundedCalls(self.zk, RESIGN_TIMEOUT_S)
         try:
-            _, stat = self.zk.get(z.CONTROLLER)
+            _, stat = calls.get(z.CONTROLLER)
             if stat.ephemeralOwner == self.session_id:
-                self.zk.delete(z.CONTROLLER, version=stat.version)
+                calls.delete(z.CONTROLLER, version=stat.version)
         except (NoNodeError, BadVersionError):
             pass
 
@@ -156,13 +166,13 @@ class ControllerZkClient:
         out = {}
         for p, result in pending:
             try:
-                out[p] = result.get(timeout=self.connection_timeout)
+                out[p] = self.calls.wait(result)
             except NoNodeError:
                 out[p] = None
         return out
 
     def live_brokers(self, watch: Watch = None) -> dict[int, BrokerInfo]:
-        ids = [int(c) for c in self.zk.get_children(z.BROKER_IDS, watch=watch) if c.isdigit()]
+        ids = [int(c) for c in self.calls.get_children(z.BROKER_IDS, watch=watch) if c.isdigit()]
         found = self._get_many([z.broker_path(b) for b in ids])
         out = {}
         for b in ids:
@@ -174,7 +184,7 @@ class ControllerZkClient:
     def topic_assignments(self, watch: Watch = None, known: dict[str, TopicAssignment] | None = None) -> dict[str, TopicAssignment]:
         """Every topic's assignment; those in `known` are taken from it rather than read again."""
         known = known or {}
-        topics = self.zk.get_children(z.BROKER_TOPICS, watch=watch)
+        topics = self.calls.get_children(z.BROKER_TOPICS, watch=watch)
         found = self._get_many([z.topic_path(t) for t in topics if t not in known])
         out = {t: known[t] for t in topics if t in known}
         for t in topics:
@@ -200,7 +210,7 @@ class ControllerZkClient:
         return out
 
     def delete_markers(self, watch: Watch = None) -> set[str]:
-        return set(self.zk.get_children(z.DELETE_TOPICS, watch=watch))
+        return set(self.calls.get_children(z.DELETE_TOPICS, watch=watch))
 
     def load_context(self, controller_id: int, epoch: int, epoch_zk_version: int, *, brokers_watch: Watch = None,
                      topics_watch: Watch = None, deletions_watch: Watch = None) -> ControllerContext:
@@ -223,7 +233,7 @@ class ControllerZkClient:
         for topic, partition in sorted({w.tp for w in writes if w.expected_version is None}):
             for path in (z.partitions_path(topic), f"{z.partitions_path(topic)}/{partition}"):
                 try:
-                    self.zk.create(path)
+                    self.calls.create(path)
                 except NodeExistsError:
                     pass
                 except NoNodeError:
@@ -239,7 +249,7 @@ class ControllerZkClient:
                     t.create(path, data)
                 else:
                     t.set_data(path, data, version=w.expected_version)
-            failure = _failure(t.commit())
+            failure = _failure(self.calls.commit(t))
             if failure is None:
                 result.applied += chunk
                 continue
@@ -257,7 +267,7 @@ class ControllerZkClient:
             nodes: list[str] = []
 
             def walk(p: str) -> None:
-                for child in self.zk.get_children(p):
+                for child in self.calls.get_children(p):
                     walk(f"{p}/{child}")
                 nodes.append(p)
 
@@ -269,14 +279,14 @@ class ControllerZkClient:
             t.check(z.CONTROLLER_EPOCH, epoch_zk_version)
             for p in nodes:
                 t.delete(p)
-            failure = _failure(t.commit())
+            failure = _failure(self.calls.commit(t))
             if failure is None:
                 return
             index, cause = failure
             if index == 0:
                 raise ControllerMovedError(f"{z.CONTROLLER_EPOCH} moved on: {cause!r}")
-            if self.zk.exists(path) is None:
+            if self.calls.exists(path) is None:
                 return
             log.info("deleting %s raced with a change (%r); retrying", path, cause)
-        if self.zk.exists(path) is not None:
+        if self.calls.exists(path) is not None:
             raise RuntimeError(f"could not delete {path} in {attempts} attempts")

@@ -22,7 +22,7 @@ from kazoo.exceptions import NoNodeError
 from odradek.common import zk_data
 from odradek.common.client import NetworkClient
 from odradek.common.config import CONTROLLER_ID_BASE, load_properties
-from odradek.common.zk_connect import ensure_chroot
+from odradek.common.zk_connect import ensure_chroot, new_client
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 
 DEFAULT_CHROOT = "/odradek"
@@ -286,7 +286,7 @@ class LocalCluster:
 
     def zk_client(self, timeout: float = 10.0) -> KazooClient:
         """A started kazoo client inside the cluster's chroot; the caller stops it."""
-        zk = KazooClient(hosts=self.zookeeper_connect, timeout=timeout)
+        zk = new_client(self.zookeeper_connect, timeout)
         zk.start(timeout=timeout)
         return zk
 

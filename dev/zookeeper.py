@@ -126,10 +126,22 @@ class ZooKeeperServer:
         self.stop()
         raise RuntimeError(f"ZooKeeper did not serve on {self.connect} within {timeout}s")
 
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send `sig`: SIGKILL is a crash (`start()` again recovers the data and the sessions from
+        dataDir), SIGSTOP a server that hangs with its connections open (SIGCONT resumes it)."""
+        p = self.process
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(sig)
+        if sig == signal.SIGKILL:
+            p.wait(10)
+            self.process = None
+
     def stop(self, timeout: float = 10.0) -> None:
         p, self.process = self.process, None
         if p is None or p.poll() is not None:
             return
+        p.send_signal(signal.SIGCONT)  # a stopped server would not see SIGTERM
         p.terminate()
         try:
             p.wait(timeout)

@@ -70,6 +70,18 @@ def test_under_steady_load_a_follower_that_reaches_the_previous_end_stays_in_syn
     assert r.last_caught_up_ms == 2500
 
 
+def test_a_fenced_leader_moves_no_high_watermark_and_proposes_no_isr_change():
+    """Without its ZooKeeper registration the broker may already have been replaced as leader:
+    followers' fetches must not commit anything, and nothing goes to the controller."""
+    p = leader(leo=150, hw=100, now=0)
+    p.fenced = True
+    assert not p.update_follower_fetch_state(1, 150, 10) and not p.update_follower_fetch_state(2, 150, 10)
+    assert p.log.high_watermark == 100
+    assert p.maybe_shrink_isr(10 * LAG, LAG) is None
+    p.fenced = False
+    assert p.maybe_increment_high_watermark() and p.log.high_watermark == 150
+
+
 def test_shrink_proposes_the_isr_without_laggards_and_only_once():
     p = leader(now=0)
     p.log.log_end_offset = 150
@@ -247,7 +259,7 @@ class FakeZk:
     def __init__(self, infos):
         self.infos = list(infos)
 
-    async def get_controller(self, on_change=None):
+    async def get_controller(self, on_change=None, timeout_s=None):
         return self.infos.pop(0) if len(self.infos) > 1 else self.infos[0]
 
 

@@ -66,6 +66,14 @@ def vm_hwm_mb(pid: int) -> float:
     raise RuntimeError("no VmHWM")
 
 
+def start_operator(url: str, ports: list[int], workers: int, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, __file__, "operator", "--url", url, "--workers", str(workers),
+             "--ports", ",".join(map(str, ports))],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
 def stop(operator: subprocess.Popen | None) -> None:
     """SIGTERM (kopf stops cleanly), SIGKILL after 30 s."""
     if operator is None or operator.poll() is not None:
@@ -141,7 +149,6 @@ def verify(bootstrap: str, n: int, partitions: int, replicas: int, timeout: floa
 async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: float, peer_s: float | None) -> dict:
     import aiohttp
     import kmock
-
     from kube_emulator import KubernetesServer
     from operator_harness import TOPICS, new_server
 
@@ -153,11 +160,8 @@ async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: floa
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "uid": "ns-" + NS}}
         async with server, kmock.Server(server) as http:
             url = str(http.url).rstrip("/")
-            log = open(data_dir / "operator.log", "wb")
-            operator = subprocess.Popen(
-                [sys.executable, __file__, "operator", "--url", url, "--workers", str(workers),
-                 "--ports", ",".join(map(str, cluster.broker_ports))],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            log = data_dir / "operator.log"
+            operator = await asyncio.to_thread(start_operator, url, cluster.broker_ports, workers, log)
             async with aiohttp.ClientSession() as session:
                 async def post(path, body):
                     async with session.post(url + path, json=body) as r:
@@ -170,7 +174,7 @@ async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: floa
                     "spec": {"zookeeper": {"connect": cluster.zookeeper_connect}}})
                 await asyncio.sleep(3.0)  # the operator is up and watching (its startup is not timed)
                 if operator.poll() is not None:
-                    raise RuntimeError(f"the operator exited with {operator.returncode}; see {log.name}")
+                    raise RuntimeError(f"the operator exited with {operator.returncode}; see {log}")
 
                 started = time.monotonic()
                 limit = asyncio.Semaphore(32)
@@ -186,14 +190,14 @@ async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: floa
                 last_print = 0.0
                 deadline = started + timeout
                 while True:
-                    ready, total = ready_count(server, TOPICS)
+                    ready, _total = ready_count(server, TOPICS)
                     now = time.monotonic()
                     if ready == n:
                         break
                     if operator.poll() is not None:
-                        raise RuntimeError(f"the operator exited with {operator.returncode}; see {log.name}")
+                        raise RuntimeError(f"the operator exited with {operator.returncode}; see {log}")
                     if now > deadline:
-                        raise RuntimeError(f"only {ready}/{n} Ready after {timeout:.0f}s; see {log.name}")
+                        raise RuntimeError(f"only {ready}/{n} Ready after {timeout:.0f}s; see {log}")
                     if now - last_print >= 10:
                         print(f"  {now - started:6.1f}s: {ready}/{n} Ready, operator VmHWM "
                               f"{vm_hwm_mb(operator.pid):.0f} MB", flush=True)

@@ -90,7 +90,7 @@ class Batcher(Generic[T, R]):
                     self._ready.clear()
                     try:
                         await asyncio.wait_for(self._ready.wait(), timeout=30.0)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         if not self._waiting:
                             return  # idle: the next submit starts a new task
                     continue
@@ -114,7 +114,7 @@ class Batcher(Generic[T, R]):
         try:
             self.batches += 1
             results = await self._send([item for item, _ in batch])
-        except Exception as e:  # noqa: BLE001 - the whole request failed: every caller learns why
+        except Exception as e:  # the whole request failed: every caller learns why
             for _, future in batch:
                 if not future.done():
                     future.set_exception(e)
@@ -149,5 +149,5 @@ class Batcher(Generic[T, R]):
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+            except (asyncio.CancelledError, Exception):
                 pass

@@ -13,7 +13,14 @@ import yaml
 
 from odradek.operator import topic_models
 from odradek.operator.models import (
-    GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, KafkaClusterSpec, KafkaClusterStatus,
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    KafkaClusterSpec,
+    KafkaClusterStatus,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

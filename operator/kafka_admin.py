@@ -255,7 +255,7 @@ class KafkaAdmin:
 
 
 class _Named:
-    __slots__ = ("name", "error_code", "error_message")
+    __slots__ = ("error_code", "error_message", "name")
 
     def __init__(self, name, error_code, error_message):
         self.name, self.error_code, self.error_message = name, error_code, error_message

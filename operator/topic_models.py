@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from odradek.common.topic_config import config_text, validate_topic_config
-from odradek.operator.models import GROUP, VERSION, Condition, spec_error_message
+from odradek.operator.models import GROUP, Condition, spec_error_message
 
 KIND = "Topic"
 PLURAL = "topics"

@@ -22,7 +22,12 @@ from pydantic import ValidationError
 from odradek.common.topic_config import parse_topic_config
 from odradek.operator.status import condition, now
 from odradek.operator.topic_models import (
-    FINALIZER, TopicSpec, managed, parse_topic_spec, spec_problem, topic_name,
+    FINALIZER,
+    TopicSpec,
+    managed,
+    parse_topic_spec,
+    spec_problem,
+    topic_name,
 )
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"

@@ -27,9 +27,26 @@ from odradek.operator.models import GROUP, VERSION
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
 from odradek.operator.topic_models import FINALIZER, PLURAL
 from odradek.operator.topic_reconciler import (
-    Action, ActionResult, AlterConfigs, Cluster, CreatePartitions, CreateTopic, Outcome, Phase, Step,
-    TopicResource, gate, outcome, owner_of, plan, resource_from_body, status, status_changed,
-    status_patch, topic_name_of, unreachable,
+    Action,
+    ActionResult,
+    AlterConfigs,
+    Cluster,
+    CreatePartitions,
+    CreateTopic,
+    Outcome,
+    Phase,
+    Step,
+    TopicResource,
+    gate,
+    outcome,
+    owner_of,
+    plan,
+    resource_from_body,
+    status,
+    status_changed,
+    status_patch,
+    topic_name_of,
+    unreachable,
 )
 from odradek.operator.work_queue import ShutDown, WorkQueue
 
@@ -191,12 +208,12 @@ class TopicController:
     async def _seed(self) -> None:
         """Every Topic and KafkaCluster once, before any decision (see the module docstring)."""
         delay = 1.0
-        for attempt in range(1_000_000):  # bounded; in practice until the API server answers
+        for _attempt in range(1_000_000):  # bounded; in practice until the API server answers
             try:
                 clusters = await self._list("KafkaCluster")
                 topics = await self._list("Topic")
                 break
-            except (ApiError, OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, ApiError, OSError) as e:
                 log.warning("listing Topics and KafkaClusters failed (%s); retrying in %.0fs", e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
@@ -243,7 +260,7 @@ class TopicController:
             except ApiError as e:
                 log.info("Topic %s/%s: Kubernetes API answered %s; retrying", *key, e)
                 retry = True
-            except Exception:  # noqa: BLE001 - one resource's failure must not stop the worker
+            except Exception:  # one resource's failure must not stop the worker
                 log.exception("Topic %s/%s: reconcile failed; retrying", *key)
                 retry = True
             finally:

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import aiohttp
 import kmock
-
 from kube_emulator import KubernetesServer
+
 from odradek.operator import builders
 from odradek.operator.rolling import ClusterView
 
@@ -176,7 +176,7 @@ class OperatorThread:
                 run([NS], False, connection=kopf.ConnectionInfo(server=url, insecure=True),
                     view_source=view, interval=interval, stop_flag=self.stop_flag, ready_flag=self.ready_flag,
                     **run_kwargs)
-            except BaseException as e:  # noqa: BLE001 - reported by stop()
+            except BaseException as e:
                 self.errors.append(e)
 
         self.thread = threading.Thread(target=target, name="operator", daemon=True)

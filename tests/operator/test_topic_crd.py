@@ -2,9 +2,9 @@
 
 import jsonschema
 import pytest
+from test_operator_crd import _assert_structural
 
 from odradek.operator import crd
-from test_operator_crd import _assert_structural
 
 
 def schema() -> dict:

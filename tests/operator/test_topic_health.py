@@ -47,7 +47,8 @@ def test_topic_health(topic_lua):
     assert health(topic_lua, with_status(body, waiting)) == (
         "Progressing", "ClusterNotFound: KafkaCluster 'kafka' does not exist in this namespace")
     unmanaged = topic(annotations={"odradek.io/managed": "false"})
-    assert health(topic_lua, with_status(unmanaged, gate(resource_from_body(unmanaged), Cluster.PRESENT, None).outcome))[0] == "Suspended"
+    idle = gate(resource_from_body(unmanaged), Cluster.PRESENT, None).outcome
+    assert health(topic_lua, with_status(unmanaged, idle))[0] == "Suspended"
 
 
 def test_topic_health_waits_for_the_latest_generation_and_a_status(topic_lua):
@@ -74,7 +75,7 @@ def test_kafkacluster_health():
     assert health(script, {**body, "status": cluster_status.status(rolling, at="t")})[0] == "Progressing"
 
 
-@pytest.mark.parametrize("kind, file", [("KafkaCluster", "kafkacluster.lua"), ("Topic", "topic.lua")])
+@pytest.mark.parametrize(("kind", "file"), [("KafkaCluster", "kafkacluster.lua"), ("Topic", "topic.lua")])
 def test_readme_carries_the_scripts(kind, file):
     readme = (CHART / "README.md").read_text()
     script = (CHART / "health" / file).read_text()

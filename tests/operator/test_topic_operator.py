@@ -12,13 +12,13 @@ import kmock
 import pytest
 import pytest_asyncio
 from confluent_kafka.admin import AdminClient, NewTopic
+from operator_harness import KC, NS, TOPICS, Api, OperatorThread, condition, new_server, wait_for, writes
 
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import free_ports
 from odradek.operator.rolling import fetch_view
 from odradek.operator.topic_models import FINALIZER, MANAGED_ANNOTATION
 from odradek.operator.topics import Tuning
-from operator_harness import KC, NS, TOPICS, Api, OperatorThread, condition, new_server, wait_for, writes
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
 

@@ -4,8 +4,23 @@ import pytest
 
 from odradek.operator.topic_models import FINALIZER, MANAGED_ANNOTATION
 from odradek.operator.topic_reconciler import (
-    ActionResult, AlterConfigs, Cluster, CreatePartitions, CreateTopic, LiveTopic, Phase, Step, conditions,
-    config_changes, gate, outcome, owner_of, plan, resource_from_body, status, status_patch,
+    ActionResult,
+    AlterConfigs,
+    Cluster,
+    CreatePartitions,
+    CreateTopic,
+    LiveTopic,
+    Phase,
+    Step,
+    conditions,
+    config_changes,
+    gate,
+    outcome,
+    owner_of,
+    plan,
+    resource_from_body,
+    status,
+    status_patch,
 )
 
 
@@ -32,7 +47,7 @@ def test_topic_name_defaults_to_the_resource_name_and_may_hold_what_kubernetes_c
     assert r.topic == "Orders_V2" and r.invalid is None
 
 
-@pytest.mark.parametrize("spec, reason, words", [
+@pytest.mark.parametrize(("spec", "reason", "words"), [
     ({"config": {"retention.ms": "forever"}}, "InvalidConfig", "retention.ms"),
     ({"config": {"no.such.key": 1}}, "InvalidConfig", "Unknown topic config name: no.such.key"),
     ({"config": {"min.insync.replicas": 0}}, "InvalidConfig", "at least 1"),
@@ -95,7 +110,7 @@ def test_topic_name_cannot_change_once_managed():
     assert g.outcome.reason == "TopicNameChangeNotSupported" and g.outcome.phase is Phase.STALLED
 
 
-@pytest.mark.parametrize("kwargs, cluster, owner, step", [
+@pytest.mark.parametrize(("kwargs", "cluster", "owner", "step"), [
     (dict(finalizer=True), Cluster.PRESENT, None, Step.DELETE),
     (dict(finalizer=True, spec={"deletionPolicy": "Retain"}), Cluster.PRESENT, None, Step.RELEASE),
     (dict(finalizer=True), Cluster.MISSING, None, Step.RELEASE),

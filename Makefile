@@ -1,5 +1,6 @@
-# Two commands: `make dev` (set up, then run a local cluster) and `make test` (set up, then the
-# whole test suite). Set-up works on a fresh Debian bookworm machine as root with python3 + venv.
+# `make dev` (set up, then run a local cluster), `make lint` (set up, then ruff, mypy and
+# import-linter) and `make test` (set up, then the whole test suite). Set-up works on a fresh
+# Debian bookworm machine as root with python3 + venv.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -11,7 +12,7 @@ APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty
 DEV_ARGS ?= --brokers 3 --controllers 1 --data-dir ./data --port 9092
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages dev test
+.PHONY: setup system-packages dev lint test
 
 setup: system-packages $(STAMP)
 
@@ -36,6 +37,13 @@ $(STAMP): pyproject.toml
 
 dev: setup
 	$(BIN)/odradek dev $(DEV_ARGS)
+
+# ruff (pyproject [tool.ruff]), mypy (strict on the pure cores, [tool.mypy]) and the layer
+# contracts (.importlinter).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: setup
 	$(BIN)/pytest tests/ -ra $(PYTEST_ARGS)

@@ -20,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from throughput import Result, median, write_records  # bench/ is sys.path[0] when run as a script
-
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from throughput import Result, median, write_records  # bench/ is sys.path[0] when run as a script
 
 SIZE = 100
 PRODUCE_OPTS = ["-X", "linger.ms=5", "-X", "queue.buffering.max.messages=1000000",

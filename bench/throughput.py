@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         if not files[size].exists() or files[size].stat().st_size != n * (size + 1):
             write_records(files[size], n, size)
 
-    print(f"kcat -P {PRODUCE_OPTS}, -C {CONSUME_OPTS}; {args.partitions} partitions; median of {args.repeat}; work dir {work}", flush=True)
+    print(f"kcat -P {PRODUCE_OPTS}, -C {CONSUME_OPTS}; {args.partitions} partitions; median of {args.repeat}; "
+          f"work dir {work}", flush=True)
     results: dict[tuple[str, str, int], list[Result]] = {}
     targets = {}
     try:

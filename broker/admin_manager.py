@@ -91,7 +91,7 @@ def assign_replicas_to_brokers(
             f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}.",
         )
     rng = rng or random.Random()
-    racks = {b: r for b, r in brokers}
+    racks = dict(brokers)
     if all(r is not None for r in racks.values()):
         return _assign_rack_aware(racks, num_partitions, replication_factor, fixed_start_index, start_partition_id, rng)
     return _assign_rack_unaware(
@@ -357,7 +357,7 @@ class AdminManager:
                 result.plan = plan
             except ApiError as e:
                 result.error = e
-            except Exception as e:  # noqa: BLE001 - one topic's failure must not sink the others
+            except Exception as e:
                 log.exception("creating topic %r failed", spec.name)
                 result.error = ApiError(ErrorCode.unknown_server_error, str(e))
         created = [r for r in results if r.plan is not None]
@@ -465,7 +465,7 @@ class AdminManager:
                 errors.append(None)
             except ApiError as e:
                 errors.append(e)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.exception("deleting topic %r failed", name)
                 errors.append(ApiError(ErrorCode.unknown_server_error, str(e)))
         if marked and timeout_ms > 0:

@@ -131,6 +131,6 @@ class AlterPartitionManager:
                 del self.queued[key]
             try:
                 callback(key, change, answer)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("AlterPartition callback for %s-%d failed", *key)
         return True

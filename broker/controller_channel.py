@@ -68,7 +68,7 @@ class BrokerToControllerChannel:
                 break
             try:
                 client = await asyncio.wait_for(self._controller_client(remaining), remaining)
-            except (asyncio.TimeoutError, TimeoutError, ConnectionError) as e:
+            except (TimeoutError, ConnectionError) as e:
                 last = e
                 client = None
             if client is not None:

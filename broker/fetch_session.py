@@ -18,7 +18,8 @@ Kafka's rules (FetchSession.scala), as data and decisions without I/O:
 """
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +30,40 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 """A request epoch closing any session: a sessionless full fetch."""
 MAX_EPOCH = 2**31 - 1
+
+
+class PartitionFetch(Protocol):
+    """What a fetch asks of one partition: a request's FetchInfo, or a session's CachedPartition."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def fetch_offset(self) -> int: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def current_leader_epoch(self) -> int: ...
+
+
+class PartitionFetchResult(Protocol):
+    """What reading one partition found (the replica manager's FetchResult)."""
+
+    @property
+    def error(self) -> ErrorCode: ...
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+
+Answer = tuple[PartitionFetch, PartitionFetchResult]
+"""One partition of a response: what was asked and what was read."""
+Unchanged = Callable[[PartitionFetch, int, int], bool]
+"""`unchanged(info, high_watermark, log_start_offset)`: True when an empty answer says nothing new."""
 
 
 def next_epoch(prev: int) -> int:
@@ -42,7 +77,7 @@ def next_epoch(prev: int) -> int:
 
 def is_full(epoch: int) -> bool:
     """INITIAL and FINAL requests list every partition they want; others are incremental."""
-    return epoch == INITIAL_EPOCH or epoch == FINAL_EPOCH
+    return epoch in (INITIAL_EPOCH, FINAL_EPOCH)
 
 
 class CachedPartition:
@@ -54,11 +89,17 @@ class CachedPartition:
     """
 
     __slots__ = (
-        "topic", "partition", "max_bytes", "fetch_offset", "current_leader_epoch", "log_start_offset",
-        "high_watermark", "local_log_start_offset",
+        "current_leader_epoch",
+        "fetch_offset",
+        "high_watermark",
+        "local_log_start_offset",
+        "log_start_offset",
+        "max_bytes",
+        "partition",
+        "topic",
     )
 
-    def __init__(self, info, result=None):
+    def __init__(self, info: PartitionFetch, result: PartitionFetchResult | None = None):
         self.topic = info.topic
         self.partition = info.partition
         self.update_request_params(info)
@@ -69,14 +110,14 @@ class CachedPartition:
     def key(self) -> tuple[str, int]:
         return self.topic, self.partition
 
-    def update_request_params(self, info) -> None:
+    def update_request_params(self, info: PartitionFetch) -> None:
         self.max_bytes = info.max_bytes
         self.fetch_offset = info.fetch_offset
         self.current_leader_epoch = info.current_leader_epoch
         self.log_start_offset = getattr(info, "log_start_offset", -1)
         """The fetcher's own log start offset (followers), as Kafka's fetcherLogStartOffset."""
 
-    def maybe_update_response_data(self, result, update: bool) -> bool:
+    def maybe_update_response_data(self, result: PartitionFetchResult, update: bool) -> bool:
         """Whether an incremental response must carry this partition (records, a changed high
         watermark or log start offset, an error); with `update`, remember what is sent. An error
         resets the cached high watermark so the partition is sent again once the error is gone."""
@@ -95,7 +136,7 @@ class CachedPartition:
                 self.high_watermark = -1
         return must_respond
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"CachedPartition({self.topic}-{self.partition}, fetch_offset={self.fetch_offset}, "
                 f"high_watermark={self.high_watermark}, local_log_start_offset={self.local_log_start_offset})")
 
@@ -103,9 +144,10 @@ class CachedPartition:
 class FetchSession:
     """A fetcher's cached partitions, in fetch order, and the epoch its next request must carry."""
 
-    __slots__ = ("id", "privileged", "partitions", "creation_ms", "last_used_ms", "epoch", "cached_size")
+    __slots__ = ("cached_size", "creation_ms", "epoch", "id", "last_used_ms", "partitions", "privileged")
 
-    def __init__(self, session_id: int, privileged: bool, partitions: dict, creation_ms: int, epoch: int):
+    def __init__(self, session_id: int, privileged: bool, partitions: dict[tuple[str, int], CachedPartition],
+                 creation_ms: int, epoch: int):
         self.id = session_id
         self.privileged = privileged
         self.partitions: dict[tuple[str, int], CachedPartition] = partitions
@@ -123,7 +165,7 @@ class FetchSession:
         """Eviction value: unprivileged before privileged, then smaller before larger."""
         return self.privileged, self.cached_size, self.id
 
-    def update(self, infos, to_forget) -> set:
+    def update(self, infos: Iterable[PartitionFetch], to_forget: Iterable[tuple[str, int]]) -> set[CachedPartition]:
         """An incremental request: listed partitions are added or get new fetch parameters, then
         forgotten ones leave. Returns the listed partitions still in the session."""
         listed = []
@@ -140,7 +182,7 @@ class FetchSession:
             partitions.pop(key, None)
         return {c for c in listed if partitions.get(c.key) is c}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"FetchSession(id={self.id}, privileged={self.privileged}, partitions={self.size}, "
                 f"epoch={self.epoch}, last_used_ms={self.last_used_ms})")
 
@@ -180,7 +222,7 @@ class FetchSessionCache:
                 return session_id
 
     def maybe_create_session(
-        self, now: int, privileged: bool, size: int, create_partitions: Callable[[], dict]
+        self, now: int, privileged: bool, size: int, create_partitions: Callable[[], dict[tuple[str, int], CachedPartition]]
     ) -> int:
         """A new session's id, or INVALID_SESSION_ID when the cache is full and nothing may go."""
         if len(self.sessions) >= self.max_entries and not self.try_evict(privileged, (privileged, size, 0), now):
@@ -250,12 +292,12 @@ class FetchContext:
     [(info, result)] to send), with results in `infos` order."""
 
     error = ErrorCode.none
-    infos: list = []
-    unchanged = None
-    """Optional `unchanged(info, high_watermark, log_start_offset)`: True for a partition whose
-    empty answer would say nothing new; the reader may skip it (see IncrementalFetchContext)."""
+    infos: list[PartitionFetch]
+    unchanged: Unchanged | None = None
+    """Optional: True for a partition whose empty answer would say nothing new; the reader may
+    skip it (see IncrementalFetchContext)."""
 
-    def response(self, results: list) -> tuple[ErrorCode, int, list]:
+    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         raise NotImplementedError
 
 
@@ -266,34 +308,35 @@ class SessionErrorContext(FetchContext):
         self.error = error
         self.infos = []
 
-    def response(self, results):
+    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         return self.error, INVALID_SESSION_ID, []
 
 
 class SessionlessFetchContext(FetchContext):
     """The request's partitions, all of them answered, no session."""
 
-    def __init__(self, infos: list):
+    def __init__(self, infos: list[PartitionFetch]):
         self.infos = infos
 
-    def response(self, results):
-        return ErrorCode.none, INVALID_SESSION_ID, list(zip(self.infos, results))
+    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+        return ErrorCode.none, INVALID_SESSION_ID, _answered(self.infos, results)
 
 
 class FullFetchContext(FetchContext):
     """Every requested partition answered; afterwards a session of them is created if the cache
     has room, remembering what this response told the fetcher."""
 
-    def __init__(self, infos: list, cache: FetchSessionCache, privileged: bool, clock: Callable[[], int]):
+    def __init__(self, infos: list[PartitionFetch], cache: FetchSessionCache, privileged: bool,
+                 clock: Callable[[], int]):
         self.infos = infos
         self.cache = cache
         self.privileged = privileged
         self.clock = clock
 
-    def response(self, results):
-        pairs = list(zip(self.infos, results))
+    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+        pairs = _answered(self.infos, results)
 
-        def create_partitions() -> dict:
+        def create_partitions() -> dict[tuple[str, int], CachedPartition]:
             partitions = {}
             for info, result in pairs:
                 partitions[(info.topic, info.partition)] = CachedPartition(info, result)
@@ -313,24 +356,27 @@ class IncrementalFetchContext(FetchContext):
     nothing to read, its answer would be empty: `unchanged` lets the reader skip it (a result of
     None), which makes a session's idle partitions almost free."""
 
-    def __init__(self, session: FetchSession, request_epoch: int, listed: set):
+    def __init__(self, session: FetchSession, request_epoch: int, listed: set[CachedPartition]):
         self.session = session
         self.request_epoch = request_epoch
-        self.infos = list(session.partitions.values())
+        self.cached = list(session.partitions.values())
+        self.infos = list[PartitionFetch](self.cached)
         self.listed = listed
+        self.unchanged = self._unchanged
 
-    def unchanged(self, cached: CachedPartition, high_watermark: int, log_start_offset: int) -> bool:
+    def _unchanged(self, info: PartitionFetch, high_watermark: int, log_start_offset: int) -> bool:
+        cached = cast(CachedPartition, info)  # this context's infos are its session's partitions
         return (cached.high_watermark == high_watermark and cached.local_log_start_offset == log_start_offset
                 and cached not in self.listed)
 
-    def response(self, results):
+    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         session = self.session
         if session.epoch != next_epoch(self.request_epoch):
             # Another request of this session was served meanwhile (a duplicate or a retry).
             return ErrorCode.invalid_fetch_session_epoch, session.id, []
         partitions = session.partitions
-        out = []
-        for cached, result in zip(self.infos, results):
+        out: list[Answer] = []
+        for cached, result in zip(self.cached, results):
             if result is not None and cached.maybe_update_response_data(result, True):
                 out.append((cached, result))
                 key = (cached.topic, cached.partition)
@@ -346,7 +392,8 @@ class FetchManager:
         self.cache = cache
         self.clock = clock
 
-    def new_context(self, session_id: int, epoch: int, infos: list, to_forget: list, is_follower: bool) -> FetchContext:
+    def new_context(self, session_id: int, epoch: int, infos: list[PartitionFetch], to_forget: list[tuple[str, int]],
+                    is_follower: bool) -> FetchContext:
         """`infos`: the request's partitions (FetchInfo-like); `to_forget`: [(topic, partition)]."""
         if is_full(epoch):
             if session_id != INVALID_SESSION_ID:
@@ -366,3 +413,8 @@ class FetchManager:
         self.cache.touch(session, self.clock())
         session.epoch = next_epoch(session.epoch)
         return IncrementalFetchContext(session, epoch, listed)
+
+
+def _answered(infos: list[PartitionFetch], results: list[PartitionFetchResult | None]) -> list[Answer]:
+    """Without `unchanged` the reader answers every partition: no result is None."""
+    return cast(list[Answer], list(zip(infos, results)))

@@ -216,7 +216,7 @@ class KafkaApis:
             api_key, version, correlation_id = wire.peek_api(frame_body)
         except ValueError:
             self.bad_input.warning("truncated", "closing connection from %s: truncated request header", peer)
-            raise CloseConnection()
+            raise CloseConnection() from None
         if api_key == API_VERSIONS and not DATA_VERSIONS[API_VERSIONS][0] <= version <= DATA_VERSIONS[API_VERSIONS][1]:
             return self._api_versions_unsupported(correlation_id)
         supported = self.versions.get(api_key)
@@ -239,7 +239,7 @@ class KafkaApis:
                 f"malformed-{api_key}", "closing connection from %s: malformed request (API %d v%d): %s",
                 peer, api_key, version, e,
             )
-            raise CloseConnection()
+            raise CloseConnection() from None
         try:
             result = await self.handlers[api_key](header, request)
         except CloseConnection:
@@ -251,12 +251,12 @@ class KafkaApis:
                 exc_info=True,
             )
             if api_key == PRODUCE and request.acks == 0:
-                raise CloseConnection()
+                raise CloseConnection() from None
             try:
                 result = error_response(request, code)
             except Exception:
                 log.exception("cannot build an error response for API %d v%d; closing the connection", api_key, version)
-                raise CloseConnection()
+                raise CloseConnection() from None
         if result is None:
             return None
         flexible = wire.response_header_flexible(api_key, schema.__flexible__)
@@ -297,7 +297,7 @@ class KafkaApis:
             acks, topics = produce_codec.parse_legacy_request(frame_body)
         except ValueError as e:
             self.bad_input.warning("malformed-0", "closing connection from %s: %s", peer, e)
-            raise CloseConnection()
+            raise CloseConnection() from None
         if acks == 0:
             raise CloseConnection()  # Kafka's way to tell an acks=0 producer about an error
         rejected = ProduceResult(error=ErrorCode.unsupported_version)

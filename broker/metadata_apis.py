@@ -142,7 +142,7 @@ class MetadataApis:
         if self._cluster_id is None:
             try:
                 self._cluster_id = await asyncio.wait_for(self.zk.get_cluster_id(), AUTO_CREATE_WAIT_S)
-            except Exception:  # noqa: BLE001 - ZooKeeper away: answer without, try next time
+            except Exception:
                 log.warning("cannot read the cluster id from ZooKeeper", exc_info=True)
         return self._cluster_id
 
@@ -152,7 +152,7 @@ class MetadataApis:
         if missing:
             try:
                 found = await self.zk.get_topic_ids(missing)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.warning("cannot read topic ids from ZooKeeper", exc_info=True)
                 found = {}
             for t in missing:
@@ -213,7 +213,7 @@ class MetadataApis:
             elif allow_auto and self.config.auto_create_topics_enable and not all_topics:
                 try:  # bounded: a slow ZooKeeper must not hold the Metadata answer
                     error = await asyncio.wait_for(self.admin.auto_create_topic(name), AUTO_CREATE_WAIT_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     error = ErrorCode.leader_not_available
             else:
                 error = ErrorCode.unknown_topic_or_partition
@@ -256,7 +256,8 @@ class MetadataApis:
             if address is not None:
                 out.append(
                     wire.encode_entity(
-                        wire.make_entity(mod.MetadataResponseBroker, node_id=broker_id, host=address[0], port=address[1], rack=broker.rack)
+                        wire.make_entity(mod.MetadataResponseBroker, node_id=broker_id, host=address[0], port=address[1],
+                                         rack=broker.rack)
                     )
                 )
         self._topic_cache[key] = out
@@ -360,7 +361,7 @@ class MetadataApis:
                             )
                             for name, value, source in self.topic_config_entries(plan.config)
                         )
-                    except Exception:  # noqa: BLE001 - the topic is created; only its config view failed
+                    except Exception:
                         log.exception("describing the configs of new topic %r failed", r.name)
                         values["topic_config_error_code"] = int(ErrorCode.unknown_server_error)
             out.append(wire.make_entity(mod.CreatableTopicResult, **values))
@@ -443,7 +444,7 @@ class MetadataApis:
                 error, message = ErrorCode.none, None
             except ApiError as e:
                 configs, error, message = (), e.error_code, e.message
-            except Exception as e:  # noqa: BLE001 - one resource's failure must not sink the others
+            except Exception as e:
                 log.exception("DescribeConfigs of %d/%r failed", rtype, rname)
                 configs, error, message = (), ErrorCode.unknown_server_error, str(e)
             results.append(

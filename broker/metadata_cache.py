@@ -137,7 +137,7 @@ class MetadataCache:
             self._waiters.add(fut)
             try:
                 await asyncio.wait_for(fut, remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return predicate()
             finally:
                 self._waiters.discard(fut)

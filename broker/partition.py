@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from odradek.broker.log.log import Log, LogAppendInfo
+from odradek.broker.log.record_batch import Buffer
+from odradek.common.messages import LeaderAndIsrPartitionState
+
 log = logging.getLogger(__name__)
 
 
@@ -73,8 +77,7 @@ class Partition:
     topic: str
     partition: int
     local_broker_id: int
-    log: object
-    """The local odradek.broker.log.Log."""
+    log: Log
     leader_id: int = -1
     leader_epoch: int = -1
     zk_version: int = -1
@@ -100,7 +103,7 @@ class Partition:
 
     # --- state changes from LeaderAndIsr --------------------------------------------------------
 
-    def _apply(self, state) -> None:
+    def _apply(self, state: LeaderAndIsrPartitionState) -> None:
         # The controller's word replaces whatever we proposed (Kafka: LeaderAndIsr wins).
         self.pending_isr_change = None
         self.isr_change_blocked_until_ms = 0
@@ -110,7 +113,7 @@ class Partition:
         self.isr = tuple(int(r) for r in state.isr)
         self.replicas = tuple(int(r) for r in state.replicas)
 
-    def make_leader(self, state, now_ms: int = 0) -> bool:
+    def make_leader(self, state: LeaderAndIsrPartitionState, now_ms: int = 0) -> bool:
         """Become leader for `state` (a LeaderAndIsrPartitionState); True if newly leader."""
         was_leader = self.is_leader
         self._apply(state)
@@ -128,7 +131,7 @@ class Partition:
         self.maybe_increment_high_watermark()
         return not was_leader
 
-    def make_follower(self, state) -> None:
+    def make_follower(self, state: LeaderAndIsrPartitionState) -> None:
         """Become a follower of state.leader (the ReplicaManager restarts its fetcher at every new epoch)."""
         self._apply(state)
         self.remote_replicas = {}
@@ -152,7 +155,7 @@ class Partition:
     def min_insync_replicas(self) -> int:
         return self.log.config.min_insync_replicas
 
-    def append_records_to_leader(self, records, required_acks: int):
+    def append_records_to_leader(self, records: Buffer, required_acks: int) -> ErrorCode | LogAppendInfo:
         """Appends as leader; NOT_ENOUGH_REPLICAS (committed ISR too small) as an error code for acks=-1."""
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas():
             return ErrorCode.not_enough_replicas

@@ -107,6 +107,6 @@ class ZkProducerIdManager:
             )
         except ProducerIdsExhaustedError:
             raise
-        except Exception as e:  # noqa: BLE001 - ZooKeeper trouble of any kind: retriable for the client
+        except Exception as e:
             log.warning("claiming a producer id block failed: %s", e)
             raise ProducerIdBlockUnavailableError(str(e)) from e

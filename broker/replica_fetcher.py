@@ -84,7 +84,7 @@ def truncation_offset(local_end_for_epoch, leader_epoch: int, leader_end: int, l
 class ReplicaFetcher:
     """Fetches every partition this broker follows on one source broker."""
 
-    def __init__(self, manager: "ReplicaFetcherManager", source_id: int, host: str, port: int):
+    def __init__(self, manager: ReplicaFetcherManager, source_id: int, host: str, port: int):
         self.manager = manager
         self.replica_manager = manager.replica_manager
         self.config = manager.config
@@ -129,7 +129,7 @@ class ReplicaFetcher:
             task.cancel()
             try:
                 await asyncio.wait_for(task, 10)
-            except (asyncio.CancelledError, asyncio.TimeoutError, Exception):
+            except (TimeoutError, asyncio.CancelledError, Exception):
                 pass
         await self.client.close()
 
@@ -163,7 +163,7 @@ class ReplicaFetcher:
             wait = min((s.delayed_until - now for s in self.partitions.values()), default=self.backoff_s)
             try:
                 await asyncio.wait_for(self._wakeup.wait(), max(0.01, wait))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             return
         # A partition backing off (a leader that has not taken over yet) must not wait for a

@@ -170,7 +170,7 @@ async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> N
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), interval_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if stop.is_set():
             break

@@ -14,6 +14,9 @@ import signal
 import sys
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32, i64
+
 from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.controller_channel import BrokerToControllerChannel
 from odradek.broker.group.group_apis import GroupApis
@@ -27,9 +30,6 @@ from odradek.broker.network.socket_server import SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.zk_client import BrokerZkClient
-from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i64
-
 from odradek.common import messages
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners
 from odradek.common.zk_data import BrokerInfo, EndPoint
@@ -169,7 +169,8 @@ class KafkaServer:
                 port = bound[name][1]
             if host in ("", "0.0.0.0", "::") and name in bound:
                 host = bound[name][0] if bound[name][0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
-            out.append(EndPoint(host=host, port=port, listener=name, security_protocol=name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"))
+            protocol = name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"
+            out.append(EndPoint(host=host, port=port, listener=name, security_protocol=protocol))
         return out
 
     @property
@@ -236,7 +237,7 @@ class KafkaServer:
             except (TimeoutError, ConnectionError) as e:
                 log.warning("controlled shutdown: ZooKeeper did not answer (%r)", e)
                 return False
-            except Exception:  # noqa: BLE001 - any other ZooKeeper failure: no controller to find
+            except Exception:
                 log.exception("controlled shutdown: cannot read /controller")
                 return False
             if loop.time() >= deadline:
@@ -306,7 +307,7 @@ class KafkaServer:
                 continue
             try:
                 await asyncio.wait_for(task, 10)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 log.warning("log background tasks did not stop cleanly", exc_info=True)
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)

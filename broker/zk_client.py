@@ -22,6 +22,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.common import zk_data
+from odradek.common.config import ZkClientConfig
 from odradek.common.zk_calls import BoundedCalls
 from odradek.common.zk_connect import (
     CLOSE_TIMEOUT_S,
@@ -31,7 +32,6 @@ from odradek.common.zk_connect import (
     split_connect,
     start_client,
 )
-from odradek.common.config import ZkClientConfig
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, ProducerIdsBlock, TopicAssignment
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class BrokerZkClient:
         for listener in list(self.fencing_listeners):
             try:
                 listener(not registered)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("fencing listener failed")
 
     def _reregister_task_idle(self) -> bool:
@@ -222,7 +222,7 @@ class BrokerZkClient:
                 log.info("re-registered broker %d after session loss (epoch %d, attempt %d)",
                          info.id, self.broker_epoch, attempt)
                 return
-            except Exception as e:  # noqa: BLE001 - any failure: try again shortly
+            except Exception as e:
                 level = logging.WARNING if attempt in (1, 10) or attempt % 60 == 0 else logging.DEBUG
                 log.log(level, "re-registration of broker %d failed (attempt %d): %r; retrying in %.1fs",
                         info.id, attempt, e, REREGISTER_BACKOFF_S)
@@ -249,7 +249,7 @@ class BrokerZkClient:
         for listener in list(self.registration_listeners):
             try:
                 listener(epoch)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("registration listener failed")
         return epoch
 

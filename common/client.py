@@ -20,7 +20,7 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
 class _Pending:
-    __slots__ = ("schema", "future")
+    __slots__ = ("future", "schema")
 
     def __init__(self, schema: type | None, future: asyncio.Future):
         self.schema = schema
@@ -43,7 +43,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
     buffer is reused (`NetworkClient.recycle`) once its reader is done with it: a fresh one of
     megabytes per response costs page faults and zeroing on every round trip."""
 
-    def __init__(self, owner: "NetworkClient"):
+    def __init__(self, owner: NetworkClient):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray(RECV_BUFFER)
@@ -208,7 +208,7 @@ class NetworkClient:
                         loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port),
                         self.connect_timeout,
                     )
-                except (OSError, asyncio.TimeoutError) as e:
+                except (TimeoutError, OSError) as e:
                     last = e
                     continue
                 self._protocol = protocol
@@ -262,7 +262,7 @@ class NetworkClient:
             return None
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("%s: request %s timed out after %.1fs; disconnecting", self, what, timeout)
             protocol.pending.pop(correlation_id, None)
             future.cancel()
@@ -287,5 +287,5 @@ class NetworkClient:
             p.transport.close()
             try:
                 await asyncio.wait_for(asyncio.shield(p.closed), 1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 p.transport.abort()

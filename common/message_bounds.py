@@ -176,7 +176,7 @@ def walk(plan: tuple, buf, pos: int, end: int) -> int:
                 raise MalformedMessage(f"compact string of {n - 1} bytes runs past the end of the frame")
         elif op == _ARRAY:
             pos = _walk_array(step, buf, pos, end)
-        elif op == _STR16 or op == _STR32:
+        elif op in (_STR16, _STR32):
             width = 2 if op == _STR16 else 4
             if pos + width > end:
                 raise MalformedMessage("length runs past the end of the frame")

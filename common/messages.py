@@ -11,13 +11,11 @@ from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
-from kio.schema.response_header.v0.header import ResponseHeader
-from kio.static.constants import EntityType
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
-
-_frozen = dataclass(frozen=True, slots=True, kw_only=True)
 
 
 def _int32():
@@ -49,7 +47,7 @@ class _LeaderAndIsr(_Message):
     __version__: ClassVar[i16] = i16(2)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrPartitionState(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
     partition_index: i32 = _int32()
@@ -63,14 +61,14 @@ class LeaderAndIsrPartitionState(_LeaderAndIsr):
     is_new: bool = field(metadata={"kafka_type": "bool"}, default=False)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrTopicState(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
     topic_name: str = _string()
     partition_states: tuple[LeaderAndIsrPartitionState, ...]
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrLiveLeader(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
     broker_id: i32 = _int32()
@@ -78,7 +76,7 @@ class LeaderAndIsrLiveLeader(_LeaderAndIsr):
     port: i32 = _int32()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrRequest(_LeaderAndIsr):
     __type__: ClassVar = EntityType.request
     controller_id: i32 = _int32()
@@ -88,7 +86,7 @@ class LeaderAndIsrRequest(_LeaderAndIsr):
     live_leaders: tuple[LeaderAndIsrLiveLeader, ...]
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrPartitionError(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
@@ -97,7 +95,7 @@ class LeaderAndIsrPartitionError(_LeaderAndIsr):
     error_code: ErrorCode = _errors()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrResponse(_LeaderAndIsr):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
@@ -113,14 +111,14 @@ class _StopReplica(_Message):
     __version__: ClassVar[i16] = i16(1)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaTopic(_StopReplica):
     __type__: ClassVar = EntityType.nested
     name: str = _string()
     partition_indexes: tuple[i32, ...] = _int32()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaRequest(_StopReplica):
     __type__: ClassVar = EntityType.request
     controller_id: i32 = _int32()
@@ -130,7 +128,7 @@ class StopReplicaRequest(_StopReplica):
     topics: tuple[StopReplicaTopic, ...]
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaPartitionError(_StopReplica):
     __type__: ClassVar = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
@@ -139,7 +137,7 @@ class StopReplicaPartitionError(_StopReplica):
     error_code: ErrorCode = _errors()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaResponse(_StopReplica):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
@@ -159,7 +157,7 @@ LEADER_DURING_DELETE = -2
 """A partition state with this leader tells brokers the topic is being deleted (Kafka's marker)."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataPartitionState(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
     partition_index: i32 = _int32()
@@ -172,14 +170,14 @@ class UpdateMetadataPartitionState(_UpdateMetadata):
     offline_replicas: tuple[i32, ...] = _int32()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataTopicState(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
     topic_name: str = _string()
     partition_states: tuple[UpdateMetadataPartitionState, ...]
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataEndpoint(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
     port: i32 = _int32()
@@ -188,7 +186,7 @@ class UpdateMetadataEndpoint(_UpdateMetadata):
     security_protocol: i16 = field(metadata={"kafka_type": "int16"})
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataBroker(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
     id: i32 = _int32()
@@ -196,7 +194,7 @@ class UpdateMetadataBroker(_UpdateMetadata):
     rack: str | None = _string()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataRequest(_UpdateMetadata):
     """Partition states listed replace the broker's; live_brokers always replaces the whole set."""
 
@@ -208,7 +206,7 @@ class UpdateMetadataRequest(_UpdateMetadata):
     live_brokers: tuple[UpdateMetadataBroker, ...]
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataResponse(_UpdateMetadata):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
@@ -223,14 +221,14 @@ class _ControlledShutdown(_Message):
     __version__: ClassVar[i16] = i16(2)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControlledShutdownRequest(_ControlledShutdown):
     __type__: ClassVar = EntityType.request
     broker_id: i32 = _int32()
     broker_epoch: i64 = _int64()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RemainingPartition(_ControlledShutdown):
     __type__: ClassVar = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
@@ -238,7 +236,7 @@ class RemainingPartition(_ControlledShutdown):
     partition_index: i32 = _int32()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControlledShutdownResponse(_ControlledShutdown):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
@@ -257,7 +255,7 @@ class _AlterPartition(_Message):
     __header_schema__: ClassVar[type] = RequestHeaderV2
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequestPartition(_AlterPartition):
     __type__: ClassVar = EntityType.nested
     partition_index: i32 = _int32()
@@ -268,14 +266,14 @@ class AlterPartitionRequestPartition(_AlterPartition):
     """The state znode version the leader last saw (LeaderAndIsr's zk_version)."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequestTopic(_AlterPartition):
     __type__: ClassVar = EntityType.nested
     topic_name: str = _string()
     partitions: tuple[AlterPartitionRequestPartition, ...]
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequest(_AlterPartition):
     __type__: ClassVar = EntityType.request
     broker_id: i32 = _int32()
@@ -287,7 +285,7 @@ class _AlterPartitionResponse(_AlterPartition):
     __header_schema__: ClassVar[type] = ResponseHeaderV1
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponsePartition(_AlterPartitionResponse):
     __type__: ClassVar = EntityType.nested
     partition_index: i32 = _int32()
@@ -299,14 +297,14 @@ class AlterPartitionResponsePartition(_AlterPartitionResponse):
     partition_epoch: i32 = _int32()
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponseTopic(_AlterPartitionResponse):
     __type__: ClassVar = EntityType.nested
     topic_name: str = _string()
     partitions: tuple[AlterPartitionResponsePartition, ...]
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponse(_AlterPartitionResponse):
     __type__: ClassVar = EntityType.response
     throttle_time_ms: i32 = _int32()

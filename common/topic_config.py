@@ -9,7 +9,7 @@ operator imports it without any broker runtime.
 from collections.abc import Callable
 from typing import NamedTuple
 
-from odradek.common.config import DAY_MS
+from odradek.common.config import DAY_MS, BrokerConfig
 
 LONG_MAX = 2**63 - 1
 
@@ -80,7 +80,7 @@ class TopicConfigKey(NamedTuple):
     """LogConfig's attribute for the key."""
     parse: Callable[[str], object]
     """Text → value; ValueError saying why the text is refused."""
-    broker_default: Callable[[object], object]
+    broker_default: Callable[[BrokerConfig], object]
     """The default from a BrokerConfig (its `log.*` setting, or Kafka's fixed default)."""
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from odradek.common.client import NetworkClient
 from odradek.common.zk_data import BrokerInfo
@@ -22,7 +22,7 @@ ResponseHook = Callable[[int, object, object], None]
 
 
 class _BrokerChannel:
-    def __init__(self, manager: "ControllerChannelManager", info: BrokerInfo):
+    def __init__(self, manager: ControllerChannelManager, info: BrokerInfo):
         self.manager = manager
         self.info = info
         ep = info.endpoint("PLAINTEXT")

@@ -16,7 +16,7 @@ class TopicPartition(NamedTuple):
     topic: str
     partition: int
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
 
 

@@ -22,8 +22,8 @@ from odradek.common.zk_data import ControllerInfo, EndPoint
 
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
-from .controller_apis import ALTER_PARTITION, CONTROLLED_SHUTDOWN, ControllerApis, isr_changes
 from .context import ControllerContext
+from .controller_apis import ALTER_PARTITION, CONTROLLED_SHUTDOWN, ControllerApis, isr_changes
 from .zk_client import ControllerMovedError, ControllerZkClient
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class KafkaController:
         self._events.put_nowait(_BrokerRequest(api_key, payload, future))
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         finally:
             self._inflight.discard(future)
@@ -140,7 +140,7 @@ class KafkaController:
                 log.exception("controller %d: session failed; starting over in %.1fs", self.controller_id, backoff)
                 try:
                     await asyncio.wait_for(self._stopping.wait(), backoff)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 backoff = min(backoff * 2, 5.0)
         log.info("controller %d stopped", self.controller_id)

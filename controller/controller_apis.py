@@ -61,7 +61,9 @@ def isr_changes(request: m.AlterPartitionRequest) -> list[sm.IsrChange]:
     ]
 
 
-def alter_partition_response(request: m.AlterPartitionRequest, answer: sm.AlterPartitionAnswer | None) -> m.AlterPartitionResponse:
+def alter_partition_response(
+    request: m.AlterPartitionRequest, answer: sm.AlterPartitionAnswer | None
+) -> m.AlterPartitionResponse:
     """None → NOT_CONTROLLER (standby, deposed, or no decision in time)."""
     if answer is None or answer.error:
         code = ErrorCode.not_controller if answer is None else ErrorCode(answer.error)
@@ -96,7 +98,7 @@ class ControllerApis:
     """The listener's handler: decode, hand the request to the controller's event loop (which
     answers None unless it is the active controller), encode the answer."""
 
-    def __init__(self, controller: "KafkaController"):
+    def __init__(self, controller: KafkaController):
         self.controller = controller
         self.bad_input = RateLimitedLog(log)
 

@@ -16,10 +16,11 @@ last ISR member stays, as in Kafka, so a clean election is possible when it retu
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32, i64
 
 from odradek.common import messages as m
 from odradek.common.zk_data import (
@@ -34,6 +35,11 @@ from odradek.common.zk_data import (
 from .context import ControllerContext, TopicPartition
 
 NO_LEADER = -1
+LeaderAndIsrEntry = tuple[LeaderIsrAndControllerEpoch, tuple[int, ...], bool]
+"""A partition of a LeaderAndIsr request: its state, replicas, and whether it is new."""
+MetadataEntry = tuple[LeaderIsrAndControllerEpoch, tuple[int, ...]]
+"""A partition of an UpdateMetadata request: its state and replicas."""
+
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 Request = tuple[int, object]
@@ -115,7 +121,7 @@ def reconcile_leader_and_isr(
     live: set[int],
     controller_epoch: int,
     unclean: bool = False,
-    not_eligible: set[int] = frozenset(),
+    not_eligible: Set[int] = frozenset(),
 ) -> LeaderIsrAndControllerEpoch | None:
     """The state a partition must move to given the live brokers, or None if it is fine as is.
 
@@ -163,8 +169,8 @@ class RequestBatch:
     def __init__(self, ctx: ControllerContext, live_brokers: dict[int, BrokerInfo]):
         self.ctx = ctx
         self.live = live_brokers
-        self.leader_and_isr: dict[int, dict[TopicPartition, tuple]] = {}
-        self.update_metadata: dict[int, dict[TopicPartition, tuple]] = {}
+        self.leader_and_isr: dict[int, dict[TopicPartition, LeaderAndIsrEntry]] = {}
+        self.update_metadata: dict[int, dict[TopicPartition, MetadataEntry]] = {}
         self.stop_replica: dict[tuple[int, bool], set[TopicPartition]] = {}
 
     def add_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
@@ -173,13 +179,15 @@ class RequestBatch:
             if b in self.live:
                 self.leader_and_isr.setdefault(b, {})[tp] = (state, replicas, is_new)
 
-    def add_update_metadata(self, brokers: Iterable[int],
-                            partitions: dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, tuple[int, ...]]] = {}) -> None:
+    def add_update_metadata(
+        self, brokers: Iterable[int],
+        partitions: Mapping[TopicPartition, MetadataEntry] | None = None,
+    ) -> None:
         """Partitions listed replace the brokers' copies; brokers listed with none still get the
         live broker list."""
         for b in brokers:
             if b in self.live:
-                self.update_metadata.setdefault(b, {}).update(partitions)
+                self.update_metadata.setdefault(b, {}).update(partitions or {})
 
     def add_stop_replica(self, brokers: Iterable[int], tp: TopicPartition, delete: bool) -> None:
         for b in brokers:
@@ -201,16 +209,16 @@ class RequestBatch:
     def _broker_epoch(self, b: int) -> int:
         return self.live[b].epoch
 
-    def _leader_and_isr(self, b: int, parts: dict) -> m.LeaderAndIsrRequest:
-        topics: dict[str, list] = {}
+    def _leader_and_isr(self, b: int, parts: dict[TopicPartition, LeaderAndIsrEntry]) -> m.LeaderAndIsrRequest:
+        topics: dict[str, list[m.LeaderAndIsrPartitionState]] = {}
         leaders: set[int] = set()
         for tp in sorted(parts):
             state, replicas, is_new = parts[tp]
             topics.setdefault(tp.topic, []).append(
                 m.LeaderAndIsrPartitionState(
-                    partition_index=tp.partition, controller_epoch=state.controller_epoch, leader=state.leader,
-                    leader_epoch=state.leader_epoch, isr=tuple(state.isr), zk_version=state.zk_version,
-                    replicas=tuple(replicas), is_new=is_new,
+                    partition_index=i32(tp.partition), controller_epoch=i32(state.controller_epoch),
+                    leader=i32(state.leader), leader_epoch=i32(state.leader_epoch), isr=_i32s(state.isr),
+                    zk_version=i32(state.zk_version), replicas=_i32s(replicas), is_new=is_new,
                 )
             )
             if state.leader in self.live:
@@ -218,30 +226,32 @@ class RequestBatch:
         live_leaders = []
         for leader in sorted(leaders):
             ep = self.live[leader].endpoint("PLAINTEXT")
-            live_leaders.append(m.LeaderAndIsrLiveLeader(broker_id=leader, host_name=ep.host, port=ep.port))
+            live_leaders.append(m.LeaderAndIsrLiveLeader(broker_id=i32(leader), host_name=ep.host, port=i32(ep.port)))
         return m.LeaderAndIsrRequest(
-            controller_id=self.ctx.controller_id, controller_epoch=self.ctx.epoch, broker_epoch=self._broker_epoch(b),
+            controller_id=i32(self.ctx.controller_id), controller_epoch=i32(self.ctx.epoch),
+            broker_epoch=i64(self._broker_epoch(b)),
             topic_states=tuple(m.LeaderAndIsrTopicState(topic_name=t, partition_states=tuple(ps)) for t, ps in topics.items()),
             live_leaders=tuple(live_leaders),
         )
 
-    def _update_metadata(self, b: int, parts: dict) -> m.UpdateMetadataRequest:
-        topics: dict[str, list] = {}
+    def _update_metadata(self, b: int, parts: dict[TopicPartition, MetadataEntry]) -> m.UpdateMetadataRequest:
+        topics: dict[str, list[m.UpdateMetadataPartitionState]] = {}
         for tp in sorted(parts):
             state, replicas = parts[tp]
             topics.setdefault(tp.topic, []).append(
                 m.UpdateMetadataPartitionState(
-                    partition_index=tp.partition, controller_epoch=state.controller_epoch, leader=state.leader,
-                    leader_epoch=state.leader_epoch, isr=tuple(state.isr), zk_version=state.zk_version,
-                    replicas=tuple(replicas), offline_replicas=tuple(r for r in replicas if r not in self.live),
+                    partition_index=i32(tp.partition), controller_epoch=i32(state.controller_epoch),
+                    leader=i32(state.leader), leader_epoch=i32(state.leader_epoch), isr=_i32s(state.isr),
+                    zk_version=i32(state.zk_version), replicas=_i32s(replicas),
+                    offline_replicas=_i32s(r for r in replicas if r not in self.live),
                 )
             )
         brokers = tuple(
             m.UpdateMetadataBroker(
-                id=info.id,
+                id=i32(info.id),
                 endpoints=tuple(
-                    m.UpdateMetadataEndpoint(port=ep.port, host=ep.host, listener=ep.listener,
-                                             security_protocol=SECURITY_PROTOCOLS.get(ep.security_protocol, 0))
+                    m.UpdateMetadataEndpoint(port=i32(ep.port), host=ep.host, listener=ep.listener,
+                                             security_protocol=i16(SECURITY_PROTOCOLS.get(ep.security_protocol, 0)))
                     for ep in info.endpoints
                 ),
                 rack=info.rack,
@@ -249,7 +259,8 @@ class RequestBatch:
             for _, info in sorted(self.live.items())
         )
         return m.UpdateMetadataRequest(
-            controller_id=self.ctx.controller_id, controller_epoch=self.ctx.epoch, broker_epoch=self._broker_epoch(b),
+            controller_id=i32(self.ctx.controller_id), controller_epoch=i32(self.ctx.epoch),
+            broker_epoch=i64(self._broker_epoch(b)),
             topic_states=tuple(m.UpdateMetadataTopicState(topic_name=t, partition_states=tuple(ps)) for t, ps in topics.items()),
             live_brokers=brokers,
         )
@@ -259,10 +270,14 @@ class RequestBatch:
         for tp in sorted(tps):
             topics.setdefault(tp.topic, []).append(tp.partition)
         return m.StopReplicaRequest(
-            controller_id=self.ctx.controller_id, controller_epoch=self.ctx.epoch, broker_epoch=self._broker_epoch(b),
-            delete_partitions=delete,
-            topics=tuple(m.StopReplicaTopic(name=t, partition_indexes=tuple(ps)) for t, ps in topics.items()),
+            controller_id=i32(self.ctx.controller_id), controller_epoch=i32(self.ctx.epoch),
+            broker_epoch=i64(self._broker_epoch(b)), delete_partitions=delete,
+            topics=tuple(m.StopReplicaTopic(name=t, partition_indexes=_i32s(ps)) for t, ps in topics.items()),
         )
+
+
+def _i32s(values: Iterable[int]) -> tuple[i32, ...]:
+    return tuple(i32(v) for v in values)
 
 
 # --- shared steps ---------------------------------------------------------------------------------
@@ -272,7 +287,8 @@ def _written_by_newer_controller(ctx: ControllerContext) -> bool:
     return any(s.controller_epoch > ctx.epoch for s in ctx.partition_states.values())
 
 
-def _elect(ctx: ControllerContext, tps: Iterable[TopicPartition], replicas_of, live: set[int],
+def _elect(ctx: ControllerContext, tps: Iterable[TopicPartition], replicas_of: Callable[[TopicPartition], tuple[int, ...]],
+           live: set[int],
            states: dict[TopicPartition, LeaderIsrAndControllerEpoch], d: Decisions) -> dict[TopicPartition, bool]:
     """Bring each partition to the state the live brokers call for; record writes in `d` and the
     new states in `states`. Returns changed partitions → whether the znode was created."""
@@ -296,7 +312,7 @@ def _elect(ctx: ControllerContext, tps: Iterable[TopicPartition], replicas_of, l
     return changed
 
 
-def _record_change(d: Decisions, batch: "RequestBatch", updates: dict, tp: TopicPartition,
+def _record_change(d: Decisions, batch: RequestBatch, updates: dict[TopicPartition, MetadataEntry], tp: TopicPartition,
                    state: LeaderIsrAndControllerEpoch, new: LeaderIsrAndControllerEpoch,
                    recipients: Iterable[int], replicas: tuple[int, ...]) -> None:
     """A partition moves from `state` to `new`: its compare-and-set write, LeaderAndIsr to
@@ -314,7 +330,7 @@ def _deleting_state(state: LeaderIsrAndControllerEpoch | None) -> LeaderIsrAndCo
                                        state.controller_epoch, state.zk_version)
 
 
-def _deleting_partitions(ctx: ControllerContext, topics: Iterable[str]) -> dict:
+def _deleting_partitions(ctx: ControllerContext, topics: Iterable[str]) -> dict[TopicPartition, MetadataEntry]:
     return {tp: (_deleting_state(ctx.partition_states.get(tp)), ctx.replicas(tp))
             for t in sorted(topics) for tp in ctx.partitions_of(t)}
 
@@ -435,13 +451,16 @@ def on_topic_change(ctx: ControllerContext, assignments: dict[str, TopicAssignme
         return d
     live = set(ctx.live_brokers)
     states = dict(ctx.partition_states)
-    replicas_of = lambda tp: added[tp.topic].partitions[tp.partition]  # noqa: E731
+
+    def replicas_of(tp: TopicPartition) -> tuple[int, ...]:
+        return added[tp.topic].partitions[tp.partition]
+
     tps = [TopicPartition(t, p) for t in sorted(added) for p in sorted(added[t].partitions)]
     if any(states[tp].controller_epoch > ctx.epoch for tp in tps if tp in states):
         return Decisions(deposed=True)
     _elect(ctx, tps, replicas_of, live, states, d)
     batch = RequestBatch(ctx, ctx.live_brokers)
-    parts = {}
+    parts: dict[TopicPartition, MetadataEntry] = {}
     for tp in tps:
         if tp in states:
             replicas = replicas_of(tp)
@@ -531,11 +550,11 @@ def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int
         return Decisions(answer=AlterPartitionAnswer(error))
     d = Decisions()
     results = {}
-    updates = {}
+    updates: dict[TopicPartition, MetadataEntry] = {}
     for c in changes:
         code, state = _check_isr_change(ctx, broker_id, c)
         results[c.tp] = (code, state)
-        if code == 0 and state is not ctx.partition_states[c.tp]:
+        if code == 0 and state is not None and state is not ctx.partition_states[c.tp]:
             d.state_writes.append(StateWrite(c.tp, state, ctx.partition_states[c.tp].zk_version))
             updates[c.tp] = (state, ctx.replicas(c.tp))
     if updates:
@@ -572,7 +591,7 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
     shutting = ctx.shutting_down_brokers | {broker_id}
     d = Decisions(shutting_down_brokers=set(shutting))
     batch = RequestBatch(ctx, ctx.live_brokers)
-    updates = {}
+    updates: dict[TopicPartition, MetadataEntry] = {}
     remaining = []
     for tp in ctx.all_partitions():
         replicas = ctx.replicas(tp)
@@ -632,7 +651,7 @@ def on_preferred_replica_election(ctx: ControllerContext, partitions: Iterable[T
         return Decisions(deposed=True)
     d = Decisions()
     batch = RequestBatch(ctx, ctx.live_brokers)
-    updates = {}
+    updates: dict[TopicPartition, MetadataEntry] = {}
     for tp in ctx.all_partitions() if partitions is None else sorted(partitions):
         replicas = ctx.replicas(tp)
         state = ctx.partition_states.get(tp)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from kazoo.exceptions import (
     BadVersionError,
@@ -181,7 +181,9 @@ class ControllerZkClient:
                 out[b] = z.decode_broker(b, got[0], got[1].czxid)
         return out
 
-    def topic_assignments(self, watch: Watch = None, known: dict[str, TopicAssignment] | None = None) -> dict[str, TopicAssignment]:
+    def topic_assignments(
+        self, watch: Watch = None, known: dict[str, TopicAssignment] | None = None
+    ) -> dict[str, TopicAssignment]:
         """Every topic's assignment; those in `known` are taken from it rather than read again."""
         known = known or {}
         topics = self.calls.get_children(z.BROKER_TOPICS, watch=watch)
@@ -263,16 +265,12 @@ class ControllerZkClient:
 
     def delete_recursive(self, path: str, epoch_zk_version: int, attempts: int = 5) -> None:
         """Delete a subtree, leaves first, in one transaction fenced by the epoch (gone = done)."""
+        def walk(p: str) -> list[str]:
+            return [n for child in self.calls.get_children(p) for n in walk(f"{p}/{child}")] + [p]
+
         for _ in range(attempts):
-            nodes: list[str] = []
-
-            def walk(p: str) -> None:
-                for child in self.calls.get_children(p):
-                    walk(f"{p}/{child}")
-                nodes.append(p)
-
             try:
-                walk(path)
+                nodes = walk(path)
             except NoNodeError:
                 continue  # changed while walking: look again
             t = self.zk.transaction()

@@ -45,7 +45,9 @@ class Resources(_Model):
 
 
 class Rack(_Model):
-    topology_key: str = Field(description="Node label to spread brokers over (a topology spread constraint). broker.rack is not set from it yet.")
+    topology_key: str = Field(
+        description="Node label to spread brokers over (a topology spread constraint). broker.rack is not set from it yet."
+    )
 
 
 class BrokersSpec(_Model):

@@ -17,7 +17,6 @@ from odradek.common import zk_data
 from odradek.common.config import CONTROLLER_ID_BASE, load_properties
 
 
-
 def controller_id_for(pod_name: str) -> int:
     """Distinct from broker ids (dev uses 1000+j too); collisions need equal crc32 values."""
     return CONTROLLER_ID_BASE + zlib.crc32(pod_name.encode()) % 1_000_000
@@ -43,7 +42,7 @@ def broker_ready(connect: str, broker_id: int, port: int, timeout: float = 3.0) 
         return False, f"listener 127.0.0.1:{port} not serving: {e}"
     try:
         zk = _zk(connect, timeout)
-    except Exception as e:  # noqa: BLE001 - any failure means not ready
+    except Exception as e:
         return False, f"ZooKeeper unreachable: {e}"
     try:
         if zk.exists(zk_data.broker_path(broker_id)) is None:
@@ -61,7 +60,7 @@ def controller_role(connect: str, controller_id: int, timeout: float = 3.0) -> t
 
     try:
         zk = _zk(connect, timeout)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return False, f"ZooKeeper unreachable: {e}"
     try:
         try:

@@ -8,7 +8,7 @@ local broker processes.
 """
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ async def reconcile_brokers(orchestrator: BrokerOrchestrator, desired_hash: str,
     return BrokerReconcile(waiting=waiting, refused=decision.refused, done=done, pending=step.pending)
 
 
-def view_from_metadata(response) -> ClusterView:
+def view_from_metadata(response: Any) -> ClusterView:
     """A kio MetadataResponse (any version with replica_nodes/isr_nodes) → ClusterView."""
     replicas: dict[int, int] = {}
     under = []

@@ -6,7 +6,11 @@ condition's status changes (so `kubectl wait` and alerting see real transitions,
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
+
+Condition = dict[str, Any]
+"""A Kubernetes status condition: type, status, reason, message, observedGeneration, lastTransitionTime."""
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 
@@ -31,7 +35,7 @@ class Observation:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def support_problem(o: Observation) -> tuple[str, str] | None:
@@ -46,7 +50,9 @@ def support_problem(o: Observation) -> tuple[str, str] | None:
     return None
 
 
-def condition(type_: str, ok: bool, reason: str, message: str, generation, previous: dict, at: str) -> dict:
+def condition(
+    type_: str, ok: bool, reason: str, message: str, generation: int | None, previous: dict[Any, Condition], at: str
+) -> Condition:
     status = "True" if ok else "False"
     old = previous.get(type_)
     since = old.get("lastTransitionTime") if old and old.get("status") == status else None
@@ -54,13 +60,13 @@ def condition(type_: str, ok: bool, reason: str, message: str, generation, previ
             "observedGeneration": generation, "lastTransitionTime": since or at}
 
 
-def conditions(o: Observation, previous: list[dict] | None = None, at: str | None = None) -> list[dict]:
+def conditions(o: Observation, previous: list[Condition] | None = None, at: str | None = None) -> list[Condition]:
     prev = {c.get("type"): c for c in previous or []}
-    at = at or now()
+    when = at or now()
     g = o.generation
 
-    def cond(type_, ok, reason, message):
-        return condition(type_, ok, reason, message, g, prev, at)
+    def cond(type_: str, ok: bool, reason: str, message: str) -> Condition:
+        return condition(type_, ok, reason, message, g, prev, when)
 
     if o.invalid:
         return [cond(READY, False, "InvalidSpec", o.invalid),
@@ -98,7 +104,7 @@ def conditions(o: Observation, previous: list[dict] | None = None, at: str | Non
     return [cond(READY, *ready_c), cond(PROGRESSING, *progressing), cond(DEGRADED, *degraded)]
 
 
-def status(o: Observation, previous: dict | None = None, at: str | None = None) -> dict:
+def status(o: Observation, previous: dict[str, Any] | None = None, at: str | None = None) -> dict[str, Any]:
     """The whole status object (camelCase, as the CRD declares it)."""
     previous = previous or {}
     return {
@@ -115,7 +121,7 @@ def status(o: Observation, previous: dict | None = None, at: str | None = None) 
     }
 
 
-def changed(old: dict | None, new: dict) -> bool:
+def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Whether writing `new` would change anything (avoids a status write, hence an event, per tick)."""
     old = old or {}
     return any(old.get(k) != v for k, v in new.items())

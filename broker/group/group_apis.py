@@ -18,8 +18,13 @@ from odradek.broker.auth_helper import ResourceType, authorized_operations
 from odradek.broker.log.clock import now_ms
 from odradek.broker.transaction_refusal import MESSAGE as TRANSACTIONS_MESSAGE
 from odradek.broker.transaction_refusal import TRANSACTIONS_UNSUPPORTED
-from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
-from odradek.common.wire import read_request_header_v1  # kio has no OffsetCommit v1
+from odradek.common.wire import (
+    NO_THROTTLE,
+    make_entity,
+    ms,
+    read_request_header_v1,  # kio has no OffsetCommit v1
+    response_module,
+)
 
 from . import records
 from .group_coordinator import GroupCoordinator

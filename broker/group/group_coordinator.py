@@ -467,7 +467,8 @@ class GroupCoordinator:
             await asyncio.sleep(0.2)
             now = now_ms()
             for group in list(self.manager.groups.values()):
-                if group.state in (GroupState.DEAD,) or not self.manager.is_local(group.group_id) or self.manager.is_loading(group.group_id):
+                if (group.state in (GroupState.DEAD,) or not self.manager.is_local(group.group_id)
+                        or self.manager.is_loading(group.group_id)):
                     continue
                 for m in list(group.members.values()):
                     if m.awaiting_join is not None:
@@ -488,7 +489,7 @@ class GroupCoordinator:
     async def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
                              offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], ErrorCode]:
         def all_(code):
-            return {k: code for k in offsets}
+            return dict.fromkeys(offsets, code)
 
         error = self._group_error(group_id)
         if error != ErrorCode.none:
@@ -587,7 +588,7 @@ class GroupCoordinator:
             return ErrorCode.non_empty_group, {}
         if eligible:
             code = await self._remove_offsets(group, [k for k in dict.fromkeys(eligible) if k in group.offsets])
-            out.update({k: code for k in eligible})
+            out.update(dict.fromkeys(eligible, code))
             log.info("group %s: offsets of %s deleted (%s)", group_id, eligible, code.name)
         return ErrorCode.none, out
 

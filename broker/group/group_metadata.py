@@ -138,9 +138,9 @@ class GroupMetadata:
     def remove(self, member_id: str) -> MemberMetadata | None:
         member = self.members.pop(member_id, None)
         self.pending_members.discard(member_id)
-        if member is not None and member.group_instance_id is not None:
-            if self.static_members.get(member.group_instance_id) == member_id:
-                del self.static_members[member.group_instance_id]
+        if (member is not None and member.group_instance_id is not None
+                and self.static_members.get(member.group_instance_id) == member_id):
+            del self.static_members[member.group_instance_id]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         return member
@@ -259,7 +259,7 @@ class GroupMetadata:
                 base = max(self.state_timestamp, om.commit_timestamp) if self.protocol_type else om.commit_timestamp
                 if now_ms - base >= retention_ms:
                     out.append(key)
-            elif subscribed is not None and key[0] not in subscribed:
-                if now_ms - om.commit_timestamp >= retention_ms:
-                    out.append(key)
+            elif (subscribed is not None and key[0] not in subscribed
+                  and now_ms - om.commit_timestamp >= retention_ms):
+                out.append(key)
         return out

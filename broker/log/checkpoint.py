@@ -1,7 +1,8 @@
 """Kafka's checkpoint file format: a version line, a count line, then one entry per line.
 
 Used for `leader-epoch-checkpoint` ("epoch startOffset") and the per-partition offset files,
-`recovery-point-offset-checkpoint` and `replication-offset-checkpoint` ("topic partition offset"). Written to a temp file, fsynced, then renamed, so a crash leaves
+`recovery-point-offset-checkpoint` and `replication-offset-checkpoint` ("topic partition offset").
+Written to a temp file, fsynced, then renamed, so a crash leaves
 either the old or the new file, never a torn one.
 """
 

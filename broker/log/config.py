@@ -7,8 +7,9 @@ reject an unknown key or a bad value before anything is written.
 
 import logging
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-from odradek.common.config import DAY_MS
+from odradek.common.config import DAY_MS, BrokerConfig
 from odradek.common.topic_config import LONG_MAX, TOPIC_CONFIGS, config_text, validate_topic_config
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class LogConfig:
     """The topic-level keys that were set explicitly (everything else is a default)."""
 
     @classmethod
-    def from_broker(cls, broker_config=None, overrides: dict[str, str] | None = None) -> "LogConfig":
+    def from_broker(cls, broker_config: BrokerConfig | None = None, overrides: dict[str, str] | None = None) -> "LogConfig":
         """Broker `log.*` defaults (Kafka's when `broker_config` is None), then topic overrides.
 
         Lenient, because the overrides come from ZooKeeper where any tool may have written them:
@@ -57,7 +58,7 @@ class LogConfig:
             except ValueError as exc:
                 log.warning("ignoring topic config: %s", exc)
                 del overrides[key]
-        values = {}
+        values: dict[str, Any] = {}
         if broker_config is not None:
             values = {attr: default(broker_config) for attr, _, default in TOPIC_CONFIGS.values()}
         for key, text in overrides.items():
@@ -73,7 +74,7 @@ class LogConfig:
     def with_overrides(self, overrides: dict[str, str]) -> "LogConfig":
         """This config with more topic-level keys set (validated)."""
         self.validate_overrides(overrides)
-        values = {TOPIC_CONFIGS[k][0]: TOPIC_CONFIGS[k][1](str(v)) for k, v in overrides.items()}
+        values: dict[str, Any] = {TOPIC_CONFIGS[k][0]: TOPIC_CONFIGS[k][1](str(v)) for k, v in overrides.items()}
         return replace(self, **values, overrides={**self.overrides, **overrides})
 
     def describe(self) -> dict[str, tuple[str, bool]]:

@@ -12,8 +12,9 @@ import asyncio
 import bisect
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from .checkpoint import read_checkpoint, write_checkpoint
 
@@ -127,4 +128,8 @@ async def write_in_worker(caches: list[LeaderEpochFileCache]) -> None:
     thread: each is two fsyncs, which must not stall the event loop."""
     if caches:
         snapshots = [(cache, cache.snapshot()) for cache in caches]
-        await asyncio.to_thread(lambda: [cache.write(snapshot) for cache, snapshot in snapshots])
+        def write_all() -> None:
+            for cache, snapshot in snapshots:
+                cache.write(snapshot)
+
+        await asyncio.to_thread(write_all)

@@ -10,27 +10,30 @@ import bisect
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from .clock import now_ms
 from .config import LogConfig
 from .errors import (
-    CorruptRecordError,
     InvalidRecordError,
-    LogError,
     KafkaStorageError,
+    LogError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from .leader_epoch import FILE_NAME as EPOCH_FILE, LeaderEpochFileCache
+from .leader_epoch import FILE_NAME as EPOCH_FILE
+from .leader_epoch import LeaderEpochFileCache
 from .log_validator import validate_client_batch
 from .producer_state import (
     SNAPSHOT_SUFFIX,
     AppendOrigin,
+    BatchAppend,
     BatchMetadata,
+    ProducerRow,
     ProducerStateManager,
     delete_snapshots,
     load_latest_snapshot,
@@ -39,6 +42,7 @@ from .producer_state import (
 from .record_batch import (
     NO_TIMESTAMP,
     BatchInfo,
+    Buffer,
     assign_offset,
     decode_records,
     record_timestamps,
@@ -84,7 +88,7 @@ class FileRegion:
 
     __slots__ = ("file", "position", "size")
 
-    def __init__(self, file, position: int, size: int):
+    def __init__(self, file: BinaryIO, position: int, size: int):
         self.file, self.position, self.size = file, position, size
 
     def read_bytes(self) -> bytes:
@@ -130,7 +134,7 @@ class Log:
         self._bases: list[int] = []
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._truncations = 0
-        self.on_truncate: Callable[["Log"], None] | None = None
+        self.on_truncate: Callable[[Log], None] | None = None
         """Called after a truncation lowered the recovery point (LogManager checkpoints it)."""
         self.closed = False
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +200,7 @@ class Log:
         indexes: list[tuple[int, Path]] = []
         for path in self.dir.iterdir():
             name = path.name
-            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp"):
+            if name.endswith((DELETED_SUFFIX, ".tmp")):
                 path.unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
             elif name.endswith(SNAPSHOT_SUFFIX):
                 continue
@@ -237,7 +241,7 @@ class Log:
 
     # --- appending ------------------------------------------------------------------------
 
-    def append_as_leader(self, records, leader_epoch: int, now: int | None = None) -> LogAppendInfo:
+    def append_as_leader(self, records: Buffer, leader_epoch: int, now: int | None = None) -> LogAppendInfo:
         """Validate, assign offsets (rewriting the batch headers in place) and append atomically.
 
         A bytearray or writable memoryview is rewritten in place; other buffers are copied once.
@@ -301,7 +305,9 @@ class Log:
             first, offset - 1, max_ts, offset_of_max, append_time if append_time is not None else -1, count, len(buf)
         )
 
-    def _analyze_producer_state(self, batches: list[BatchInfo], first: int, append_time: int | None):
+    def _analyze_producer_state(
+        self, batches: list[BatchInfo], first: int, append_time: int | None
+    ) -> BatchMetadata | list[BatchAppend]:
         """Kafka's analyzeAndValidateProducerState for a client append: the first duplicate's
         BatchMetadata, or the updates to apply after the write; raises on a sequence gap or an
         old epoch. Offsets are the ones the batches are about to get."""
@@ -313,7 +319,7 @@ class Log:
             offset = last + 1
         return self.producer_state.prepare(rows, AppendOrigin.CLIENT)
 
-    def append_as_follower(self, records) -> LogAppendInfo:
+    def append_as_follower(self, records: Buffer) -> LogAppendInfo:
         """Append batches fetched from the leader with their offsets and epochs as sent.
 
         A partial batch at the end (a fetch cut short) is dropped; every whole batch is checked.
@@ -716,7 +722,7 @@ class Log:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
 
 
-def _producer_rows(batches: list[BatchInfo]) -> list[tuple]:
+def _producer_rows(batches: list[BatchInfo]) -> list[ProducerRow]:
     """The producer-state rows of appended batches (offsets as in their headers)."""
     return [
         (b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, b.base_offset, b.last_offset,

@@ -13,6 +13,8 @@ import time
 import uuid
 from pathlib import Path
 
+from odradek.common.config import BrokerConfig
+
 from .checkpoint import fsync_dir, read_offsets, write_offsets
 from .clock import now_ms
 from .config import LogConfig
@@ -29,7 +31,7 @@ _MIN_TICK_MS = 10
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], broker_config):
+    def __init__(self, log_dirs: list[Path], broker_config: BrokerConfig):
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -136,7 +138,7 @@ class LogManager:
         return existing
 
     def _least_loaded_dir(self) -> Path:
-        counts = {d: 0 for d in self.log_dirs}
+        counts = dict.fromkeys(self.log_dirs, 0)
         for d in self._dir_of.values():
             counts[d] += 1
         return min(self.log_dirs, key=lambda d: counts[d])
@@ -203,7 +205,7 @@ class LogManager:
             log.warning("%s: unreadable %s (%s): recovering every log", log_dir, RECOVERY_POINT_CHECKPOINT, exc)
             return {}
 
-    def _recovery_points_to_write(self, log_dir: Path | None, force: bool) -> dict:
+    def _recovery_points_to_write(self, log_dir: Path | None, force: bool) -> dict[Path, dict[tuple[str, int], int]]:
         """{dir: {(topic, partition): recovery point}} for the dirs whose points changed."""
         out = {}
         for d in [log_dir] if log_dir is not None else self.log_dirs:
@@ -212,7 +214,7 @@ class LogManager:
                 out[d] = points
         return out
 
-    def _write_recovery_points(self, log_dir: Path, points: dict) -> None:
+    def _write_recovery_points(self, log_dir: Path, points: dict[tuple[str, int], int]) -> None:
         with self._checkpoint_lock:
             write_offsets(log_dir / RECOVERY_POINT_CHECKPOINT, points)
             self._written_checkpoints[log_dir] = points
@@ -249,7 +251,7 @@ class LogManager:
             tick = min([_MAX_TICK_MS, retention_interval] + [lg.config.flush_ms for lg in self._logs.values()])
             try:
                 await asyncio.wait_for(stop.wait(), max(tick, _MIN_TICK_MS) / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def remove_expired_producers(self, now: int) -> None:

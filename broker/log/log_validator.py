@@ -8,8 +8,8 @@ Before a leader appends, every batch from a client is checked here:
 
 - the header: record count == lastOffsetDelta + 1 (record_batch.check_header), attributes
   consistent (`check_transactional`, `check_control`);
-- the records, decompressed first if the batch is compressed (broker/log/compression): exactly `count` records that parse to the end
-  of the batch, record i with offset delta i, every length inside its record.
+- the records, decompressed first if the batch is compressed (broker/log/compression): exactly
+  `count` records that parse to the end of the batch, record i with offset delta i, every length inside its record.
 
 Errors follow Kafka: records that do not parse or do not match the header are INVALID_RECORD
 (InvalidRecordError, with the record's index for Produce v8+'s record_errors); a compressed

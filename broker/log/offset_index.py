@@ -23,6 +23,7 @@ class IndexCorruptError(Exception):
 
 class _IndexFile:
     entry_size: int
+    _rel: "array[int]"  # relative offsets, one per entry
 
     def __init__(self, path: Path, base_offset: int, max_entries: int):
         self.path = path
@@ -38,6 +39,9 @@ class _IndexFile:
         return len(self._rel) >= self.max_entries
 
     def _encode(self, start: int, end: int) -> bytes:
+        raise NotImplementedError
+
+    def _drop_from(self, keep: int) -> None:
         raise NotImplementedError
 
     def flush(self, fsync: bool = False) -> None:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from crc32c import crc32c
-
 from kio.schema.errors import ErrorCode
 
 from .errors import InvalidRecordError, LogError
@@ -88,7 +87,7 @@ class BatchMetadata:
 class ProducerStateEntry:
     producer_id: int
     producer_epoch: int = NO_PRODUCER_EPOCH
-    batches: deque = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp: int = -1
     """The newest batch's max timestamp: what producer.id.expiration.ms is measured from (Kafka's)."""
 
@@ -121,6 +120,10 @@ class ProducerStateEntry:
         self.last_timestamp = meta.timestamp
 
 
+ProducerRow = tuple[int, int, int, int, int, int, int]
+"""(producer id, epoch, first sequence, last sequence, first offset, last offset, max timestamp)."""
+
+
 class BatchAppend(NamedTuple):
     """One batch of an append, to apply with `update` once it is written."""
 
@@ -142,7 +145,7 @@ class ProducerStateManager:
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
-    def prepare(self, batches, origin: AppendOrigin) -> BatchMetadata | list[BatchAppend]:
+    def prepare(self, batches: list[ProducerRow], origin: AppendOrigin) -> BatchMetadata | list[BatchAppend]:
         """Check `batches` = [(producer_id, epoch, first_seq, last_seq, first_offset, last_offset,
         max_timestamp)] in log order. Returns the first duplicate's metadata (Kafka then appends
         nothing and answers with it) or the updates to apply once the append is written.
@@ -209,7 +212,7 @@ class ProducerStateManager:
             entry.add_batch(epoch, meta)
         self.map_end_offset = max(self.map_end_offset, map_end_offset)
 
-    def replay(self, batches, map_end_offset: int) -> None:
+    def replay(self, batches: list[ProducerRow], map_end_offset: int) -> None:
         """Replay headers from the log (a follower append, a load): never refuses anything, so
         the rows go straight into the entries (no checked copy as `prepare` makes)."""
         self.update([BatchAppend(pid, epoch, BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))

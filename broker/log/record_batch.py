@@ -6,7 +6,8 @@ one timestamp lookup that has to look inside a single uncompressed batch.
 """
 
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -16,6 +17,9 @@ from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+Buffer = bytes | bytearray | memoryview
+"""What the batch functions read: a request's frame, a file read, or a view into either."""
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
@@ -92,7 +96,7 @@ class BatchInfo(NamedTuple):
 _EPOCH_HEAD = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
 
 
-def leader_epoch_starts(buf, after_epoch: int) -> list[tuple[int, int]]:
+def leader_epoch_starts(buf: Buffer, after_epoch: int) -> list[tuple[int, int]]:
     """(epoch, base offset) of each whole batch in `buf` that starts a leader epoch newer than
     `after_epoch` and the batches before it: the entries a follower's epoch cache gains by
     appending `buf`. Headers only; append_as_follower checks the batches themselves."""
@@ -109,7 +113,7 @@ def leader_epoch_starts(buf, after_epoch: int) -> list[tuple[int, int]]:
     return out
 
 
-def check_batch(buf, pos: int, end: int, *, verify_crc: bool = True) -> BatchInfo | None:
+def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True) -> BatchInfo | None:
     """Parse and check the batch at `pos` in `buf[:end]`.
 
     Returns None when the bytes end before the batch does (a partial tail); raises
@@ -143,7 +147,7 @@ def check_header(pos: int, magic: int, last_delta: int, count: int) -> None:
         )
 
 
-def read_header(buf, pos: int, file_position: int) -> BatchInfo:
+def read_header(buf: Buffer, pos: int, file_position: int) -> BatchInfo:
     """The header at `buf[pos:]` (61 bytes needed), checked but without CRC; positioned at `file_position`."""
     (base_offset, length, epoch, magic, _, attributes, last_delta, base_ts, max_ts, pid, p_epoch, seq, count) = (
         HEADER.unpack_from(buf, pos)
@@ -158,7 +162,7 @@ def read_header(buf, pos: int, file_position: int) -> BatchInfo:
 
 
 def validate_batches(
-    buf,
+    buf: Buffer,
     *,
     max_batch_bytes: int | None = None,
     allow_partial_tail: bool = False,
@@ -187,13 +191,13 @@ def validate_batches(
     return batches
 
 
-def assign_offset(buf, pos: int, base_offset: int, leader_epoch: int) -> None:
+def assign_offset(buf: Buffer, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Rewrite baseOffset and partitionLeaderEpoch in place (outside the CRC range)."""
     _I64.pack_into(buf, pos + BASE_OFFSET_POS, base_offset)
     _I32.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
 
 
-def set_log_append_time(buf, pos: int, size: int, now_ms: int) -> None:
+def set_log_append_time(buf: Buffer, pos: int, size: int, now_ms: int) -> None:
     """Mark a batch LogAppendTime with maxTimestamp = now, then recompute its CRC."""
     attributes = _I16.unpack_from(buf, pos + ATTRIBUTES_POS)[0] | TIMESTAMP_TYPE_MASK
     _I16.pack_into(buf, pos + ATTRIBUTES_POS, attributes)
@@ -201,7 +205,7 @@ def set_log_append_time(buf, pos: int, size: int, now_ms: int) -> None:
     _U32.pack_into(buf, pos + CRC_POS, crc32c(memoryview(buf)[pos + ATTRIBUTES_POS : pos + size]))
 
 
-def iter_batches(buf, *, verify_crc: bool = True) -> Iterator[BatchInfo]:
+def iter_batches(buf: Buffer, *, verify_crc: bool = True) -> Iterator[BatchInfo]:
     """Whole batches in `buf`, stopping at a partial tail."""
     pos, end = 0, len(buf)
     while True:
@@ -223,7 +227,7 @@ def _write_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
+def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
         byte = buf[pos]
@@ -253,7 +257,7 @@ class Record(NamedTuple):
 
 
 def build_batch(
-    records,
+    records: Sequence[bytes | tuple[Any, ...]],
     base_offset: int = 0,
     *,
     compression: str | None = None,
@@ -305,7 +309,7 @@ def build_batch(
     return bytes(out)
 
 
-def decode_records(batch) -> list[Record]:
+def decode_records(batch: Buffer) -> list[Record]:
     """All records of one batch, whatever its codec. For tests, tools and timestamp lookups."""
     info = check_batch(batch, 0, len(batch))
     if info is None:
@@ -339,7 +343,7 @@ def decode_records(batch) -> list[Record]:
     return out
 
 
-def record_timestamps(batch) -> list[tuple[int, int]]:
+def record_timestamps(batch: Buffer) -> list[tuple[int, int]]:
     """(offset, timestamp) of each record of one uncompressed batch, reading only the record prefixes."""
     info = check_batch(batch, 0, len(batch), verify_crc=False)
     if info is None or info.compression:

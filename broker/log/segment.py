@@ -7,13 +7,14 @@ Log decides when to roll, truncate and delete.
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from crc32c import crc32c
 
 from .clock import now_ms
 from .errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
+from .leader_epoch import LeaderEpochFileCache
 from .offset_index import IndexCorruptError, OffsetIndex, TimeIndex
 from .record_batch import (
     _U32,
@@ -22,6 +23,7 @@ from .record_batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
     BatchInfo,
+    Buffer,
     read_header,
 )
 
@@ -66,7 +68,7 @@ class LogSegment:
 
     # --- appending ------------------------------------------------------------------------
 
-    def append(self, data, batches: list[BatchInfo], base_offsets: list[int], append_time: int | None) -> None:
+    def append(self, data: Buffer, batches: list[BatchInfo], base_offsets: list[int], append_time: int | None) -> None:
         """Write `data` (whole batches, offsets already assigned) at the end, then index it."""
         start = self.size
         self._write_at(start, data)
@@ -93,7 +95,7 @@ class LogSegment:
             self._bytes_since_index = 0
         self._bytes_since_index += size
 
-    def _write_at(self, position: int, data) -> None:
+    def _write_at(self, position: int, data: Buffer) -> None:
         view = memoryview(data)
         written = 0
         try:
@@ -220,7 +222,7 @@ class LogSegment:
             log.warning("%s: %s; rebuilding its indexes", self.log_path, exc)
             self.recover()
 
-    def recover(self, epoch_cache=None) -> int:
+    def recover(self, epoch_cache: LeaderEpochFileCache | None = None) -> int:
         """Rebuild the indexes by reading every batch (length, CRC32C); truncate at the first bad one.
 
         Returns the number of bytes truncated. Leader epochs found in the batches go to `epoch_cache`.

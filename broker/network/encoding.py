@@ -29,7 +29,7 @@ class BodyWriter:
     `flexible` selects the compact encodings (varint lengths, tagged-field sections) of KIP-482.
     """
 
-    __slots__ = ("flexible", "_buf", "_chunks", "size")
+    __slots__ = ("_buf", "_chunks", "flexible", "size")
 
     def __init__(self, flexible: bool):
         self.flexible = flexible

@@ -27,7 +27,7 @@ import os
 import socket
 import struct
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
@@ -443,5 +443,5 @@ class SocketServer:
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("socket server did not close within 5 s")

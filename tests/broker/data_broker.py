@@ -77,7 +77,7 @@ class WireClient:
                     return True
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
 
@@ -194,7 +194,8 @@ class FakeController:
             zk.stop()
             zk.close()
 
-    def leader_and_isr(self, broker: int, topic: str, partitions: dict[int, tuple[int, ...]], leader_of=None, epoch_bump=1, controller_epoch=None):
+    def leader_and_isr(self, broker: int, topic: str, partitions: dict[int, tuple[int, ...]], leader_of=None, epoch_bump=1,
+                       controller_epoch=None):
         states = []
         for p, replicas in sorted(partitions.items()):
             key = (topic, p)
@@ -237,7 +238,7 @@ class FakeController:
 
     def create_topic(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None, broker: int = 0):
         """What the controller does for a new topic with RF=1 on `broker`; asserts no errors."""
-        assignment = {p: (broker,) for p in range(partitions)}
+        assignment = dict.fromkeys(range(partitions), (broker,))
         self.write_topic_znodes(topic, assignment, config)
         response = self.leader_and_isr(broker, topic, assignment)
         assert response.error_code == 0, response
@@ -270,7 +271,8 @@ def produce_request(version, topic, partition, records, acks=1, timeout_ms=5000,
         transactional_id=transactional_id,
         acks=i16(acks),
         timeout=_ms(timeout_ms),
-        topic_data=(mod.TopicProduceData(name=topic, partition_data=(mod.PartitionProduceData(index=i32(partition), records=records),)),),
+        topic_data=(mod.TopicProduceData(
+            name=topic, partition_data=(mod.PartitionProduceData(index=i32(partition), records=records),)),),
     )
 
 
@@ -283,7 +285,8 @@ def fetch_request(version, topic, partition, offset, max_wait_ms=0, min_bytes=1,
         min_bytes=i32(min_bytes),
         max_bytes=i32(max_bytes),
         isolation_level=i8(0),
-        topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes)),)),),
+        topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(
+            partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes)),)),),
         **extra,
     )
 
@@ -293,7 +296,8 @@ def list_offsets_request(version, topic, partition, timestamp):
     extra = {"isolation_level": i8(0)} if version >= 2 else {}
     return mod.ListOffsetsRequest(
         replica_id=i32(-1),
-        topics=(mod.ListOffsetsTopic(name=topic, partitions=(mod.ListOffsetsPartition(partition_index=i32(partition), timestamp=i64(timestamp)),)),),
+        topics=(mod.ListOffsetsTopic(name=topic, partitions=(mod.ListOffsetsPartition(
+            partition_index=i32(partition), timestamp=i64(timestamp)),)),),
         **extra,
     )
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from data_broker import BrokerProcess, FakeController, WireClient, fetch_request, list_offsets_request, produce_request
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from data_broker import BrokerProcess, FakeController, WireClient, fetch_request, list_offsets_request, produce_request
 from odradek.broker.log.record_batch import build_batch
 from odradek.common import wire, zk_data
 
@@ -56,7 +56,6 @@ def test_api_versions_advertises_data_and_metadata_apis(broker):
         c.send_raw(wire.SIZE.pack(10) + b"\x00\x12\x00\x63\x00\x00\x00\x07\xff\xff")
         body = c.recv_frame()
         from kio.schema.api_versions.v0.response import ApiVersionsResponse
-
         from kio.serial import entity_reader
 
         assert body[:4] == b"\x00\x00\x00\x07"
@@ -106,7 +105,8 @@ def test_confluent_kafka_round_trip_every_codec(broker, controller, codec):
     sent = _records(3000, codec)
     delivered = []
     for key, value, headers in sent:
-        producer.produce(topic, value, key, headers=headers, on_delivery=lambda err, msg: delivered.append((err, msg.partition(), msg.offset(), msg.key(), msg.value())))
+        producer.produce(topic, value, key, headers=headers, on_delivery=lambda err, msg: delivered.append(
+            (err, msg.partition(), msg.offset(), msg.key(), msg.value())))
         producer.poll(0)
     assert producer.flush(30) == 0
     assert all(err is None for err, *_ in delivered), [d for d in delivered if d[0]][:3]
@@ -246,7 +246,8 @@ def test_fetch_long_poll_is_completed_by_an_append(broker, controller):
 
         # min_bytes larger than what arrives: waits for more (answered by the second append).
         c.request(fetch_request(12, topic, 0, 2, max_wait_ms=0))
-        timer = threading.Timer(0.3, lambda: [producer.request(produce_request(9, topic, 0, build_batch([b"x" * 200]))) for _ in range(2)])
+        timer = threading.Timer(
+            0.3, lambda: [producer.request(produce_request(9, topic, 0, build_batch([b"x" * 200]))) for _ in range(2)])
         timer.start()
         resp = c.request(fetch_request(12, topic, 0, 2, max_wait_ms=20_000, min_bytes=400))
         timer.join()
@@ -291,7 +292,6 @@ def test_produce_errors_and_versions(broker, controller):
         assert resp.topics[0].partitions[0].offset == 21
 
         # Produce v2 is advertised but answered UNSUPPORTED_VERSION (legacy message format).
-        body = wire.SIZE.pack(0)
         legacy = b"\x00\x00\x00\x02\x00\x00\x00\x63\x00\x01t" + b"\x00\x01\x00\x00\x03\xe8" + b"\x00\x00\x00\x01"
         legacy += b"\x00\x05known\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00"
         c.send_raw(wire.SIZE.pack(len(legacy)) + legacy)

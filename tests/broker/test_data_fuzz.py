@@ -9,8 +9,6 @@ import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from kio.schema.errors import ErrorCode
-
 from data_broker import (
     BrokerProcess,
     FakeController,
@@ -20,9 +18,10 @@ from data_broker import (
     list_offsets_request,
     produce_request,
 )
+from kio.schema.errors import ErrorCode
+
 from odradek.broker.log.record_batch import build_batch
 from odradek.common import wire
-
 
 MAX_REQUEST = 1 << 20
 KNOWN_APIS = [0, 1, 2, 3, 4, 5, 6, 18, 19, 20, 32, 60]
@@ -73,7 +72,7 @@ def _send_and_drop(port, data: bytes, wait_close: bool = True):
             for _ in range(64):
                 if not s.recv(65536):
                     return
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             return
     finally:
         s.close()

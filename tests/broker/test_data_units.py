@@ -7,7 +7,6 @@ import datetime
 import os
 import socket
 import struct
-import tempfile
 from dataclasses import dataclass
 
 import pytest
@@ -134,7 +133,8 @@ def test_error_response_for_fetch_list_offsets_and_admin():
     fetch = f12.FetchRequest(
         max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=5)),
         min_bytes=i32(1),
-        topics=(f12.FetchTopic(topic="t", partitions=(f12.FetchPartition(partition=i32(2), fetch_offset=i64(0), partition_max_bytes=i32(10)),)),),
+        topics=(f12.FetchTopic(topic="t", partitions=(
+            f12.FetchPartition(partition=i32(2), fetch_offset=i64(0), partition_max_bytes=i32(10)),)),),
         forgotten_topics_data=(),
     )
     resp = error_response(fetch, ErrorCode.kafka_storage_error)
@@ -231,7 +231,7 @@ class _Client:
     def closed(self) -> bool:
         try:
             return self.sock.recv(1) == b""
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             return True
 
 

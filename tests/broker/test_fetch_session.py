@@ -169,7 +169,7 @@ def test_unlisted_partition_whose_answer_would_say_nothing_may_be_skipped():
     sid = open_session(m, [info("a", 0, offset=5), info("a", 1, offset=5), info("b", 0, offset=5)],
                        [result(hw=5, lso=0)] * 3)
     ctx = m.new_context(sid, 1, [info("a", 1, offset=5)], [], True)
-    a0, a1, b0 = ctx.infos
+    a0, a1, _b0 = ctx.infos
     assert ctx.unchanged(a0, 5, 0)
     assert not ctx.unchanged(a0, 6, 0) and not ctx.unchanged(a0, 5, 2)  # news to tell
     assert not ctx.unchanged(a1, 5, 0)  # listed again: answered as asked
@@ -281,7 +281,7 @@ def test_full_cache_refuses_a_consumer_when_nothing_is_evictable():
 
 def test_a_stale_session_is_evicted_first():
     cache = make_cache(2, eviction_ms=1000)
-    a = create(cache, 0, True, 10)
+    create(cache, 0, True, 10)
     b = create(cache, 500, False, 1)
     new = create(cache, 1001 + 1, False, 1)  # a unused for > eviction_ms
     assert new != INVALID_SESSION_ID and cache.sessions.keys() == {b, new} and cache.evictions == 1
@@ -414,7 +414,7 @@ def test_handle_fetch_session_round_trip_reads_all_session_partitions():
 
 def test_handle_fetch_sessionless_request_is_answered_in_request_order():
     state = {("b", 2): result(hw=1), ("a", 0): result(hw=2)}
-    apis, rm = apis_with(state)
+    apis, _rm = apis_with(state)
     resp = fetch(apis, 0, FINAL_EPOCH, {("b", 2): 0, ("a", 0): 0})
     assert (resp.error_code, resp.session_id, answered(resp)) == (ErrorCode.none, 0, [("b", 2), ("a", 0)])
     assert apis.fetch_manager.cache.size == 0

@@ -173,7 +173,7 @@ def test_unknown_member_errors():
     async def scenario():
         assert gc.heartbeat("g", "nobody", None, 1) == E.unknown_member_id  # no such group
         assert (await join(gc, member="nobody")).error == E.unknown_member_id
-        m1, gen = await stable_single(gc)
+        _m1, gen = await stable_single(gc)
         assert gc.heartbeat("g", "nobody", None, gen) == E.unknown_member_id
         assert await gc.sync_group("g", gen, "nobody", None, None, None, {}) == (E.unknown_member_id, b"")
         assert (await gc.commit_offsets("g", "nobody", None, gen, {("t", 0): OffsetAndMetadata(1)})
@@ -348,8 +348,7 @@ def test_live_group_offsets_of_topics_no_member_subscribes_to_expire():
         assert code == E.none
         committed = {("kept", 0): OffsetAndMetadata(1, commit_timestamp=0),
                      ("gone", 0): OffsetAndMetadata(2, commit_timestamp=0)}
-        assert await gc.commit_offsets("g", r.member_id, None, r.generation_id, committed) == {
-            k: E.none for k in committed}
+        assert await gc.commit_offsets("g", r.member_id, None, r.generation_id, committed) == dict.fromkeys(committed, E.none)
         group = gc.manager.groups["g"]
         assert group.state == GroupState.STABLE and group.subscribed_topics() == {"kept", "also"}
         assert await gc.cleanup_offsets(999) == 0
@@ -370,8 +369,7 @@ def test_offset_delete_refuses_subscribed_topics_and_tombstones_the_rest():
         assert code == E.none
         committed = {("kept", 0): OffsetAndMetadata(1), ("kept", 1): OffsetAndMetadata(2),
                      ("other", 0): OffsetAndMetadata(3)}
-        assert await gc.commit_offsets("g", r.member_id, None, r.generation_id, committed) == {
-            k: E.none for k in committed}
+        assert await gc.commit_offsets("g", r.member_id, None, r.generation_id, committed) == dict.fromkeys(committed, E.none)
         # Stable consumer group: a topic a member subscribes to is refused, the others deleted.
         assert await gc.delete_offsets("g", [("kept", 0), ("other", 0), ("never", 0)]) == (E.none, {
             ("kept", 0): E.group_subscribed_to_topic, ("other", 0): E.none, ("never", 0): E.none})

@@ -21,7 +21,7 @@ from odradek.broker.log.record_batch import Record
 
 
 @pytest.mark.parametrize(
-    "s, expected",
+    ("s", "expected"),
     [
         ("", 0),
         ("a", 97),

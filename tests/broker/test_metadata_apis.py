@@ -178,7 +178,7 @@ def metadata_request(version: int, names, allow_auto: bool = True):
                    include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
 
 
-@pytest.mark.parametrize("version", range(0, 14))
+@pytest.mark.parametrize("version", range(14))
 def test_metadata_every_version(zk_connect, version):
     async def scenario(h: Harness):
         h.live = [0, 1]
@@ -269,7 +269,8 @@ def test_metadata_by_topic_id(zk_connect):
         wanted = base64_to_uuid("AAAAAAAAAAAAAAAAAAAACA")
         unknown = uuid.uuid4()
         topics = tuple(nested(3, 12, "MetadataRequestTopic", name=None, topic_id=t) for t in (wanted, unknown))
-        response = await h.call(request(3, 12, topics=topics, allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        response = await h.call(
+            request(3, 12, topics=topics, allow_auto_topic_creation=True, include_topic_authorized_operations=False))
         by_id = {t.topic_id: (t.name, t.error_code) for t in response.topics}
         assert by_id == {wanted: ("a", ErrorCode.none), unknown: (None, ErrorCode.unknown_topic_id)}
 
@@ -505,7 +506,7 @@ def test_describe_configs(zk_connect, version):
 # --- DescribeCluster -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", range(0, 3))
+@pytest.mark.parametrize("version", range(3))
 def test_describe_cluster(zk_connect, version):
     async def scenario(h: Harness):
         h.live = [2, 1]

@@ -9,7 +9,6 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, New
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 
 from odradek.common import wire
-
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import free_ports
 

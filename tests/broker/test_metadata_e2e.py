@@ -249,7 +249,8 @@ def test_confluent_admin_client_creates_describes_and_deletes(broker):
 def test_kafka_python_admin_and_auto_creation(broker):
     from kafka import KafkaProducer
     from kafka.admin import ConfigResource as KpConfigResource
-    from kafka.admin import ConfigResourceType, KafkaAdminClient, NewTopic as KpNewTopic
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
 
     port, zk, controller = broker
     admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=30_000)

@@ -110,7 +110,7 @@ def test_id_taken_by_another_live_broker(zk_connect):
 def test_leftover_registration_of_a_dead_process_is_waited_out(zk_connect):
     """A broker restarted after SIGKILL finds its old znode (same endpoints) until the old session
     expires; it waits for that instead of failing."""
-    hosts, chroot = split_connect(zk_connect)
+    hosts, _chroot = split_connect(zk_connect)
     old = raw_client(zk_connect, timeout=4.0)
     old.ensure_path(zk_data.BROKER_IDS)
     old.create(zk_data.broker_path(2), zk_data.encode_broker(info(2)), ephemeral=True)
@@ -137,7 +137,7 @@ def test_leftover_registration_of_a_dead_process_is_waited_out(zk_connect):
 
 
 def test_reregisters_after_session_expiry(zk_connect):
-    hosts, chroot = split_connect(zk_connect)
+    hosts, _chroot = split_connect(zk_connect)
     raw = raw_client(zk_connect)
 
     async def scenario():

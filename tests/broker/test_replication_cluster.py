@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from odradek.broker.log.checkpoint import read_checkpoint
 from odradek.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from odradek.dev.cluster import LocalCluster
-from odradek.dev.zookeeper import free_ports
 from odradek.dev.waiting import wait_until
+from odradek.dev.zookeeper import free_ports
 
 BROKERS = 3
 
@@ -94,7 +94,7 @@ def test_acks_all_to_rf3_leaves_byte_identical_replicas_and_checkpointed_hws(clu
     for p in range(2):
         wait_logs_identical(cluster, topic, p)
         # Every replica learns the HW (the leader's own, followers' from fetch responses).
-        wait_until(lambda: checkpointed_hws(cluster, topic, p) == [acked.get(p, 0)] * BROKERS,
+        wait_until(lambda p=p: checkpointed_hws(cluster, topic, p) == [acked.get(p, 0)] * BROKERS,
                    f"{topic}-{p} HW {acked.get(p, 0)} checkpointed everywhere")
         # ... and every replica's leader-epoch checkpoint says where the records' epoch starts
         # (followers write theirs in a worker thread before appending).

@@ -9,7 +9,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
-from odradek.broker.alter_partition_manager import AlterPartitionAnswer, AlterPartitionManager, answers_of, build_request
+from odradek.broker.alter_partition_manager import (
+    AlterPartitionAnswer,
+    AlterPartitionManager,
+    answers_of,
+    build_request,
+)
 from odradek.broker.controller_channel import BrokerToControllerChannel, ControllerNotAvailableError
 from odradek.broker.partition import Partition, ReplicaState
 from odradek.common import messages as m
@@ -220,7 +225,8 @@ def test_manager_batches_retries_and_skips_superseded_changes():
         assert len(channel.requests) == 1 and set(mgr.queued) == {("t", 0), ("t", 1)}
         assert await mgr.send_queued()
         for req in channel.requests:  # one request for both, never the superseded one
-            assert sorted((t.topic_name, int(p.partition_index)) for t in req.topics for p in t.partitions) == [("t", 0), ("t", 1)]
+            listed = sorted((t.topic_name, int(p.partition_index)) for t in req.topics for p in t.partitions)
+            assert listed == [("t", 0), ("t", 1)]
             assert int(req.broker_epoch) == 42
         assert not mgr.queued
         assert set(got) == {("t", 0), ("t", 1)} and all(a.isr == (0,) for a in got.values())
@@ -246,7 +252,7 @@ class StandInController:
         try:
             while True:
                 size = int.from_bytes(await reader.readexactly(4), "big")
-                header, _, schema = wire.decode_request(await reader.readexactly(size))
+                header, _, _schema = wire.decode_request(await reader.readexactly(size))
                 self.served += 1
                 response = m.ControlledShutdownResponse(error_code=self.code, remaining_partitions=())
                 writer.write(wire.encode_response(response, int(header.correlation_id), flexible_header=False))

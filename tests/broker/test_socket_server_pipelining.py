@@ -38,7 +38,7 @@ class ControlledHandler:
         self.gate(correlation_id).set_result(outcome)
 
     async def __call__(self, frame, conn):
-        api_key, _, correlation_id = struct.unpack_from(">hhi", frame, 0)
+        _api_key, _, correlation_id = struct.unpack_from(">hhi", frame, 0)
         self.started.append(correlation_id)
         self.changed.set()
         try:

@@ -5,7 +5,6 @@ or a server that stops mid-sendfile, ends the connection cleanly."""
 
 import asyncio
 import logging
-import os
 import random
 import socket
 import struct
@@ -198,7 +197,7 @@ def test_server_stopping_while_a_response_waits_for_the_peer_ends_cleanly(segmen
     async def main():
         s = Server({1: respond})
         await s.server.start()
-        reader, writer = await asyncio.open_connection("127.0.0.1", s.server.port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", s.server.port)
         try:
             writer.write(request(1, 1))
             await asyncio.sleep(0.2)

@@ -44,7 +44,7 @@ class FakeBroker:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> "FakeBroker":
+    def start(self) -> FakeBroker:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(10)
         self.register()

@@ -51,7 +51,7 @@ def only_partition(response: m.AlterPartitionResponse):
     return p
 
 
-def test_listener_serves_alter_partition_controlled_shutdown_and_rebalances(zk, start_controller, start_broker):
+def test_listener_serves_alter_partition_controlled_shutdown_and_rebalances(zk, start_controller, start_broker):  # noqa: F811
     brokers = [start_broker(b) for b in (0, 1, 2)]
     epoch = {b.broker_id: zk.get(z.broker_path(b.broker_id))[1].czxid for b in brokers}
     controllers = {c: start_controller(c, "leader.imbalance.check.interval.seconds=1") for c in (1000, 1001)}

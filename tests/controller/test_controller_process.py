@@ -209,8 +209,10 @@ def test_topic_lifecycle_and_broker_failure(zk, start_controller, start_broker):
     assert zk.exists(z.topic_path("t")) is None and zk.exists(z.topic_config_path("t")) is None
     for b in (b0, b1):
         stops = b.wait_for(lambda b: b.requests(m.StopReplicaRequest, since), what="StopReplica")
-        assert stops[0].delete_partitions and {(t.name, p) for t in stops[0].topics for p in t.partition_indexes} == {("t", 0), ("t", 1)}
-        ums = b.wait_for(lambda b: len(b.requests(m.UpdateMetadataRequest, since)) >= 2 and b.requests(m.UpdateMetadataRequest, since),
+        assert stops[0].delete_partitions
+        assert {(t.name, p) for t in stops[0].topics for p in t.partition_indexes} == {("t", 0), ("t", 1)}
+        ums = b.wait_for(lambda b: len(b.requests(m.UpdateMetadataRequest, since)) >= 2
+                         and b.requests(m.UpdateMetadataRequest, since),
                          what="UpdateMetadata before and after the deletion")
         for r in ums[:2]:
             assert {s.leader for s in partition_states(r).values()} == {m.LEADER_DURING_DELETE}

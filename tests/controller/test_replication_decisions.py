@@ -4,17 +4,18 @@ preferred leader election, and their interplay with failover, broker failure and
 from kio.schema.errors import ErrorCode
 
 from odradek.common import messages as m
-from odradek.common.zk_data import LeaderIsrAndControllerEpoch as State, TopicAssignment
+from odradek.common.zk_data import LeaderIsrAndControllerEpoch as State
+from odradek.common.zk_data import TopicAssignment
 from odradek.controller.context import TopicPartition as TP
 from odradek.controller.state_machine import (
     IsrChange,
     apply_decisions,
+    imbalanced_partitions,
     on_alter_partition,
+    on_auto_leader_rebalance,
     on_broker_change,
     on_controlled_shutdown,
     on_controller_failover,
-    imbalanced_partitions,
-    on_auto_leader_rebalance,
     on_preferred_replica_election,
 )
 
@@ -140,9 +141,11 @@ def test_failover_during_broker_failure_fences_the_old_leaders_isr_change():
     apply_decisions(ctx, d)
     assert ctx.partition_states[T0] == State(1, 4, (1, 2), 6, 11)
     ctx.live_brokers.update(brokers(0))  # 0 comes back with a fresh registration
-    assert on_alter_partition(ctx, 0, 100, [IsrChange(T0, 3, (0, 1), 10)]).answer.partitions[T0][0] == ErrorCode.not_leader_or_follower
+    answer = on_alter_partition(ctx, 0, 100, [IsrChange(T0, 3, (0, 1), 10)]).answer
+    assert answer.partitions[T0][0] == ErrorCode.not_leader_or_follower
     assert on_alter_partition(ctx, 1, 101, [IsrChange(T0, 3, (1,), 11)]).answer.partitions[T0][0] == ErrorCode.fenced_leader_epoch
-    assert on_alter_partition(ctx, 1, 101, [IsrChange(T0, 4, (1, 2, 0), 11)]).answer.partitions[T0] == (0, State(1, 4, (1, 2, 0), 6, 12))
+    answer = on_alter_partition(ctx, 1, 101, [IsrChange(T0, 4, (1, 2, 0), 11)]).answer
+    assert answer.partitions[T0] == (0, State(1, 4, (1, 2, 0), 6, 12))
 
 
 def test_zombie_controller_is_deposed_instead_of_answering():
@@ -247,7 +250,7 @@ def test_preferred_leader_not_in_isr_or_dead_stays_put():
 def imbalance_cluster():
     """Broker 0 prefers ten partitions of u (replicas (0, 1)); broker 1 leads `moved` of them."""
     ctx = context(live=(0, 1))
-    ctx.assignments["u"] = TopicAssignment({p: (0, 1) for p in range(10)})
+    ctx.assignments["u"] = TopicAssignment(dict.fromkeys(range(10), (0, 1)))
     for p in range(10):
         ctx.partition_states[TP("u", p)] = State(0, 1, (0, 1), 5, 1)
     return ctx
@@ -266,7 +269,8 @@ def test_auto_rebalance_waits_until_the_imbalance_exceeds_the_percentage():
     assert imbalanced_partitions(ctx, 9) == [TP("u", 3)]
     move(ctx, 7)  # 20 % > 10 %: both move back
     d = on_auto_leader_rebalance(ctx, 10)
-    assert {w.tp: w.state for w in d.state_writes} == {TP("u", 3): State(0, 3, (0, 1), 5, 3), TP("u", 7): State(0, 3, (0, 1), 5, 3)}
+    assert {w.tp: w.state for w in d.state_writes} == {
+        TP("u", 3): State(0, 3, (0, 1), 5, 3), TP("u", 7): State(0, 3, (0, 1), 5, 3)}
     assert all(isinstance(p, (m.LeaderAndIsrRequest, m.UpdateMetadataRequest)) for _, p in d.requests)
     apply_decisions(ctx, d)
     assert imbalanced_partitions(ctx, 10) == []

@@ -5,13 +5,16 @@ from odradek.common import wire
 from odradek.common.zk_data import (
     BrokerInfo,
     EndPoint,
-    LeaderIsrAndControllerEpoch as State,
     TopicAssignment,
     delete_topic_path,
     topic_config_path,
     topic_path,
 )
-from odradek.controller.context import ControllerContext, TopicPartition as TP
+from odradek.common.zk_data import (
+    LeaderIsrAndControllerEpoch as State,
+)
+from odradek.controller.context import ControllerContext
+from odradek.controller.context import TopicPartition as TP
 from odradek.controller.state_machine import (
     apply_decisions,
     initial_leader_and_isr,
@@ -105,7 +108,7 @@ def test_topic_creation_with_one_broker_down():
     assert partitions_in([lai0]) == {"t": [0, 1]} and partitions_in([lai2]) == {"t": [1]}
     assert all(p.is_new for t in lai0.topic_states for p in t.partition_states)
     assert lai0.controller_epoch == 5 and lai0.broker_epoch == 100
-    assert {l.broker_id for l in lai2.live_leaders} == {0}
+    assert {leader.broker_id for leader in lai2.live_leaders} == {0}
     assert d.requests_to(1) == []
     for b in (0, 2):
         [um] = d.requests_to(b, m.UpdateMetadataRequest)

@@ -150,7 +150,7 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, t
             for msg in consumer.consume(num_messages=10_000, timeout=0.5):
                 if msg.error():
                     raise AssertionError(f"consume error: {msg.error()}")
-                ts_type, ts = msg.timestamp()
+                _ts_type, ts = msg.timestamp()
                 out[msg.partition()].append(Consumed(
                     msg.partition(), msg.offset(),
                     Record(msg.key(), msg.value(), tuple(msg.headers() or ()), ts),
@@ -183,7 +183,7 @@ def kafka_python_produce(bootstrap: str, topic: str, records: list[Record], comp
         ]
         producer.flush(timeout=timeout)
         out = []
-        for i, f in enumerate(futures):
+        for _i, f in enumerate(futures):
             md = f.get(timeout=1)  # raises the delivery error, if any
             out.append(Delivered(md.partition, md.offset))
         return out
@@ -193,7 +193,8 @@ def kafka_python_produce(bootstrap: str, topic: str, records: list[Record], comp
 
 def kafka_python_consume(bootstrap: str, topic: str, partitions: int, count: int,
                          timeout: float = 300.0) -> dict[int, list[Consumed]]:
-    from kafka import KafkaConsumer, TopicPartition as KTopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
 
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,

@@ -10,7 +10,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from .kafka_helpers import confluent_consume, confluent_produce, make_records, create_topic, wait_for_leaders
+from .kafka_helpers import confluent_consume, confluent_produce, create_topic, make_records, wait_for_leaders
 
 TOPIC = "crash"
 PARTITIONS = 3
@@ -18,7 +18,7 @@ ACKED_BEFORE_KILL = 20_000
 
 
 @pytest.mark.parametrize(
-    "acks, flush_every",
+    ("acks", "flush_every"),
     [("1", None), ("all", 1)],
     ids=["acks1-pagecache", "acksall-flush-every-message"],
 )

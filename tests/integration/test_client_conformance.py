@@ -24,9 +24,9 @@ from confluent_kafka.admin import AclOperation, AdminClient
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.auth_helper import NOT_REQUESTED
-from odradek.broker.metadata_apis import ZERO_UUID
 from odradek.broker.group import records
 from odradek.broker.group.group_metadata_manager import partition_for
+from odradek.broker.metadata_apis import ZERO_UUID
 from odradek.common import wire
 from odradek.common.client import NetworkClient
 from odradek.dev.waiting import wait_until
@@ -105,7 +105,8 @@ def partition_errors(partitions) -> dict[tuple[str, int], int | None]:
 
 def test_offsets_of_missing_topics_or_partitions_are_refused_per_partition(cluster):
     from kafka.admin import KafkaAdminClient
-    from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata, TopicPartition as KTopicPartition
+    from kafka.structs import OffsetAndMetadata as KOffsetAndMetadata
+    from kafka.structs import TopicPartition as KTopicPartition
 
     bs = cluster.bootstrap
     topic, group, missing = unique("commit"), unique("g-commit"), unique("never-created")
@@ -314,7 +315,7 @@ def test_offset_delete_spares_subscribed_topics_and_tombstones_the_rest(cluster)
 
     # persisted: __consumer_offsets ends with tombstones for every deleted offset and the group
     stored = offsets_topic_records(bs, group)
-    last = {key: tombstone for key, tombstone in stored}
+    last = dict(stored)
     assert last[records.OffsetKey(group, other, 0)] and last[records.OffsetKey(group, consumed, 0)]
     assert last[records.OffsetKey(group, consumed, 1)] and last[records.GroupKey(group)]
 

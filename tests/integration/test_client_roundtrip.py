@@ -88,7 +88,7 @@ def test_kafka_python_round_trip(shared_cluster, codec):
 
 def test_each_client_reads_what_the_other_wrote(shared_cluster):
     """Batches written by librdkafka are readable by kafka-python and the other way round."""
-    for writer, reader in (("confluent", "kafka-python"), ("kafka-python", "confluent")):
+    for writer, _reader in (("confluent", "kafka-python"), ("kafka-python", "confluent")):
         topic = f"cross-{writer}"
         create_topic(shared_cluster.bootstrap, topic, 3)
         records = make_records(5_000, f"cross-{writer}")

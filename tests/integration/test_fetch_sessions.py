@@ -59,7 +59,8 @@ def answered(response) -> dict[int, object]:
 
 
 def test_kafka_python_consumes_in_fetch_sessions_while_records_arrive(shared_cluster):
-    from kafka import KafkaConsumer, TopicPartition as KTopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
 
     bootstrap = shared_cluster.bootstrap
     topic = f"sessions-{uuid.uuid4().hex[:8]}"
@@ -129,7 +130,7 @@ def test_raw_fetch_session_requests(shared_cluster):
                 return await client.send(request, timeout)
 
             # INITIAL: a full fetch that creates a session and answers every partition.
-            full = await send(fetch_request(0, 0, {p: 0 for p in mine}, topic))
+            full = await send(fetch_request(0, 0, dict.fromkeys(mine, 0), topic))
             assert full.error_code == ErrorCode.none and full.session_id > 0
             session = int(full.session_id)
             parts = answered(full)
@@ -178,7 +179,7 @@ def test_raw_fetch_session_requests(shared_cluster):
             assert (inc.error_code, inc.session_id) == (ErrorCode.none, session)
 
             # FINAL closes the session and is answered sessionless, in full.
-            closed = await send(fetch_request(session, -1, {p: 0 for p in mine}, topic))
+            closed = await send(fetch_request(session, -1, dict.fromkeys(mine, 0), topic))
             assert (closed.error_code, closed.session_id, sorted(answered(closed))) == (ErrorCode.none, 0, mine)
             gone = await send(fetch_request(session, 7, {}, topic))
             assert gone.error_code == ErrorCode.fetch_session_id_not_found

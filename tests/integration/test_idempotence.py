@@ -7,8 +7,14 @@ import collections
 import signal
 import uuid
 
-from .kafka_helpers import ContinuousProducer, confluent_consume, end_offsets, leader_of, verify_acknowledged, \
-    wait_for_partitions
+from .kafka_helpers import (
+    ContinuousProducer,
+    confluent_consume,
+    end_offsets,
+    leader_of,
+    verify_acknowledged,
+    wait_for_partitions,
+)
 from .test_replication import PARTITIONS, replicated_cluster
 
 
@@ -50,7 +56,8 @@ def test_idempotent_retries_across_a_leader_failover_write_nothing_twice(cluster
         for _ in range(2):  # two failovers: partition 0's leader dies mid-stream each time
             victim = leader_of(bootstrap, topic, 0)
             cluster.broker(victim).kill(signal.SIGKILL)
-            wait_for_partitions(bootstrap, topic, lambda v: all(x.leader not in (-1, victim) for x in v.values()),
+            wait_for_partitions(bootstrap, topic,
+                                lambda v, victim=victim: all(x.leader not in (-1, victim) for x in v.values()),
                                 f"leaders other than the killed broker {victim}", timeout=60)
             producer.wait_acked(3000)
             cluster.wait_broker_gone(victim)

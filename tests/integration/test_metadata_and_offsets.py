@@ -42,7 +42,8 @@ STEP_MS = 10
 @pytest.mark.parametrize("codec", ["none", "lz4"])
 def test_list_offsets_by_timestamp(shared_cluster, codec):
     from confluent_kafka import Consumer
-    from kafka import KafkaConsumer, TopicPartition as KTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
 
     topic = f"timestamps-{codec}"
     create_topic(shared_cluster.bootstrap, topic, 2)

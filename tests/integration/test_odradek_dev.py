@@ -16,7 +16,6 @@ from odradek.dev.cluster import ClusterError, LocalCluster
 from odradek.dev.zookeeper import free_port
 
 
-
 def two_free_consecutive_ports() -> int:
     for _ in range(200):
         port = free_port()
@@ -112,9 +111,9 @@ def test_odradek_dev_serves_stops_and_keeps_data(tmp_path):
         assert line == f"bootstrap.servers=127.0.0.1:{port},127.0.0.1:{port + 1}"
         bootstrap = line.split("=", 1)[1]
         # kcat as the README says; the topic is auto-created by the producer's Metadata request.
-        kcat("-b", bootstrap, "-P", "-t", "dev-topic", "-K", ":", input=b"\n".join(b"k:" + l for l in lines) + b"\n")
+        kcat("-b", bootstrap, "-P", "-t", "dev-topic", "-K", ":", input=b"\n".join(b"k:" + rec for rec in lines) + b"\n")
         out = kcat("-b", bootstrap, "-C", "-t", "dev-topic", "-o", "beginning", "-e", "-f", "%k:%s\n")
-        assert sorted(out.splitlines()) == sorted(b"k:" + l for l in lines)
+        assert sorted(out.splitlines()) == sorted(b"k:" + rec for rec in lines)
 
         children = children_of(dev.proc.pid)
         assert len(children) >= 4, f"expected ZooKeeper, a controller and 2 brokers, got {children}"
@@ -131,7 +130,7 @@ def test_odradek_dev_serves_stops_and_keeps_data(tmp_path):
         line = dev.read_line(timeout=120)
         bootstrap = line.split("=", 1)[1]
         out = kcat("-b", bootstrap, "-C", "-t", "dev-topic", "-o", "beginning", "-e", "-f", "%k:%s\n")
-        assert sorted(out.splitlines()) == sorted(b"k:" + l for l in lines), "data lost across a restart"
+        assert sorted(out.splitlines()) == sorted(b"k:" + rec for rec in lines), "data lost across a restart"
         assert dev.terminate() == 0
     finally:
         dev.kill()

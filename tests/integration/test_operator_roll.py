@@ -9,6 +9,7 @@ The test checks each restart on its own, through ZooKeeper and a client's Metada
 
 import asyncio
 import hashlib
+import itertools
 import json
 import time
 
@@ -199,7 +200,7 @@ def test_rolling_restart_under_acks_all_load(cluster_factory):
     # Between two restarts the loop waited (for the restarted broker's registration, then for
     # catch-up where its partitions were under-replicated); it never restarted back to back.
     restart_steps = [i for i, r in enumerate(results) if r.restarted is not None]
-    for a, b in zip(restart_steps, restart_steps[1:]):
+    for a, b in itertools.pairwise(restart_steps):
         assert any(r.waiting for r in results[a + 1:b]), results[a:b + 1]
     assert not producer.errors, f"{len(producer.errors)} failed deliveries, first: {producer.errors[:3]}"
     fatal = [e for e in producer.client_errors if e.fatal()]

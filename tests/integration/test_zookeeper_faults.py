@@ -66,9 +66,10 @@ def registrations(zk: KazooClient) -> dict[int, tuple[int, int]]:
 
 def produce_error(port: int, topic: str, partition: int, value: bytes) -> ErrorCode:
     """One acks=1 Produce v8 straight to the broker on `port`; the partition's error code."""
+    import datetime
+
     from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
     from kio.static.primitive import i16, i32, i32Timedelta
-    import datetime
 
     request = ProduceRequest(
         transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),

@@ -27,7 +27,7 @@ def test_flush_ms_falls_back_to_the_scheduler_interval():
 
 
 @pytest.mark.parametrize(
-    "overrides, message",
+    ("overrides", "message"),
     [
         ({"no.such.key": "1"}, "Unknown topic config name: no.such.key"),
         ({"segment.bytes": "abc"}, "segment.bytes"),

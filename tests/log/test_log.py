@@ -8,13 +8,13 @@ import pytest
 from odradek.broker.log import Log, LogConfig
 from odradek.broker.log.errors import (
     CorruptRecordError,
-    KafkaStorageError,
     InvalidRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from odradek.broker.log.record_batch import HEADER, build_batch, decode_records, iter_batches
+from odradek.broker.log.record_batch import HEADER, build_batch, decode_records
 
 from .helpers import batch, batches_in, read_all
 
@@ -182,9 +182,9 @@ def test_follower_append_keeps_offsets_and_epochs(log):
     assert log.leader_epoch_cache.entries == [(3, 0), (5, 2)]
     with pytest.raises(UnexpectedAppendOffsetError):
         log.append_as_follower(build_batch([b"x"], base_offset=1))
+    bad = bytearray(build_batch([b"x"], base_offset=3))
+    bad[-1] ^= 1
     with pytest.raises(CorruptRecordError):
-        bad = bytearray(build_batch([b"x"], base_offset=3))
-        bad[-1] ^= 1
         log.append_as_follower(bytes(bad))
     log.append_as_follower(build_batch([b"3"], base_offset=3, attributes=0x20))  # control batches allowed
     assert log.log_end_offset == 4

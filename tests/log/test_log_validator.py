@@ -11,13 +11,13 @@ import struct
 
 import cramjam
 import pytest
+from safety.hostile import batch, lying_batches, record, records
 
 from odradek.broker.log import log_validator as lv
 from odradek.broker.log._records import walk_records
 from odradek.broker.log.compression import XERIAL_MAGIC
 from odradek.broker.log.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from odradek.broker.log.record_batch import build_batch, check_batch
-from safety.hostile import batch, lying_batches, record, records
 
 
 def validate(buf: bytearray) -> None:

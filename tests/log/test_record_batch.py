@@ -2,6 +2,7 @@ import struct
 
 import pytest
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
 from odradek.broker.log.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from odradek.broker.log.record_batch import (
@@ -14,7 +15,6 @@ from odradek.broker.log.record_batch import (
     set_log_append_time,
     validate_batches,
 )
-from kio.schema.errors import ErrorCode
 
 
 def test_build_and_decode_round_trip_with_keys_headers_and_timestamps():

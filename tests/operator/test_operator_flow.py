@@ -9,13 +9,24 @@ import asyncio
 import kmock
 import pytest
 import pytest_asyncio
+from operator_harness import (
+    KC,
+    NS,
+    PODS,
+    STS,
+    Api,
+    Kubelet,
+    OperatorThread,
+    ScriptedView,
+    condition,
+    new_server,
+    wait_for,
+    writes,
+)
 
 from odradek.operator import builders
 from odradek.operator.kube import object_path
 from odradek.operator.models import GROUP, parse_spec
-from operator_harness import (
-    KC, NS, PODS, STS, Api, Kubelet, OperatorThread, ScriptedView, condition, new_server, wait_for, writes,
-)
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio]
 

@@ -71,7 +71,7 @@ def test_without_a_client_certificate_the_server_refuses():
         get_configmap(ca_data=CERT.read_bytes())
 
 
-@pytest.mark.parametrize("login, expected", [
+@pytest.mark.parametrize(("login", "expected"), [
     (dict(token="abc"), "Bearer abc"),
     (dict(token="abc", scheme="Token"), "Token abc"),
     (dict(username="u", password="p"), "Basic dTpw"),

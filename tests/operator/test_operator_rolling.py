@@ -3,7 +3,11 @@
 from types import SimpleNamespace as NS
 
 from odradek.operator.rolling import (
-    BrokerState, ClusterView, broker_count, next_roll_step, view_from_metadata,
+    BrokerState,
+    ClusterView,
+    broker_count,
+    next_roll_step,
+    view_from_metadata,
 )
 
 ALL = ClusterView(registered=frozenset({0, 1, 2}))

@@ -15,16 +15,18 @@ def test_ready_cluster():
     c = by_type(s["conditions"])
     assert (c["Ready"]["status"], c["Progressing"]["status"], c["Degraded"]["status"]) == ("True", "False", "False")
     assert all(x["observedGeneration"] == 3 for x in s["conditions"])
-    assert s["brokers"] == {"desired": 3, "ready": 3, "ids": [0, 1, 2]} 
+    assert s["brokers"] == {"desired": 3, "ready": 3, "ids": [0, 1, 2]}
     assert s["controllers"] == {"desired": 2, "ready": 1} and s["zookeeper"] == {"desired": 3, "ready": 3}
 
 
 def test_last_transition_time_moves_only_when_the_status_changes():
     waiting = Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0,), ready_controllers=1)
     first = conditions(waiting, at="T1")
-    same = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1), ready_controllers=1), first, at="T2")
+    same = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1), ready_controllers=1),
+                      first, at="T2")
     assert by_type(same)["Ready"]["lastTransitionTime"] == "T1"
-    ready = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2), ready_controllers=1), same, at="T3")
+    ready = conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2), ready_controllers=1),
+                       same, at="T3")
     assert by_type(ready)["Ready"]["lastTransitionTime"] == "T3"
     assert by_type(ready)["Degraded"]["lastTransitionTime"] == "T1"
 

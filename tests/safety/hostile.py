@@ -218,7 +218,7 @@ def send_frames(port: int, frames: Iterable[bytes], host: str = "127.0.0.1", ans
                 s.settimeout(answer_timeout)
                 if not s.recv(65536):
                     closed += 1
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 pass
             except (ConnectionResetError, BrokenPipeError):
                 closed += 1

@@ -48,7 +48,7 @@ def test_the_walk_ends_where_kio_ends_for_every_request_schema():
 
 def test_every_huge_count_is_refused():
     refused = 0
-    for key, version, cls in request_schemas():
+    for _key, _version, cls in request_schemas():
         for k in range(array_count(cls)):
             with pytest.raises(message_bounds.MalformedMessage):
                 message_bounds.check(cls, encode_body(cls, huge_at=k))

@@ -1,8 +1,10 @@
 """Topic administration over the Kafka protocol, as any Kafka admin client does it.
 
-One connection to one broker of the bootstrap list (the next one when it fails). Every call
-takes many topics and makes one request: Metadata and DescribeConfigs to look at topics,
-CreateTopics, CreatePartitions, IncrementalAlterConfigs and DeleteTopics to change them. Versions
+Every call takes many topics and makes one request: Metadata and DescribeConfigs to look at
+topics, CreateTopics, CreatePartitions, IncrementalAlterConfigs and DeleteTopics to change them.
+Looking and changing use connections of their own to one broker of the bootstrap list (the next
+one when it fails): a request that times out closes its connection and fails everything in
+flight on it, and a slow look must not take a CreateTopics of hundreds of topics down with it. Versions
 are agreed through ApiVersions; an API the cluster does not offer fails its topics with
 UNSUPPORTED_VERSION instead of sending anything (as librdkafka does).
 """
@@ -66,9 +68,10 @@ def _error_name(code) -> str | None:
 
 
 def live_topics(metadata, described) -> dict[str, LiveTopic | None]:
-    """Metadata and DescribeConfigs answers → each topic as the cluster reports it (None: absent)."""
+    """Metadata and DescribeConfigs answers → each topic as the cluster reports it (None: absent).
+    `described` is None when Metadata knew none of the topics."""
     overrides: dict[str, dict[str, str] | None] = {}
-    for result in described.results:
+    for result in described.results if described is not None else ():
         if ErrorCode(int(result.error_code)) == ErrorCode.unknown_topic_or_partition:
             overrides[result.resource_name] = None
             continue
@@ -107,23 +110,24 @@ class KafkaAdmin:
         self.bootstrap = list(bootstrap)
         self.request_timeout = request_timeout
         self.client_id = client_id
-        self._client: NetworkClient | None = None
+        self._clients: dict[str, NetworkClient] = {}
         self._versions: dict[int, tuple[int, int]] = {}
         self._next = 0
         self._lock = asyncio.Lock()
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
             await client.close()
 
-    async def _connection(self) -> NetworkClient:
+    async def _connection(self, lane: str) -> NetworkClient:
         async with self._lock:
-            if self._client is not None and self._client.connected:
-                return self._client
-            if self._client is not None:
-                await self._client.close()
-                self._client = None
+            current = self._clients.get(lane)
+            if current is not None and current.connected:
+                return current
+            if current is not None:
+                await current.close()
+                del self._clients[lane]
             errors = []
             for _ in range(len(self.bootstrap)):
                 host, port = self.bootstrap[self._next % len(self.bootstrap)]
@@ -136,7 +140,7 @@ class KafkaAdmin:
                     await client.close()
                     self._next += 1
                     continue
-                self._client, self._versions = client, versions
+                self._clients[lane], self._versions = client, versions
                 return client
             raise ConnectionError("no broker answered: " + "; ".join(errors))
 
@@ -151,7 +155,8 @@ class KafkaAdmin:
     async def _send(self, api_key: int, build, extra_timeout: float = 0.0):
         """Build (with the agreed version's kio module) and send one request; a broken connection
         is dropped so the next call starts over with the next broker."""
-        client = await self._connection()
+        lane = "look" if api_key in (METADATA, DESCRIBE_CONFIGS) else "change"
+        client = await self._connection(lane)
         version = agree(OUR_VERSIONS[api_key], self._versions.get(api_key))
         if version is None:
             raise Unsupported(f"the cluster does not support {API_NAMES[api_key]}")
@@ -160,7 +165,9 @@ class KafkaAdmin:
                                      timeout=self.request_timeout + extra_timeout)
         except (OSError, ConnectionError, TimeoutError):
             self._next += 1
-            await self.close()
+            if self._clients.get(lane) is client:
+                del self._clients[lane]
+            await client.close()
             raise
 
     # --- looking -------------------------------------------------------------------------------
@@ -179,14 +186,17 @@ class KafkaAdmin:
                                     include_cluster_authorized_operations=False,
                                     include_topic_authorized_operations=False)
 
-        def describe(m, version):
-            resources = tuple(m.DescribeConfigsResource(resource_type=i8(RESOURCE_TOPIC), resource_name=n,
-                                                        configuration_keys=None) for n in names)
-            return wire.make_entity(m.DescribeConfigsRequest, resources=resources, include_synonyms=False,
-                                    include_documentation=False)
+        def describe(existing):  # only topics Metadata knows: a topic to create needs no DescribeConfigs
+            def build(m, version):
+                resources = tuple(m.DescribeConfigsResource(resource_type=i8(RESOURCE_TOPIC), resource_name=n,
+                                                            configuration_keys=None) for n in existing)
+                return wire.make_entity(m.DescribeConfigsRequest, resources=resources, include_synonyms=False,
+                                        include_documentation=False)
+            return build
 
         meta = await self._send(METADATA, metadata)
-        described = await self._send(DESCRIBE_CONFIGS, describe)
+        existing = [t.name for t in meta.topics if t.partitions]
+        described = await self._send(DESCRIBE_CONFIGS, describe(existing)) if existing else None
         found = live_topics(meta, described)
         return {n: found.get(n) for n in names}
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
-from odradek.broker.log import LogConfig
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
@@ -330,9 +329,9 @@ class ReplicaManager:
             def answer(topic, index, code):
                 errors.append(LeaderAndIsrPartitionError(topic_name=topic, partition_index=index, error_code=code))
 
+            unreadable = await self._read_topic_configs(request)
             for ts in request.topic_states:
                 topic = ts.topic_name
-                topic_config = None
                 for ps in ts.partition_states:
                     index = int(ps.partition_index)
                     if self.broker_id not in ps.replicas:
@@ -350,10 +349,10 @@ class ReplicaManager:
                         try:
                             plog = self.log_manager.get_log(topic, index)
                             if plog is None:
-                                if topic_config is None:
-                                    topic_config = await self.zk.get_topic_config(topic)
+                                if topic in unreadable:
+                                    raise ConnectionError(f"the config of topic {topic} could not be read")
                                 plog = await self.log_manager.get_or_create_log_async(
-                                    topic, index, LogConfig.from_broker(self.config, topic_config)
+                                    topic, index, self.log_manager.log_config(topic)
                                 )
                         except Exception:
                             log.exception("cannot create the log of %s-%d", topic, index)
@@ -379,6 +378,25 @@ class ReplicaManager:
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
             return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(errors))
+
+    async def _read_topic_configs(self, request: LeaderAndIsrRequest) -> set[str]:
+        """Read (in one go) the config of every topic of `request` whose log this broker is about
+        to create, so that the new logs start with the topic's overrides. Returns the topics
+        whose config could not be read: their logs are not created (never on defaults alone)."""
+        lm = self.log_manager
+        topics = {ts.topic_name for ts in request.topic_states
+                  if any(self.broker_id in ps.replicas and lm.get_log(ts.topic_name, int(ps.partition_index)) is None
+                         for ps in ts.partition_states)}
+        if not topics:
+            return set()
+        try:
+            reads = await self.zk.get_topic_configs(topics)
+        except Exception:
+            log.exception("cannot read the configs of topics %s", sorted(topics))
+            return topics
+        for topic, read in reads.items():
+            lm.update_topic_config(topic, read.config, read.mzxid)
+        return set()
 
     async def _assign_new_leader_epochs(self, becoming_leader: list) -> None:
         """Checkpoint the new leader epochs of partitions about to lead, in a worker thread.

@@ -1,6 +1,7 @@
 """KafkaServer: wires the broker's parts together, and `odradek broker` (main).
 
-Start-up order follows Kafka's: logs (recovery) → metadata cache → ZooKeeper → replica manager →
+Start-up order follows Kafka's: ZooKeeper → logs (recovery, each with its topic's config from
+ZooKeeper) → metadata cache → replica manager →
 APIs → listener → registration in `/brokers/ids/<id>` only once the listener serves, so the
 controller never sends requests to a broker that cannot answer them. SIGTERM/SIGINT first run the
 controlled shutdown (the controller moves our leaderships away while we keep serving), then stop
@@ -72,11 +73,11 @@ class KafkaServer:
         listeners = parse_listeners(config.listeners)
         if not listeners:
             raise ValueError("listeners is empty")
-        self.log_manager = LogManager(log_dirs(config), config)
-        await asyncio.to_thread(self.log_manager.startup)
-        self.metadata_cache = MetadataCache(config.broker_id)
         self.zk = BrokerZkClient(config)
         await self.zk.start()
+        self.log_manager = LogManager(log_dirs(config), config)
+        await self._load_logs()
+        self.metadata_cache = MetadataCache(config.broker_id)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
         self.replica_manager.load_high_watermarks()
         self.zk.fencing_listeners.append(self.replica_manager.set_fenced)
@@ -117,6 +118,14 @@ class KafkaServer:
             self.replica_manager.run_background(self._stop_background)
         )
         log.info("broker %d started (epoch %d)", config.broker_id, epoch)
+
+    async def _load_logs(self) -> None:
+        """Load the logs with their topics' configs from ZooKeeper (Kafka's LogManager does the
+        same at start-up): a log loaded on the broker defaults would drop every topic override."""
+        topics = await asyncio.to_thread(self.log_manager.topics_on_disk)
+        reads = await self.zk.get_topic_configs(topics)
+        overrides = {t: (read.mzxid, read.config) for t, read in reads.items()}
+        await asyncio.to_thread(self.log_manager.startup, overrides)
 
     def _group_coordinator(self) -> GroupCoordinator:
         c = self.config

@@ -305,8 +305,35 @@ class BrokerZkClient:
 
     async def get_topic_config(self, topic: str) -> dict[str, str]:
         """The topic's overrides from `/config/topics/<t>`; {} when none."""
-        data = await self._get(zk_data.topic_config_path(topic))
-        return {} if data is None else zk_data.decode_topic_config(data)
+        return (await self.get_topic_configs([topic]))[topic].config
+
+    async def get_topic_configs(self, topics) -> dict[str, zk_data.EntityConfig]:
+        """Each topic's overrides and the zxid of their last change, read in one go (pipelined).
+
+        A missing znode reads as no overrides (zxid -1); an unreadable one too, with a warning:
+        any tool may have written it, and a broker must not stop over it."""
+        topics = list(topics)
+        if not topics:
+            return {}
+        return await asyncio.to_thread(self._entity_configs_blocking,
+                                       {t: zk_data.topic_config_path(t) for t in topics})
+
+    def _entity_configs_blocking(self, paths: dict) -> dict:
+        zk = self._client()
+        pending = [(key, path, zk.get_async(path)) for key, path in paths.items()]
+        out = {}
+        for key, path, result in pending:
+            try:
+                data, stat = _wait(result, self.session_timeout_s)
+            except NoNodeError:
+                out[key] = zk_data.EntityConfig({}, -1)
+                continue
+            try:
+                out[key] = zk_data.EntityConfig(zk_data.decode_entity_config(data), stat.mzxid, stat.version)
+            except (ValueError, TypeError, AttributeError) as e:
+                log.warning("ignoring unreadable %s (%s): %r", path, e, data[:200])
+                out[key] = zk_data.EntityConfig({}, stat.mzxid, stat.version)
+        return out
 
     async def get_topic_assignment(self, topic: str) -> TopicAssignment | None:
         data = await self._get(zk_data.topic_path(topic))
@@ -413,7 +440,7 @@ class BrokerZkClient:
         if calls.exists(zk_data.topic_path(topic)) is not None:
             raise TopicExistsError(topic)
         config_path = zk_data.topic_config_path(topic)
-        config_data = zk_data.encode_topic_config(config)
+        config_data = zk_data.encode_entity_config(config)
         try:
             calls.create(config_path, config_data, makepath=True)
         except NodeExistsError:

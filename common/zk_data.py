@@ -189,12 +189,32 @@ def decode_partition_state(data: bytes, zk_version: int = 0) -> LeaderIsrAndCont
 # --- /config/topics/<topic> ----------------------------------------------------------------------
 
 
-def encode_topic_config(config: dict[str, str]) -> bytes:
+@dataclass(frozen=True)
+class EntityConfig:
+    """An entity's overrides as read from ZooKeeper (`/config/topics/<t>`, `/config/brokers/<b>`).
+
+    `mzxid` orders reads of one path (it grows with every change, also across deletion and
+    re-creation; -1: no znode); `version` is the compare-and-set token of the znode (-1: none)."""
+
+    config: dict[str, str]
+    mzxid: int = -1
+    version: int = -1
+
+
+def encode_entity_config(config: dict[str, str]) -> bytes:
+    """Kafka's JSON for every config entity: `{"version":1,"config":{...}}`, string values."""
     return _dump({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
 
 
-def decode_topic_config(data: bytes) -> dict[str, str]:
-    return dict(json.loads(data).get("config") or {})
+def decode_entity_config(data: bytes) -> dict[str, str]:
+    """The `config` map of an entity's znode; ValueError when it is not Kafka's JSON."""
+    obj = json.loads(data) if data else {}
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    config = obj.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("config is not a JSON object")
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in config.items() if v is not None}
 
 
 # --- /controller and /controller_epoch ----------------------------------------------------------

@@ -11,6 +11,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from odradek.common.config import BrokerConfig
@@ -37,6 +38,10 @@ class LogManager:
         self.log_dirs = [Path(d) for d in log_dirs]
         self.broker_config = broker_config
         self.default_config = LogConfig.from_broker(broker_config, {})
+        self._topic_overrides: dict[str, tuple[int, dict[str, str]]] = {}
+        """topic → (zxid, overrides) of the newest read of its `/config/topics/<t>` applied here."""
+        self._topic_configs: dict[str, LogConfig] = {}
+        """topic → its LogConfig (broker defaults + overrides), computed once per change."""
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}
         self._doomed_dirs: list[tuple[int, Path, Log | None]] = []
@@ -47,8 +52,24 @@ class LogManager:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def startup(self) -> None:
-        """Load every partition directory, recovering what an unclean stop may have torn."""
+    def topics_on_disk(self) -> set[str]:
+        """The topics of the partition directories in log.dirs: what `startup` will load."""
+        topics = set()
+        for log_dir in self.log_dirs:
+            if log_dir.is_dir():
+                for path in log_dir.iterdir():
+                    key = parse_dir_name(path.name) if path.is_dir() and not _DELETE_DIR.match(path.name) else None
+                    if key is not None:
+                        topics.add(key[0])
+        return topics
+
+    def startup(self, topic_overrides: Mapping[str, tuple[int, dict[str, str]]] | None = None) -> None:
+        """Load every partition directory, recovering what an unclean stop may have torn.
+
+        `topic_overrides` (topic → (zxid, overrides), read from ZooKeeper before) gives each log
+        its topic's config: a log never runs on the broker defaults alone after a restart."""
+        for topic, (zxid, overrides) in (topic_overrides or {}).items():
+            self.update_topic_config(topic, overrides, zxid)
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             marker = log_dir / CLEAN_SHUTDOWN_FILE
@@ -68,7 +89,7 @@ class LogManager:
                     raise KafkaStorageError(f"{key[0]}-{key[1]} exists in both {self._dir_of[key]} and {log_dir}")
                 started = time.monotonic()
                 partition_log = Log(
-                    path, self.default_config, recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean
+                    path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean
                 )
                 self._add(key, log_dir, partition_log)
                 if not clean:
@@ -99,6 +120,35 @@ class LogManager:
                 fsync_dir(log_dir)
             except OSError:
                 log.exception("could not mark %s cleanly shut down", log_dir)
+
+    # --- configs --------------------------------------------------------------------------
+
+    def log_config(self, topic: str) -> LogConfig:
+        """The topic's config: the broker's defaults with the topic's overrides as last applied."""
+        config = self._topic_configs.get(topic)
+        return self.default_config if config is None else config
+
+    def update_topic_config(self, topic: str, overrides: dict[str, str], zxid: int) -> bool:
+        """Apply the topic's overrides, read from ZooKeeper at `zxid`, to every log of the topic
+        now. A read older than one applied already changes nothing (a LeaderAndIsr and a config
+        change notification may read concurrently). True when applied."""
+        known = self._topic_overrides.get(topic)
+        if known is not None and zxid < known[0]:
+            return False
+        self._topic_overrides[topic] = (zxid, dict(overrides))
+        config = self._topic_configs[topic] = LogConfig.from_broker(self.broker_config, overrides)
+        for (t, _), partition_log in self._logs.items():
+            if t == topic:
+                partition_log.config = config
+        return True
+
+    def reconfigure(self, broker_config) -> None:
+        """New broker-level defaults (dynamic broker configs): every log's config is recomputed."""
+        self.broker_config = broker_config
+        self.default_config = LogConfig.from_broker(broker_config, {})
+        self._topic_configs = {t: LogConfig.from_broker(broker_config, o) for t, (_, o) in self._topic_overrides.items()}
+        for (topic, _), partition_log in self._logs.items():
+            partition_log.config = self.log_config(topic)
 
     # --- logs -----------------------------------------------------------------------------
 
@@ -171,10 +221,15 @@ class LogManager:
             raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
         due = now_ms() + partition_log.config.file_delete_delay_ms
         self._doomed_dirs.append((due, target, partition_log))
+        if not any(t == topic for t, _ in self._logs):
+            self._topic_overrides.pop(topic, None)
+            self._topic_configs.pop(topic, None)
         self.checkpoint_recovery_points(log_dir)
         log.info("scheduled deletion of log %s-%d (%s)", topic, partition, target.name)
 
     def _add(self, key: tuple[str, int], log_dir: Path, partition_log: Log) -> Log:
+        if key[0] in self._topic_configs:  # a change applied while the log was being made
+            partition_log.config = self._topic_configs[key[0]]
         self._logs[key] = partition_log
         self._dir_of[key] = log_dir
         partition_log.on_truncate = lambda _log, d=log_dir: self.checkpoint_recovery_points(d)

@@ -188,7 +188,7 @@ class FakeController:
         try:
             zk.ensure_path(zk_data.CONFIG_TOPICS)
             zk.ensure_path(zk_data.BROKER_TOPICS)
-            zk.create(zk_data.topic_config_path(topic), zk_data.encode_topic_config(config or {}))
+            zk.create(zk_data.topic_config_path(topic), zk_data.encode_entity_config(config or {}))
             zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(zk_data.TopicAssignment(assignment)))
         finally:
             zk.stop()

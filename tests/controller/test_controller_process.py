@@ -127,7 +127,7 @@ def brief(s) -> tuple:
 def create_topic(zk, topic: str, partitions: dict[int, tuple[int, ...]]) -> None:
     """What a broker's CreateTopics does: config first, then the assignment."""
     zk.ensure_path(z.CONFIG_TOPICS)
-    zk.create(z.topic_config_path(topic), z.encode_topic_config({}))
+    zk.create(z.topic_config_path(topic), z.encode_entity_config({}))
     zk.create(z.topic_path(topic), z.encode_topic_assignment(z.TopicAssignment(partitions)), makepath=True)
 
 

@@ -140,3 +140,40 @@ def test_logs_made_in_a_worker_thread_join_the_manager(tmp_path):
     append(first, 3)
     assert first.log_end_offset == 6 and (tmp_path / "t-0").is_dir()
     manager.shutdown()
+
+
+def test_logs_load_with_their_topics_overrides(tmp_path):
+    """After a restart each log runs on its topic's overrides, not on the broker defaults alone."""
+    manager = LogManager([tmp_path], broker_config(**{"log.segment.bytes": "5000"}))
+    manager.startup()
+    manager.get_or_create_log("small", 0, LogConfig())
+    manager.get_or_create_log("plain", 0, LogConfig())
+    manager.shutdown()
+
+    manager = LogManager([tmp_path], broker_config(**{"log.segment.bytes": "5000"}))
+    assert manager.topics_on_disk() == {"small", "plain"}
+    manager.startup({"small": (7, {"segment.bytes": "2000", "min.insync.replicas": "2"})})
+    small, plain = manager.get_log("small", 0), manager.get_log("plain", 0)
+    assert (small.config.segment_bytes, small.config.min_insync_replicas) == (2000, 2)
+    assert (plain.config.segment_bytes, plain.config.min_insync_replicas) == (5000, 1)
+    manager.shutdown()
+
+
+def test_topic_config_changes_apply_to_every_log_and_older_reads_lose(tmp_path):
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+    logs = [manager.get_or_create_log("t", p, manager.log_config("t")) for p in range(3)]
+    other = manager.get_or_create_log("u", 0, manager.log_config("u"))
+    assert manager.update_topic_config("t", {"retention.ms": "1000"}, zxid=10)
+    assert [lg.config.retention_ms for lg in logs] == [1000] * 3
+    assert other.config.retention_ms == LogConfig().retention_ms
+    # A read made before the one applied (a LeaderAndIsr racing a change notification) loses.
+    assert not manager.update_topic_config("t", {}, zxid=9)
+    assert manager.log_config("t").retention_ms == 1000
+    # A log created later (a new partition) starts with the newest config.
+    assert manager.get_or_create_log("t", 3, manager.log_config("t")).config.retention_ms == 1000
+    # Broker-level defaults change under the overrides.
+    manager.reconfigure(broker_config(**{"log.retention.ms": "5000", "log.segment.bytes": "3000"}))
+    assert [(lg.config.retention_ms, lg.config.segment_bytes) for lg in logs] == [(1000, 3000)] * 3
+    assert (other.config.retention_ms, other.config.segment_bytes) == (5000, 3000)
+    manager.shutdown()

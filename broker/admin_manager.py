@@ -300,10 +300,6 @@ class CreateResult:
     plan: TopicPlan | None = None
 
 
-def _default_validate_config(config: dict[str, str]) -> None:
-    LogConfig.validate_overrides(config)
-
-
 class AdminManager:
     """Carries out CreateTopics/DeleteTopics through ZooKeeper and waits for the controller."""
 
@@ -312,13 +308,17 @@ class AdminManager:
         config: BrokerConfig,
         metadata_cache: MetadataCache,
         zk: BrokerZkClient,
-        validate_config: Callable[[dict[str, str]], None] = _default_validate_config,
+        current_config: Callable[[], BrokerConfig] | None = None,
     ):
         self.config = config
         self.metadata_cache = metadata_cache
         self.zk = zk
-        self.validate_config = validate_config
+        self.current_config = current_config or (lambda: config)
+        """The effective broker config (dynamic configs included): topic configs default to it."""
         self._auto_creating: set[str] = set()
+
+    def validate_config(self, config: dict[str, str]) -> None:
+        LogConfig.validate_overrides(config, self.current_config())
 
     def _live_brokers(self) -> list[tuple[int, str | None]]:
         return [(int(b.id), b.rack) for b in self.metadata_cache.live_brokers().values()]

@@ -1,5 +1,6 @@
 """The broker's metadata and admin APIs: Metadata, UpdateMetadata, CreateTopics, DeleteTopics,
-DescribeConfigs, DescribeCluster.
+DescribeCluster, and the config APIs (config_apis: DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs).
 
 Each handler takes (header, request) and returns the kio response of the request's version. One
 builder per API fills whatever fields that version's classes have (`_make` drops the rest), so
@@ -20,8 +21,11 @@ from odradek.common import wire
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 
+from . import config_helper as ch
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, TopicSpec, topic_name_error
 from .auth_helper import NOT_REQUESTED, ResourceType, authorized_operations
+from .config_apis import ConfigApis
+from .dynamic_config import DynamicBrokerConfig
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError, broker_endpoint
 from .network.encoding import uvarint
@@ -29,11 +33,7 @@ from .zk_client import BrokerZkClient, base64_to_uuid
 
 log = logging.getLogger(__name__)
 
-METADATA, UPDATE_METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 3, 6, 19, 20, 32, 60
-
-# DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource).
-RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
-SOURCE_TOPIC_CONFIG, SOURCE_STATIC_BROKER_CONFIG, SOURCE_DEFAULT_CONFIG = 1, 4, 5
+METADATA, UPDATE_METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CLUSTER = 3, 6, 19, 20, 60
 ENDPOINT_TYPE_BROKER = 1
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -93,21 +93,16 @@ def _body(chunks: list[bytes]):
     return Body(chunks, sum(len(c) for c in chunks))
 
 
-def config_text(value: object) -> str | None:
-    """A config value as Kafka prints it (booleans in lower case)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 class MetadataApis:
-    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient):
+    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient,
+                 dynamic_config: DynamicBrokerConfig | None = None):
         self.config = config
         self.metadata_cache = metadata_cache
         self.zk = zk
-        self.admin = AdminManager(config, metadata_cache, zk)
+        self.dynamic_config = dynamic_config or DynamicBrokerConfig.from_config(config)
+        """The effective (static + dynamic) configuration, shared with the config manager."""
+        self.admin = AdminManager(config, metadata_cache, zk, current_config=lambda: self.dynamic_config.current)
+        self.config_apis = ConfigApis(self.dynamic_config, metadata_cache, zk)
         self._cluster_id: str | None = None
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_cache: dict[tuple, object] = {}
@@ -118,16 +113,16 @@ class MetadataApis:
             UPDATE_METADATA: self.handle_update_metadata,
             CREATE_TOPICS: self.handle_create_topics,
             DELETE_TOPICS: self.handle_delete_topics,
-            DESCRIBE_CONFIGS: self.handle_describe_configs,
             DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            **self.config_apis.handlers,
         }
         self.versions: dict[int, tuple[int, int]] = {
             METADATA: (0, 13),
             UPDATE_METADATA: (5, 5),
             CREATE_TOPICS: (2, 7),
             DELETE_TOPICS: (1, 6),
-            DESCRIBE_CONFIGS: (1, 4),
             DESCRIBE_CLUSTER: (0, 2),
+            **self.config_apis.versions,
         }
 
     # --- shared pieces -------------------------------------------------------------------------
@@ -356,10 +351,10 @@ class MetadataApis:
                         values["configs"] = tuple(
                             wire.make_entity(
                                 mod.CreatableTopicConfigs,
-                                name=name, value=value, read_only=False,
-                                config_source=source, is_sensitive=False,
+                                name=e.name, value=e.value, read_only=e.read_only,
+                                config_source=e.source, is_sensitive=e.sensitive,
                             )
-                            for name, value, source in self.topic_config_entries(plan.config)
+                            for e in self.topic_config_entries(plan.config)
                         )
                     except Exception:
                         log.exception("describing the configs of new topic %r failed", r.name)
@@ -367,13 +362,10 @@ class MetadataApis:
             out.append(wire.make_entity(mod.CreatableTopicResult, **values))
         return wire.make_entity(mod.CreateTopicsResponse, throttle_time=wire.NO_THROTTLE, topics=tuple(out))
 
-    def topic_config_entries(self, overrides: dict[str, str]) -> list[tuple[str, str | None, int]]:
-        """(name, value, config_source) of a topic's full config: its overrides, else the defaults."""
-        described = LogConfig.from_broker(self.config, overrides).describe()
-        return [
-            (name, config_text(value), SOURCE_DEFAULT_CONFIG if is_default else SOURCE_TOPIC_CONFIG)
-            for name, (value, is_default) in sorted(described.items())
-        ]
+    def topic_config_entries(self, overrides: dict[str, str]) -> list[ch.DescribedConfig]:
+        """A new topic's full config as DescribeConfigs would describe it."""
+        log_config = LogConfig.from_broker(self.dynamic_config.current, overrides)
+        return ch.describe_topic(log_config, log_config.overrides, self.dynamic_config.sources())
 
     # --- DeleteTopics (20) ---------------------------------------------------------------------
 
@@ -412,72 +404,6 @@ class MetadataApis:
                 )
             )
         return wire.make_entity(mod.DeleteTopicsResponse, throttle_time=wire.NO_THROTTLE, responses=tuple(out))
-
-    # --- DescribeConfigs (32) ------------------------------------------------------------------
-
-    async def handle_describe_configs(self, header, request):
-        version = int(request.__version__)
-        mod = wire.response_module(DESCRIBE_CONFIGS, version)
-        results = []
-        for resource in request.resources:
-            rtype, rname = int(resource.resource_type), resource.resource_name
-            try:
-                if rtype == RESOURCE_TOPIC:
-                    entries = await self._describe_topic(rname)
-                elif rtype == RESOURCE_BROKER:
-                    entries = self._describe_broker(rname)
-                else:
-                    raise ApiError(ErrorCode.invalid_request, f"Unsupported resource type {rtype}")
-                keys = resource.configuration_keys
-                if keys is not None:
-                    wanted = set(keys)
-                    entries = [e for e in entries if e[0] in wanted]
-                configs = tuple(
-                    wire.make_entity(
-                        mod.DescribeConfigsResourceResult,
-                        name=name, value=value, read_only=read_only, config_source=source,
-                        is_default=source == SOURCE_DEFAULT_CONFIG, is_sensitive=False, synonyms=(),
-                        config_type=0, documentation=None,
-                    )
-                    for name, value, source, read_only in entries
-                )
-                error, message = ErrorCode.none, None
-            except ApiError as e:
-                configs, error, message = (), e.error_code, e.message
-            except Exception as e:
-                log.exception("DescribeConfigs of %d/%r failed", rtype, rname)
-                configs, error, message = (), ErrorCode.unknown_server_error, str(e)
-            results.append(
-                wire.make_entity(
-                    mod.DescribeConfigsResult,
-                    error_code=error, error_message=message,
-                    resource_type=rtype, resource_name=rname, configs=configs,
-                )
-            )
-        return wire.make_entity(mod.DescribeConfigsResponse, throttle_time=wire.NO_THROTTLE, results=tuple(results))
-
-    async def _describe_topic(self, topic: str) -> list[tuple[str, str | None, int, bool]]:
-        error = topic_name_error(topic)
-        if error is not None:
-            raise ApiError(ErrorCode.invalid_topic_exception, error)
-        if not self.metadata_cache.contains(topic) and not await self.zk.topic_exists(topic):
-            raise ApiError(ErrorCode.unknown_topic_or_partition, f"Topic '{topic}' does not exist.")
-        overrides = await self.zk.get_topic_config(topic)
-        return [(n, v, s, False) for n, v, s in self.topic_config_entries(overrides)]
-
-    def _describe_broker(self, name: str) -> list[tuple[str, str | None, int, bool]]:
-        """This broker's own static config (Kafka answers only for itself)."""
-        if name not in ("", str(self.config.broker_id)):
-            raise ApiError(
-                ErrorCode.invalid_request,
-                f"Unexpected broker id, expected {self.config.broker_id} or empty string, but received {name}",
-            )
-        model_fields = type(self.config).model_fields
-        explicit = {model_fields[f].alias or f for f in self.config.model_fields_set}
-        return [
-            (key, config_text(value), SOURCE_STATIC_BROKER_CONFIG if key in explicit else SOURCE_DEFAULT_CONFIG, True)
-            for key, value in sorted(self.config.kafka_items().items())
-        ]
 
     # --- DescribeCluster (60) ------------------------------------------------------------------
 

@@ -19,7 +19,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from odradek.broker.alter_partition_manager import AlterPartitionManager
+from odradek.broker.config_manager import DynamicConfigManager
 from odradek.broker.controller_channel import BrokerToControllerChannel
+from odradek.broker.dynamic_config import DynamicBrokerConfig
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
@@ -33,7 +35,8 @@ from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners
-from odradek.common.zk_data import BrokerInfo, EndPoint
+from odradek.common.config_def import ConfigException
+from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,8 @@ class KafkaServer:
         self._stop_background = asyncio.Event()
         self._background: asyncio.Task | None = None
         self._replica_background: asyncio.Task | None = None
+        self.dynamic_config = DynamicBrokerConfig.from_config(config)
+        self.config_manager: DynamicConfigManager | None = None
         self.controller_channel: BrokerToControllerChannel | None = None
         self.alter_partition_manager: AlterPartitionManager | None = None
 
@@ -75,7 +80,8 @@ class KafkaServer:
             raise ValueError("listeners is empty")
         self.zk = BrokerZkClient(config)
         await self.zk.start()
-        self.log_manager = LogManager(log_dirs(config), config)
+        await self._load_dynamic_configs()
+        self.log_manager = LogManager(log_dirs(config), self.dynamic_config.current)
         await self._load_logs()
         self.metadata_cache = MetadataCache(config.broker_id)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
@@ -88,7 +94,9 @@ class KafkaServer:
         )
         self.replica_manager.alter_partition_manager = self.alter_partition_manager
         self.alter_partition_manager.start()
-        self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk)
+        self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.dynamic_config)
+        self.config_manager = DynamicConfigManager(self.zk, self.dynamic_config, self.log_manager)
+        await self.config_manager.start()
         self.group_coordinator = self._group_coordinator()
         self.group_apis = GroupApis(
             self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
@@ -118,6 +126,12 @@ class KafkaServer:
             self.replica_manager.run_background(self._stop_background)
         )
         log.info("broker %d started (epoch %d)", config.broker_id, epoch)
+
+    async def _load_dynamic_configs(self) -> None:
+        """The cluster's and this broker's dynamic configs, before anything uses the config."""
+        default = await self.zk.get_entity_config(f"brokers/{DEFAULT_ENTITY}")
+        own = await self.zk.get_entity_config(f"brokers/{self.config.broker_id}")
+        self.dynamic_config.update(default=default.config, broker=own.config)
 
     async def _load_logs(self) -> None:
         """Load the logs with their topics' configs from ZooKeeper (Kafka's LogManager does the
@@ -290,6 +304,8 @@ class KafkaServer:
                 log.exception("controlled shutdown failed")
         if self.alter_partition_manager is not None:
             await self.alter_partition_manager.shutdown()
+        if self.config_manager is not None:
+            await self.config_manager.stop()
         for server in self.socket_servers:
             server.stop_accepting()
         if self.group_coordinator is not None:
@@ -361,7 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = BrokerConfig.from_properties(load_properties(args.config, args.override))
+    try:
+        config = BrokerConfig.from_properties(load_properties(args.config, args.override))
+    except (ConfigException, OSError, ValueError) as e:  # one clear line, no traceback
+        log.error("invalid configuration: %s", e)
+        return 1
     return asyncio.run(run(config))
 
 

@@ -19,7 +19,7 @@ import threading
 import uuid
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from odradek.common import zk_data
 from odradek.common.config import ZkClientConfig
@@ -49,6 +49,10 @@ class BrokerIdTakenError(Exception):
 
 class TopicExistsError(Exception):
     """`/brokers/topics/<t>` is already there."""
+
+
+class ConfigChangedError(Exception):
+    """An entity's config znode changed (or appeared) since it was read: read it again."""
 
 
 def new_base64_uuid() -> str:
@@ -319,12 +323,12 @@ class BrokerZkClient:
                                        {t: zk_data.topic_config_path(t) for t in topics})
 
     def _entity_configs_blocking(self, paths: dict) -> dict:
-        zk = self._client()
-        pending = [(key, path, zk.get_async(path)) for key, path in paths.items()]
+        calls = self._calls()
+        pending = [(key, path, calls.zk.get_async(path)) for key, path in paths.items()]
         out = {}
         for key, path, result in pending:
             try:
-                data, stat = _wait(result, self.session_timeout_s)
+                data, stat = calls.wait(result)
             except NoNodeError:
                 out[key] = zk_data.EntityConfig({}, -1)
                 continue
@@ -357,6 +361,77 @@ class BrokerZkClient:
             except NoNodeError:
                 out[topic] = None
         return out
+
+    async def get_entity_config(self, entity_path: str) -> zk_data.EntityConfig:
+        """The overrides of `topics/<t>` or `brokers/<b>`, with the znode's version."""
+        key = entity_path
+        return (await asyncio.to_thread(self._entity_configs_blocking,
+                                        {key: zk_data.entity_config_path(entity_path)}))[key]
+
+    async def change_entity_config(self, entity_path: str, config: dict[str, str], expected_version: int) -> None:
+        """Write an entity's overrides (create when `expected_version` is -1, else compare-and-set)
+        and announce the change (`/config/changes/config_change_N`) in one transaction, as Kafka's
+        AdminZkClient does in two steps. ConfigChangedError when the znode changed meanwhile."""
+        await asyncio.to_thread(self._change_entity_config_blocking, entity_path, config, expected_version)
+
+    def _change_entity_config_blocking(self, entity_path: str, config: dict[str, str], expected_version: int) -> None:
+        calls = self._calls()
+        path = zk_data.entity_config_path(entity_path)
+        data = zk_data.encode_entity_config(config)
+        t = calls.zk.transaction()
+        if expected_version < 0:
+            t.create(path, data)
+        else:
+            t.set_data(path, data, version=expected_version)
+        t.create(f"{zk_data.CONFIG_CHANGES}/{zk_data.CONFIG_CHANGE_PREFIX}", zk_data.encode_config_change(entity_path),
+                 sequence=True)
+        results = calls.commit(t)
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        if isinstance(failure, (BadVersionError, NodeExistsError, NoNodeError)):
+            raise ConfigChangedError(path)
+        if failure is not None:
+            raise failure
+
+    async def config_changes(self, on_change=None) -> list[str]:
+        """The children of /config/changes; `on_change()` runs once on the event loop at their
+        next change (a one-shot watch, re-armed by the next call)."""
+        loop = self._loop
+
+        def watch(_event) -> None:
+            if on_change is not None and loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(on_change)
+
+        return await asyncio.to_thread(
+            lambda: self._calls().get_children(zk_data.CONFIG_CHANGES, watch=watch if on_change else None))
+
+    async def get_config_changes(self, names: list[str]) -> dict[str, tuple[bytes, int] | None]:
+        """Each notification's data and creation time (ms), read in one go; None when gone."""
+        def read() -> dict:
+            calls = self._calls()
+            pending = [(n, calls.zk.get_async(f"{zk_data.CONFIG_CHANGES}/{n}")) for n in names]
+            out = {}
+            for name, result in pending:
+                try:
+                    data, stat = calls.wait(result)
+                    out[name] = (data, stat.ctime)
+                except NoNodeError:
+                    out[name] = None
+            return out
+
+        return await asyncio.to_thread(read)
+
+    async def delete_config_changes(self, names: list[str]) -> None:
+        """Delete notifications (already gone ones are fine: every broker purges)."""
+        def delete() -> None:
+            calls = self._calls()
+            pending = [calls.zk.delete_async(f"{zk_data.CONFIG_CHANGES}/{n}") for n in names]
+            for result in pending:
+                try:
+                    calls.wait(result)
+                except NoNodeError:
+                    pass
+
+        await asyncio.to_thread(delete)
 
     async def topic_exists(self, topic: str) -> bool:
         return await asyncio.to_thread(lambda: self._calls().exists(zk_data.topic_path(topic)) is not None)

@@ -1,96 +1,395 @@
 """Configuration with Kafka's keys: pydantic models whose aliases are the dotted Kafka names.
 
 A process reads a Java-style properties file and `--override key=value` pairs (as
-`kafka-server-start.sh` does); unknown keys are kept for the future but do not fail start-up.
+`kafka-server-start.sh` does). Values are parsed and checked as Kafka's ConfigDef does (types,
+ranges, choices: common/config_def); a bad value is one ConfigException naming the key, which the
+process reports in one line before it exits. A key the process does not know is logged as a
+warning and otherwise ignored. Kafka's alternative keys resolve as Kafka resolves them:
+`log.retention.ms` over `.minutes` over `.hours`, `log.roll.ms` over `log.roll.hours`, ...
 """
 
+import logging
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Annotated, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .config_def import (
+    LONG_MAX,
+    ConfigException,
+    ConfigKey,
+    ConfigType,
+    Validator,
+    at_least,
+    between,
+    list_of,
+    one_of,
+    parse_value,
+)
+
+log = logging.getLogger(__name__)
 
 DAY_MS = 24 * 3600 * 1000
+HOUR_MS = 3600 * 1000
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+
+@dataclass(frozen=True)
+class Kafka:
+    """A field's Kafka type (INT and LONG differ in range; plain `int` fields are LONG) and its
+    ConfigDef validator, for `Annotated[...]` field types."""
+
+    type: ConfigType | None = None
+    validator: Validator | None = None
+
+
+def _kafka(ctype: ConfigType | None = None, validator: Validator | None = None) -> Kafka:
+    return Kafka(ctype, validator)
+
+
+INT, LONG, SHORT, DOUBLE, LIST = ConfigType.INT, ConfigType.LONG, ConfigType.SHORT, ConfigType.DOUBLE, ConfigType.LIST
+Int = Annotated[int, Kafka(INT)]
 
 
 class _KafkaKeys(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, use_attribute_docstrings=True)
 
     @classmethod
     def from_properties(cls, props: dict[str, str]):
-        return cls.model_validate(props)
+        """The config of `props` (Kafka's keys); ConfigException when a value is invalid, a
+        warning in the log for every key this process does not know."""
+        known = cls.config_keys()
+        for key in props:
+            if key not in known:
+                log.warning("unknown configuration key %s is ignored", key)
+        try:
+            return cls.model_validate(props)
+        except ValidationError as e:
+            raise _config_exception(e) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_as_kafka(cls, data):
+        """Parse and check every known key as Kafka's ConfigDef would (strict integers and
+        booleans, ranges, choices), before pydantic's own (laxer) coercion."""
+        if not isinstance(data, dict):
+            return data
+        specs = cls._specs()
+        out = dict(data)
+        for key, value in data.items():
+            spec = specs.get(key)
+            if spec is None or value is None:
+                continue
+            alias, ctype, validator = spec
+            parsed = parse_value(alias, ctype, value)
+            if validator is not None:
+                validator(alias, parsed)
+            out[key] = ",".join(parsed) if ctype == LIST else parsed
+        return out
+
+    @classmethod
+    @cache
+    def _specs(cls) -> dict[str, tuple[str, ConfigType, Validator | None]]:
+        specs = {}
+        for name, f in cls.model_fields.items():
+            alias = f.alias or name
+            marker = next((m for m in f.metadata if isinstance(m, Kafka)), Kafka())
+            ctype = marker.type or _python_type(f.annotation)
+            specs[alias] = specs[name] = (alias, ctype, marker.validator)
+        return specs
+
+    @classmethod
+    @cache
+    def config_keys(cls) -> dict[str, ConfigKey]:
+        """Kafka key → its definition (type, default, documentation): what DescribeConfigs lists."""
+        out = {}
+        for name, f in cls.model_fields.items():
+            alias, ctype, validator = cls._specs()[name]
+            default = None if f.is_required() else f.default
+            if ctype == LIST and isinstance(default, str):
+                default = parse_value(alias, LIST, default)
+            out[alias] = ConfigKey(alias, ctype, default, f.description or "", validator)
+        return out
+
+    def value_of(self, key: str) -> object:
+        """The value of a Kafka key (None when unset and without default)."""
+        alias, ctype, _ = self._specs()[key]
+        value = getattr(self, type(self).field_name(alias))
+        return parse_value(alias, LIST, value) if ctype == LIST and isinstance(value, str) else value
+
+    @classmethod
+    @cache
+    def field_name(cls, key: str) -> str:
+        for name, f in cls.model_fields.items():
+            if (f.alias or name) == key:
+                return name
+        raise KeyError(key)
 
     def kafka_items(self) -> dict[str, object]:
         """This configuration under Kafka's key names (for DescribeConfigs)."""
-        return self.model_dump(by_alias=True)
+        return {key: self.value_of(key) for key in self.config_keys()}
+
+
+def _python_type(annotation) -> ConfigType:
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    base = args[0]
+    if base is bool:
+        return ConfigType.BOOLEAN
+    if base is int:
+        return ConfigType.LONG
+    if base is float:
+        return ConfigType.DOUBLE
+    return ConfigType.STRING
+
+
+def _config_exception(error: ValidationError) -> ConfigException:
+    """The first problem of a pydantic ValidationError as Kafka's one-line ConfigException."""
+    first = error.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigException):
+        return cause
+    where = ".".join(str(part) for part in first.get("loc", ())) or "configuration"
+    if first.get("type") == "missing":
+        return ConfigException(where, message=f'Missing required configuration "{where}" which has no default value.')
+    return ConfigException(where, first.get("input"), first.get("msg"))
 
 
 class ZkClientConfig(_KafkaKeys):
     zookeeper_connect: str = Field(alias="zookeeper.connect")
     """host:port[,host:port]/chroot; the chroot is applied by kazoo."""
-    zookeeper_session_timeout_ms: int = Field(18000, alias="zookeeper.session.timeout.ms")
-    zookeeper_connection_timeout_ms: int = Field(18000, alias="zookeeper.connection.timeout.ms")
+    zookeeper_session_timeout_ms: Int = Field(18000, alias="zookeeper.session.timeout.ms")
+    """ZooKeeper session timeout: a silent broker loses its registration after this long."""
+    zookeeper_connection_timeout_ms: Int = Field(18000, alias="zookeeper.connection.timeout.ms")
+    """How long to wait for a connection to ZooKeeper."""
+
+
+def _ms(ctype: ConfigType, minimum: int | None = None):
+    return Kafka(ctype, at_least(minimum) if minimum is not None else None)
 
 
 class BrokerConfig(ZkClientConfig):
-    broker_id: int = Field(alias="broker.id")
+    broker_id: Annotated[int, Kafka(INT, at_least(0))] = Field(alias="broker.id")
+    """This broker's id, unique in the cluster."""
     broker_rack: str | None = Field(None, alias="broker.rack")
-    log_dirs: str = Field("/tmp/kafka-logs", alias="log.dirs")
-    listeners: str = Field("PLAINTEXT://127.0.0.1:9092", alias="listeners")
-    advertised_listeners: str | None = Field(None, alias="advertised.listeners")
+    """The broker's rack (rack-aware replica assignment)."""
+    log_dirs: Annotated[str, Kafka(LIST)] = Field("/tmp/kafka-logs", alias="log.dirs")
+    """Directories of the partition logs."""
+    listeners: Annotated[str, Kafka(LIST)] = Field("PLAINTEXT://127.0.0.1:9092", alias="listeners")
+    """Where the broker listens: NAME://host:port,..."""
+    advertised_listeners: Annotated[str | None, Kafka(LIST)] = Field(None, alias="advertised.listeners")
+    """What the broker publishes for clients, when not its listeners."""
 
-    num_partitions: int = Field(1, alias="num.partitions")
-    default_replication_factor: int = Field(1, alias="default.replication.factor")
-    min_insync_replicas: int = Field(1, alias="min.insync.replicas")
+    num_partitions: Annotated[int, _ms(INT, 1)] = Field(1, alias="num.partitions")
+    """Partitions of a topic created without a count (auto-creation, CreateTopics -1)."""
+    default_replication_factor: Int = Field(1, alias="default.replication.factor")
+    """Replication factor of a topic created without one."""
+    min_insync_replicas: Annotated[int, _ms(INT, 1)] = Field(1, alias="min.insync.replicas")
+    """Default of the topic config min.insync.replicas."""
     auto_create_topics_enable: bool = Field(True, alias="auto.create.topics.enable")
+    """Whether Metadata for an unknown topic creates it."""
     delete_topic_enable: bool = Field(True, alias="delete.topic.enable")
+    """Whether DeleteTopics deletes topics."""
 
-    log_segment_bytes: int = Field(1 << 30, alias="log.segment.bytes")
-    log_roll_ms: int = Field(7 * DAY_MS, alias="log.roll.ms")
-    log_retention_ms: int = Field(7 * DAY_MS, alias="log.retention.ms")
+    log_segment_bytes: Annotated[int, _ms(INT, 14)] = Field(1 << 30, alias="log.segment.bytes")
+    """Default of the topic config segment.bytes."""
+    log_roll_ms: Annotated[int | None, _ms(LONG)] = Field(None, alias="log.roll.ms")
+    """Default of segment.ms; when unset, log.roll.hours applies."""
+    log_roll_hours: Annotated[int, _ms(INT, 1)] = Field(168, alias="log.roll.hours")
+    """Default of segment.ms in hours, when log.roll.ms is unset."""
+    log_roll_jitter_ms: Annotated[int | None, _ms(LONG)] = Field(None, alias="log.roll.jitter.ms")
+    """Default of segment.jitter.ms; when unset, log.roll.jitter.hours applies."""
+    log_roll_jitter_hours: Annotated[int, _ms(INT, 0)] = Field(0, alias="log.roll.jitter.hours")
+    """Default of segment.jitter.ms in hours, when log.roll.jitter.ms is unset."""
+    log_retention_ms: Annotated[int | None, _ms(LONG)] = Field(None, alias="log.retention.ms")
+    """Default of retention.ms; when unset, log.retention.minutes, then log.retention.hours apply."""
+    log_retention_minutes: Annotated[int | None, _ms(INT)] = Field(None, alias="log.retention.minutes")
+    """Default of retention.ms in minutes, when log.retention.ms is unset."""
+    log_retention_hours: Int = Field(168, alias="log.retention.hours")
+    """Default of retention.ms in hours, when neither log.retention.ms nor .minutes is set."""
     log_retention_bytes: int = Field(-1, alias="log.retention.bytes")
-    log_retention_check_interval_ms: int = Field(300_000, alias="log.retention.check.interval.ms")
-    producer_id_expiration_ms: int = Field(86_400_000, alias="producer.id.expiration.ms")
-    """Idle producer ids are forgotten after this long (KIP-854; broker-wide, no topic override in Kafka)."""
-    producer_id_expiration_check_interval_ms: int = Field(600_000, alias="producer.id.expiration.check.interval.ms")
-    log_index_interval_bytes: int = Field(4096, alias="log.index.interval.bytes")
-    log_index_size_max_bytes: int = Field(10 * 1024 * 1024, alias="log.index.size.max.bytes")
-    log_flush_interval_messages: int = Field(2**63 - 1, alias="log.flush.interval.messages")
+    """Default of the topic config retention.bytes."""
+    log_retention_check_interval_ms: Annotated[int, _ms(LONG, 1)] = Field(300_000, alias="log.retention.check.interval.ms")
+    """How often retention runs over the logs."""
+    log_cleanup_policy: Annotated[str, Kafka(LIST, list_of("compact", "delete"))] = Field(
+        "delete", alias="log.cleanup.policy")
+    """Default of the topic config cleanup.policy."""
+    log_index_size_max_bytes: Annotated[int, _ms(INT, 4)] = Field(10 * 1024 * 1024, alias="log.index.size.max.bytes")
+    """Default of the topic config segment.index.bytes."""
+    log_index_interval_bytes: Annotated[int, _ms(INT, 0)] = Field(4096, alias="log.index.interval.bytes")
+    """Default of the topic config index.interval.bytes."""
+    log_flush_interval_messages: Annotated[int, _ms(LONG, 1)] = Field(LONG_MAX, alias="log.flush.interval.messages")
+    """Default of the topic config flush.messages."""
     log_flush_interval_ms: int | None = Field(None, alias="log.flush.interval.ms")
-    log_flush_scheduler_interval_ms: int = Field(2**63 - 1, alias="log.flush.scheduler.interval.ms")
-    message_max_bytes: int = Field(1048588, alias="message.max.bytes")
-    socket_request_max_bytes: int = Field(104857600, alias="socket.request.max.bytes")
+    """Default of flush.ms; when unset, log.flush.scheduler.interval.ms applies."""
+    log_flush_scheduler_interval_ms: int = Field(LONG_MAX, alias="log.flush.scheduler.interval.ms")
+    """How often logs are checked for a time-based flush."""
+    log_segment_delete_delay_ms: Annotated[int, _ms(LONG, 0)] = Field(60000, alias="log.segment.delete.delay.ms")
+    """Default of the topic config file.delete.delay.ms."""
+    log_preallocate: bool = Field(False, alias="log.preallocate")
+    """Default of the topic config preallocate."""
+    log_message_format_version: str = Field("3.0-IV1", alias="log.message.format.version")
+    """Default of the topic config message.format.version (ignored since Kafka 3.0)."""
+    log_message_timestamp_type: Annotated[str, Kafka(None, one_of("CreateTime", "LogAppendTime"))] = Field(
+        "CreateTime", alias="log.message.timestamp.type")
+    """Default of the topic config message.timestamp.type."""
+    log_message_timestamp_difference_max_ms: Annotated[int, _ms(LONG, 0)] = Field(
+        LONG_MAX, alias="log.message.timestamp.difference.max.ms")
+    """Default of the topic config message.timestamp.difference.max.ms."""
+    log_message_timestamp_before_max_ms: Annotated[int, _ms(LONG, 0)] = Field(
+        LONG_MAX, alias="log.message.timestamp.before.max.ms")
+    """Default of the topic config message.timestamp.before.max.ms."""
+    log_message_timestamp_after_max_ms: Annotated[int, _ms(LONG, 0)] = Field(
+        LONG_MAX, alias="log.message.timestamp.after.max.ms")
+    """Default of the topic config message.timestamp.after.max.ms."""
+    log_message_downconversion_enable: bool = Field(True, alias="log.message.downconversion.enable")
+    """Default of the topic config message.downconversion.enable."""
+    log_cleaner_delete_retention_ms: Annotated[int, _ms(LONG, 0)] = Field(DAY_MS, alias="log.cleaner.delete.retention.ms")
+    """Default of the topic config delete.retention.ms."""
+    log_cleaner_min_compaction_lag_ms: Annotated[int, _ms(LONG, 0)] = Field(0, alias="log.cleaner.min.compaction.lag.ms")
+    """Default of the topic config min.compaction.lag.ms."""
+    log_cleaner_max_compaction_lag_ms: Annotated[int, _ms(LONG, 1)] = Field(
+        LONG_MAX, alias="log.cleaner.max.compaction.lag.ms")
+    """Default of the topic config max.compaction.lag.ms."""
+    log_cleaner_min_cleanable_ratio: Annotated[float, Kafka(DOUBLE, between(0, 1))] = Field(
+        0.5, alias="log.cleaner.min.cleanable.ratio")
+    """Default of the topic config min.cleanable.dirty.ratio."""
+    log_local_retention_ms: Annotated[int, _ms(LONG, -2)] = Field(-2, alias="log.local.retention.ms")
+    """Default of the topic config local.retention.ms (tiered storage)."""
+    log_local_retention_bytes: Annotated[int, _ms(LONG, -2)] = Field(-2, alias="log.local.retention.bytes")
+    """Default of the topic config local.retention.bytes (tiered storage)."""
+    compression_type: Annotated[str, Kafka(None, one_of(*COMPRESSION_TYPES))] = Field(
+        "producer", alias="compression.type")
+    """Default of the topic config compression.type."""
+    compression_gzip_level: Int = Field(-1, alias="compression.gzip.level")
+    """Default of the topic config compression.gzip.level."""
+    compression_lz4_level: Annotated[int, Kafka(INT, between(1, 17))] = Field(9, alias="compression.lz4.level")
+    """Default of the topic config compression.lz4.level."""
+    compression_zstd_level: Annotated[int, Kafka(INT, between(-131072, 22))] = Field(3, alias="compression.zstd.level")
+    """Default of the topic config compression.zstd.level."""
+    message_max_bytes: Annotated[int, _ms(INT, 0)] = Field(1048588, alias="message.max.bytes")
+    """Default of the topic config max.message.bytes: the largest record batch accepted."""
+    socket_request_max_bytes: Annotated[int, _ms(INT, 1)] = Field(104857600, alias="socket.request.max.bytes")
+    """The largest request the broker reads."""
+
+    leader_replication_throttled_rate: Annotated[int, _ms(LONG, 0)] = Field(
+        LONG_MAX, alias="leader.replication.throttled.rate")
+    """Bytes/s a leader serves to throttled followers (leader.replication.throttled.replicas)."""
+    follower_replication_throttled_rate: Annotated[int, _ms(LONG, 0)] = Field(
+        LONG_MAX, alias="follower.replication.throttled.rate")
+    """Bytes/s a follower fetches for throttled replicas (follower.replication.throttled.replicas)."""
+    replica_alter_log_dirs_io_max_bytes_per_second: Annotated[int, _ms(LONG, 0)] = Field(
+        LONG_MAX, alias="replica.alter.log.dirs.io.max.bytes.per.second")
+    """Bytes/s for moving replicas between log dirs."""
+
+    producer_id_expiration_ms: Annotated[int, _ms(INT, 1)] = Field(86_400_000, alias="producer.id.expiration.ms")
+    """Idle producer ids are forgotten after this long (KIP-854; broker-wide, no topic override in Kafka)."""
+    producer_id_expiration_check_interval_ms: Annotated[int, _ms(INT, 1)] = Field(
+        600_000, alias="producer.id.expiration.check.interval.ms")
+    """How often expired producer ids are removed."""
 
     replica_lag_time_max_ms: int = Field(30000, alias="replica.lag.time.max.ms")
-    replica_fetch_wait_max_ms: int = Field(500, alias="replica.fetch.wait.max.ms")
-    replica_fetch_min_bytes: int = Field(1, alias="replica.fetch.min.bytes")
-    replica_fetch_max_bytes: int = Field(1048576, alias="replica.fetch.max.bytes")
-    replica_fetch_response_max_bytes: int = Field(10485760, alias="replica.fetch.response.max.bytes")
-    replica_fetch_backoff_ms: int = Field(1000, alias="replica.fetch.backoff.ms")
-    replica_socket_timeout_ms: int = Field(30000, alias="replica.socket.timeout.ms")
+    """A follower not caught up for this long leaves the ISR."""
+    replica_fetch_wait_max_ms: Int = Field(500, alias="replica.fetch.wait.max.ms")
+    """Longest wait of a follower's fetch at its leader."""
+    replica_fetch_min_bytes: Int = Field(1, alias="replica.fetch.min.bytes")
+    """Bytes a follower's fetch waits for."""
+    replica_fetch_max_bytes: Annotated[int, _ms(INT, 0)] = Field(1048576, alias="replica.fetch.max.bytes")
+    """Bytes a follower fetches per partition."""
+    replica_fetch_response_max_bytes: Annotated[int, _ms(INT, 0)] = Field(10485760, alias="replica.fetch.response.max.bytes")
+    """Bytes a follower fetches per response."""
+    replica_fetch_backoff_ms: Annotated[int, _ms(INT, 0)] = Field(1000, alias="replica.fetch.backoff.ms")
+    """A follower's pause after a fetch error."""
+    replica_socket_timeout_ms: Int = Field(30000, alias="replica.socket.timeout.ms")
+    """Socket timeout of a follower's fetches."""
     replica_high_watermark_checkpoint_interval_ms: int = Field(
         5000, alias="replica.high.watermark.checkpoint.interval.ms"
     )
+    """How often high watermarks are checkpointed."""
     unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
-    max_incremental_fetch_session_cache_slots: int = Field(1000, alias="max.incremental.fetch.session.cache.slots")
+    """Default of the topic config unclean.leader.election.enable."""
+    max_incremental_fetch_session_cache_slots: Annotated[int, _ms(INT, 0)] = Field(
+        1000, alias="max.incremental.fetch.session.cache.slots")
     """Fetch sessions (KIP-227) the broker keeps; a full cache evicts by Kafka's rules or refuses."""
-    min_incremental_fetch_session_eviction_ms: int = Field(120_000, alias="min.incremental.fetch.session.eviction.ms")
+    min_incremental_fetch_session_eviction_ms: Annotated[int, _ms(INT, 0)] = Field(
+        120_000, alias="min.incremental.fetch.session.eviction.ms")
     """A fetch session unused (or, against a newcomer, existing) this long may be evicted."""
-    request_timeout_ms: int = Field(30000, alias="request.timeout.ms")
+    request_timeout_ms: Int = Field(30000, alias="request.timeout.ms")
+    """Timeout of the broker's own requests."""
     controlled_shutdown_enable: bool = Field(True, alias="controlled.shutdown.enable")
-    controlled_shutdown_max_retries: int = Field(3, alias="controlled.shutdown.max.retries")
+    """Whether SIGTERM first asks the controller to move the broker's leaderships away."""
+    controlled_shutdown_max_retries: Int = Field(3, alias="controlled.shutdown.max.retries")
+    """Attempts of the controlled shutdown."""
     controlled_shutdown_retry_backoff_ms: int = Field(5000, alias="controlled.shutdown.retry.backoff.ms")
-    controller_socket_timeout_ms: int = Field(30000, alias="controller.socket.timeout.ms")
+    """Pause between attempts of the controlled shutdown."""
+    controller_socket_timeout_ms: Int = Field(30000, alias="controller.socket.timeout.ms")
     """Bound of one request to the controller (AlterPartition, ControlledShutdown)."""
 
-    offsets_topic_num_partitions: int = Field(50, alias="offsets.topic.num.partitions")
-    offsets_topic_replication_factor: int = Field(3, alias="offsets.topic.replication.factor")
-    offsets_commit_timeout_ms: int = Field(5000, alias="offsets.commit.timeout.ms")
-    offsets_retention_minutes: int = Field(7 * 24 * 60, alias="offsets.retention.minutes")
-    offsets_retention_check_interval_ms: int = Field(600_000, alias="offsets.retention.check.interval.ms")
-    offset_metadata_max_bytes: int = Field(4096, alias="offset.metadata.max.bytes")
-    group_min_session_timeout_ms: int = Field(6000, alias="group.min.session.timeout.ms")
-    group_max_session_timeout_ms: int = Field(1_800_000, alias="group.max.session.timeout.ms")
-    group_initial_rebalance_delay_ms: int = Field(3000, alias="group.initial.rebalance.delay.ms")
-    group_max_size: int = Field(2147483647, alias="group.max.size")
+    offsets_topic_num_partitions: Annotated[int, _ms(INT, 1)] = Field(50, alias="offsets.topic.num.partitions")
+    """Partitions of __consumer_offsets."""
+    offsets_topic_replication_factor: Annotated[int, _ms(SHORT, 1)] = Field(3, alias="offsets.topic.replication.factor")
+    """Replication factor of __consumer_offsets."""
+    offsets_commit_timeout_ms: Annotated[int, _ms(INT, 1)] = Field(5000, alias="offsets.commit.timeout.ms")
+    """How long an offset commit waits for its replication."""
+    offsets_retention_minutes: Annotated[int, _ms(INT, 1)] = Field(7 * 24 * 60, alias="offsets.retention.minutes")
+    """Committed offsets of an empty group are kept this long."""
+    offsets_retention_check_interval_ms: Annotated[int, _ms(LONG, 1)] = Field(
+        600_000, alias="offsets.retention.check.interval.ms")
+    """How often expired offsets are removed."""
+    offset_metadata_max_bytes: Int = Field(4096, alias="offset.metadata.max.bytes")
+    """Largest metadata string of a committed offset."""
+    group_min_session_timeout_ms: Int = Field(6000, alias="group.min.session.timeout.ms")
+    """Smallest session timeout a group member may ask for."""
+    group_max_session_timeout_ms: Int = Field(1_800_000, alias="group.max.session.timeout.ms")
+    """Largest session timeout a group member may ask for."""
+    group_initial_rebalance_delay_ms: Int = Field(3000, alias="group.initial.rebalance.delay.ms")
+    """How long a new group waits for more members before its first rebalance."""
+    group_max_size: Annotated[int, _ms(INT, 1)] = Field(2147483647, alias="group.max.size")
+    """Members a group may have."""
+
+    @model_validator(mode="after")
+    def _check_combinations(self):
+        """Kafka's KafkaConfig.validateValues, the checks that concern this broker."""
+        if not [d for d in self.log_dirs.split(",") if d.strip()]:
+            raise ConfigException("log.dirs", message="At least one log directory must be defined via log.dirs")
+        if self.replica_fetch_wait_max_ms > self.replica_socket_timeout_ms:
+            raise ConfigException("replica.socket.timeout.ms", message=(
+                "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms to prevent "
+                "unnecessary socket timeouts"))
+        if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
+            raise ConfigException("replica.fetch.wait.max.ms", message=(
+                "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms to "
+                "prevent frequent changes in ISR"))
+        if self.compression_gzip_level != -1 and not 1 <= self.compression_gzip_level <= 9:
+            raise ConfigException("compression.gzip.level", self.compression_gzip_level,
+                                  "Value must be between 1 and 9, or -1 (the codec's default)")
+        return self
+
+    # --- Kafka's resolution of alternative keys -------------------------------------------------
+
+    @property
+    def log_retention_time_millis(self) -> int:
+        """log.retention.ms, else .minutes, else .hours; any negative value means no limit (-1)."""
+        if self.log_retention_ms is not None:
+            millis = self.log_retention_ms
+        elif self.log_retention_minutes is not None:
+            millis = self.log_retention_minutes * 60_000
+        else:
+            millis = self.log_retention_hours * HOUR_MS
+        return -1 if millis < 0 else millis
+
+    @property
+    def log_roll_time_millis(self) -> int:
+        return self.log_roll_ms if self.log_roll_ms is not None else self.log_roll_hours * HOUR_MS
+
+    @property
+    def log_roll_time_jitter_millis(self) -> int:
+        return self.log_roll_jitter_ms if self.log_roll_jitter_ms is not None else self.log_roll_jitter_hours * HOUR_MS
+
+    @property
+    def log_flush_interval_millis(self) -> int:
+        return self.log_flush_interval_ms if self.log_flush_interval_ms is not None else self.log_flush_scheduler_interval_ms
 
 
 CONTROLLER_ID_BASE = 1000

@@ -13,12 +13,18 @@ CONTROLLER_EPOCH = "/controller_epoch"
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+"""Sequential children of /config/changes announce config changes to every broker."""
+DEFAULT_ENTITY = "<default>"
+"""The name of the cluster-wide default entity (`/config/brokers/<default>`)."""
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 """The newest block of producer ids any broker claimed (Kafka's ProducerIdBlockZNode)."""
 
-PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS)
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_CHANGES, DELETE_TOPICS)
 """Created (if missing) by whoever connects first, as Kafka does at start-up."""
 
 
@@ -44,6 +50,16 @@ def topic_config_path(topic: str) -> str:
 
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    """`/config/brokers/<id>` or, for DEFAULT_ENTITY, the cluster-wide defaults."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
+def entity_config_path(entity_path: str) -> str:
+    """`/config/<entity_path>`, where an entity path is `topics/<t>` or `brokers/<b>`."""
+    return f"/config/{entity_path}"
 
 
 def _dump(obj: dict) -> bytes:
@@ -215,6 +231,36 @@ def decode_entity_config(data: bytes) -> dict[str, str]:
     if not isinstance(config, dict):
         raise ValueError("config is not a JSON object")
     return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in config.items() if v is not None}
+
+
+# --- /config/changes/config_change_NNNNNNNNNN ------------------------------------------------------
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """Kafka's version 2 notification: which entity's config changed (`topics/<t>`, ...)."""
+    return _dump({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str:
+    """The entity path a notification names; version 1 (`entity_type`, `entity_name`) too.
+    ValueError (or KeyError) on anything else."""
+    obj = json.loads(data)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if obj.get("version") == 1:
+        return f"{obj['entity_type']}/{obj['entity_name']}"
+    path = obj["entity_path"]
+    if not isinstance(path, str):
+        raise ValueError("entity_path is not a string")
+    return path
+
+
+def config_change_sequence(name: str) -> int | None:
+    """The sequence number of a `config_change_NNNNNNNNNN` child; None for anything else."""
+    if not name.startswith(CONFIG_CHANGE_PREFIX):
+        return None
+    digits = name[len(CONFIG_CHANGE_PREFIX):]
+    return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 # --- /controller and /controller_epoch ----------------------------------------------------------

@@ -334,10 +334,6 @@ class Log:
                 f"follower append starts at offset {first}, below the log end offset {self.log_end_offset}"
             )
         valid_bytes = batches[-1].position + batches[-1].size
-        if valid_bytes > self._config.segment_bytes:
-            raise RecordBatchTooLargeError(
-                f"message set of {valid_bytes} bytes exceeds segment.bytes {self._config.segment_bytes}"
-            )
         cache = self.leader_epoch_cache
         expected, max_ts, offset_of_max, count, bases = first, NO_TIMESTAMP, first, 0, []
         for info in batches:
@@ -348,16 +344,20 @@ class Log:
             bases.append(info.base_offset)
             count += info.records_count
             expected = info.next_offset
-        data = records if valid_bytes == len(records) else memoryview(records)[:valid_bytes]
+        view = memoryview(records)
         try:
             for info in batches:
                 if info.partition_leader_epoch > cache.latest_epoch:
                     cache.assign(info.partition_leader_epoch, info.base_offset)
-            segment = self._maybe_roll(valid_bytes, max_ts, first, expected - 1, now_ms())
-            segment.append(data, batches, bases, None)
+            now = now_ms()
+            for chunk in _segment_chunks(batches, self._config.segment_bytes):
+                start, end = chunk[0].position, chunk[-1].position + chunk[-1].size
+                segment = self._maybe_roll(end - start, max(b.max_timestamp for b in chunk), chunk[0].base_offset,
+                                           chunk[-1].last_offset, now)
+                segment.append(view[start:end], chunk, [b.base_offset for b in chunk], None, position_base=start)
+                self.log_end_offset = chunk[-1].next_offset
         except OSError as exc:
             raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
-        self.log_end_offset = expected
         self.producer_state.replay(_producer_rows(batches), expected)
         self._after_append()
         return LogAppendInfo(first, expected - 1, max_ts, offset_of_max, -1, count, valid_bytes)
@@ -720,6 +720,22 @@ class Log:
     def _check_open(self) -> None:
         if self.closed:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
+
+
+def _segment_chunks(batches: list[BatchInfo], segment_bytes: int) -> list[list[BatchInfo]]:
+    """Consecutive batches grouped so that each group fits one segment: a follower's fetch may
+    bring more than segment.bytes (or, after segment.bytes was lowered, one batch larger than it:
+    the leader has it, so the follower must take it, alone in its segment)."""
+    chunks: list[list[BatchInfo]] = []
+    size = 0
+    for info in batches:
+        if chunks and size + info.size <= segment_bytes:
+            chunks[-1].append(info)
+            size += info.size
+        else:
+            chunks.append([info])
+            size = info.size
+    return chunks
 
 
 def _producer_rows(batches: list[BatchInfo]) -> list[ProducerRow]:

@@ -142,7 +142,11 @@ class LogManager:
                 partition_log.config = config
         return True
 
-    def reconfigure(self, broker_config) -> None:
+    def topics_with_overrides(self) -> set[str]:
+        """Topics whose config was applied here (hosted or about to be)."""
+        return set(self._topic_overrides)
+
+    def reconfigure(self, broker_config: BrokerConfig) -> None:
         """New broker-level defaults (dynamic broker configs): every log's config is recomputed."""
         self.broker_config = broker_config
         self.default_config = LogConfig.from_broker(broker_config, {})

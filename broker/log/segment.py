@@ -68,10 +68,12 @@ class LogSegment:
 
     # --- appending ------------------------------------------------------------------------
 
-    def append(self, data: Buffer, batches: list[BatchInfo], base_offsets: list[int], append_time: int | None) -> None:
-        """Write `data` (whole batches, offsets already assigned) at the end, then index it."""
-        start = self.size
-        self._write_at(start, data)
+    def append(self, data: Buffer, batches: list[BatchInfo], base_offsets: list[int], append_time: int | None,
+               position_base: int = 0) -> None:
+        """Write `data` (whole batches, offsets already assigned) at the end, then index it.
+        The batches' positions count from `position_base` in the buffer `data` was cut from."""
+        start = self.size - position_base
+        self._write_at(self.size, data)
         track = self._track
         if append_time is None:
             for info, base in zip(batches, base_offsets):
@@ -79,9 +81,9 @@ class LogSegment:
         else:
             for info, base in zip(batches, base_offsets):
                 track(base, start + info.position, info.size, append_time)
-        if self._rolling_timestamp is None and start == 0:
+        if self._rolling_timestamp is None and self.size == 0:
             self._rolling_timestamp = append_time if append_time is not None else batches[0].max_timestamp
-        self.size = start + len(data)
+        self.size += len(data)
         self._next_offset = base_offsets[-1] + batches[-1].last_offset_delta + 1
 
     def _track(self, base_offset: int, position: int, size: int, max_timestamp: int) -> None:

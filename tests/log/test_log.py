@@ -77,6 +77,23 @@ def test_append_larger_than_a_segment_is_rejected(tmp_path):
         lg.close()
 
 
+def test_follower_takes_a_fetch_larger_than_a_segment_in_several_segments(tmp_path):
+    """A follower's fetch may bring more than segment.bytes, or (after segment.bytes was lowered)
+    one batch larger than it: the leader holds them, so the follower must take them all."""
+    lg = Log(tmp_path / "t-0", LogConfig(segment_bytes=300, index_interval_bytes=0))
+    try:
+        data = b"".join(batch([i], base_offset=i) for i in range(6))
+        data += build_batch([b"9" * 500], base_offset=6, base_timestamp=1_000)
+        data += batch([7], base_offset=7)
+        info = lg.append_as_follower(data)
+        assert (info.first_offset, info.last_offset, lg.log_end_offset) == (0, 7, 8)
+        assert len(lg.segments) >= 3 and all(seg.size <= 300 for seg in lg.segments if seg.size < 500)
+        assert [(o, v) for o, v in read_all(lg) if o != 6] == [(i, i) for i in range(6)] + [(7, 7)]
+        assert lg.read(6, 1 << 20).read_bytes()[61:]  # the oversized batch is whole in its own segment
+    finally:
+        lg.close()
+
+
 def test_caller_bytes_are_not_modified_but_bytearray_is_rewritten_in_place(log):
     fill(log, 1)
     data = batch([1])

@@ -29,10 +29,11 @@ system-packages:
 		|| { $(APT) update && $(APT) install --no-install-recommends $$missing; }; \
 	fi
 
-# The virtualenv and the project (editable, with the test extra); redone when pyproject changes.
+# The virtualenv and the project (editable, with the test and spark extras); redone when pyproject
+# changes.
 $(STAMP): pyproject.toml
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,spark]'
 	touch $(STAMP)
 
 dev: setup

@@ -51,3 +51,15 @@ def shared_cluster(zookeeper, tmp_path_factory):
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+
+@pytest.fixture(scope="package")
+def spark():
+    """One local-mode SparkSession for every PySpark test (JVM start-up costs tens of seconds on a
+    busy machine), with `format("odradek")` registered."""
+    from .spark_driver import spark_session
+
+    session = spark_session("odradek-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,154 @@
+"""An executor reads one planned offset range with a confluent-kafka consumer and yields Arrow
+record batches (Spark's KafkaDataConsumer and KafkaRecordToRowConverter).
+
+The consumer is assigned the partition at the range's first offset, never joins a group and
+commits nothing. Gaps inside a range are normal (compacted records, transaction markers, aborted
+records under read_committed); a first offset below the log start, or an end that never becomes
+readable, is data loss, reported as Spark does (failOnDataLoss).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KTopicPartition
+
+from .offsets import INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE, INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE, DataLossError, OffsetRange
+from .options import ReadOptions
+from .schema import arrow_schema
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_ROWS = 10_000
+POLL_SECONDS = 1.0
+MAX_OFFSET_RESETS = 10
+"""Bounds how often one range may jump over lost records (failOnDataLoss=false)."""
+
+
+def _watermarks(consumer: Consumer, tp: KTopicPartition, attempts: int = 5) -> tuple[int, int]:
+    """(log start, high watermark) from the partition's leader; a leader moving away answers an
+    error for a moment, so a few bounded attempts."""
+    for attempt in range(attempts):
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        except KafkaException as e:
+            if attempt == attempts - 1:
+                raise
+            log.warning("watermarks of %s-%d: %s; asking again", tp.topic, tp.partition, e)
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def report_data_loss(fail: bool, message: str) -> None:
+    if fail:
+        raise DataLossError(f"{message}. {INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE}")
+    log.warning("%s. %s", message, INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE)
+
+
+def _to_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+    keys, values, offsets, timestamps, types = [], [], [], [], []
+    headers: list[list[dict]] = []
+    for m in messages:
+        keys.append(m.key())
+        values.append(m.value())
+        offsets.append(m.offset())
+        ts_type, ts = m.timestamp()
+        # confluent-kafka: 1 create time, 2 log append time, 0 none; Kafka's (and Spark's) ids: 0, 1, -1
+        types.append(ts_type - 1)
+        timestamps.append(ts * 1000 if ts_type else None)
+        if include_headers:
+            h = m.headers()
+            headers.append([{"key": k, "value": v} for k, v in h] if h is not None else [])
+    n = len(messages)
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(r.topic, pa.string()), n),
+        pa.repeat(pa.scalar(r.partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pa.array(timestamps, pa.int64()).cast(schema.field("timestamp").type),
+        pa.array(types, pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.array(headers, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The records of `r` in offset order, as record batches of up to MAX_BATCH_ROWS rows."""
+    if r.size <= 0:
+        return
+    schema = arrow_schema(options.include_headers)
+    fail = options.fail_on_data_loss
+    consumer = Consumer(options.consumer_config())
+    try:
+        tp = KTopicPartition(r.topic, r.partition)
+        low, high = _watermarks(consumer, tp)
+        start = r.from_offset
+        if start < low:
+            report_data_loss(fail, f"Cannot fetch offset {start} of {r.topic}-{r.partition}: the log starts at {low}")
+            start = low
+        if start >= r.until_offset:
+            return
+        consumer.assign([KTopicPartition(r.topic, r.partition, start)])
+        next_offset = start
+        resets = 0
+        idle_since = time.monotonic()
+        while next_offset < r.until_offset:
+            messages = consumer.consume(num_messages=min(MAX_BATCH_ROWS, r.until_offset - next_offset),
+                                        timeout=POLL_SECONDS)
+            out = []
+            done = False
+            for m in messages:
+                err = m.error()
+                if err is None:
+                    off = m.offset()
+                    if off is None or off >= r.until_offset:
+                        done = True
+                        break
+                    out.append(m)
+                    next_offset = off + 1
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    # m.offset() is the end a consumer may read (high watermark or last stable offset)
+                    eof = m.offset()
+                    if eof is not None and eof >= r.until_offset:
+                        done = True
+                        break
+                elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    low, high = _watermarks(consumer, tp)
+                    resets += 1
+                    if next_offset < low:
+                        report_data_loss(fail, f"Cannot fetch offset {next_offset} of {r.topic}-{r.partition}: "
+                                               f"the log starts at {low}")
+                        next_offset = low
+                    elif next_offset > high:
+                        report_data_loss(fail, f"Cannot fetch offset {next_offset} of {r.topic}-{r.partition}: "
+                                               f"the log ends at {high}")
+                        done = True
+                        break
+                    if resets > MAX_OFFSET_RESETS:
+                        raise DataLossError(f"{r.topic}-{r.partition}: offset {next_offset} out of range "
+                                            f"{resets} times (log {low}..{high})")
+                    consumer.assign([KTopicPartition(r.topic, r.partition, next_offset)])
+                    break
+                elif not err.retriable() and err.fatal():
+                    raise RuntimeError(f"reading {r.topic}-{r.partition}: {err}")
+            if out:
+                idle_since = time.monotonic()
+                yield _to_batch(out, r, schema, options.include_headers)
+            if done:
+                break
+            if time.monotonic() - idle_since > options.poll_timeout_ms / 1000:
+                low, high = _watermarks(consumer, tp)
+                if high < r.until_offset:
+                    report_data_loss(fail, f"Cannot fetch offsets {next_offset}..{r.until_offset} of "
+                                           f"{r.topic}-{r.partition}: the log ends at {high}")
+                    break
+                raise TimeoutError(f"Cannot fetch record for offset {next_offset} of {r.topic}-{r.partition} "
+                                   f"in {options.poll_timeout_ms} milliseconds")
+    finally:
+        consumer.close()

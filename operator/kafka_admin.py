@@ -203,9 +203,11 @@ class KafkaAdmin:
     # --- changing ------------------------------------------------------------------------------
 
     async def _per_topic(self, api_key: int, names: list[str], build, results_of, timeout: float):
-        """{topic: ActionResult}; an API the cluster lacks fails every topic the same way."""
+        """{topic: ActionResult}; an API the cluster lacks fails every topic the same way. The
+        broker's own `timeout` starts once it has written every topic's znodes, which for hundreds
+        of topics on a busy machine took over 30 s: the answer is awaited that long again."""
         try:
-            response = await self._send(api_key, build, extra_timeout=timeout)
+            response = await self._send(api_key, build, extra_timeout=2 * timeout)
         except Unsupported as e:
             return {n: ActionResult("unsupported_version", str(e)) for n in names}
         out = {}

@@ -73,6 +73,17 @@ class Kafka:
     async def create(self, name, partitions, replicas=1, config=None):
         await asyncio.to_thread(self._create, name, partitions, replicas, config)
 
+    def _alter(self, name, set_=None, delete=()):
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in (set_ or {}).items()]
+        entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=entries)
+        self.client.incremental_alter_configs([resource])[resource].result(timeout=20)
+
+    async def alter(self, name, set_=None, delete=()):
+        await asyncio.to_thread(self._alter, name, set_, delete)
+
     def _delete(self, name):
         self.client.delete_topics([name], operation_timeout=20, request_timeout=20)[name].result(timeout=25)
 
@@ -212,6 +223,34 @@ async def test_resync_recreates_a_topic_deleted_in_the_cluster_and_writes_nothin
     await env.kafka.wait_topic(name, {"partitions": 2, "replicas": 1}, timeout=RESYNC + 10)
 
 
+async def test_config_changes_are_applied_and_overrides_that_left_the_spec_removed(env):
+    name = unique()
+    await env.create_cluster()
+    env.start_operator()
+    await env.apply(name, {"config": {"retention.ms": 1000, "segment.bytes": 1048576}})
+    await env.ready(name)
+    await env.patch(name, {"spec": {"config": {"retention.ms": 2000, "segment.bytes": None, "cleanup.policy": "compact"}}})
+    body = await env.reason(name, "TopicReady", generation=2)
+    assert body["status"]["config"] == {"cleanup.policy": "compact", "retention.ms": "2000"}
+    assert await env.kafka.overrides(name) == {"cleanup.policy": "compact", "retention.ms": "2000"}
+
+
+async def test_a_config_change_made_in_the_cluster_is_reverted_within_one_resync(env):
+    name = unique()
+    await env.create_cluster()
+    env.start_operator()
+    await env.apply(name, {"config": {"retention.ms": 60000}})
+    await env.ready(name)
+    await env.kafka.alter(name, {"retention.ms": "5", "max.message.bytes": "2000000"})
+    assert await env.kafka.overrides(name) == {"retention.ms": "5", "max.message.bytes": "2000000"}
+    changed = time.monotonic()
+    deadline = changed + RESYNC + 10
+    while (found := await env.kafka.overrides(name)) != {"retention.ms": "60000"}:
+        assert time.monotonic() < deadline, f"still {found}"
+        await asyncio.sleep(0.1)
+    assert env.topic(name)["status"]["config"] == {"retention.ms": "60000"}
+
+
 async def test_partition_decrease_is_refused_with_its_condition(env):
     name = unique()
     await env.create_cluster()
@@ -307,14 +346,15 @@ async def test_unmanaged_annotation_stops_managing_without_deleting(env):
     await env.kafka.wait_topic(name, {"partitions": 1, "replicas": 1}, timeout=15)  # deleting the resource kept the topic
 
 
-async def test_an_existing_topic_is_adopted(env):
+async def test_an_existing_topic_is_adopted_and_made_to_match(env):
     name = unique("existing")
-    await env.kafka.create(name, 2, config={"retention.ms": "120000"})
+    await env.kafka.create(name, 2, config={"retention.ms": "120000", "segment.bytes": "1048576"})
     await env.create_cluster()
     env.start_operator()
     await env.apply(name, {"partitions": 2, "config": {"retention.ms": 120000}})
     body = await env.ready(name)
     assert (body["status"]["partitions"], body["status"]["config"]) == (2, {"retention.ms": "120000"})
+    assert await env.kafka.overrides(name) == {"retention.ms": "120000"}, "overrides not in the spec are removed"
 
 
 async def test_cluster_gone_during_delete_releases_the_finalizer(env):

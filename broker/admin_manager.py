@@ -14,17 +14,31 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from odradek.common.config import BrokerConfig
-from odradek.common.zk_data import TopicAssignment
+from odradek.common.zk_data import TopicAssignment, encode_topic_assignment
 
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache
-from .zk_client import BrokerZkClient, TopicExistsError, new_base64_uuid
+from .zk_client import AssignmentChangedError, BrokerZkClient, TopicExistsError, new_base64_uuid
 
 log = logging.getLogger(__name__)
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+MAX_PARTITIONS = 50_000
+"""Partitions a topic may have: its assignment must fit one znode (ZooKeeper's 1 MiB
+jute.maxbuffer), and a request asking for 2^31 must be refused, not computed."""
+MAX_ASSIGNMENT_BYTES = 900_000
+"""Largest assignment znode written: a larger write makes ZooKeeper drop the connection."""
+MAX_WRITE_ATTEMPTS = 5
+"""Read-modify-write attempts of a topic's assignment while other brokers change it."""
+
+
+def check_assignment_size(topic: str, assignment: TopicAssignment) -> None:
+    size = len(encode_topic_assignment(assignment))
+    if size > MAX_ASSIGNMENT_BYTES:
+        raise ApiError(ErrorCode.invalid_partitions, f"The assignment of topic '{topic}' would take {size} bytes in "
+                       f"ZooKeeper, more than {MAX_ASSIGNMENT_BYTES}: fewer partitions or replicas.")
 
 
 class ApiError(Exception):
@@ -264,6 +278,9 @@ def plan_topic(
         rf = default_replication_factor if spec.replication_factor == -1 else spec.replication_factor
         if partitions <= 0:
             raise ApiError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+        if partitions > MAX_PARTITIONS:
+            raise ApiError(ErrorCode.invalid_partitions,
+                           f"Number of partitions {partitions} is more than the {MAX_PARTITIONS} a topic may have.")
         if rf <= 0:
             raise ApiError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
     config: dict[str, str] = {}
@@ -280,6 +297,76 @@ def plan_topic(
     else:
         assignment = assign_replicas_to_brokers(live_brokers, partitions, rf, rng=rng)
     return TopicPlan(spec.name, assignment, config, topic_id or new_base64_uuid())
+
+
+@dataclass(frozen=True)
+class PartitionsSpec:
+    """One topic of a CreatePartitions request: the new total count, and the replicas of each new
+    partition when the client chose them (None: the broker assigns)."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+
+def plan_new_partitions(
+    spec: PartitionsSpec,
+    existing: TopicAssignment,
+    live_brokers: Sequence[tuple[int, str | None]],
+    rng: random.Random | None = None,
+) -> dict[int, tuple[int, ...]]:
+    """The replicas of each partition CreatePartitions adds, or ApiError with Kafka's code
+    (ZkAdminManager.createPartitions, AdminZkClient.createNewPartitionsAssignment).
+
+    Broker-chosen replicas continue the topic's round-robin from the broker that leads
+    partition 0 (Kafka's start index), with the topic's replication factor."""
+    if existing.adding_replicas or existing.removing_replicas:
+        raise ApiError(ErrorCode.reassignment_in_progress,
+                       f"A partition reassignment is in progress for the topic '{spec.name}'.")
+    old = len(existing.partitions)
+    increment = spec.count - old
+    if increment < 0:
+        raise ApiError(ErrorCode.invalid_partitions,
+                       f"Topic currently has {old} partitions, which is higher than the requested {spec.count}.")
+    if increment == 0:
+        raise ApiError(ErrorCode.invalid_partitions, f"Topic already has {old} partitions.")
+    if spec.count > MAX_PARTITIONS:
+        raise ApiError(ErrorCode.invalid_partitions,
+                       f"Number of partitions {spec.count} is more than the {MAX_PARTITIONS} a topic may have.")
+    first = existing.partitions.get(0)
+    if not first:
+        raise ApiError(ErrorCode.unknown_server_error,
+                       f"Unexpected existing replica assignment for topic '{spec.name}', partition id 0 is missing.")
+    rf = len(first)
+    ids = sorted(b for b, _ in live_brokers)
+    if spec.assignments is None:
+        start = next((i for i, b in enumerate(ids) if b >= first[0]), 0)
+        return assign_replicas_to_brokers(live_brokers, increment, rf, fixed_start_index=start,
+                                          start_partition_id=old, rng=rng)
+    unknown = sorted({b for replicas in spec.assignments for b in replicas} - set(ids))
+    if unknown:
+        raise ApiError(ErrorCode.invalid_replica_assignment,
+                       f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+    if len(spec.assignments) != increment:
+        raise ApiError(ErrorCode.invalid_replica_assignment,
+                       f"Increasing the number of partitions by {increment} but {len(spec.assignments)} "
+                       "assignments provided.")
+    out = {}
+    for i, replicas in enumerate(spec.assignments):
+        partition = old + i
+        if not replicas:
+            raise ApiError(ErrorCode.invalid_replica_assignment,
+                           f"Cannot have replication factor of 0 for partition id {partition}.")
+        if len(set(replicas)) != len(replicas):
+            raise ApiError(ErrorCode.invalid_replica_assignment,
+                           f"Duplicate brokers not allowed in replica assignment: "
+                           f"{', '.join(map(str, replicas))} for partition id {partition}.")
+        if len(replicas) != rf:
+            raise ApiError(ErrorCode.invalid_replica_assignment,
+                           f"Inconsistent replication factor between partitions, partition 0 has {rf} while "
+                           f"partition {partition} has replicas of size {len(replicas)}.")
+        out[partition] = tuple(replicas)
+    return out
 
 
 def duplicate_names(names: Sequence[str]) -> set[str]:
@@ -379,6 +466,7 @@ class AdminManager:
         if has_collision_chars(plan.name):
             log.warning("topic %r uses '.' or '_', which collide in metric names", plan.name)
         assignment = TopicAssignment(dict(plan.assignment), topic_id=plan.topic_id)
+        check_assignment_size(plan.name, assignment)
         try:
             await self.zk.create_topic(plan.name, assignment, plan.config)
         except TopicExistsError as e:
@@ -442,6 +530,66 @@ class AdminManager:
         except ApiError as e:
             return ErrorCode.none if e.error_code == ErrorCode.topic_already_exists else e.error_code
         return ErrorCode.none
+
+    async def create_partitions(self, specs: Sequence[PartitionsSpec], timeout_ms: int,
+                                validate_only: bool) -> list[ApiError | None]:
+        """One result per topic, in order (None: done). Writes each grown assignment, then waits
+        (up to timeout_ms) until this broker's MetadataCache shows a leader for every partition;
+        REQUEST_TIMED_OUT for topics that do not get there. timeout_ms <= 0 or validate_only
+        answer as soon as the znodes are written (or checked)."""
+        dups = duplicate_names([s.name for s in specs])
+        errors: list[ApiError | None] = []
+        grown: dict[str, int] = {}
+        for spec in specs:
+            try:
+                if spec.name in dups:
+                    raise ApiError(ErrorCode.invalid_request, "Duplicate topic in request.")
+                await self._add_partitions(spec, validate_only)
+                grown[spec.name] = spec.count
+                errors.append(None)
+            except ApiError as e:
+                errors.append(e)
+            except Exception as e:  # one topic's failure must not sink the others
+                log.exception("adding partitions to topic %r failed", spec.name)
+                errors.append(ApiError(ErrorCode.unknown_server_error, str(e)))
+        if validate_only or timeout_ms <= 0 or not grown:
+            return errors
+        cache = self.metadata_cache
+
+        def ready(topic: str) -> bool:
+            return cache.partition_count(topic) >= grown[topic] and cache.all_partitions_have_leaders(topic)
+
+        await cache.wait_for(lambda: all(ready(t) for t in grown), timeout_ms / 1000)
+        for i, spec in enumerate(specs):
+            if errors[i] is None and not ready(spec.name):
+                errors[i] = ApiError(ErrorCode.request_timed_out, f"The partitions of topic '{spec.name}' were "
+                                     f"created but their metadata did not arrive within {timeout_ms} ms.")
+        return errors
+
+    async def _add_partitions(self, spec: PartitionsSpec, validate_only: bool) -> None:
+        if topic_name_error(spec.name) is not None:
+            raise ApiError(ErrorCode.unknown_topic_or_partition, f"The topic '{spec.name}' does not exist.")
+        if await self.zk.is_topic_marked_for_deletion(spec.name):
+            raise ApiError(ErrorCode.invalid_topic_exception, "The topic is queued for deletion.")
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            read = await self.zk.get_topic_assignment_versioned(spec.name)
+            if read is None:
+                raise ApiError(ErrorCode.unknown_topic_or_partition, f"The topic '{spec.name}' does not exist.")
+            existing, version = read
+            added = plan_new_partitions(spec, existing, self._live_brokers())
+            merged = TopicAssignment({**existing.partitions, **added}, existing.topic_id,
+                                     dict(existing.adding_replicas), dict(existing.removing_replicas))
+            check_assignment_size(spec.name, merged)
+            if validate_only:
+                return
+            try:
+                await self.zk.set_topic_assignment(spec.name, merged, version)
+            except AssignmentChangedError:
+                continue
+            log.info("topic %s: adding partitions %s", spec.name, added)
+            return
+        raise ApiError(ErrorCode.unknown_server_error,
+                       f"The assignment of topic '{spec.name}' kept changing; gave up after {MAX_WRITE_ATTEMPTS} attempts")
 
     async def delete_topics(self, names: Sequence[str], timeout_ms: int) -> list[ApiError | None]:
         """Mark each topic for deletion; wait (up to timeout_ms) until the cache drops it."""

@@ -22,7 +22,7 @@ from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 
 from . import config_helper as ch
-from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, TopicSpec, topic_name_error
+from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, PartitionsSpec, TopicSpec, topic_name_error
 from .auth_helper import NOT_REQUESTED, ResourceType, authorized_operations
 from .config_apis import ConfigApis
 from .dynamic_config import DynamicBrokerConfig
@@ -33,7 +33,7 @@ from .zk_client import BrokerZkClient, base64_to_uuid
 
 log = logging.getLogger(__name__)
 
-METADATA, UPDATE_METADATA, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CLUSTER = 3, 6, 19, 20, 60
+METADATA, UPDATE_METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 3, 6, 19, 20, 37, 60
 ENDPOINT_TYPE_BROKER = 1
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -113,6 +113,7 @@ class MetadataApis:
             UPDATE_METADATA: self.handle_update_metadata,
             CREATE_TOPICS: self.handle_create_topics,
             DELETE_TOPICS: self.handle_delete_topics,
+            CREATE_PARTITIONS: self.handle_create_partitions,
             DESCRIBE_CLUSTER: self.handle_describe_cluster,
             **self.config_apis.handlers,
         }
@@ -121,6 +122,7 @@ class MetadataApis:
             UPDATE_METADATA: (5, 5),
             CREATE_TOPICS: (2, 7),
             DELETE_TOPICS: (1, 6),
+            CREATE_PARTITIONS: (0, 3),
             DESCRIBE_CLUSTER: (0, 2),
             **self.config_apis.versions,
         }
@@ -404,6 +406,27 @@ class MetadataApis:
                 )
             )
         return wire.make_entity(mod.DeleteTopicsResponse, throttle_time=wire.NO_THROTTLE, responses=tuple(out))
+
+    # --- CreatePartitions (37) ----------------------------------------------------------------
+
+    async def handle_create_partitions(self, header, request):
+        mod = wire.response_module(CREATE_PARTITIONS, int(request.__version__))
+        specs = [
+            PartitionsSpec(
+                t.name, int(t.count),
+                None if t.assignments is None else tuple(tuple(int(b) for b in a.broker_ids) for a in t.assignments),
+            )
+            for t in request.topics
+        ]
+        errors = await self.admin.create_partitions(specs, wire.ms(request.timeout), bool(request.validate_only))
+        results = tuple(
+            wire.make_entity(
+                mod.CreatePartitionsTopicResult, name=spec.name,
+                error_code=ErrorCode.none if e is None else e.error_code, error_message=None if e is None else e.message,
+            )
+            for spec, e in zip(specs, errors)
+        )
+        return wire.make_entity(mod.CreatePartitionsResponse, throttle_time=wire.NO_THROTTLE, results=results)
 
     # --- DescribeCluster (60) ------------------------------------------------------------------
 

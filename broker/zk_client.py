@@ -55,6 +55,10 @@ class ConfigChangedError(Exception):
     """An entity's config znode changed (or appeared) since it was read: read it again."""
 
 
+class AssignmentChangedError(Exception):
+    """A topic's assignment znode changed (or went) since it was read: read it again."""
+
+
 def new_base64_uuid() -> str:
     """A random UUID in Kafka's text form (URL-safe base64, no padding), never starting with '-'
     (Kafka's Uuid.randomUuid avoids that too: such ids look like command-line options)."""
@@ -342,6 +346,30 @@ class BrokerZkClient:
     async def get_topic_assignment(self, topic: str) -> TopicAssignment | None:
         data = await self._get(zk_data.topic_path(topic))
         return None if data is None else zk_data.decode_topic_assignment(data)
+
+    async def get_topic_assignment_versioned(self, topic: str) -> tuple[TopicAssignment, int] | None:
+        """The topic's assignment and its znode version (the compare-and-set token); None if none."""
+        def get() -> tuple[TopicAssignment, int] | None:
+            try:
+                data, stat = self._calls().get(zk_data.topic_path(topic))
+            except NoNodeError:
+                return None
+            return zk_data.decode_topic_assignment(data), stat.version
+
+        return await asyncio.to_thread(get)
+
+    async def set_topic_assignment(self, topic: str, assignment: TopicAssignment, expected_version: int) -> None:
+        """Replace the topic's assignment (Kafka's writeTopicPartitionAssignment with an update),
+        compare-and-set on the version read; the controller's data watch sees it.
+        AssignmentChangedError when the znode changed or went meanwhile."""
+        def set_() -> None:
+            try:
+                self._calls().set(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment),
+                                  version=expected_version)
+            except (BadVersionError, NoNodeError) as e:
+                raise AssignmentChangedError(topic) from e
+
+        await asyncio.to_thread(set_)
 
     async def get_topic_ids(self, topics: list[str]) -> dict[str, str | None]:
         """topic → its topic_id (Kafka's base64 text) from the assignment znodes, fetched in one go;

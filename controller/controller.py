@@ -35,9 +35,11 @@ MAX_DECISION_ATTEMPTS = 10
 CONTROLLER_CHANGE = "controller"
 BROKER_CHANGE = "brokers"
 TOPIC_CHANGE = "topics"
+PARTITION_MODIFICATION = "partitions"
+"""A topic's assignment znode changed (CreatePartitions); the topics are in `_modified_topics`."""
 TOPIC_DELETION = "deletions"
 AUTO_REBALANCE = "rebalance"
-EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, TOPIC_DELETION, AUTO_REBALANCE)
+EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, PARTITION_MODIFICATION, TOPIC_DELETION, AUTO_REBALANCE)
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
 
@@ -70,6 +72,7 @@ class KafkaController:
         self._stopping_threads = threading.Event()
         """The same, for blocking ZooKeeper calls in worker threads."""
         self._events: asyncio.Queue[str] = asyncio.Queue()
+        self._modified_topics: set[str] = set()
         self._connected = asyncio.Event()
         self._generation = 0
         self._acting: asyncio.Task | None = None
@@ -171,6 +174,7 @@ class KafkaController:
         self._generation += 1
         gen = self._generation
         self._events = asyncio.Queue()
+        self._modified_topics = set()
         self._connected.clear()
         self._deposed_reason = None
         zk = ControllerZkClient(
@@ -205,6 +209,21 @@ class KafkaController:
             self._loop.call_soon_threadsafe(self._post, gen, event)
 
         return watcher
+
+    def _topic_watch(self, gen: int):
+        """topic → the data watch of its assignment znode (one per read; ZooKeeper fires it once)."""
+        def watch_of(topic: str):
+            def watcher(_event) -> None:
+                self._loop.call_soon_threadsafe(self._post_modified, gen, topic)
+
+            return watcher
+
+        return watch_of
+
+    def _post_modified(self, gen: int, topic: str) -> None:
+        if gen == self._generation:
+            self._modified_topics.add(topic)
+            self._events.put_nowait(PARTITION_MODIFICATION)
 
     def _post(self, gen: int, event: str) -> None:
         if gen == self._generation or event == "stop":
@@ -282,7 +301,7 @@ class KafkaController:
         ctx = await asyncio.to_thread(
             zk.load_context, self.controller_id, epoch, epoch_zk_version,
             brokers_watch=self._watch(gen, BROKER_CHANGE), topics_watch=self._watch(gen, TOPIC_CHANGE),
-            deletions_watch=self._watch(gen, TOPIC_DELETION),
+            deletions_watch=self._watch(gen, TOPIC_DELETION), topic_watch=self._topic_watch(gen),
         )
         ctx.unclean_leader_election = self.config.unclean_leader_election_enable
         self.context = ctx
@@ -365,8 +384,14 @@ class KafkaController:
             await self._execute(zk, lambda ctx: sm.on_broker_change(ctx, live))
         elif event == TOPIC_CHANGE:
             assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, TOPIC_CHANGE),
-                                                  dict(self.context.assignments))
+                                                  dict(self.context.assignments), self._topic_watch(gen))
             await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
+        elif event == PARTITION_MODIFICATION:
+            topics, self._modified_topics = self._modified_topics, set()
+            changed = await asyncio.to_thread(zk.assignments_of, sorted(topics), self._topic_watch(gen))
+            d = await self._execute(zk, lambda ctx: sm.on_partition_modification(ctx, changed))
+            for topic, assignment in d.updated_assignments.items():
+                log.info("topic %s: now %d partitions", topic, len(assignment.partitions))
         elif event == TOPIC_DELETION:
             marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, TOPIC_DELETION))
             if marked - set(self.context.assignments):

@@ -68,6 +68,8 @@ class Decisions:
     final_requests: list[Request] = field(default_factory=list)
     live_brokers: dict[int, BrokerInfo] | None = None
     added_topics: dict[str, TopicAssignment] = field(default_factory=dict)
+    updated_assignments: dict[str, TopicAssignment] = field(default_factory=dict)
+    """Known topics with more partitions (CreatePartitions): their whole new assignment."""
     removed_topics: set[str] = field(default_factory=set)
     topics_to_delete: set[str] | None = None
     deposed: bool = False
@@ -90,6 +92,7 @@ def apply_decisions(ctx: ControllerContext, d: Decisions) -> ControllerContext:
     if d.live_brokers is not None:
         ctx.live_brokers = dict(d.live_brokers)
     ctx.assignments.update(d.added_topics)
+    ctx.assignments.update(d.updated_assignments)
     for w in d.state_writes:
         ctx.partition_states[w.tp] = w.state
     if d.topics_to_delete is not None:
@@ -467,6 +470,52 @@ def on_topic_change(ctx: ControllerContext, assignments: dict[str, TopicAssignme
             batch.add_leader_and_isr(replicas, tp, states[tp], replicas, is_new=True)
             parts[tp] = (states[tp], replicas)
     parts.update(_deleting_partitions(ctx, removed))
+    batch.add_update_metadata(ctx.live_brokers, parts)
+    d.requests = batch.build()
+    return d
+
+
+def new_partitions(ctx: ControllerContext, assignments: dict[str, TopicAssignment]
+                   ) -> dict[str, tuple[TopicAssignment, dict[int, tuple[int, ...]]]]:
+    """Kafka's processPartitionModifications: of each known topic not being deleted, the
+    partitions its znode adds → (the merged assignment, the added partitions). Anything else a
+    changed znode says is ignored, as Kafka ignores it (partitions never go away this way)."""
+    out = {}
+    for topic, a in assignments.items():
+        known = ctx.assignments.get(topic)
+        if known is None or topic in ctx.topics_to_delete:
+            continue
+        added = {p: tuple(r) for p, r in a.partitions.items() if p not in known.partitions and r}
+        if added:
+            merged = TopicAssignment({**known.partitions, **added}, known.topic_id or a.topic_id,
+                                     dict(known.adding_replicas), dict(known.removing_replicas))
+            out[topic] = (merged, added)
+    return out
+
+
+def on_partition_modification(ctx: ControllerContext, assignments: dict[str, TopicAssignment]) -> Decisions:
+    """Topics' assignment znodes changed: partitions they add (CreatePartitions) get their states
+    (New → Online), LeaderAndIsr to their replicas and UpdateMetadata to every live broker."""
+    grown = new_partitions(ctx, assignments)
+    d = Decisions(updated_assignments={t: merged for t, (merged, _) in grown.items()})
+    if not grown:
+        return d
+    states = dict(ctx.partition_states)
+    tps = [TopicPartition(t, p) for t in sorted(grown) for p in sorted(grown[t][1])]
+    if any(states[tp].controller_epoch > ctx.epoch for tp in tps if tp in states):
+        return Decisions(deposed=True)
+
+    def replicas_of(tp: TopicPartition) -> tuple[int, ...]:
+        return grown[tp.topic][1][tp.partition]
+
+    _elect(ctx, tps, replicas_of, set(ctx.live_brokers), states, d)
+    batch = RequestBatch(ctx, ctx.live_brokers)
+    parts = {}
+    for tp in tps:
+        if tp in states:
+            replicas = replicas_of(tp)
+            batch.add_leader_and_isr(replicas, tp, states[tp], replicas, is_new=True)
+            parts[tp] = (states[tp], replicas)
     batch.add_update_metadata(ctx.live_brokers, parts)
     d.requests = batch.build()
     return d

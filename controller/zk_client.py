@@ -160,9 +160,11 @@ class ControllerZkClient:
 
     # --- reads ---------------------------------------------------------------------------------
 
-    def _get_many(self, paths: list[str]) -> dict[str, tuple[bytes, object] | None]:
-        """Pipelined reads: one round trip's worth of latency for many znodes."""
-        pending = [(p, self.zk.get_async(p)) for p in paths]
+    def _get_many(self, paths: list[str], watch_of: Callable[[str], Watch] | None = None
+                  ) -> dict[str, tuple[bytes, object] | None]:
+        """Pipelined reads: one round trip's worth of latency for many znodes; `watch_of(path)`
+        gives each znode's data watch (none for a missing znode: ZooKeeper sets none)."""
+        pending = [(p, self.zk.get_async(p, watch=watch_of(p) if watch_of else None)) for p in paths]
         out = {}
         for p, result in pending:
             try:
@@ -182,22 +184,33 @@ class ControllerZkClient:
         return out
 
     def topic_assignments(
-        self, watch: Watch = None, known: dict[str, TopicAssignment] | None = None
+        self, watch: Watch = None, known: dict[str, TopicAssignment] | None = None,
+        topic_watch: Callable[[str], Watch] | None = None,
     ) -> dict[str, TopicAssignment]:
-        """Every topic's assignment; those in `known` are taken from it rather than read again."""
+        """Every topic's assignment; those in `known` are taken from it rather than read again.
+        Each topic read gets the data watch `topic_watch(topic)` (Kafka's partition modifications
+        handler: a changed assignment, e.g. CreatePartitions, fires it once)."""
         known = known or {}
         topics = self.calls.get_children(z.BROKER_TOPICS, watch=watch)
-        found = self._get_many([z.topic_path(t) for t in topics if t not in known])
         out = {t: known[t] for t in topics if t in known}
+        out.update(self.assignments_of([t for t in topics if t not in known], topic_watch))
+        return out
+
+    def assignments_of(self, topics: Iterable[str], topic_watch: Callable[[str], Watch] | None = None
+                       ) -> dict[str, TopicAssignment]:
+        """The assignments of `topics` (the missing and unreadable ones left out), each read with
+        the data watch `topic_watch(topic)`."""
+        topics = list(topics)
+        by_path = {z.topic_path(t): t for t in topics}
+        found = self._get_many(list(by_path), (lambda p: topic_watch(by_path[p])) if topic_watch else None)
+        out = {}
         for t in topics:
-            if t in known:
-                continue
             got = found[z.topic_path(t)]
             if got is None:
                 continue
             try:
                 out[t] = z.decode_topic_assignment(got[0])
-            except ValueError as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 log.error("ignoring topic %s: unreadable assignment %r (%s)", t, got[0][:200], e)
         return out
 
@@ -215,10 +228,11 @@ class ControllerZkClient:
         return set(self.calls.get_children(z.DELETE_TOPICS, watch=watch))
 
     def load_context(self, controller_id: int, epoch: int, epoch_zk_version: int, *, brokers_watch: Watch = None,
-                     topics_watch: Watch = None, deletions_watch: Watch = None) -> ControllerContext:
+                     topics_watch: Watch = None, deletions_watch: Watch = None,
+                     topic_watch: Callable[[str], Watch] | None = None) -> ControllerContext:
         ctx = ControllerContext(controller_id=controller_id, epoch=epoch, epoch_zk_version=epoch_zk_version)
         ctx.live_brokers = self.live_brokers(brokers_watch)
-        ctx.assignments = self.topic_assignments(topics_watch)
+        ctx.assignments = self.topic_assignments(topics_watch, topic_watch=topic_watch)
         ctx.partition_states = self.partition_states(ctx.all_partitions())
         ctx.topics_to_delete = self.delete_markers(deletions_watch)
         return ctx

@@ -524,3 +524,94 @@ def test_describe_cluster(zk_connect, version):
             assert controllers.error_code == ErrorCode.unsupported_endpoint_type
 
     run(zk_connect, scenario)
+
+
+# --- CreatePartitions ----------------------------------------------------------------------------
+
+
+def create_partitions_request(version: int, topics, timeout_ms: int = 10_000, validate_only: bool = False):
+    """topics: [(name, count, assignments or None)]."""
+    return request(37, version, timeout=ms(timeout_ms), validate_only=validate_only, topics=tuple(
+        nested(37, version, "CreatePartitionsTopic", name=n, count=c, assignments=None if a is None else tuple(
+            nested(37, version, "CreatePartitionsAssignment", broker_ids=tuple(r)) for r in a))
+        for n, c, a in topics))
+
+
+async def znode_partitions(h: Harness, topic: str) -> dict[int, tuple[int, ...]]:
+    data, _ = await asyncio.to_thread(h.raw.get, zk_data.topic_path(topic))
+    return zk_data.decode_topic_assignment(data).partitions
+
+
+async def publish_when(h: Harness, topic: str, count: int, rounds: int = 200) -> None:
+    """The controller's part: once the assignment has `count` partitions, announce them."""
+    for _ in range(rounds):
+        if len(await znode_partitions(h, topic)) >= count:
+            await h.publish_topic(topic)
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{topic} never got {count} partitions")
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_create_partitions(zk_connect, version):
+    async def scenario(h: Harness):
+        h.live = [0, 1]
+        await h.update_metadata({})
+        controller = asyncio.create_task(h.controller_creates("t"))
+        await h.call(create_request(4, [creatable(4, "t", 2, 2)]))
+        await controller
+        topic_id = (zk_data.decode_topic_assignment(
+            (await asyncio.to_thread(h.raw.get, zk_data.topic_path("t")))[0])).topic_id
+        before = await znode_partitions(h, "t")
+
+        # validate_only: checked, nothing written
+        response = await h.call(create_partitions_request(version, [("t", 4, None)], validate_only=True))
+        assert [(r.name, r.error_code) for r in response.results] == [("t", ErrorCode.none)]
+        assert await znode_partitions(h, "t") == before
+
+        # broker-chosen replicas, answered once this broker's metadata has leaders for them
+        controller = asyncio.create_task(publish_when(h, "t", 4))
+        response = await h.call(create_partitions_request(version, [("t", 4, None)]))
+        await controller
+        assert [(r.name, r.error_code, r.error_message) for r in response.results] == [("t", ErrorCode.none, None)]
+        after = await znode_partitions(h, "t")
+        assert {p: after[p] for p in before} == before and sorted(after) == [0, 1, 2, 3]
+        assert all(len(set(r)) == 2 and set(r) <= {0, 1} for r in after.values())
+        data, _ = await asyncio.to_thread(h.raw.get, zk_data.topic_path("t"))
+        assert zk_data.decode_topic_assignment(data).topic_id == topic_id  # kept
+        assert h.cache.partition_count("t") == 4
+
+        # explicit assignment; a decrease, no change, an unknown topic, duplicates, a wrong assignment
+        controller = asyncio.create_task(publish_when(h, "t", 5))
+        response = await h.call(create_partitions_request(version, [
+            ("t", 5, [(1, 0)]), ("missing", 3, None), ("dup", 2, None), ("dup", 3, None), ("bad name", 2, None),
+        ]))
+        await controller
+        assert [r.error_code for r in response.results] == [
+            ErrorCode.none, ErrorCode.unknown_topic_or_partition, ErrorCode.invalid_request,
+            ErrorCode.invalid_request, ErrorCode.unknown_topic_or_partition]
+        assert (await znode_partitions(h, "t"))[4] == (1, 0)
+        response = await h.call(create_partitions_request(version, [("t", 3, None)]))
+        assert response.results[0].error_code == ErrorCode.invalid_partitions
+        assert "higher than the requested 3" in response.results[0].error_message
+        response = await h.call(create_partitions_request(version, [("t", 5, None)]))
+        assert response.results[0].error_code == ErrorCode.invalid_partitions
+        response = await h.call(create_partitions_request(version, [("t", 7, [(0, 1)])]))
+        assert response.results[0].error_code == ErrorCode.invalid_replica_assignment
+        response = await h.call(create_partitions_request(version, [("t", 6, [(0, 7)])]))
+        assert response.results[0].error_code == ErrorCode.invalid_replica_assignment
+        response = await h.call(create_partitions_request(version, [("t", 2**31 - 1, None)]))
+        assert response.results[0].error_code == ErrorCode.invalid_partitions
+        assert sorted(await znode_partitions(h, "t")) == [0, 1, 2, 3, 4]
+
+        # no controller answers: written, but REQUEST_TIMED_OUT after the request's timeout
+        response = await h.call(create_partitions_request(version, [("t", 6, None)], timeout_ms=200))
+        assert response.results[0].error_code == ErrorCode.request_timed_out
+        assert sorted(await znode_partitions(h, "t")) == [0, 1, 2, 3, 4, 5]
+
+        # a topic queued for deletion
+        await asyncio.to_thread(h.raw.create, zk_data.delete_topic_path("t"), makepath=True)
+        response = await h.call(create_partitions_request(version, [("t", 9, None)]))
+        assert response.results[0].error_code == ErrorCode.invalid_topic_exception
+
+    run(zk_connect, scenario)

@@ -8,9 +8,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.admin_manager import (
+    MAX_PARTITIONS,
     ApiError,
+    PartitionsSpec,
     TopicSpec,
     assign_replicas_to_brokers,
+    plan_new_partitions,
     plan_topic,
     rack_alternated_brokers,
     topic_name_error,
@@ -26,6 +29,7 @@ from odradek.common.messages import (
     UpdateMetadataRequest,
     UpdateMetadataTopicState,
 )
+from odradek.common.zk_data import TopicAssignment
 
 # --- topic names ---------------------------------------------------------------------------------
 
@@ -139,6 +143,46 @@ def test_plan_topic_defaults_and_rules():
         raise ValueError(f"bad {config}")
 
     assert code(TopicSpec("t", configs={"x": "y"}), validate_config=reject) == ErrorCode.invalid_config
+    assert code(TopicSpec("t", 2**31 - 1, 1)) == ErrorCode.invalid_partitions  # refused, not computed
+
+
+def test_new_partitions_continue_the_assignment_as_kafka_does():
+    """Kafka's createNewPartitionsAssignment: round-robin continues from the broker that holds
+    partition 0's first replica, at the partition ids after the existing ones."""
+    brokers = [(b, None) for b in range(5)]
+    existing = TopicAssignment({0: (2, 3, 4), 1: (3, 4, 0)})
+    added = plan_new_partitions(PartitionsSpec("t", 5), existing, brokers)
+    assert added == assign_replicas_to_brokers(brokers, 3, 3, fixed_start_index=2, start_partition_id=2)
+    assert sorted(added) == [2, 3, 4] and all(len(set(r)) == 3 for r in added.values())
+    gone = TopicAssignment({0: (7, 8)})  # partition 0's leader gone: the first broker above it, else 0
+    assert sorted(plan_new_partitions(PartitionsSpec("t", 2), gone, brokers)) == [1]
+    manual = plan_new_partitions(PartitionsSpec("t", 4, ((0, 1, 2), (4, 3, 2))), existing, brokers)
+    assert manual == {2: (0, 1, 2), 3: (4, 3, 2)}
+
+
+@pytest.mark.parametrize(("spec", "existing", "code"), [
+    (PartitionsSpec("t", 1), {0: (0,), 1: (1,)}, ErrorCode.invalid_partitions),          # a decrease
+    (PartitionsSpec("t", 2), {0: (0,), 1: (1,)}, ErrorCode.invalid_partitions),          # no change
+    (PartitionsSpec("t", MAX_PARTITIONS + 1), {0: (0,)}, ErrorCode.invalid_partitions),  # absurd
+    (PartitionsSpec("t", 2**31 - 1), {0: (0,)}, ErrorCode.invalid_partitions),
+    (PartitionsSpec("t", 3, ((0,),)), {0: (0,)}, ErrorCode.invalid_replica_assignment),  # 1 of 2
+    (PartitionsSpec("t", 2, ((9,),)), {0: (0,)}, ErrorCode.invalid_replica_assignment),  # unknown broker
+    (PartitionsSpec("t", 2, ((),)), {0: (0,)}, ErrorCode.invalid_replica_assignment),
+    (PartitionsSpec("t", 2, ((1, 1),)), {0: (0, 1)}, ErrorCode.invalid_replica_assignment),
+    (PartitionsSpec("t", 2, ((1,),)), {0: (0, 1)}, ErrorCode.invalid_replica_assignment),  # rf 1 vs 2
+    (PartitionsSpec("t", 2), {0: (0, 1, 2, 3)}, ErrorCode.invalid_replication_factor),   # rf > brokers
+])
+def test_new_partitions_refused_as_kafka_refuses_them(spec, existing, code):
+    with pytest.raises(ApiError) as e:
+        plan_new_partitions(spec, TopicAssignment(existing), [(0, None), (1, None), (2, None)])
+    assert e.value.error_code == code and e.value.message
+
+
+def test_no_new_partitions_during_a_reassignment():
+    busy = TopicAssignment({0: (0, 1)}, adding_replicas={0: (1,)})
+    with pytest.raises(ApiError) as e:
+        plan_new_partitions(PartitionsSpec("t", 2), busy, [(0, None), (1, None)])
+    assert e.value.error_code == ErrorCode.reassignment_in_progress
 
 
 def test_topic_ids_and_connect_strings():

@@ -222,6 +222,49 @@ def test_topic_lifecycle_and_broker_failure(zk, start_controller, start_broker):
     assert brief(state(zk, "t", 0))[:3] == (1, 0, (1,))
 
 
+def test_added_partitions_get_states_leader_and_isr_and_metadata(zk, start_controller, start_broker):
+    """A broker's CreatePartitions rewrites /brokers/topics/<t> (compare-and-set); the
+    controller's data watch on it sees the new partitions, also after a failover (a new session
+    arms the watches anew) and for a topic created after it became active."""
+    b0, b1 = start_broker(0), start_broker(1)
+    first = start_controller(1000)
+    wait_until(lambda: active_controller(zk) == 1000, 30, "active controller")
+    create_topic(zk, "grow", {0: (0, 1)})
+    wait_until(lambda: state(zk, "grow", 0), 20, "state of grow-0")
+
+    def grow(partitions: dict[int, tuple[int, ...]]) -> None:
+        data, stat = zk.get(z.topic_path("grow"))
+        current = z.decode_topic_assignment(data)
+        zk.set(z.topic_path("grow"), z.encode_topic_assignment(
+            z.TopicAssignment({**current.partitions, **partitions}, current.topic_id)), version=stat.version)
+
+    since = time.monotonic()
+    grow({1: (1, 0), 2: (0, 1)})
+    wait_until(lambda: state(zk, "grow", 1) and state(zk, "grow", 2), 20, "states of the new partitions")
+    assert brief(state(zk, "grow", 1)) == (1, 0, (1, 0), 1)
+    for b in (b0, b1):
+        lai = b.wait_for(lambda b: [r for r in b.requests(m.LeaderAndIsrRequest, since)
+                                    if ("grow", 2) in partition_states(r)], what="LeaderAndIsr for grow-2")
+        assert set(partition_states(lai[0])) == {("grow", 1), ("grow", 2)}
+        assert partition_states(lai[0])[("grow", 2)].is_new
+        b.wait_for(lambda b: [r for r in b.requests(m.UpdateMetadataRequest, since)
+                              if ("grow", 2) in partition_states(r)], what="UpdateMetadata with grow-2")
+
+    # a second change fires the re-armed watch
+    grow({3: (1, 0)})
+    wait_until(lambda: state(zk, "grow", 3), 20, "state of grow-3")
+
+    # after a failover the new controller watches every topic again
+    start_controller(1001)
+    first.signal(signal.SIGKILL)
+    wait_until(lambda: active_controller(zk) == 1001, TAKEOVER_S, "the standby active")
+    b0.wait_for(lambda b: [r for r in b.requests(m.UpdateMetadataRequest) if r.controller_epoch == 2],
+                what="UpdateMetadata from epoch 2")
+    grow({4: (0,)})
+    s4 = wait_until(lambda: state(zk, "grow", 4), 20, "state of grow-4 after the failover")
+    assert brief(s4) == (0, 0, (0,), 2)
+
+
 def test_paused_controller_is_deposed_and_rejoins_as_standby(zk, start_controller, start_broker):
     broker = start_broker(0)
     controllers = {c: start_controller(c) for c in (1000, 1001)}

@@ -20,6 +20,7 @@ from odradek.controller.state_machine import (
     initial_leader_and_isr,
     on_broker_change,
     on_controller_failover,
+    on_partition_modification,
     on_topic_change,
     on_topic_deletion,
     reconcile_leader_and_isr,
@@ -126,6 +127,42 @@ def test_topic_creation_with_one_broker_down():
     assert writes == {TP("t", 2): writes[TP("t", 2)]} and writes[TP("t", 2)].state == State(1, 0, (1,), 5, 0)
     [lai1] = d.requests_to(1, m.LeaderAndIsrRequest)
     assert partitions_in([lai1]) == {"t": [0, 2]}
+
+
+def test_added_partitions_get_leaders_and_are_announced():
+    """CreatePartitions grew the topic's znode: the new partitions go New → Online on their live
+    replicas (LeaderAndIsr is_new to them), every live broker hears of them (UpdateMetadata), the
+    existing ones are left alone; a shrunk or unknown assignment changes nothing."""
+    ctx = cluster_with_topic(live=(0, 1))
+    grown = TopicAssignment({0: (0, 1, 2), 1: (1, 2, 0), 2: (2, 0, 1), 3: (0, 1, 2), 4: (2, 1, 0), 5: (2,)})
+    d = on_partition_modification(ctx, {"t": grown, "unknown": TopicAssignment({0: (0,)})})
+    writes = {w.tp: w for w in d.state_writes}
+    assert set(writes) == {TP("t", 3), TP("t", 4)}  # t-5 has no live replica: stays New
+    assert writes[TP("t", 3)].state == State(0, 0, (0, 1), 5, 0) and writes[TP("t", 3)].expected_version is None
+    assert writes[TP("t", 4)].state == State(1, 0, (1, 0), 5, 0)
+    for b in (0, 1):
+        [lai] = d.requests_to(b, m.LeaderAndIsrRequest)
+        assert partitions_in([lai]) == {"t": [3, 4]}
+        assert all(p.is_new for t in lai.topic_states for p in t.partition_states)
+        [um] = d.requests_to(b, m.UpdateMetadataRequest)
+        assert partitions_in([um]) == {"t": [3, 4]}
+    assert d.requests_to(2) == []
+    apply_decisions(ctx, d)
+    assert ctx.assignments["t"].partitions == grown.partitions and "unknown" not in ctx.assignments
+    # the same znode again, or one with fewer partitions: nothing to do
+    assert on_partition_modification(ctx, {"t": grown}).requests == []
+    shrunk = on_partition_modification(ctx, {"t": TopicAssignment({0: (0, 1, 2)})})
+    assert shrunk.requests == [] and shrunk.updated_assignments == {}
+    # broker 2 returns: the New partition t-5 gets its state like any other
+    d = on_broker_change(ctx, brokers(0, 1, 2))
+    assert {w.tp: w.state for w in d.state_writes}[TP("t", 5)] == State(2, 0, (2,), 5, 0)
+
+
+def test_partitions_added_to_a_topic_being_deleted_are_ignored():
+    ctx = cluster_with_topic()
+    ctx.topics_to_delete = {"t"}
+    d = on_partition_modification(ctx, {"t": TopicAssignment({**ctx.assignments["t"].partitions, 3: (0, 1, 2)})})
+    assert d.requests == [] and d.state_writes == [] and d.updated_assignments == {}
 
 
 # --- broker failure and return --------------------------------------------------------------------

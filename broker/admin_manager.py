@@ -8,7 +8,7 @@ thin shell that writes ZooKeeper and waits until the controller's UpdateMetadata
 import logging
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -76,8 +76,17 @@ def validate_topic_name(name: str | None) -> None:
 
 
 def has_collision_chars(name: str) -> bool:
-    """'.' and '_' collide in metric names; Kafka warns (we only warn too)."""
+    """'.' and '_' map to the same character in metric names."""
     return "." in name or "_" in name
+
+
+def colliding_topics(name: str, existing: Collection[str]) -> list[str]:
+    """The existing topics whose names differ from `name` only by '.' versus '_' (their metrics
+    would mix): Kafka refuses to create such a topic, and accepts every other name silently."""
+    if not has_collision_chars(name):
+        return []
+    key = name.replace(".", "_")
+    return sorted(t for t in existing if t != name and t.replace(".", "_") == key)
 
 
 def assign_replicas_to_brokers(
@@ -255,6 +264,7 @@ def plan_topic(
     live_brokers: Sequence[tuple[int, str | None]],
     validate_config: Callable[[dict[str, str]], None],
     existing: bool = False,
+    colliding: Sequence[str] = (),
     rng: random.Random | None = None,
     topic_id: str | None = None,
 ) -> TopicPlan:
@@ -266,6 +276,9 @@ def plan_topic(
     validate_topic_name(spec.name)
     if existing:
         raise ApiError(ErrorCode.topic_already_exists, f"Topic '{spec.name}' already exists.")
+    if colliding:
+        raise ApiError(ErrorCode.invalid_topic_exception,
+                       f"Topic '{spec.name}' collides with existing topics: {', '.join(colliding)}")
     if spec.assignments:
         if spec.num_partitions != -1 or spec.replication_factor != -1:
             raise ApiError(
@@ -413,6 +426,12 @@ class AdminManager:
     async def _exists(self, name: str) -> bool:
         return self.metadata_cache.contains(name) or await self.zk.topic_exists(name)
 
+    async def _colliding(self, name: str) -> list[str]:
+        """Kafka reads every topic in ZooKeeper, only for names that can collide."""
+        if topic_name_error(name) is not None or not has_collision_chars(name):
+            return []
+        return colliding_topics(name, await self.zk.get_all_topics())
+
     async def create_topics(
         self, specs: Sequence[TopicSpec], timeout_ms: int, validate_only: bool
     ) -> list[CreateResult]:
@@ -438,6 +457,7 @@ class AdminManager:
                     live_brokers=self._live_brokers(),
                     validate_config=self.validate_config,
                     existing=name_ok and await self._exists(spec.name),
+                    colliding=await self._colliding(spec.name),
                 )
                 if not validate_only:
                     await self._write(plan)
@@ -463,14 +483,12 @@ class AdminManager:
         return results
 
     async def _write(self, plan: TopicPlan) -> None:
-        if has_collision_chars(plan.name):
-            log.warning("topic %r uses '.' or '_', which collide in metric names", plan.name)
         assignment = TopicAssignment(dict(plan.assignment), topic_id=plan.topic_id)
         check_assignment_size(plan.name, assignment)
         try:
             await self.zk.create_topic(plan.name, assignment, plan.config)
         except TopicExistsError as e:
-            raise ApiError(ErrorCode.topic_already_exists, f"Topic '{plan.name}' already exists.") from e
+            raise ApiError(ErrorCode.topic_already_exists, str(e)) from e
         log.info(
             "created topic %s: %d partitions, assignment %s, config %s",
             plan.name, plan.num_partitions, plan.assignment, plan.config,
@@ -480,7 +498,9 @@ class AdminManager:
         """Metadata's auto-creation: write the znodes with the broker defaults, do not wait.
 
         Returns the code the Metadata response carries for the topic meanwhile (Kafka's rule:
-        LEADER_NOT_AVAILABLE while it is being created, or the creation error).
+        LEADER_NOT_AVAILABLE while it is being created, or the creation error). The name being
+        deleted or raced (TOPIC_ALREADY_EXISTS) and ZooKeeper trouble are retriable for the client:
+        LEADER_NOT_AVAILABLE for this topic alone, never an error for the whole Metadata request.
         """
         if name in self._auto_creating:
             return ErrorCode.leader_not_available
@@ -492,13 +512,18 @@ class AdminManager:
                 default_replication_factor=self.config.default_replication_factor,
                 live_brokers=self._live_brokers(),
                 validate_config=lambda _: None,
+                colliding=await self._colliding(name),
             )
             await self._write(plan)
         except ApiError as e:
             if e.error_code == ErrorCode.topic_already_exists:
+                log.debug("auto-creation of topic %r deferred: %s", name, e.message)
                 return ErrorCode.leader_not_available
             log.info("auto-creation of topic %r failed: %s", name, e)
             return e.error_code
+        except Exception:  # noqa: BLE001 - ZooKeeper trouble: the client retries this topic
+            log.warning("auto-creation of topic %r failed; answering LEADER_NOT_AVAILABLE", name, exc_info=True)
+            return ErrorCode.leader_not_available
         finally:
             self._auto_creating.discard(name)
         return ErrorCode.leader_not_available

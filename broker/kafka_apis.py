@@ -45,7 +45,7 @@ never send); v6 (KIP-939 two-phase commit) only means something to transactions.
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
     FETCH: (fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION),
-    LIST_OFFSETS: (1, 6),  # v7+ add MAX_TIMESTAMP (-3) and tiered-storage lookups
+    LIST_OFFSETS: (1, 9),  # v1 for librdkafka; v7 MAX_TIMESTAMP, v8/v9 tiered-storage specs (replica_manager)
     LEADER_AND_ISR: (2, 2),
     STOP_REPLICA: (1, 1),
     API_VERSIONS: (0, 3),

@@ -32,8 +32,9 @@ from odradek.common.messages import (
 
 log = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP = -1, -2, -3, -4, -5
+"""ListOffsets' special timestamps: MAX_TIMESTAMP from v7 (KIP-734), the tiered-storage ones from v8/v9
+(KIP-405, KIP-1005)."""
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 """ListOffsets/Fetch replica_id of tools that may read from a follower (Kafka's value)."""
@@ -441,16 +442,27 @@ class ReplicaManager:
     # --- replica fetchers (issue 3) -------------------------------------------------------------
 
     def add_fetchers(self, partitions: list[Partition], live_leaders) -> None:
-        """Followers (re)start fetching from their leader, found in the request's live_leaders."""
+        """Followers (re)start fetching from their leader, found in the request's live_leaders.
+
+        A partition without a leader (-1: its ISR is down, as while a cluster restarts) has nothing
+        to fetch until the controller elects one and says so; that is normal and logged at DEBUG.
+        A named leader missing from live_leaders is the controller contradicting itself: a warning."""
         endpoints = {int(b.broker_id): (b.host_name, int(b.port)) for b in live_leaders}
         targets = {}
+        leaderless = []
         for p in partitions:
             endpoint = endpoints.get(p.leader_id)
             if endpoint is None:
-                log.warning("%s-%d: leader %d is not among the live leaders; not fetching", *p.key, p.leader_id)
+                if p.leader_id < 0:
+                    leaderless.append(p.key)
+                else:
+                    log.warning("%s-%d: leader %d is not among the live leaders; not fetching", *p.key, p.leader_id)
                 self.fetcher_manager.remove_fetchers([p.key])
                 continue
             targets[p.key] = (p.leader_id, endpoint[0], endpoint[1], p.leader_epoch)
+        if leaderless:
+            log.debug("%d follower partitions have no leader yet (e.g. %s-%d); not fetching them",
+                      len(leaderless), *leaderless[0])
         if targets:
             self.fetcher_manager.add_fetchers(targets)
 
@@ -676,18 +688,26 @@ class ReplicaManager:
         # here without transactions); followers and debugging tools see the whole log.
         last_fetchable = plog.high_watermark if replica_id == CONSUMER_REPLICA_ID else plog.log_end_offset
         try:
-            if timestamp == EARLIEST_TIMESTAMP:
-                return ListOffsetResult(offset=plog.log_start_offset)
+            # No tiered storage: the local log is the whole log, and nothing is tiered (Kafka's
+            # UnifiedLog answers -4 like -2, and -5 with offset -1 and epoch -1).
+            if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                return ListOffsetResult(offset=plog.log_start_offset, leader_epoch=plog.earliest_epoch())
             if timestamp == LATEST_TIMESTAMP:
                 return ListOffsetResult(offset=last_fetchable, leader_epoch=p.leader_epoch)
-            if timestamp < 0:
+            if timestamp == LATEST_TIERED_TIMESTAMP:
+                return ListOffsetResult()
+            if timestamp == MAX_TIMESTAMP:
+                found = plog.fetch_offset_of_max_timestamp()
+            elif timestamp < 0:
                 return ListOffsetResult(error=ErrorCode.unsupported_version)
-            found = plog.fetch_offset_by_timestamp(timestamp)
+            else:
+                found = plog.fetch_offset_by_timestamp(timestamp)
         except LogError as e:
             return ListOffsetResult(error=e.error_code)
         if found is None or found[0] >= last_fetchable:
             return ListOffsetResult()
-        return ListOffsetResult(offset=int(found[0]), timestamp=int(found[1]))
+        epoch = found[2] if len(found) > 2 else -1
+        return ListOffsetResult(offset=int(found[0]), timestamp=int(found[1]), leader_epoch=epoch)
 
     # --- shutdown -------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from odradek.broker.network.socket_server import SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.zk_client import BrokerZkClient
-from odradek.common import messages
+from odradek.common import messages, process_logging
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners
 from odradek.common.config_def import ConfigException
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
@@ -237,9 +237,11 @@ class KafkaServer:
                     keys = [(r.topic_name, int(r.partition_index)) for r in response.remaining_partitions]
                     backoff = min(config.controlled_shutdown_retry_backoff_ms / 1000, deadline - loop.time())
                     if await self._wait_unmovable(keys, backoff):
-                        log.warning("controlled shutdown: %d partitions have no other ISR member to move to",
-                                    len(keys))
-                        break
+                        # no other ISR member: the other replicas are down or stopping too (a
+                        # whole cluster stopping), the ordinary way for these to go offline
+                        log.info("controlled shutdown: %d partitions have no other ISR member to move to; "
+                                 "they go offline with this broker", len(keys))
+                        return False
                     continue
             if attempt < attempts:
                 await asyncio.sleep(max(0.0, min(config.controlled_shutdown_retry_backoff_ms / 1000,
@@ -369,14 +371,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="odradek broker", description="Run an Odradek broker.")
     parser.add_argument("--config", help="Kafka-style server.properties file")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="overrides a property")
+    process_logging.add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    process_logging.configure(args, "broker")
     try:
         config = BrokerConfig.from_properties(load_properties(args.config, args.override))
     except (ConfigException, OSError, ValueError) as e:  # one clear line, no traceback

@@ -48,7 +48,30 @@ class BrokerIdTakenError(Exception):
 
 
 class TopicExistsError(Exception):
-    """`/brokers/topics/<t>` is already there."""
+    """`/brokers/topics/<t>` is already there, or the topic is being deleted (Kafka's
+    AdminZkClient answers both with TopicExistsException)."""
+
+
+CONFIG_WRITE_ATTEMPTS = 3
+"""Set-or-create rounds for a topic's config znode before giving up to a racing writer."""
+
+
+def set_or_create(zk: BoundedCalls, path: str, data: bytes, topic: str) -> None:
+    """Kafka's setOrCreateEntityConfigs: set the znode, create it if it is missing, set again if
+    someone created it meanwhile. A deletion racing the writes (NoNode, then NodeExists, ...) is
+    retried CONFIG_WRITE_ATTEMPTS times, then reported as TopicExistsError: the name is busy."""
+    for _ in range(CONFIG_WRITE_ATTEMPTS):
+        try:
+            zk.set(path, data)
+            return
+        except NoNodeError:
+            pass
+        try:
+            zk.create(path, data, makepath=True)
+            return
+        except NodeExistsError:
+            continue
+    raise TopicExistsError(f"Topic '{topic}' is being created or deleted concurrently.")
 
 
 class ConfigChangedError(Exception):
@@ -461,6 +484,17 @@ class BrokerZkClient:
 
         await asyncio.to_thread(delete)
 
+    async def get_all_topics(self) -> list[str]:
+        """The children of `/brokers/topics` (every topic, whatever this broker's cache knows)."""
+
+        def children() -> list[str]:
+            try:
+                return self._calls().get_children(zk_data.BROKER_TOPICS)
+            except NoNodeError:
+                return []
+
+        return await asyncio.to_thread(children)
+
     async def topic_exists(self, topic: str) -> bool:
         return await asyncio.to_thread(lambda: self._calls().exists(zk_data.topic_path(topic)) is not None)
 
@@ -540,18 +574,16 @@ class BrokerZkClient:
 
     def _create_topic_blocking(self, topic: str, assignment: TopicAssignment, config: dict[str, str]) -> None:
         calls = self._calls()
+        if calls.exists(zk_data.delete_topic_path(topic)) is not None:
+            # the controller is still removing its znodes: writing now would recreate it half-way
+            raise TopicExistsError(f"Topic '{topic}' is marked for deletion.")
         if calls.exists(zk_data.topic_path(topic)) is not None:
-            raise TopicExistsError(topic)
-        config_path = zk_data.topic_config_path(topic)
-        config_data = zk_data.encode_entity_config(config)
-        try:
-            calls.create(config_path, config_data, makepath=True)
-        except NodeExistsError:
-            calls.set(config_path, config_data)
+            raise TopicExistsError(f"Topic '{topic}' already exists.")
+        set_or_create(calls, zk_data.topic_config_path(topic), zk_data.encode_entity_config(config), topic)
         try:
             calls.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
         except NodeExistsError as e:
-            raise TopicExistsError(topic) from e
+            raise TopicExistsError(f"Topic '{topic}' already exists.") from e
 
     async def delete_topic(self, topic: str) -> None:
         """Mark the topic for deletion (`/admin/delete_topics/<t>`); the controller does the rest."""

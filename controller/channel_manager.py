@@ -47,7 +47,10 @@ class _BrokerChannel:
                     break
                 except (ConnectionError, TimeoutError, OSError) as e:
                     failures += 1
-                    level = logging.WARNING if failures in (1, 10) or failures % 100 == 0 else logging.DEBUG
+                    # one failure is routine (the broker is stopping, or restarting): a warning
+                    # only once it persists
+                    level = logging.INFO if failures == 1 else (
+                        logging.WARNING if failures == 10 or failures % 100 == 0 else logging.DEBUG)
                     log.log(level, "broker %d: %s failed (%s); retry %d in %.2fs", self.info.id,
                             type(payload).__name__, e, failures, backoff)
                     self.client.disconnect()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 
+from odradek.common import process_logging
 from odradek.common.config import ControllerConfig, load_properties
 
 from .controller import KafkaController
@@ -18,7 +18,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--config", help="Kafka-style properties file (controller.id, zookeeper.connect, ...)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="set a property, after the file (repeatable)")
-    p.add_argument("--log-level", default="INFO")
+    process_logging.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -32,11 +32,7 @@ async def serve(config: ControllerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        stream=sys.stderr, level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s [controller] %(name)s: %(message)s",
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    process_logging.configure(args, "controller")
     try:
         config = ControllerConfig.from_properties(load_properties(args.config, args.override))
     except Exception as e:  # missing keys, bad values, unreadable file: say so and exit 2

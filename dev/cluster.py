@@ -19,7 +19,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from odradek.common import zk_data
+from odradek.common import process_logging, zk_data
 from odradek.common.client import NetworkClient
 from odradek.common.config import CONTROLLER_ID_BASE, load_properties
 from odradek.common.zk_connect import ensure_chroot, new_client
@@ -32,18 +32,37 @@ class ClusterError(RuntimeError):
 
 
 @dataclass
+class LogSettings:
+    """How child processes log: `--log-level`, and their size-rotated log files."""
+
+    level: str = "INFO"
+    max_bytes: int = process_logging.DEFAULT_MAX_BYTES
+    backups: int = process_logging.DEFAULT_BACKUP_COUNT
+
+
+@dataclass
 class ManagedProcess:
-    """One `odradek broker|controller` child process, its overrides and its log file."""
+    """One `odradek broker|controller` child process, its overrides and its log files: the process
+    writes its log to `log_path` itself (rotated by size); whatever reaches its stdout or stderr
+    outside logging (a crash before logging is set up) goes to `out_path`, as Kafka's
+    kafkaServer.out sits beside server.log."""
 
     name: str
     role: str
     overrides: dict[str, str]
     log_path: Path
+    log_settings: LogSettings = field(default_factory=LogSettings)
     popen: subprocess.Popen | None = field(default=None, repr=False)
     paused: bool = False
 
+    @property
+    def out_path(self) -> Path:
+        return self.log_path.with_suffix(".out")
+
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "odradek.cli", self.role]
+        args = [sys.executable, "-m", "odradek.cli", self.role, "--log-level", self.log_settings.level,
+                "--log-file", str(self.log_path), "--log-file-max-bytes", str(self.log_settings.max_bytes),
+                "--log-file-backups", str(self.log_settings.backups)]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         return args
@@ -52,11 +71,14 @@ class ManagedProcess:
         if self.alive:
             raise ClusterError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        started = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv())}\n".encode()
         with open(self.log_path, "ab") as log:
-            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv())}\n".encode())
-            log.flush()
+            log.write(started)
+        with open(self.out_path, "ab") as out:
+            out.write(started)
+            out.flush()
             self.popen = subprocess.Popen(
-                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                self.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=die_with_parent,
             )
         return self
@@ -117,10 +139,17 @@ class ManagedProcess:
         return self.start()
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        """The last lines of the log, and of the stdout/stderr file when it has more than the
+        start-up marker (a traceback from before logging was set up)."""
+        out = []
+        for path in (self.log_path, self.out_path):
+            try:
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            if any(not line.startswith("--- ") for line in tail):
+                out.append("\n".join(tail))
+        return "\n".join(out)
 
 
 def metadata_brokers(port: int, timeout: float = 2.0) -> set[int]:
@@ -152,7 +181,7 @@ class LocalCluster:
     ZooKeeper is either started here (data under `data_dir/zookeeper`, reused on restart) or an
     existing one given as `zookeeper_connect` (`host:port/chroot`, e.g. a test's own chroot).
     Broker i has `broker.id` i, listens on `broker_ports[i]` (default `port + i`) and keeps its log
-    in `data_dir/broker-i`; controller j has `controller.id` 1000+j. Logs go to `data_dir/logs`.
+    in `data_dir/broker-i`; controller j has `controller.id` 1000+j. Logs go to `data_dir/logs` (`<name>.log`, rotated by size; `<name>.out` for stray output).
     """
 
     def __init__(
@@ -167,6 +196,7 @@ class LocalCluster:
         zookeeper_port: int | None = None,
         broker_overrides: dict[str, object] | None = None,
         controller_overrides: dict[str, object] | None = None,
+        log_settings: LogSettings | None = None,
     ):
         self.data_dir = Path(data_dir).absolute()
         self.log_dir = self.data_dir / "logs"
@@ -179,6 +209,7 @@ class LocalCluster:
             self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", port=zookeeper_port or None)
         self._broker_overrides = {k: str(v) for k, v in (broker_overrides or {}).items()}
         self._controller_overrides = {k: str(v) for k, v in (controller_overrides or {}).items()}
+        self.log_settings = log_settings or LogSettings()
         self.brokers = [self._broker_process(i) for i in range(brokers)]
         self.controllers = [self._controller_process(j) for j in range(controllers)]
 
@@ -203,7 +234,7 @@ class LocalCluster:
             "log.dirs": str(self.data_dir / f"broker-{i}"),
         }
         overrides.update(self._broker_overrides)
-        return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log")
+        return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log", self.log_settings)
 
     def _controller_process(self, j: int) -> ManagedProcess:
         # A free port per controller: two candidates on one host cannot share ControllerConfig's
@@ -214,7 +245,8 @@ class LocalCluster:
             "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
         }
         overrides.update(self._controller_overrides)
-        return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log")
+        return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log",
+                              self.log_settings)
 
     def broker(self, i: int) -> ManagedProcess:
         return self.brokers[i]
@@ -420,9 +452,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="extra broker configuration (repeatable)")
     parser.add_argument("--controller-override", action="append", default=[], metavar="KEY=VALUE",
                         help="extra controller configuration (repeatable)")
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=process_logging.LEVELS,
+                        help="the brokers' and controllers' log level (INFO)")
+    parser.add_argument("--log-file-max-bytes", type=int, default=process_logging.DEFAULT_MAX_BYTES,
+                        help=f"rotate each process log at this size ({process_logging.DEFAULT_MAX_BYTES})")
+    parser.add_argument("--log-file-backups", type=int, default=process_logging.DEFAULT_BACKUP_COUNT,
+                        help=f"rotated files kept per process log ({process_logging.DEFAULT_BACKUP_COUNT})")
     args = parser.parse_args(argv)
     if args.brokers < 1 or args.controllers < 1:
         parser.error("--brokers and --controllers must be at least 1")
+    if args.log_file_max_bytes <= 0 or args.log_file_backups < 1:
+        parser.error("--log-file-max-bytes must be positive and --log-file-backups at least 1")
     return args
 
 
@@ -451,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         zookeeper_port=args.zookeeper_port or None,
         broker_overrides=_pairs(args.broker_override),
         controller_overrides=_pairs(args.controller_override),
+        log_settings=LogSettings(args.log_level, args.log_file_max_bytes, args.log_file_backups),
     )
     log = lambda msg: print(f"odradek dev: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import kopf
 
+from odradek.common import process_logging
 from odradek.operator import status as status_mod
 from odradek.operator import topics
 from odradek.operator.kube import ApiError, KubeClient
@@ -132,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     scope = p.add_mutually_exclusive_group(required=True)
     scope.add_argument("--namespace", action="append", help="watch this namespace (repeatable)")
     scope.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
-    p.add_argument("--log-level", default="INFO", type=str.upper,
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    process_logging.add_arguments(p)
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
                    help="kopf's liveness endpoint (empty to disable)")
     p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic-workers", type=int, default=topics.DEFAULT_WORKERS,
                    help="Topics reconciled at once (their admin calls are batched)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    process_logging.configure(args, "operator")
     run(args.namespace or [], args.all_namespaces, interval=args.interval, liveness=args.liveness or None,
         topic_tuning=topics.Tuning(workers=args.topic_workers, resync=args.topic_resync))
     return 0

@@ -451,6 +451,27 @@ class Log:
                 return self._first_record_at_or_after(seg, info, timestamp_ms)
         return None
 
+    def fetch_offset_of_max_timestamp(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch or -1) of the first record carrying the log's largest
+        timestamp (ListOffsets MAX_TIMESTAMP, KIP-734): the first segment with the largest max
+        timestamp, its first batch reaching it, that batch's first record with it. None when no
+        record has a timestamp (an empty log)."""
+        self._check_open()
+        seg = max(self.segments, key=lambda s: s.max_timestamp)  # the first of equals, as Kafka's maxBy
+        if seg.max_timestamp < 0:
+            return None
+        info = seg.find_timestamp(seg.max_timestamp)
+        if info is None:
+            return None
+        offset, timestamp = self._first_record_at_or_after(seg, info, seg.max_timestamp)
+        return offset, timestamp, max(-1, info.partition_leader_epoch)
+
+    def earliest_epoch(self) -> int:
+        """The leader epoch of the log start offset when the epoch cache knows it, else -1 (Kafka's
+        answer to ListOffsets EARLIEST)."""
+        entry = self.leader_epoch_cache.earliest_entry
+        return entry.epoch if entry is not None and entry.start_offset <= self.log_start_offset else -1
+
     @staticmethod
     def _first_record_at_or_after(seg: LogSegment, info: BatchInfo, timestamp_ms: int) -> tuple[int, int]:
         if info.is_log_append_time:

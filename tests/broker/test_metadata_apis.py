@@ -277,6 +277,70 @@ def test_metadata_by_topic_id(zk_connect):
     run(zk_connect, scenario)
 
 
+class RacingKazoo(KazooClient):
+    """A real ZooKeeper client whose writes to one path race another writer (`rival`, a second
+    real client): before every `set` of that path the rival deletes it (a controller finishing a
+    topic deletion) and before every `create` the rival creates it (another broker auto-creating
+    the same name), so the znodes change in the racing order, deterministically."""
+
+    def __init__(self, rival: KazooClient, path: str, **kw):
+        super().__init__(**kw)
+        self.rival, self.raced_path, self.races = rival, path, 0
+
+    def set_async(self, path, value, version=-1):
+        if path == self.raced_path and self.rival.exists(path):
+            self.rival.delete(path)
+            self.races += 1
+        return super().set_async(path, value, version)
+
+    def create_async(self, path, value=b"", *args, **kwargs):
+        if path == self.raced_path and not self.rival.exists(path):
+            self.rival.create(path, b"{}", makepath=True)
+            self.races += 1
+        return super().create_async(path, value, *args, **kwargs)
+
+
+def test_auto_creation_racing_a_deletion_answers_that_topic_alone(zk_connect):
+    """A topic being deleted while a producer auto-creates its name: only that topic gets a
+    retriable LEADER_NOT_AVAILABLE, never an UNKNOWN_SERVER_ERROR for the whole request, and the
+    half-deleted topic is not recreated under the controller's feet."""
+
+    async def scenario(h: Harness):
+        await asyncio.to_thread(h.raw.create, zk_data.topic_path("kept"),
+                                zk_data.encode_topic_assignment(zk_data.TopicAssignment({0: (0,)})), makepath=True)
+        await h.publish_topic("kept")
+        # the controller is half way through deleting "doomed": assignment gone, config and marker left
+        await asyncio.to_thread(h.raw.create, zk_data.topic_config_path("doomed"), b"{}", makepath=True)
+        await asyncio.to_thread(h.raw.create, zk_data.delete_topic_path("doomed"), makepath=True)
+        response = await h.call(metadata_request(12, ["kept", "doomed", "fresh"]))
+        errors = {t.name: t.error_code for t in response.topics}
+        assert errors == {"kept": ErrorCode.none, "doomed": ErrorCode.leader_not_available,
+                          "fresh": ErrorCode.leader_not_available}
+        assert not await asyncio.to_thread(h.raw.exists, zk_data.topic_path("doomed"))
+        assert await asyncio.to_thread(h.raw.exists, zk_data.topic_path("fresh"))
+
+        # the config znode appears and vanishes between every step (NodeExists, then NoNode, ...)
+        racer = RacingKazoo(h.raw, zk_data.topic_config_path("raced"), hosts=h.config.zookeeper_connect)
+        await asyncio.to_thread(racer.start, 10)
+        quiet, h.zk.calls.zk = h.zk.calls.zk, racer  # the broker's bounded calls go through the racer
+        try:
+            response = await h.call(metadata_request(12, ["kept", "raced"]))
+        finally:
+            h.zk.calls.zk = quiet
+            await asyncio.to_thread(_close, racer)
+        assert racer.races >= 2
+        assert {t.name: t.error_code for t in response.topics} == {
+            "kept": ErrorCode.none, "raced": ErrorCode.leader_not_available}
+        assert not await asyncio.to_thread(h.raw.exists, zk_data.topic_path("raced"))
+
+        # once the rival is gone, the same name is created as usual
+        response = await h.call(metadata_request(12, ["raced"]))
+        assert response.topics[0].error_code == ErrorCode.leader_not_available
+        assert await asyncio.to_thread(h.raw.exists, zk_data.topic_path("raced"))
+
+    run(zk_connect, scenario)
+
+
 # --- UpdateMetadata ------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from odradek.broker.admin_manager import (
     PartitionsSpec,
     TopicSpec,
     assign_replicas_to_brokers,
+    colliding_topics,
     plan_new_partitions,
     plan_topic,
     rack_alternated_brokers,
@@ -144,6 +145,16 @@ def test_plan_topic_defaults_and_rules():
 
     assert code(TopicSpec("t", configs={"x": "y"}), validate_config=reject) == ErrorCode.invalid_config
     assert code(TopicSpec("t", 2**31 - 1, 1)) == ErrorCode.invalid_partitions  # refused, not computed
+    assert code(TopicSpec("a.b"), colliding=["a_b"]) == ErrorCode.invalid_topic_exception
+
+
+def test_only_names_differing_by_dot_versus_underscore_collide():
+    existing = ["a_b", "a.c", "x", "a-b", "my.topic_1"]
+    assert colliding_topics("a.b", existing) == ["a_b"]
+    assert colliding_topics("a_c", existing) == ["a.c"]
+    assert colliding_topics("my_topic.1", existing) == ["my.topic_1"]
+    assert colliding_topics("a_b", existing) == []  # the topic itself is no collision
+    assert colliding_topics("x", existing) == colliding_topics("a-b.c", existing) == []
 
 
 def test_new_partitions_continue_the_assignment_as_kafka_does():

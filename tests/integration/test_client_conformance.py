@@ -22,6 +22,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AclOperation, AdminClient
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32, i64
 
 from odradek.broker.auth_helper import NOT_REQUESTED
 from odradek.broker.group import records
@@ -40,7 +41,7 @@ CONFORMANCE_BROKER = {
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 1000,
 }
-METADATA, DESCRIBE_CLUSTER, DESCRIBE_GROUPS, LIST_GROUPS, OFFSET_DELETE = 3, 60, 15, 16, 47
+LIST_OFFSETS, METADATA, DESCRIBE_CLUSTER, DESCRIBE_GROUPS, OFFSET_DELETE, API_VERSIONS = 2, 3, 60, 15, 47, 18
 CLUSTER_OPERATIONS = {AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION,
                       AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE}
 TOPIC_OPERATIONS = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
@@ -83,6 +84,28 @@ def request(api: int, version: int, **fields):
     return wire.make_entity(wire.request_schema(api, version), **fields)
 
 
+def known_everywhere(cluster, topic: str, partitions: int) -> None:
+    """Wait until every broker's Metadata has a leader for each partition of `topic`: a client
+    may ask any of them next (create_topic waits for one)."""
+    def everywhere() -> bool:
+        for port in cluster.broker_ports:
+            (r,) = ask(port, [request(METADATA, 12, topics=(request_module(METADATA, 12).MetadataRequestTopic(
+                name=topic, topic_id=None),), allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False)])
+            (t,) = r.topics
+            if t.error_code != ErrorCode.none or len(t.partitions) != partitions or \
+                    any(int(p.leader_id) < 0 for p in t.partitions):
+                return False
+        return True
+
+    wait_until(everywhere, f"{topic} known to every broker", 30)
+
+
+def make_topic(cluster, topic: str, partitions: int) -> None:
+    create_topic(cluster.bootstrap, topic, partitions)
+    known_everywhere(cluster, topic, partitions)
+
+
 def commit(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
@@ -110,7 +133,7 @@ def test_offsets_of_missing_topics_or_partitions_are_refused_per_partition(clust
 
     bs = cluster.bootstrap
     topic, group, missing = unique("commit"), unique("g-commit"), unique("never-created")
-    create_topic(bs, topic, 2)
+    make_topic(cluster, topic, 2)
     admin = AdminClient({"bootstrap.servers": bs})
 
     # librdkafka's consumer: the request-level answer carries the partition's error
@@ -145,7 +168,7 @@ def test_authorized_operations_are_all_supported_ones_when_asked(cluster):
 
     bs = cluster.bootstrap
     topic, group = unique("ops"), unique("g-ops")
-    create_topic(bs, topic, 1)
+    make_topic(cluster, topic, 1)
     commit(bs, group, [TopicPartition(topic, 0, 1)])
     admin = AdminClient({"bootstrap.servers": bs})
 
@@ -201,7 +224,7 @@ def test_list_groups_filters_by_type_and_state(cluster):
 
     bs = cluster.bootstrap
     topic, group = unique("types"), unique("g-types")
-    create_topic(bs, topic, 1)
+    make_topic(cluster, topic, 1)
     commit(bs, group, [TopicPartition(topic, 0, 1)])
     admin = AdminClient({"bootstrap.servers": bs})
 
@@ -268,8 +291,8 @@ def test_offset_delete_spares_subscribed_topics_and_tombstones_the_rest(cluster)
 
     bs = cluster.bootstrap
     consumed, other, group = unique("od-consumed"), unique("od-other"), unique("g-od")
-    create_topic(bs, consumed, 2)
-    create_topic(bs, other, 1)
+    make_topic(cluster, consumed, 2)
+    make_topic(cluster, other, 1)
     p = Producer({"bootstrap.servers": bs})
     for i in range(4):
         p.produce(consumed, b"v%d" % i, partition=i % 2)
@@ -336,7 +359,7 @@ def test_offset_delete_wire_answers(cluster):
     topic's count on a known group."""
     bs = cluster.bootstrap
     topic, group = unique("od-wire"), unique("g-od-wire")
-    create_topic(bs, topic, 1)
+    make_topic(cluster, topic, 1)
     commit(bs, group, [TopicPartition(topic, 0, 1)])
     m = request_module(OFFSET_DELETE, 0)
 
@@ -391,3 +414,162 @@ def test_transactional_producers_fail_fast_with_a_clear_error(cluster):
                           input=b"a record\n", capture_output=True, timeout=30)
     assert kcat.returncode != 0
     assert b"Transactional Id authorization failed" in kcat.stderr and b"no transaction coordinator" in kcat.stderr
+
+
+# --- ListOffsets v7–v9: MAX_TIMESTAMP and the tiered-storage specs ----------------------------------
+
+
+def produce_batches(bootstrap: str, topic: str, batches: list[list[int]], codec: str) -> None:
+    """Each inner list becomes one batch (flushed alone) of records with those timestamps."""
+    p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 100,
+                  "enable.idempotence": False})
+    n = 0
+    for batch in batches:
+        for ts in batch:
+            p.produce(topic, b"v%d" % n, partition=0, timestamp=ts)
+            n += 1
+        assert p.flush(30) == 0
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_list_offsets_max_timestamp_and_tiered_specs(cluster, codec):
+    from confluent_kafka.admin import OffsetSpec
+    from kafka.admin import KafkaAdminClient
+    from kafka.protocol.consumer.offsets import OffsetSpec as KOffsetSpec
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    bs = cluster.bootstrap
+    topic, empty = unique(f"maxts-{codec}"), unique(f"maxts-empty-{codec}")
+    make_topic(cluster, topic, 1)
+    make_topic(cluster, empty, 1)
+    base = int(time.time() * 1000) - 600_000
+    # offsets 0–3 | 4–9 | 10–12: the largest timestamp first appears at offset 6, inside the second
+    # batch, again at 8 and 11 (the first one counts), and the batches' last records are older
+    produce_batches(bs, topic, [[base + 1, base + 5, base + 2, base + 3],
+                                [base + 4, base + 6, base + 90, base + 7, base + 90, base + 8],
+                                [base + 9, base + 90, base + 10]], codec)
+    admin = AdminClient({"bootstrap.servers": bs})
+    tp, tp_empty = TopicPartition(topic, 0), TopicPartition(empty, 0)
+
+    def confluent(spec):
+        got = admin.list_offsets({tp: spec, tp_empty: spec}, request_timeout=10)
+        return {k.topic: (v.result(30).offset, v.result(30).timestamp) for k, v in got.items()}
+
+    assert confluent(OffsetSpec.max_timestamp()) == {topic: (6, base + 90), empty: (-1, -1)}
+    assert confluent(OffsetSpec.earliest()) == {topic: (0, -1), empty: (0, -1)}
+    assert confluent(OffsetSpec.latest()) == {topic: (13, -1), empty: (0, -1)}
+
+    kp = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        ktp, ktp_empty = KTopicPartition(topic, 0), KTopicPartition(empty, 0)
+
+        def kafka_python(spec):
+            got = kp.list_partition_offsets({ktp: spec, ktp_empty: spec})
+            return {k.topic: (v.offset, v.timestamp) for k, v in got.items()}
+
+        assert kafka_python(KOffsetSpec.MAX_TIMESTAMP) == {topic: (6, base + 90), empty: (-1, -1)}
+        # v8 EARLIEST_LOCAL: without tiered storage the local log is the whole log
+        assert kafka_python(KOffsetSpec.EARLIEST_LOCAL) == {topic: (0, -1), empty: (0, -1)}
+        # v9 LATEST_TIERED: nothing is tiered, Kafka answers -1
+        assert kafka_python(KOffsetSpec.LATEST_TIERED) == {topic: (-1, -1), empty: (-1, -1)}
+    finally:
+        kp.close()
+
+    # the wire answers with their leader epochs: the batch's for MAX_TIMESTAMP, the first for -4
+    leader = leader_of(bs, topic, 0)
+    mod = request_module(LIST_OFFSETS, 9)
+    answers = {}
+    for spec in (-3, -4, -5):
+        (r,) = ask(cluster.broker_ports[leader], [mod.ListOffsetsRequest(
+            replica_id=i32(-1), isolation_level=i8(0), topics=(mod.ListOffsetsTopic(name=topic, partitions=(
+                mod.ListOffsetsPartition(partition_index=i32(0), current_leader_epoch=i32(-1), timestamp=i64(spec)),
+            )),))])
+        (p,) = r.topics[0].partitions
+        answers[spec] = (p.error_code, int(p.offset), int(p.timestamp), int(p.leader_epoch))
+    assert answers == {-3: (ErrorCode.none, 6, base + 90, 0), -4: (ErrorCode.none, 0, -1, 0),
+                       -5: (ErrorCode.none, -1, -1, -1)}
+
+
+def test_list_offsets_versions_keep_librdkafkas_exact_ones(cluster):
+    (r,) = ask(cluster.broker_ports[0], [request(API_VERSIONS, 0)])
+    lo, hi = next((int(k.min_version), int(k.max_version)) for k in r.api_keys if int(k.api_key) == LIST_OFFSETS)
+    assert lo <= 1 and hi == 9  # librdkafka wants v1 exactly (FINDINGS); Kafka 3.9 serves up to v9
+
+
+# --- topic names: collisions refused, '.' and '_' otherwise fine; deletion racing auto-creation ------
+
+
+def test_names_colliding_through_dot_and_underscore_are_refused(cluster):
+    from confluent_kafka.admin import NewTopic
+    from kafka.admin import KafkaAdminClient, NewTopic as KNewTopic
+    from kafka.errors import InvalidTopicError
+
+    bs = cluster.bootstrap
+    tag = uuid.uuid4().hex[:6]
+    make_topic(cluster, f"conf.name_{tag}", 1)  # '.' and '_' alone are fine
+    admin = AdminClient({"bootstrap.servers": bs})
+    future = admin.create_topics([NewTopic(f"conf_name.{tag}", 1, 1)], request_timeout=30)[f"conf_name.{tag}"]
+    with pytest.raises(KafkaException) as refused:
+        future.result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
+    assert f"collides with existing topics: conf.name_{tag}" in refused.value.args[0].str()
+    kp = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        with pytest.raises(InvalidTopicError):
+            kp.create_topics([KNewTopic(f"conf_name_{tag}", 1, 1)])
+    finally:
+        kp.close()
+    # auto-creation follows the same rule
+    (r,) = ask(cluster.broker_ports[0], [request(METADATA, 12, topics=(request_module(METADATA, 12).MetadataRequestTopic(
+        name=f"conf.name.{tag}", topic_id=None),), allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False)])
+    assert r.topics[0].error_code == ErrorCode.invalid_topic_exception
+
+
+def test_deleting_a_topic_while_a_producer_recreates_it_never_fails_the_metadata_request(cluster):
+    """A producer keeps auto-creating a topic that an admin keeps deleting; Metadata requests for
+    it and another topic meanwhile answer that topic with a retriable code and the other normally."""
+    import threading
+
+    bs = cluster.bootstrap
+    churned, steady = unique("churn"), unique("steady")
+    make_topic(cluster, steady, 1)
+    make_topic(cluster, churned, 1)
+    stop = threading.Event()
+
+    def produce_forever():
+        p = Producer({"bootstrap.servers": bs, "message.timeout.ms": 5000, "linger.ms": 5})
+        while not stop.is_set():
+            try:
+                p.produce(churned, b"x")
+            except BufferError:
+                pass
+            p.poll(0.01)
+        p.flush(10)
+
+    producer = threading.Thread(target=produce_forever, daemon=True)
+    producer.start()
+    admin = AdminClient({"bootstrap.servers": bs})
+    md = request_module(METADATA, 12)
+    seen: dict[str, set] = {churned: set(), steady: set()}
+    try:
+        for _ in range(5):
+            deleted = admin.delete_topics([churned], operation_timeout=10, request_timeout=15)[churned]
+            for _ in range(20):
+                for port in cluster.broker_ports:
+                    (r,) = ask(port, [request(METADATA, 12, topics=tuple(md.MetadataRequestTopic(name=n, topic_id=None)
+                                                                           for n in (churned, steady)),
+                                              allow_auto_topic_creation=True,
+                                              include_topic_authorized_operations=False)])
+                    for t in r.topics:
+                        seen[t.name].add(t.error_code)
+            try:
+                deleted.result(20)
+            except KafkaException as e:  # already gone (deleted again before the producer recreated it)
+                assert e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, e
+    finally:
+        stop.set()
+        producer.join(20)
+    assert seen[steady] == {ErrorCode.none}
+    assert seen[churned] <= {ErrorCode.none, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition}, \
+        seen[churned]

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from odradek.common.config import BrokerConfig
 from odradek.common.zk_data import TopicAssignment, encode_topic_assignment
 
+from .group.group_metadata_manager import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache
 from .zk_client import AssignmentChangedError, BrokerZkClient, TopicExistsError, new_base64_uuid
@@ -506,6 +507,11 @@ class AdminManager:
             return ErrorCode.leader_not_available
         self._auto_creating.add(name)
         try:
+            if name == GROUP_METADATA_TOPIC_NAME:  # Kafka's AutoTopicCreationManager: the offsets topic's settings
+                code = await self.create_internal_topic(name, self.config.offsets_topic_num_partitions,
+                                                        self.config.offsets_topic_replication_factor,
+                                                        GROUP_METADATA_TOPIC_CONFIG)
+                return ErrorCode.leader_not_available if code == ErrorCode.none else code
             plan = plan_topic(
                 TopicSpec(name),
                 default_partitions=self.config.num_partitions,

@@ -29,7 +29,7 @@ from odradek.common.wire import (
 from . import records
 from .group_coordinator import GroupCoordinator
 from .group_metadata import OffsetAndMetadata
-from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME
+from .group_metadata_manager import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class GroupApis:
             try:
                 await self.admin.create_internal_topic(
                     GROUP_METADATA_TOPIC_NAME, self.offsets_partitions, self.offsets_replication_factor,
-                    {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"},
+                    GROUP_METADATA_TOPIC_CONFIG,
                 )
             except Exception:
                 log.exception("creating %s failed", GROUP_METADATA_TOPIC_NAME)

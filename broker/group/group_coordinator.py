@@ -2,13 +2,16 @@
 
 JoinGroup answers wait until the join phase closes (every member rejoined, or the rebalance timeout,
 or the initial delay of a new group); SyncGroup answers of followers wait for the leader's
-assignment; a member that misses its session timeout is removed and the group rebalances. Results
-are (error code, data) tuples; GroupApis turns them into each API version's response.
+assignment; a member that misses its session timeout is removed and the group rebalances, by a
+timer at its deadline (Kafka's heartbeat purgatory), so expiry is neither early nor late. Results
+are (error code, data) tuples; GroupApis turns them into each API version's response. Time comes
+from `clock_ms` and the event loop, so tests can run the coordinator on a virtual clock.
 """
 
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -53,24 +56,28 @@ class GroupConfig:
 
 
 class GroupCoordinator:
-    def __init__(self, manager: GroupMetadataManager, config: GroupConfig):
+    def __init__(self, manager: GroupMetadataManager, config: GroupConfig, clock_ms: Callable[[], int] = now_ms):
         self.manager = manager
         self.config = config
+        self.clock_ms = clock_ms
+        """Milliseconds for deadlines and timestamps; the event loop's timers must run on the same clock."""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._initial_delay: set[str] = set()
         """Groups whose join phase is in the initial delay of a new group (the timer decides)."""
+        self._heartbeats: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        """(group, member) → the timer that expires the member at its session deadline."""
         self._tasks: set[asyncio.Task] = set()
-        self._reaper: asyncio.Task | None = None
+        self._offset_expiry: asyncio.Task | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
 
     def startup(self) -> None:
-        self._reaper = asyncio.get_running_loop().create_task(self._reap_loop())
+        self._offset_expiry = asyncio.get_running_loop().create_task(self._offset_expiry_loop())
 
     def shutdown(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-        for h in self._timers.values():
+        if self._offset_expiry is not None:
+            self._offset_expiry.cancel()
+        for h in [*self._timers.values(), *self._heartbeats.values()]:
             h.cancel()
         for t in list(self._tasks):
             t.cancel()
@@ -83,13 +90,12 @@ class GroupCoordinator:
         self.manager.on_election(partition, epoch, self._on_loaded)
 
     def _on_loaded(self, partition: int) -> None:
-        now = now_ms()
         for g in self.manager.groups_of(partition):
             if len(g.members) > self.config.max_size:
                 self._prepare_rebalance(g, f"loaded group is over capacity ({self.config.max_size}); rebalancing "
                                            "to give its consumers a chance to commit offsets")
             for m in g.members.values():
-                m.heartbeat_deadline_ms = now + m.session_timeout_ms
+                self._schedule_heartbeat_expiry(g, m)
 
     def on_resignation(self, partition: int) -> None:
         for g in self.manager.on_resignation(partition):
@@ -98,6 +104,8 @@ class GroupCoordinator:
             timer = self._timers.pop(g.group_id, None)
             if timer is not None:
                 timer.cancel()
+            for member_id in g.members:
+                self._cancel_heartbeat_expiry(g.group_id, member_id)
 
     def _fail_waiters(self, group: GroupMetadata, code: ErrorCode) -> None:
         for m in group.members.values():
@@ -137,7 +145,7 @@ class GroupCoordinator:
         if group is None:
             if member_id != UNKNOWN_MEMBER_ID:
                 return JoinResult(ErrorCode.unknown_member_id, member_id)
-            group = self.manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=now_ms())
+            group = self.manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=self.clock_ms())
         if not group.accepts_joining_member(member_id, self.config.max_size):
             group.remove(member_id)  # an existing member that rejoined too late gives up its place
             self._check_join_complete(group)
@@ -173,7 +181,7 @@ class GroupCoordinator:
         old.answer_sync(ErrorCode.fenced_instance_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
-        member.heartbeat_deadline_ms = now_ms() + session_ms
+        self._schedule_heartbeat_expiry(group, member)
         changed = not member.matches(protocols)
         member.supported_protocols = list(protocols)
         if group.state == GroupState.STABLE and not changed:
@@ -186,8 +194,8 @@ class GroupCoordinator:
                                  rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
         member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
                                 protocol_type, list(protocols), is_new=True)
-        member.heartbeat_deadline_ms = now_ms() + session_ms
         group.add(member)
+        self._schedule_heartbeat_expiry(group, member)
         group.new_member_added = True
         return await self._await_join(group, member, f"adding new member {member_id}")
 
@@ -255,7 +263,7 @@ class GroupCoordinator:
             self._fail_sync(group, ErrorCode.rebalance_in_progress)  # the old generation's pending SyncGroups
         was_empty = group.state == GroupState.EMPTY
         group.clear_assignments()
-        group.transition_to(GroupState.PREPARING_REBALANCE, now_ms())
+        group.transition_to(GroupState.PREPARING_REBALANCE, self.clock_ms())
         log.info("group %s: preparing to rebalance (generation %d): %s", group.group_id, group.generation_id, reason)
         delay = (self.config.initial_rebalance_delay_ms if was_empty else 0)
         timeout = max(group.rebalance_timeout_ms(), delay)
@@ -298,12 +306,13 @@ class GroupCoordinator:
 
     def _complete_join(self, group: GroupMetadata, timed_out: bool) -> None:
         self._initial_delay.discard(group.group_id)
-        now = now_ms()
+        now = self.clock_ms()
         for m in group.not_yet_rejoined():
             if m.group_instance_id is not None:
                 continue  # static members keep their place until their session expires (Kafka)
             log.info("group %s: removing member %s (did not rejoin in time)", group.group_id, m.member_id)
             group.remove(m.member_id)
+            self._cancel_heartbeat_expiry(group.group_id, m.member_id)
         group.pending_members.clear()
         group.init_next_generation(now)
         log.info("group %s: generation %d, protocol %s, %d members, leader %s", group.group_id,
@@ -314,7 +323,7 @@ class GroupCoordinator:
         for m in group.members.values():
             m.answer_join(self._join_result(group, m.member_id))
             m.is_new = False
-            m.heartbeat_deadline_ms = now + m.session_timeout_ms
+            self._schedule_heartbeat_expiry(group, m)
 
     # --- SyncGroup ------------------------------------------------------------------------------
 
@@ -347,10 +356,10 @@ class GroupCoordinator:
         if group.state == GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress, b""
         if group.state == GroupState.STABLE:
-            member.heartbeat_deadline_ms = now_ms() + member.session_timeout_ms
+            self._schedule_heartbeat_expiry(group, member)
             return ErrorCode.none, member.assignment
         member.awaiting_sync = asyncio.get_running_loop().create_future()
-        member.heartbeat_deadline_ms = now_ms() + member.session_timeout_ms
+        self._schedule_heartbeat_expiry(group, member)
         if group.is_leader(member_id):
             generation = group.generation_id
             for mid, m in group.members.items():
@@ -362,7 +371,7 @@ class GroupCoordinator:
                 self._fail_sync(group, code)
                 self._prepare_rebalance(group, f"storing the assignment failed: {code.name}")
             else:
-                group.transition_to(GroupState.STABLE, now_ms())
+                group.transition_to(GroupState.STABLE, self.clock_ms())
                 for m in group.members.values():
                     m.answer_sync(ErrorCode.none, m.assignment)
         fut = member.awaiting_sync
@@ -401,7 +410,7 @@ class GroupCoordinator:
         if generation_id != group.generation_id:
             return ErrorCode.illegal_generation
         member = group.members[member_id]
-        member.heartbeat_deadline_ms = now_ms() + member.session_timeout_ms
+        self._schedule_heartbeat_expiry(group, member)
         if group.state == GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         if group.state == GroupState.EMPTY:
@@ -440,6 +449,7 @@ class GroupCoordinator:
 
     def _remove_member_and_rebalance(self, group: GroupMetadata, member_id: str, reason: str) -> None:
         member = group.remove(member_id)
+        self._cancel_heartbeat_expiry(group.group_id, member_id)
         if member is not None:
             member.answer_join(JoinResult(ErrorCode.unknown_member_id, member_id))
             member.answer_sync(ErrorCode.unknown_member_id)
@@ -460,29 +470,54 @@ class GroupCoordinator:
 
         asyncio.get_running_loop().call_later(session_ms / 1000, expire)
 
-    async def _reap_loop(self) -> None:
-        """Expires members past their session timeout; expires old offsets now and then."""
-        last_cleanup = now_ms()
+    # --- session expiry (Kafka's heartbeat purgatory) --------------------------------------------
+
+    def _schedule_heartbeat_expiry(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        """The member was heard from: its session now ends session.timeout.ms later, and a timer
+        expires it right then unless it is heard from again (Kafka's
+        completeAndScheduleNextHeartbeatExpiration)."""
+        now = self.clock_ms()
+        member.heartbeat_deadline_ms = now + member.session_timeout_ms
+        self._arm_heartbeat_expiry(group, member.member_id, member.heartbeat_deadline_ms, now)
+
+    def _arm_heartbeat_expiry(self, group: GroupMetadata, member_id: str, deadline_ms: int, now: int) -> None:
+        key = (group.group_id, member_id)
+        old = self._heartbeats.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._heartbeats[key] = asyncio.get_running_loop().call_later(
+            max(0, deadline_ms - now) / 1000, self._on_heartbeat_expiry, group, member_id, deadline_ms)
+
+    def _cancel_heartbeat_expiry(self, group_id: str, member_id: str) -> None:
+        handle = self._heartbeats.pop((group_id, member_id), None)
+        if handle is not None:
+            handle.cancel()
+
+    def _on_heartbeat_expiry(self, group: GroupMetadata, member_id: str, deadline_ms: int) -> None:
+        """A member's deadline passed without news: it leaves the group (Kafka's onExpireHeartbeat),
+        unless it waits in a JoinGroup or SyncGroup, which keeps it alive until answered."""
+        key = (group.group_id, member_id)
+        self._heartbeats.pop(key, None)
+        member = group.members.get(member_id)
+        if (member is None or self.manager.groups.get(group.group_id) is not group or group.state == GroupState.DEAD
+                or not self.manager.is_local(group.group_id) or self.manager.is_loading(group.group_id)):
+            return
+        now = self.clock_ms()
+        if member.heartbeat_deadline_ms > deadline_ms:  # heard from since, without a new timer
+            self._arm_heartbeat_expiry(group, member_id, member.heartbeat_deadline_ms, now)
+        elif member.awaiting_join is not None or member.awaiting_sync is not None:
+            self._arm_heartbeat_expiry(group, member_id, now + member.session_timeout_ms, now)
+        else:
+            self._remove_member_and_rebalance(group, member_id, "session timeout expired")
+
+    async def _offset_expiry_loop(self) -> None:
+        """Expires old offsets every offsets.retention.check.interval.ms (Kafka's scheduled task)."""
         while True:
-            await asyncio.sleep(0.2)
-            now = now_ms()
-            for group in list(self.manager.groups.values()):
-                if (group.state in (GroupState.DEAD,) or not self.manager.is_local(group.group_id)
-                        or self.manager.is_loading(group.group_id)):
-                    continue
-                for m in list(group.members.values()):
-                    if m.awaiting_join is not None:
-                        continue
-                    if group.state == GroupState.COMPLETING_REBALANCE and m.awaiting_sync is not None:
-                        continue
-                    if now > m.heartbeat_deadline_ms:
-                        self._remove_member_and_rebalance(group, m.member_id, "session timeout expired")
-            if now - last_cleanup >= self.config.offsets_retention_check_interval_ms:
-                last_cleanup = now
-                try:
-                    await self.cleanup_offsets(now)
-                except Exception:
-                    log.exception("offset expiration failed")
+            await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
+            try:
+                await self.cleanup_offsets(self.clock_ms())
+            except Exception:
+                log.exception("offset expiration failed")
 
     # --- offsets --------------------------------------------------------------------------------
 
@@ -498,7 +533,7 @@ class GroupCoordinator:
         if group is None:
             if generation_id >= 0:
                 return all_(ErrorCode.illegal_generation)
-            group = self.manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=now_ms())
+            group = self.manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=self.clock_ms())
         if group.state == GroupState.DEAD:
             return all_(ErrorCode.coordinator_not_available)
         if not (generation_id < 0 and group.state == GroupState.EMPTY):
@@ -510,7 +545,7 @@ class GroupCoordinator:
                 return all_(ErrorCode.illegal_generation)
             if group.state == GroupState.COMPLETING_REBALANCE:
                 return all_(ErrorCode.rebalance_in_progress)
-            group.members[member_id].heartbeat_deadline_ms = now_ms() + group.members[member_id].session_timeout_ms
+            self._schedule_heartbeat_expiry(group, group.members[member_id])
         result: dict[tuple[str, int], ErrorCode] = {}
         entries = []
         accepted = {}
@@ -561,7 +596,7 @@ class GroupCoordinator:
             for k in keys:
                 group.offsets.pop(k, None)
             if drop_group and group.state == GroupState.EMPTY and not group.offsets:
-                group.transition_to(GroupState.DEAD, now_ms())
+                group.transition_to(GroupState.DEAD, self.clock_ms())
                 self.manager.groups.pop(group.group_id, None)
         return code
 
@@ -627,7 +662,7 @@ class GroupCoordinator:
             entries.append((records.group_key(gid), None))
             code = await self.manager.append(gid, entries)
             if code == ErrorCode.none and self.manager.groups.get(gid) is group:
-                group.transition_to(GroupState.DEAD, now_ms())
+                group.transition_to(GroupState.DEAD, self.clock_ms())
                 self.manager.groups.pop(gid, None)
             out[gid] = code
         return out

@@ -22,6 +22,8 @@ from .group_metadata import GroupMetadata, GroupState
 log = logging.getLogger(__name__)
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+GROUP_METADATA_TOPIC_CONFIG = {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": "104857600"}
+"""Kafka's groupMetadataTopicConfigs: how the offsets topic is created, wherever that happens."""
 LOAD_CHUNK_BYTES = 4 * 1024 * 1024
 
 

@@ -3,6 +3,7 @@ codes Kafka's coordinator returns, with `__consumer_offsets` appends captured by
 replica manager (its records are replayed to check that what was stored reloads)."""
 
 import asyncio
+import selectors
 import struct
 from types import SimpleNamespace
 
@@ -258,6 +259,115 @@ def test_session_expiry_removes_member_and_rebalances():
             gc.shutdown()
 
     run(scenario)
+
+
+class VirtualClock:
+    """Seconds of virtual time for an event loop whose selector never blocks: when nothing is
+    ready, the clock jumps to the next timer instead of waiting for it."""
+
+    def __init__(self, now: float = 1_000_000.0):
+        self.now = now
+
+    def ms(self) -> int:
+        return round(self.now * 1000)
+
+
+class VirtualTimeSelector(selectors.DefaultSelector):
+    def __init__(self, clock: VirtualClock):
+        super().__init__()
+        self.clock = clock
+
+    def select(self, timeout=None):
+        events = super().select(0)
+        if not events and timeout:
+            self.clock.now += timeout
+        return events
+
+
+def run_virtual(coro_fn, clock: VirtualClock, timeout: float = 3600):
+    """Run a scenario on an event loop driven by `clock` (bounded by `timeout` virtual seconds)."""
+    loop = asyncio.SelectorEventLoop(VirtualTimeSelector(clock))
+    loop.time = lambda: clock.now
+    try:
+        return loop.run_until_complete(asyncio.wait_for(coro_fn(), timeout))
+    finally:
+        loop.close()
+
+
+def make_virtual(clock: VirtualClock, **cfg) -> GroupCoordinator:
+    gc, _ = make(**cfg)
+    return GroupCoordinator(gc.manager, gc.config, clock_ms=clock.ms)
+
+
+def test_session_expires_exactly_at_the_deadline_on_a_virtual_clock():
+    """Kafka's heartbeat purgatory: a member is removed when session.timeout.ms has passed since
+    it was last heard from, not a reaper tick later; every heartbeat moves the deadline."""
+    clock = VirtualClock()
+    gc = make_virtual(clock)
+
+    async def scenario():
+        gc.startup()
+        try:
+            m, gen = await stable_single(gc)
+            group = gc.manager.groups["g"]
+            for _ in range(3):  # heartbeats just inside the session keep the member
+                await asyncio.sleep(9.999)
+                assert gc.heartbeat("g", m, None, gen) == E.none
+            last_heard = clock.now
+            await asyncio.sleep(9.999)
+            assert group.has(m) and group.state == GroupState.STABLE
+            await asyncio.sleep(0.001)  # exactly the deadline: 10 000 ms after the last heartbeat
+            assert clock.now == pytest.approx(last_heard + 10.0)
+            assert not group.has(m) and group.state == GroupState.EMPTY
+        finally:
+            gc.shutdown()
+
+    run_virtual(scenario, clock)
+
+
+def test_a_member_waiting_in_a_join_or_sync_does_not_expire():
+    """Waiting in JoinGroup or SyncGroup keeps a member alive however long the wait (Kafka's
+    shouldKeepAlive); once answered, its session runs from the answer."""
+    clock = VirtualClock()
+    gc = make_virtual(clock)
+
+    async def heartbeats(member, generation, seconds):
+        for _ in range(int(seconds / 5)):
+            await asyncio.sleep(5)
+            gc.heartbeat("g", member, None, generation)
+
+    async def scenario():
+        gc.startup()
+        try:
+            r1 = await join(gc, session=10_000, rebalance=60_000)
+            await gc.sync_group("g", r1.generation_id, r1.member_id, None, None, None, {r1.member_id: b"a"})
+            group = gc.manager.groups["g"]
+            started = clock.now
+            # r2 waits in JoinGroup; r1 heartbeats but never rejoins: the join waits out the rebalance timeout
+            j2 = asyncio.ensure_future(join(gc, session=10_000, rebalance=60_000))
+            await heartbeats(r1.member_id, r1.generation_id, 55)
+            assert not j2.done() and len(group.members) == 2
+            r2 = await j2
+            assert clock.now == pytest.approx(started + 60)  # the rebalance timeout, not r2's session
+            assert r2.error == E.none and list(group.members) == [r2.member_id]  # r1 did not rejoin
+
+            # r3 joins; r2 (now leader) rejoins; r3 then waits in SyncGroup while r2 heartbeats
+            j3 = asyncio.ensure_future(join(gc, session=10_000, rebalance=60_000))
+            j2b = asyncio.ensure_future(join(gc, member=r2.member_id, session=10_000, rebalance=60_000))
+            r3, r2b = await j3, await j2b
+            s3 = asyncio.ensure_future(gc.sync_group("g", r3.generation_id, r3.member_id, None, None, None, {}))
+            await heartbeats(r2b.member_id, r2b.generation_id, 30)
+            assert group.has(r3.member_id) and not s3.done()
+            await gc.sync_group("g", r2b.generation_id, r2b.member_id, None, None, None,
+                                {r2b.member_id: b"x", r3.member_id: b"y"})
+            assert await s3 == (E.none, b"y")
+            answered = clock.now
+            await asyncio.sleep(10)  # no news from r3 since its SyncGroup answer: it expires then
+            assert not group.has(r3.member_id) and clock.now == pytest.approx(answered + 10)
+        finally:
+            gc.shutdown()
+
+    run_virtual(scenario, clock)
 
 
 def test_rebalance_timeout_drops_members_that_did_not_rejoin():

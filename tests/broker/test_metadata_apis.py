@@ -277,6 +277,22 @@ def test_metadata_by_topic_id(zk_connect):
     run(zk_connect, scenario)
 
 
+def test_metadata_creates_the_offsets_topic_with_its_own_settings(zk_connect):
+    """Asking Metadata for __consumer_offsets creates it as the group coordinator would
+    (offsets.topic.num.partitions, compacted), never with num.partitions."""
+
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        response = await h.call(metadata_request(12, ["__consumer_offsets"]))
+        assert response.topics[0].error_code == ErrorCode.leader_not_available
+        data, _ = await asyncio.to_thread(h.raw.get, zk_data.topic_path("__consumer_offsets"))
+        assert sorted(zk_data.decode_topic_assignment(data).partitions) == list(range(5))
+        config = await h.zk.get_topic_config("__consumer_offsets")
+        assert config["cleanup.policy"] == "compact"
+
+    run(zk_connect, scenario, **{"offsets.topic.num.partitions": "5", "offsets.topic.replication.factor": "1"})
+
+
 class RacingKazoo(KazooClient):
     """A real ZooKeeper client whose writes to one path race another writer (`rival`, a second
     real client): before every `set` of that path the rival deletes it (a controller finishing a

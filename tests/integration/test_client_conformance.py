@@ -26,7 +26,6 @@ from kio.static.primitive import i8, i32, i64
 
 from odradek.broker.auth_helper import NOT_REQUESTED
 from odradek.broker.group import records
-from odradek.broker.group.group_metadata_manager import partition_for
 from odradek.broker.metadata_apis import ZERO_UUID
 from odradek.common import wire
 from odradek.common.client import NetworkClient
@@ -99,6 +98,16 @@ def known_everywhere(cluster, topic: str, partitions: int) -> None:
         return True
 
     wait_until(everywhere, f"{topic} known to every broker", 30)
+
+
+def coordinator_port(cluster, group: str) -> int:
+    """The port of `group`'s coordinator, found as clients find it (FindCoordinator, retried while
+    the offsets topic is being created)."""
+    def find():
+        (r,) = ask(cluster.broker_ports[0], [request(10, 3, key=group, key_type=i8(0))])
+        return int(r.node_id) + 1 if r.error_code == ErrorCode.none else None  # +1: node 0 is truthy too
+
+    return cluster.broker_ports[wait_until(find, f"a coordinator for {group}", 60) - 1]
 
 
 def make_topic(cluster, topic: str, partitions: int) -> None:
@@ -368,13 +377,9 @@ def test_offset_delete_wire_answers(cluster):
             m.OffsetDeleteRequestTopic(name=t, partitions=(m.OffsetDeleteRequestPartition(partition_index=p),))
             for t, p in parts))
 
-    def coordinator_port(group_id: str) -> int:
-        partition = partition_for(group_id, CONFORMANCE_BROKER["offsets.topic.num.partitions"])
-        return cluster.broker_ports[leader_of(bs, "__consumer_offsets", partition)]
-
     nope = unique("nope")
-    (unknown,) = ask(coordinator_port(nope), [delete(nope, (topic, 0))])
-    empty, mixed = ask(coordinator_port(group), [delete("", (topic, 0)), delete(group, (topic, 0), (topic, 5))])
+    (unknown,) = ask(coordinator_port(cluster, nope), [delete(nope, (topic, 0))])
+    empty, mixed = ask(coordinator_port(cluster, group), [delete("", (topic, 0)), delete(group, (topic, 0), (topic, 5))])
     assert (unknown.error_code, unknown.topics) == (ErrorCode.group_id_not_found, ())
     assert (empty.error_code, empty.topics) == (ErrorCode.invalid_group_id, ())
     assert mixed.error_code == ErrorCode.none
@@ -573,3 +578,51 @@ def test_deleting_a_topic_while_a_producer_recreates_it_never_fails_the_metadata
     assert seen[steady] == {ErrorCode.none}
     assert seen[churned] <= {ErrorCode.none, ErrorCode.leader_not_available, ErrorCode.unknown_topic_or_partition}, \
         seen[churned]
+
+
+# --- session expiry at the deadline ----------------------------------------------------------------
+
+
+def test_a_silent_member_is_gone_exactly_one_session_timeout_after_it_was_last_heard(cluster):
+    """A member joins and syncs, then says nothing: a client that waits exactly session.timeout.ms
+    (plus 100 ms) after the SyncGroup answer finds it gone. (A 200 ms reaper got this wrong.)"""
+    import datetime
+
+    from kio.static.primitive import i32Timedelta
+
+    session = 6000
+    group = unique("g-session")
+    port = coordinator_port(cluster, group)
+    join_mod, sync_mod = request_module(11, 5), request_module(14, 3)
+    timeout = i32Timedelta.parse(datetime.timedelta(milliseconds=session))
+
+    def join(member_id: str):
+        return join_mod.JoinGroupRequest(group_id=group, session_timeout=timeout, rebalance_timeout=timeout,
+                                         member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                                         protocols=(join_mod.JoinGroupRequestProtocol(name="range", metadata=b""),))
+
+    async def scenario():
+        client = NetworkClient("127.0.0.1", port)
+        try:
+            first = await client.send(join(""), timeout=30)
+            assert first.error_code == ErrorCode.member_id_required
+            joined = await client.send(join(first.member_id), timeout=30)
+            assert joined.error_code == ErrorCode.none
+            synced = await client.send(sync_mod.SyncGroupRequest(
+                group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+                group_instance_id=None, assignments=(sync_mod.SyncGroupRequestAssignment(
+                    member_id=joined.member_id, assignment=b""),)), timeout=30)
+            last_heard = time.monotonic()  # the broker set the deadline before it answered
+            assert synced.error_code == ErrorCode.none
+            describe = request(DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False)
+            alive = await client.send(describe, timeout=30)
+            assert [m.member_id for m in alive.groups[0].members] == [joined.member_id]
+            # the waiting is the subject here: exactly the session timeout, then one look
+            await asyncio.sleep(max(0.0, last_heard + session / 1000 + 0.1 - time.monotonic()))
+            return await client.send(describe, timeout=30)
+        finally:
+            await client.close()
+
+    after = asyncio.run(scenario())
+    (described,) = after.groups
+    assert (described.group_state, described.members) == ("Empty", ()), described

@@ -527,7 +527,7 @@ class AdminManager:
                 return ErrorCode.leader_not_available
             log.info("auto-creation of topic %r failed: %s", name, e)
             return e.error_code
-        except Exception:  # noqa: BLE001 - ZooKeeper trouble: the client retries this topic
+        except Exception:
             log.warning("auto-creation of topic %r failed; answering LEADER_NOT_AVAILABLE", name, exc_info=True)
             return ErrorCode.leader_not_available
         finally:

@@ -181,7 +181,8 @@ class LocalCluster:
     ZooKeeper is either started here (data under `data_dir/zookeeper`, reused on restart) or an
     existing one given as `zookeeper_connect` (`host:port/chroot`, e.g. a test's own chroot).
     Broker i has `broker.id` i, listens on `broker_ports[i]` (default `port + i`) and keeps its log
-    in `data_dir/broker-i`; controller j has `controller.id` 1000+j. Logs go to `data_dir/logs` (`<name>.log`, rotated by size; `<name>.out` for stray output).
+    in `data_dir/broker-i`; controller j has `controller.id` 1000+j. Logs go to `data_dir/logs`
+    (`<name>.log`, rotated by size; `<name>.out` for stray output).
     """
 
     def __init__(

@@ -223,6 +223,18 @@ async def test_resync_recreates_a_topic_deleted_in_the_cluster_and_writes_nothin
     await env.kafka.wait_topic(name, {"partitions": 2, "replicas": 1}, timeout=RESYNC + 10)
 
 
+async def test_partitions_are_raised(env):
+    name = unique()
+    await env.create_cluster()
+    env.start_operator()
+    await env.apply(name, {"partitions": 2})
+    await env.ready(name)
+    await env.patch(name, {"spec": {"partitions": 5}})
+    body = await env.reason(name, "TopicReady", generation=2)
+    assert body["status"]["partitions"] == 5
+    await env.kafka.wait_topic(name, {"partitions": 5, "replicas": 1}, timeout=15)
+
+
 async def test_config_changes_are_applied_and_overrides_that_left_the_spec_removed(env):
     name = unique()
     await env.create_cluster()
@@ -351,10 +363,11 @@ async def test_an_existing_topic_is_adopted_and_made_to_match(env):
     await env.kafka.create(name, 2, config={"retention.ms": "120000", "segment.bytes": "1048576"})
     await env.create_cluster()
     env.start_operator()
-    await env.apply(name, {"partitions": 2, "config": {"retention.ms": 120000}})
+    await env.apply(name, {"partitions": 3, "config": {"retention.ms": 120000}})
     body = await env.ready(name)
-    assert (body["status"]["partitions"], body["status"]["config"]) == (2, {"retention.ms": "120000"})
+    assert (body["status"]["partitions"], body["status"]["config"]) == (3, {"retention.ms": "120000"})
     assert await env.kafka.overrides(name) == {"retention.ms": "120000"}, "overrides not in the spec are removed"
+    await env.kafka.wait_topic(name, {"partitions": 3, "replicas": 1}, timeout=15)
 
 
 async def test_cluster_gone_during_delete_releases_the_finalizer(env):

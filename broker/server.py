@@ -105,6 +105,7 @@ class KafkaServer:
         self.producer_id_manager = ZkProducerIdManager(config.broker_id, self.zk)
         guard = ControlPlaneGuard(config.control_plane_listener_name, lambda: self.zk.broker_epoch,
                                   self.zk.get_controller_epoch)
+        self.zk.registration_listeners.append(guard.registered)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
                               self.producer_id_manager, guard)
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)

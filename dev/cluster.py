@@ -41,9 +41,12 @@ class ManagedProcess:
     log_path: Path
     popen: subprocess.Popen | None = field(default=None, repr=False)
     paused: bool = False
+    netns: str | None = None
+    """The network namespace it runs in (`ip netns exec`, which execs: the pid is the process's)."""
 
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "odradek.cli", self.role]
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        args = [*prefix, sys.executable, "-m", "odradek.cli", self.role]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         return args
@@ -123,14 +126,14 @@ class ManagedProcess:
             return ""
 
 
-def metadata_brokers(port: int, timeout: float = 2.0) -> set[int]:
+def metadata_brokers(port: int, timeout: float = 2.0, host: str = "127.0.0.1") -> set[int]:
     """The broker ids that the broker on `port` lists in its Metadata answer. Registration alone
     is not readiness: until the controller's first UpdateMetadata reaches it, a broker answers
     with no brokers and no controller, and clients (librdkafka's admin client) wait for one."""
     from kio.schema.metadata.v12.request import MetadataRequest
 
     async def ask() -> set[int]:
-        client = NetworkClient("127.0.0.1", port, client_id="odradek-dev", connect_attempts=1,
+        client = NetworkClient(host, port, client_id="odradek-dev", connect_attempts=1,
                                connect_timeout=timeout)
         try:
             response = await client.send(MetadataRequest(topics=(), allow_auto_topic_creation=False,
@@ -153,6 +156,10 @@ class LocalCluster:
     existing one given as `zookeeper_connect` (`host:port/chroot`, e.g. a test's own chroot).
     Broker i has `broker.id` i, listens on `broker_ports[i]` (default `port + i`) and keeps its log
     in `data_dir/broker-i`; controller j has `controller.id` 1000+j. Logs go to `data_dir/logs`.
+
+    `hosts` places processes in network namespaces (fault tests, dev/netns.py): process name
+    ("zookeeper", "broker-0", "controller-1") → (netns, address it listens on); the others run
+    on 127.0.0.1 in the caller's namespace.
     """
 
     def __init__(
@@ -167,7 +174,9 @@ class LocalCluster:
         zookeeper_port: int | None = None,
         broker_overrides: dict[str, object] | None = None,
         controller_overrides: dict[str, object] | None = None,
+        hosts: dict[str, tuple[str, str]] | None = None,
     ):
+        self.hosts = dict(hosts or {})
         self.data_dir = Path(data_dir).absolute()
         self.log_dir = self.data_dir / "logs"
         self.broker_ports = list(broker_ports) if broker_ports else [port + i for i in range(brokers)]
@@ -176,7 +185,9 @@ class LocalCluster:
         self._external_zk = zookeeper_connect
         self.zookeeper: ZooKeeperServer | None = None
         if zookeeper_connect is None:
-            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", port=zookeeper_port or None)
+            netns, host = self.hosts.get("zookeeper", (None, "127.0.0.1"))
+            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", port=zookeeper_port or None, host=host,
+                                             netns=netns)
         self._broker_overrides = {k: str(v) for k, v in (broker_overrides or {}).items()}
         self._controller_overrides = {k: str(v) for k, v in (controller_overrides or {}).items()}
         self.brokers = [self._broker_process(i) for i in range(brokers)]
@@ -193,28 +204,35 @@ class LocalCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports)
+        return ",".join(f"{self.broker_host(i)}:{p}" for i, p in enumerate(self.broker_ports))
+
+    def broker_host(self, i: int) -> str:
+        """The address broker `i` listens on."""
+        return self.hosts.get(f"broker-{i}", (None, "127.0.0.1"))[1]
 
     def _broker_process(self, i: int) -> ManagedProcess:
+        netns, host = self.hosts.get(f"broker-{i}", (None, "127.0.0.1"))
         overrides = {
             "broker.id": str(i),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]}",
+            "listeners": f"PLAINTEXT://{host}:{self.broker_ports[i]}",
             "log.dirs": str(self.data_dir / f"broker-{i}"),
         }
         overrides.update(self._broker_overrides)
-        return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log")
+        return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log", netns=netns)
 
     def _controller_process(self, j: int) -> ManagedProcess:
         # A free port per controller: two candidates on one host cannot share ControllerConfig's
         # default listener (9190).
+        netns, host = self.hosts.get(f"controller-{j}", (None, "127.0.0.1"))
         overrides = {
             "controller.id": str(CONTROLLER_ID_BASE + j),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+            "listeners": f"PLAINTEXT://{host}:{free_port()}",
         }
         overrides.update(self._controller_overrides)
-        return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log")
+        return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log",
+                              netns=netns)
 
     def broker(self, i: int) -> ManagedProcess:
         return self.brokers[i]
@@ -322,7 +340,8 @@ class LocalCluster:
                 controller = self.active_controller(zk)
                 missing = wanted - self.registered_brokers(zk)
                 unaware = [] if controller is None or missing else [
-                    i for i in sorted(wanted) if not metadata_brokers(self.broker_ports[i]) >= wanted]
+                    i for i in sorted(wanted)
+                    if not metadata_brokers(self.broker_ports[i], host=self.broker_host(i)) >= wanted]
                 if controller is not None and not missing and not unaware:
                     return
                 if time.monotonic() > deadline:

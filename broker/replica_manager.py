@@ -102,7 +102,11 @@ class DelayedProduce(DelayedOperation):
             if not result.pending:
                 continue
             partition = self.manager.partitions.get(key)
-            if partition is None or not partition.is_leader or partition.fenced:
+            if partition is not None and partition.is_leader and partition.fenced:
+                # appended, possibly replicated, not committed: possibly persisted, not refused
+                result.error = ErrorCode.request_timed_out
+                result.pending = False
+            elif partition is None or not partition.is_leader:
                 result.error = ErrorCode.not_leader_or_follower
                 result.pending = False
             elif partition.log.high_watermark >= result.required_offset:

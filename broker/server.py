@@ -89,6 +89,7 @@ class KafkaServer:
         self.metadata_cache = MetadataCache(config.broker_id)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
         self.replica_manager.load_high_watermarks()
+        self.zk.fencing_listeners.append(self._drop_connections_on_fencing)  # before the partitions change
         self.zk.fencing_listeners.append(self.replica_manager.set_fenced)
         self.replica_manager.log_dir_failure_listeners.append(self._on_log_dir_failure)
         self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id)
@@ -182,6 +183,18 @@ class KafkaServer:
                     self.group_coordinator.on_election(key[1], int(ps.leader_epoch))
                 else:
                     self.group_coordinator.on_resignation(key[1])
+
+    def _drop_connections_on_fencing(self, fenced: bool) -> None:
+        """Fenced or unfenced, the same broker turns from leader to refusing writes, or back, in the
+        same leader epoch, which Kafka's leaders never do. A produce in flight across that turn
+        could be refused while a later one of the same producer is accepted: a sequence gap, after
+        which an idempotent client (librdkafka) bumps its epoch and resends, under new sequence
+        numbers, records it believes were refused but that the log already holds (duplicates). So
+        every client connection is dropped at each turn: what was in flight is retried, in order,
+        on a new connection, and a response computed across the turn is never sent."""
+        closed = sum(server.close_connections() for server in self.socket_servers)
+        log.info("broker %d %s: dropped %d client connections", self.config.broker_id,
+                 "fenced" if fenced else "unfenced", closed)
 
     def _on_log_dir_failure(self, log_dir, keys) -> None:
         """A log directory failed: resign the coordinators of its offsets partitions and tell the

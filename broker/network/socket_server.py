@@ -435,11 +435,18 @@ class SocketServer:
         if self._server is not None:
             self._server.close()
 
+    def close_connections(self) -> int:
+        """Closes every connection, keeps listening; requests in flight are abandoned (their
+        clients see the connection fail and retry on a new one). Returns how many were closed."""
+        conns = list(self.connections)
+        for conn in conns:
+            conn.close()
+        return len(conns)
+
     async def stop(self) -> None:
         """Stops accepting, closes every connection (requests in flight are abandoned)."""
         self.stop_accepting()
-        for conn in list(self.connections):
-            conn.close()
+        self.close_connections()
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 5)

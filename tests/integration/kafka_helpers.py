@@ -407,9 +407,10 @@ def verify_acknowledged(bootstrap: str, producer: ContinuousProducer, timeout: f
     return consumed
 
 
-def produce_error(port: int, topic: str, partition: int, value: bytes, host: str = "127.0.0.1") -> ErrorCode:
+def produce_error(port: int, topic: str, partition: int, value: bytes, host: str = "127.0.0.1") -> ErrorCode | None:
     """One acks=1 Produce v8 straight to the broker at `host`:`port`, without a client's retries
-    or metadata: the error code it answers for the partition."""
+    or metadata: the error code it answers for the partition; None when the connection failed
+    (a broker drops its client connections when it is fenced or unfenced)."""
     request = ProduceRequest(
         transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
         topic_data=(TopicProduceData(name=topic, partition_data=(
@@ -428,4 +429,7 @@ def produce_error(port: int, topic: str, partition: int, value: bytes, host: str
         finally:
             await client.close()
 
-    return asyncio.run(send())
+    try:
+        return asyncio.run(send())
+    except (ConnectionError, TimeoutError):
+        return None

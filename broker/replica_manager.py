@@ -10,17 +10,19 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
-from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.leader_epoch import write_in_worker
+from odradek.broker.log.log import Log
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
+from odradek.common.clock import now_ms
 from odradek.common.messages import (
     LeaderAndIsrPartitionError,
     LeaderAndIsrRequest,
@@ -102,7 +104,7 @@ class DelayedProduce(DelayedOperation):
         for key, result in self.results.items():
             if not result.pending:
                 continue
-            partition = self.manager.partitions.get(key)
+            partition = self.manager._partitions.get(key)
             if partition is None or not partition.is_leader or partition.fenced:
                 result.error = ErrorCode.not_leader_or_follower
                 result.pending = False
@@ -140,7 +142,7 @@ class DelayedFetch(DelayedOperation):
         # Checked on every append to any watched partition: a fetch session's idle partitions make
         # `infos` long, so the loop inlines leader_partition's checks.
         accumulated = 0
-        partitions = self.manager.partitions
+        partitions = self.manager._partitions
         follower = self.replica_id >= 0
         debugging = self.replica_id == DEBUGGING_REPLICA_ID
         for info in self.infos:
@@ -190,7 +192,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
         self.zk = zk
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = 0
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
@@ -217,10 +219,24 @@ class ReplicaManager:
         if fenced == self.fenced:
             return
         self.fenced = fenced
-        for p in self.partitions.values():
+        for p in self._partitions.values():
             p.fenced = fenced
-        for key in list(self.partitions):
+        for key in list(self._partitions):
             self.complete_delayed_requests(key)
+
+    # --- the hosted partitions -------------------------------------------------------------------
+
+    def get_partition(self, key: tuple[str, int]) -> Partition | None:
+        """The partition hosted here (leader or follower), or None (Kafka's getPartition)."""
+        return self._partitions.get(key)
+
+    def all_partitions(self) -> Iterable[Partition]:
+        """Every partition hosted here (a live view: do not change the replica state meanwhile)."""
+        return self._partitions.values()
+
+    def local_log(self, key: tuple[str, int]) -> Log:
+        """The log of a partition hosted here; KeyError if it is not (Kafka's localLogOrException)."""
+        return self._partitions[key].log
 
     # --- high watermark checkpoints -------------------------------------------------------------
 
@@ -288,7 +304,7 @@ class ReplicaManager:
     ) -> tuple[Partition | None, ErrorCode]:
         """The hosted partition a request may use, or why not: not hosted, not the leader (debugging
         tools may read a follower), or the request's leader epoch fenced (-1: not checked)."""
-        p = self.partitions.get((topic, partition))
+        p = self._partitions.get((topic, partition))
         if p is None:
             return None, self._unknown_partition_error(topic, partition)
         if (not p.is_leader or p.fenced) and replica_id != DEBUGGING_REPLICA_ID:
@@ -338,7 +354,7 @@ class ReplicaManager:
                     if self.broker_id not in ps.replicas:
                         answer(topic, index, ErrorCode.unknown_topic_or_partition)
                         continue
-                    partition = self.partitions.get((topic, index))
+                    partition = self._partitions.get((topic, index))
                     if partition is not None and ps.leader_epoch <= partition.leader_epoch:
                         log.info(
                             "ignoring LeaderAndIsr for %s-%d: leader epoch %d not newer than %d",
@@ -360,7 +376,7 @@ class ReplicaManager:
                             answer(topic, index, ErrorCode.kafka_storage_error)
                             continue
                         partition = Partition(topic, index, self.broker_id, plog, fenced=self.fenced)
-                        self.partitions[(topic, index)] = partition
+                        self._partitions[(topic, index)] = partition
                     changed.append((partition, ps))
                     answer(topic, index, ErrorCode.none)
 
@@ -423,9 +439,9 @@ class ReplicaManager:
             errors = []
             for topic, index in keys:
                 code = ErrorCode.none
-                partition = self.partitions.get((topic, index))
+                partition = self._partitions.get((topic, index))
                 if request.delete_partitions:
-                    self.partitions.pop((topic, index), None)
+                    self._partitions.pop((topic, index), None)
                     try:
                         if self.log_manager.get_log(topic, index) is not None:
                             self.log_manager.delete_log(topic, index)
@@ -620,7 +636,7 @@ class ReplicaManager:
 
     def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
         now = now_ms()
-        partitions = self.partitions
+        partitions = self._partitions
         for info, result in zip(infos, results):
             if result is None:
                 # caught up and nothing changed: only the time it was last seen caught up moves
@@ -649,7 +665,7 @@ class ReplicaManager:
             return
         now = now_ms()
         lag = int(self.config.replica_lag_time_max_ms)
-        for p in list(self.partitions.values()):
+        for p in list(self._partitions.values()):
             if not p.is_leader:
                 continue
             change = p.maybe_shrink_isr(now, lag)
@@ -661,13 +677,13 @@ class ReplicaManager:
         self.alter_partition_manager.submit(partition.key, change, self._on_isr_change_answer)
 
     def isr_change_still_wanted(self, key, change) -> bool:
-        p = self.partitions.get(key)
+        p = self._partitions.get(key)
         return p is not None and p.pending_isr_change is change
 
     def _on_isr_change_answer(self, key, change, answer) -> None:
         if not self.isr_change_still_wanted(key, change):
             return  # gone, or a LeaderAndIsr replaced the change
-        p = self.partitions[key]
+        p = self._partitions[key]
         p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,
                                     now_ms=now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
         # Committed or dropped, the maximal ISR changed: a shrink lets the HW pass a dead follower

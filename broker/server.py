@@ -29,13 +29,13 @@ from odradek.broker.kafka_apis import KafkaApis
 from odradek.broker.log import LogManager
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
-from odradek.broker.network.socket_server import SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, process_logging
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners
 from odradek.common.config_def import ConfigException
+from odradek.common.network.socket_server import SocketServer
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
@@ -164,13 +164,13 @@ class KafkaServer:
         if response.error_code != 0:
             return
         failed = {(e.topic_name, int(e.partition_index)) for e in response.partition_errors if e.error_code != 0}
-        parts = self.replica_manager.partitions
+        rm = self.replica_manager
         for ts in request.topic_states:
             if ts.topic_name != GROUP_METADATA_TOPIC_NAME:
                 continue
             for ps in ts.partition_states:
                 key = (ts.topic_name, int(ps.partition_index))
-                if key in failed or key not in parts:
+                if key in failed or rm.get_partition(key) is None:
                     continue
                 if int(ps.leader) == self.config.broker_id:
                     self.group_coordinator.on_election(key[1], int(ps.leader_epoch))
@@ -276,10 +276,10 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
         me = self.config.broker_id
-        parts = self.replica_manager.partitions
+        rm = self.replica_manager
 
         def unmovable(key) -> bool:
-            p = parts.get(key)
+            p = rm.get_partition(key)
             return p is not None and p.is_leader and set(p.isr) <= {me}
 
         while True:
@@ -294,7 +294,7 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
         multi = lambda p: p.is_leader and len(p.replicas) > 1  # noqa: E731 - single replicas cannot move
-        while loop.time() < deadline and any(multi(p) for p in self.replica_manager.partitions.values()):
+        while loop.time() < deadline and any(multi(p) for p in self.replica_manager.all_partitions()):
             await asyncio.sleep(0.05)
 
     async def shutdown(self) -> None:

@@ -16,8 +16,8 @@ import threading
 
 from kazoo.protocol.states import KazooState
 
-from odradek.broker.network.socket_server import SocketServer
 from odradek.common.config import ControllerConfig, parse_listeners
+from odradek.common.network.socket_server import SocketServer
 from odradek.common.zk_data import ControllerInfo, EndPoint
 
 from . import state_machine as sm

@@ -160,7 +160,7 @@ async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0) ->
     """Ask the first broker that answers for Metadata of all topics (Kafka protocol)."""
     from kio.schema.metadata.v12.request import MetadataRequest
 
-    from odradek.common.client import NetworkClient
+    from odradek.common.network.client import NetworkClient
 
     errors = []
     for host, port in bootstrap:

@@ -15,9 +15,9 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from odradek.broker.auth_helper import ResourceType, authorized_operations
-from odradek.broker.log.clock import now_ms
 from odradek.broker.transaction_refusal import MESSAGE as TRANSACTIONS_MESSAGE
 from odradek.broker.transaction_refusal import TRANSACTIONS_UNSUPPORTED
+from odradek.common.clock import now_ms
 from odradek.common.wire import (
     NO_THROTTLE,
     make_entity,

@@ -13,8 +13,8 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.clock import now_ms
 from odradek.broker.log.record_batch import build_batch, decode_records, iter_batches
+from odradek.common.clock import now_ms
 
 from . import records
 from .group_metadata import GroupMetadata, GroupState
@@ -149,7 +149,7 @@ class GroupMetadataManager:
                 self.groups[key.group] = group
 
     def _load(self, partition: int) -> None:
-        plog = self.replica_manager.partitions[(GROUP_METADATA_TOPIC_NAME, partition)].log
+        plog = self.replica_manager.local_log((GROUP_METADATA_TOPIC_NAME, partition))
         offset, end = plog.log_start_offset, plog.log_end_offset
         while offset < end:
             data = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_message=True).read_bytes()

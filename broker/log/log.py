@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from .clock import now_ms
+from odradek.common.clock import now_ms
+
 from .config import LogConfig
 from .errors import (
     InvalidRecordError,

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.broker.log.record_batch import build_batch
 from odradek.common import zk_data
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import free_port, free_ports

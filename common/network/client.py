@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import logging
 
-from . import wire
+from odradek.common import wire
 
 log = logging.getLogger(__name__)
 

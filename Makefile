@@ -12,7 +12,7 @@ APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty
 DEV_ARGS ?= --brokers 3 --controllers 1 --data-dir ./data --port 9092
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages dev lint test
+.PHONY: setup system-packages dev lint unit test
 
 setup: system-packages $(STAMP)
 
@@ -51,6 +51,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The fast loop: every test that starts no process (marker `unit`, see tests/conftest.py).
+unit: setup
+	$(BIN)/pytest tests/ -m unit -q $(PYTEST_ARGS)
 
 test: setup
 	$(BIN)/pytest tests/ -ra $(PYTEST_ARGS)

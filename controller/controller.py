@@ -16,6 +16,7 @@ import threading
 
 from kazoo.protocol.states import KazooState
 
+from odradek.common.api_key import ApiKey
 from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.network.socket_server import SocketServer
 from odradek.common.zk_data import ControllerInfo, EndPoint
@@ -23,7 +24,7 @@ from odradek.common.zk_data import ControllerInfo, EndPoint
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
 from .context import ControllerContext
-from .controller_apis import ALTER_PARTITION, CONTROLLED_SHUTDOWN, ControllerApis, isr_changes
+from .controller_apis import ControllerApis, isr_changes
 from .zk_client import ControllerMovedError, ControllerZkClient
 
 log = logging.getLogger(__name__)
@@ -360,10 +361,10 @@ class KafkaController:
         if request.future.done():  # the broker gave up waiting
             return
         p = request.payload
-        if request.api_key == ALTER_PARTITION:
+        if request.api_key == ApiKey.ALTER_PARTITION:
             changes = isr_changes(p)
             d = await self._execute(zk, lambda ctx: sm.on_alter_partition(ctx, p.broker_id, p.broker_epoch, changes))
-        elif request.api_key == CONTROLLED_SHUTDOWN:
+        elif request.api_key == ApiKey.CONTROLLED_SHUTDOWN:
             log.info("controlled shutdown of broker %d", p.broker_id)
             d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
             if d.answer is not None and d.answer.remaining:

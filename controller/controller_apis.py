@@ -39,6 +39,7 @@ from kio.static.primitive import i32
 
 from odradek.common import messages as m
 from odradek.common import wire
+from odradek.common.api_key import ApiKey
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 from . import state_machine as sm
@@ -46,8 +47,6 @@ from .context import TopicPartition
 
 log = logging.getLogger(__name__)
 
-ALTER_PARTITION = 56
-CONTROLLED_SHUTDOWN = 7
 
 
 def isr_changes(request: m.AlterPartitionRequest) -> list[sm.IsrChange]:
@@ -113,10 +112,10 @@ class ControllerApis:
             self.bad_input.warning("bad-request", "controller listener: closing on bad request: %s", e)
             raise CloseConnection from e
         api_key = int(schema.__api_key__)
-        if api_key == ALTER_PARTITION:
+        if api_key == ApiKey.ALTER_PARTITION:
             answer = await self.controller.submit(api_key, payload)
             response = alter_partition_response(payload, answer)
-        elif api_key == CONTROLLED_SHUTDOWN:
+        elif api_key == ApiKey.CONTROLLED_SHUTDOWN:
             answer = await self.controller.submit(api_key, payload)
             response = controlled_shutdown_response(answer)
         else:

@@ -29,6 +29,8 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 
+from odradek.common.api_key import ApiKey
+
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
@@ -46,7 +48,6 @@ MAX_IN_FLIGHT = 32
 (5 with idempotence): with acks=all each request waits a replication round trip, so a deeper
 pipeline carries more batches per round trip. bench/replication.py-style runs, RF=3 acks=all:
 4 → 0.54M rec/s, 16 → 0.74M, 32 → 0.89M, 64 → 0.81M (2M records, alternated on one machine)."""
-PRODUCE = 0
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 """Most buffers one writev takes; a longer gather is joined first."""
 
@@ -410,7 +411,7 @@ class SocketServer:
     """Listens on one (host, port) and feeds each connection's frames to `handler`."""
 
     def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int,
-                 pipelined_apis: frozenset[int] = frozenset({PRODUCE})):
+                 pipelined_apis: frozenset[int] = frozenset({ApiKey.PRODUCE})):
         self.pipelined_apis = pipelined_apis
         """API keys whose handlers may run while earlier ones of the same kind wait (see above):
         their handler must do its ordered work before its first await."""

@@ -22,7 +22,6 @@ from kio.static.primitive import i16, i32, i64
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
-from odradek.broker.group.group_apis import CLIENT_HOST
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
@@ -33,6 +32,7 @@ from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.clock import now_ms
 from odradek.common.network.encoding import Body, frame, response_header
+from odradek.common.network.request_context import RequestContext, client_host
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -198,8 +198,9 @@ class KafkaApis:
 
     # --- dispatch -------------------------------------------------------------------------------
 
-    async def handle(self, frame_body, conn) -> list | None:
-        """Answers one request frame (without its size prefix): response chunks, or None."""
+    async def handle(self, frame_body, conn, listener: str = "PLAINTEXT") -> list | None:
+        """Answers one request frame (without its size prefix) that arrived on `listener`: response
+        chunks, or None."""
         peer = getattr(conn, "peer", None)
         try:
             api_key, version, correlation_id = wire.peek_api(frame_body)
@@ -219,8 +220,6 @@ class KafkaApis:
             raise CloseConnection()
         if api_key == ApiKey.PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
             return self._produce_legacy(frame_body, version, correlation_id, peer)
-        if api_key == ApiKey.JOIN_GROUP and peer is not None:  # the member's client_host; no other API reads it
-            CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else str(peer))
         legacy = self.legacy_requests.get((api_key, version))
         try:
             header, request, schema = (legacy or wire.decode_request)(frame_body)
@@ -231,7 +230,7 @@ class KafkaApis:
             )
             raise CloseConnection() from None
         try:
-            result = await self.handlers[api_key](header, request)
+            result = await self.handlers[api_key](RequestContext(header, client_host(peer), listener), request)
         except CloseConnection:
             raise
         except Exception as e:
@@ -267,8 +266,8 @@ class KafkaApis:
             fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ApiVersionsResponse(**fields)
 
-    async def handle_api_versions(self, header, request) -> Body:
-        version = int(header.request_api_version)
+    async def handle_api_versions(self, context: RequestContext, request) -> Body:
+        version = context.api_version
         body = self._api_versions_bodies.get(version)
         if body is None:
             data = wire.encode_entity(self._api_versions_payload(version, ErrorCode.none))
@@ -296,8 +295,8 @@ class KafkaApis:
         )
         return frame(response_header(correlation_id, False), chunks, size)
 
-    async def handle_produce(self, header, request) -> Body | None:
-        version = int(header.request_api_version)
+    async def handle_produce(self, context: RequestContext, request) -> Body | None:
+        version = context.api_version
         acks = int(request.acks)
         if request.transactional_id is not None or acks not in (0, 1, -1):
             code = TRANSACTIONS_UNSUPPORTED if request.transactional_id is not None else ErrorCode.invalid_required_acks
@@ -321,14 +320,14 @@ class KafkaApis:
 
     # --- Fetch ----------------------------------------------------------------------------------
 
-    async def handle_fetch(self, header, request) -> Body:
+    async def handle_fetch(self, context: RequestContext, request) -> Body:
         """Fetch, sessionless or in a fetch session (KIP-227, v7+; rules in broker/fetch_session).
 
         The FetchManager decides what is read (an incremental request reads every partition of its
         session, listed or not: the long poll waits on them all, and a follower's fetch state sees
         them all) and what the response carries (incremental: only partitions with something to
         say). v4–v6 have no session fields: they are sessionless, as (session 0, FINAL epoch) is."""
-        version = int(header.request_api_version)
+        version = context.api_version
         replica_id = int(request.replica_id)
         infos = [
             FetchInfo(
@@ -364,8 +363,8 @@ class KafkaApis:
 
     # --- ListOffsets ----------------------------------------------------------------------------
 
-    async def handle_list_offsets(self, header, request):
-        version = int(header.request_api_version)
+    async def handle_list_offsets(self, context: RequestContext, request):
+        version = context.api_version
         mod = wire.response_module(ApiKey.LIST_OFFSETS, version)
         rm = self.replica_manager
         topics = []
@@ -393,7 +392,7 @@ class KafkaApis:
 
     # --- FindCoordinator ------------------------------------------------------------------------
 
-    async def handle_find_coordinator(self, header, request):
+    async def handle_find_coordinator(self, context: RequestContext, request):
         """COORDINATOR_NOT_AVAILABLE for every group key until the group coordinator exists.
 
         Advertised anyway because librdkafka (up to 2.11) enables lz4 and other features only when
@@ -401,7 +400,7 @@ class KafkaApis:
         assign partitions themselves work, and group members wait for the coordinator. Transaction
         keys get the refusal of transaction_refusal, as with the group coordinator.
         """
-        version = int(header.request_api_version)
+        version = context.api_version
         mod = wire.response_module(ApiKey.FIND_COORDINATOR, version)
         if int(getattr(request, "key_type", 0)) == 1:
             code, message = TRANSACTIONS_UNSUPPORTED, TRANSACTIONS_MESSAGE
@@ -419,7 +418,7 @@ class KafkaApis:
 
     # --- InitProducerId -------------------------------------------------------------------------
 
-    async def handle_init_producer_id(self, header, request):
+    async def handle_init_producer_id(self, context: RequestContext, request):
         """A fresh producer id with epoch 0 for an idempotent producer (null transactional id), as
         Kafka's TransactionCoordinator.handleInitProducerId does: the id and epoch a v3+ request
         carries are only checked for shape (both or neither); the producer gets a new id either way.
@@ -429,7 +428,7 @@ class KafkaApis:
         clients see one consistent story and fail at once (transaction_refusal). A block that cannot be claimed right now answers
         COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.x's producer-id manager does the same).
         """
-        mod = wire.response_module(ApiKey.INIT_PRODUCER_ID, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.INIT_PRODUCER_ID, context.api_version)
 
         def answer(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):
             return mod.InitProducerIdResponse(
@@ -451,9 +450,9 @@ class KafkaApis:
 
     # --- OffsetForLeaderEpoch -------------------------------------------------------------------
 
-    async def handle_offset_for_leader_epoch(self, header, request):
+    async def handle_offset_for_leader_epoch(self, context: RequestContext, request):
         """Where each asked leader epoch ends in our log (followers truncate there)."""
-        mod = wire.response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, context.api_version)
         rm = self.replica_manager
         topics = []
         for t in request.topics:
@@ -470,12 +469,12 @@ class KafkaApis:
 
     # --- controller requests --------------------------------------------------------------------
 
-    async def handle_leader_and_isr(self, header, request):
+    async def handle_leader_and_isr(self, context: RequestContext, request):
         response = await self.replica_manager.become_leader_or_follower(request)
         self._notify(self.leader_and_isr_listeners, request, response)
         return response
 
-    async def handle_stop_replica(self, header, request):
+    async def handle_stop_replica(self, context: RequestContext, request):
         response = await self.replica_manager.stop_replicas(request)
         self._notify(self.stop_replica_listeners, request, response)
         return response

@@ -10,6 +10,7 @@ accepting, close the ZooKeeper session (the registration goes at once), and shut
 
 import argparse
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -111,7 +112,8 @@ class KafkaServer:
 
         bound: dict[str, tuple[str, int]] = {}
         for name, host, port in listeners:
-            server = SocketServer(host, port, self.apis.handle, config.socket_request_max_bytes)
+            server = SocketServer(host, port, functools.partial(self.apis.handle, listener=name),
+                                  config.socket_request_max_bytes)
             bound_port = await server.start()
             bound[name] = (host, bound_port)
             self.socket_servers.append(server)

@@ -10,7 +10,7 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -186,8 +186,10 @@ async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> N
 
 
 class ReplicaManager:
-    def __init__(self, config, log_manager, metadata_cache, zk):
+    def __init__(self, config, log_manager, metadata_cache, zk, *, clock: Callable[[], int] = now_ms):
         self.config = config
+        self.clock = clock
+        """Wall-clock milliseconds for ISR lag, leader epochs and back-offs (injectable for tests)."""
         self.broker_id = int(config.broker_id)
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
@@ -385,7 +387,7 @@ class ReplicaManager:
             new_followers = []
             for partition, ps in changed:
                 if ps.leader == self.broker_id:
-                    if partition.make_leader(ps, now_ms()):
+                    if partition.make_leader(ps, self.clock()):
                         log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
                 else:
                     partition.make_follower(ps)
@@ -635,7 +637,7 @@ class ReplicaManager:
         return self.read_from_local_log(replica_id, max_bytes, infos, unchanged)
 
     def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
-        now = now_ms()
+        now = self.clock()
         partitions = self._partitions
         for info, result in zip(infos, results):
             if result is None:
@@ -663,7 +665,7 @@ class ReplicaManager:
         """Propose removing lagging followers from every partition we lead."""
         if self.alter_partition_manager is None:
             return
-        now = now_ms()
+        now = self.clock()
         lag = int(self.config.replica_lag_time_max_ms)
         for p in list(self._partitions.values()):
             if not p.is_leader:
@@ -685,7 +687,7 @@ class ReplicaManager:
             return  # gone, or a LeaderAndIsr replaced the change
         p = self._partitions[key]
         p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,
-                                    now_ms=now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
+                                    now_ms=self.clock(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
         # Committed or dropped, the maximal ISR changed: a shrink lets the HW pass a dead follower
         # (completing acks=all produces), a dropped expansion may too.
         p.maybe_increment_high_watermark()

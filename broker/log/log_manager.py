@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from odradek.common.clock import now_ms
@@ -32,9 +32,11 @@ _MIN_TICK_MS = 10
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], broker_config: BrokerConfig):
+    def __init__(self, log_dirs: list[Path], broker_config: BrokerConfig, *, clock: Callable[[], int] = now_ms):
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
+        self.clock = clock
+        """Wall-clock milliseconds for the logs and the background work (injectable for tests)."""
         self.log_dirs = [Path(d) for d in log_dirs]
         self.broker_config = broker_config
         self.default_config = LogConfig.from_broker(broker_config, {})
@@ -89,7 +91,8 @@ class LogManager:
                     raise KafkaStorageError(f"{key[0]}-{key[1]} exists in both {self._dir_of[key]} and {log_dir}")
                 started = time.monotonic()
                 partition_log = Log(
-                    path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean
+                    path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean,
+                    clock=self.clock,
                 )
                 self._add(key, log_dir, partition_log)
                 if not clean:
@@ -197,10 +200,9 @@ class LogManager:
             counts[d] += 1
         return min(self.log_dirs, key=lambda d: counts[d])
 
-    @staticmethod
-    def _new_log(log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
+    def _new_log(self, log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
         try:
-            partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True)
+            partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True, clock=self.clock)
         except OSError as exc:
             raise KafkaStorageError(f"cannot create log {topic}-{partition} in {log_dir}: {exc}") from exc
         log.info("created log %s-%d in %s", topic, partition, log_dir)
@@ -223,7 +225,7 @@ class LogManager:
             fsync_dir(log_dir)
         except OSError as exc:
             raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
-        due = now_ms() + partition_log.config.file_delete_delay_ms
+        due = self.clock() + partition_log.config.file_delete_delay_ms
         self._doomed_dirs.append((due, target, partition_log))
         if not any(t == topic for t, _ in self._logs):
             self._topic_overrides.pop(topic, None)
@@ -240,7 +242,7 @@ class LogManager:
         return partition_log
 
     def _remove_doomed_dirs(self, now: int | None = None, force: bool = False) -> None:
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         keep = []
         for due, path, partition_log in self._doomed_dirs:
             if not force and due > now:
@@ -293,11 +295,11 @@ class LogManager:
     async def run_background(self, stop: asyncio.Event) -> None:
         """Retention, time-based and post-roll flushes, delayed file deletion; until `stop` is set."""
         retention_interval = self.broker_config.log_retention_check_interval_ms
-        next_retention = now_ms() + retention_interval
+        next_retention = self.clock() + retention_interval
         expiry_interval = self.broker_config.producer_id_expiration_check_interval_ms
-        next_expiry = now_ms() + expiry_interval
+        next_expiry = self.clock() + expiry_interval
         while not stop.is_set():
-            now = now_ms()
+            now = self.clock()
             try:
                 await self._background_pass(now, run_retention=now >= next_retention)
             except Exception:

@@ -33,7 +33,15 @@ def encode_fetch_response(
             w.int64(r.last_stable_offset)
             if version >= 5:
                 w.int64(r.log_start_offset)
-            w.array(None)  # aborted_transactions: none without transactions
+            aborted = r.aborted_transactions
+            if aborted is None:
+                w.array(None)  # read_uncommitted: null
+            else:
+                w.array(len(aborted))
+                for txn in aborted:
+                    w.int64(txn.producer_id)
+                    w.int64(txn.first_offset)
+                    w.tags()
             if version >= 11:
                 w.int32(-1)  # preferred_read_replica
             w.records(r.regions, r.size)

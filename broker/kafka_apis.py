@@ -159,7 +159,7 @@ def error_response(request, error_code: ErrorCode):
 
 class KafkaApis:
     def __init__(self, config, replica_manager: ReplicaManager, metadata_apis, group_apis=None,
-                 producer_id_manager=None):
+                 producer_id_manager=None, transaction_apis=None):
         self.config = config
         self.replica_manager = replica_manager
         self.producer_id_manager = producer_id_manager
@@ -178,12 +178,14 @@ class KafkaApis:
         if producer_id_manager is not None:
             self.handlers[INIT_PRODUCER_ID] = self.handle_init_producer_id
             self.versions[INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
-        if metadata_apis is not None:
-            for key, handler in metadata_apis.handlers.items():
+        for apis in (metadata_apis, transaction_apis):
+            if apis is None:
+                continue
+            for key, handler in apis.handlers.items():
                 if key in self.handlers:
                     raise ValueError(f"API {key} handled twice")
                 self.handlers[key] = handler
-                self.versions[key] = tuple(metadata_apis.versions[key])
+                self.versions[key] = tuple(apis.versions[key])
         self.legacy_requests: dict = {}
         """(api, version) → decoder(frame body) → (header, request, schema), for versions kio lacks."""
         if group_apis is not None:
@@ -309,8 +311,15 @@ class KafkaApis:
     async def handle_produce(self, header, request) -> Body | None:
         version = int(header.request_api_version)
         acks = int(request.acks)
-        if request.transactional_id is not None or acks not in (0, 1, -1):
-            code = TRANSACTIONS_UNSUPPORTED if request.transactional_id is not None else ErrorCode.invalid_required_acks
+        untagged_transaction = request.transactional_id is None and any(
+            produce_codec.is_transactional(p.records) for t in request.topic_data for p in t.partition_data)
+        if untagged_transaction or acks not in (0, 1, -1):
+            # Kafka's answers: transactional batches need the request's transactional id
+            code = (
+                ErrorCode.transactional_id_authorization_failed
+                if untagged_transaction
+                else ErrorCode.invalid_required_acks
+            )
             if acks == 0:
                 raise CloseConnection()
             failed = ProduceResult(error=code)
@@ -364,7 +373,8 @@ class KafkaApis:
         results = []
         if context.infos:
             results = await self.replica_manager.fetch_messages(
-                replica_id, max_wait_ms, min_bytes, max_bytes, context.infos, context.unchanged
+                replica_id, max_wait_ms, min_bytes, max_bytes, context.infos, context.unchanged,
+                int(request.isolation_level),
             )
         error, session_id, pairs = context.response(results)
         chunks, size = fetch_codec.encode_fetch_response(
@@ -384,7 +394,7 @@ class KafkaApis:
             for p in t.partitions:
                 r = rm.fetch_offset_for_timestamp(
                     t.name, int(p.partition_index), int(p.timestamp), int(request.replica_id),
-                    int(getattr(p, "current_leader_epoch", -1)),
+                    int(getattr(p, "current_leader_epoch", -1)), int(getattr(request, "isolation_level", 0)),
                 )
                 fields = dict(
                     partition_index=p.partition_index,

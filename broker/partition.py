@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.log.log import Log, LogAppendInfo
+from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.log.record_batch import Buffer
 from odradek.common.messages import LeaderAndIsrPartitionState
 
@@ -155,11 +156,14 @@ class Partition:
     def min_insync_replicas(self) -> int:
         return self.log.config.min_insync_replicas
 
-    def append_records_to_leader(self, records: Buffer, required_acks: int) -> ErrorCode | LogAppendInfo:
+    def append_records_to_leader(self, records: Buffer, required_acks: int,
+                                 origin: AppendOrigin | None = None) -> ErrorCode | LogAppendInfo:
         """Appends as leader; NOT_ENOUGH_REPLICAS (committed ISR too small) as an error code for acks=-1."""
         if required_acks == -1 and len(self.isr) < self.min_insync_replicas():
             return ErrorCode.not_enough_replicas
-        return self.log.append_as_leader(records, self.leader_epoch)
+        if origin is None:
+            return self.log.append_as_leader(records, self.leader_epoch)
+        return self.log.append_as_leader(records, self.leader_epoch, origin=origin)
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
         """A follower fetched from `fetch_offset`: it has everything below it. True if HW moved."""

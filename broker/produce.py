@@ -23,6 +23,15 @@ MAX_VERSION = 9
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_ATTRIBUTES_POS = 21
+_TRANSACTIONAL = 0x10
+
+
+def is_transactional(records) -> bool:
+    """Whether the first batch of a partition's records has the transactional bit (Kafka looks at
+    the first batch too: a v3+ produce carries one batch per partition)."""
+    return records is not None and len(records) > _ATTRIBUTES_POS + 1 and bool(
+        _I16.unpack_from(records, _ATTRIBUTES_POS)[0] & _TRANSACTIONAL)
 
 
 def encode_produce_response(version: int, topics: list[tuple[str, list[tuple[int, object]]]]) -> tuple[list, int]:

@@ -19,6 +19,7 @@ from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.leader_epoch import write_in_worker
+from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.common.messages import (
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP = -1, -2, -3, -4, -5
 """ListOffsets' special timestamps: MAX_TIMESTAMP from v7 (KIP-734), the tiered-storage ones from v8/v9
 (KIP-405, KIP-1005)."""
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+"""Fetch and ListOffsets isolation levels."""
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 """ListOffsets/Fetch replica_id of tools that may read from a follower (Kafka's value)."""
@@ -77,6 +80,8 @@ class FetchResult:
     log_start_offset: int = -1
     regions: list = field(default_factory=list)
     size: int = 0
+    aborted_transactions: list | None = None
+    """read_committed: the aborted transactions (AbortedTxn) overlapping what was read."""
 
 
 @dataclass
@@ -133,12 +138,14 @@ class DelayedProduce(DelayedOperation):
 class DelayedFetch(DelayedOperation):
     """A long poll: completes once min_bytes are readable, a partition changes role, or at max_wait."""
 
-    def __init__(self, delay_ms: float, manager: "ReplicaManager", replica_id: int, min_bytes: int, infos):
+    def __init__(self, delay_ms: float, manager: "ReplicaManager", replica_id: int, min_bytes: int, infos,
+                 isolation_level: int = READ_UNCOMMITTED):
         super().__init__(delay_ms)
         self.manager = manager
         self.replica_id = replica_id
         self.min_bytes = min_bytes
         self.infos = infos
+        self.read_committed = isolation_level == READ_COMMITTED and replica_id < 0
 
     def try_complete(self) -> bool:
         # Checked on every append to any watched partition: a fetch session's idle partitions make
@@ -152,7 +159,8 @@ class DelayedFetch(DelayedOperation):
             if partition is None or not ((partition.is_leader and not partition.fenced) or debugging):
                 return self.force_complete()
             plog = partition.log
-            end = plog.log_end_offset if follower else plog.high_watermark
+            end = plog.log_end_offset if follower else (
+                plog.last_stable_offset if self.read_committed else plog.high_watermark)
             if info.fetch_offset > plog.log_end_offset or info.fetch_offset < plog.log_start_offset:
                 return self.force_complete()
             if end <= info.fetch_offset:
@@ -487,10 +495,12 @@ class ReplicaManager:
 
     # --- produce --------------------------------------------------------------------------------
 
-    async def append_records(self, timeout_ms: int, required_acks: int, entries) -> dict:
+    async def append_records(self, timeout_ms: int, required_acks: int, entries,
+                             origin: AppendOrigin = AppendOrigin.CLIENT) -> dict:
         """Appends `entries` [(topic, partition, records)] as leader; returns {(t, p): ProduceResult}.
 
-        acks=-1 waits (up to timeout_ms) until the HW covers every successful append.
+        acks=-1 waits (up to timeout_ms) until the HW covers every successful append. `origin`
+        COORDINATOR: transaction markers and the coordinators' own transactional writes.
         """
         results: dict[tuple[str, int], ProduceResult] = {}
         any_pending = False
@@ -504,7 +514,7 @@ class ReplicaManager:
                 results[key] = ProduceResult(error=ErrorCode.invalid_record)
                 continue
             try:
-                info = partition.append_records_to_leader(records, required_acks)
+                info = partition.append_records_to_leader(records, required_acks, origin)
             except LogError as e:
                 log.debug("append to %s-%d rejected: %s", topic, index, e)
                 index_in_batch = getattr(e, "batch_index", None)
@@ -544,23 +554,27 @@ class ReplicaManager:
     # --- fetch ----------------------------------------------------------------------------------
 
     def read_from_local_log(
-        self, replica_id: int, fetch_max_bytes: int, infos: list[FetchInfo], unchanged=None
+        self, replica_id: int, fetch_max_bytes: int, infos: list[FetchInfo], unchanged=None,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> list[FetchResult | None]:
         """Reads each partition in order within the byte limits (Kafka's readFromLocalLog).
 
         The first partition with data gets at least one whole batch even beyond the limits, so a
-        consumer can always make progress; consumers read below the HW, followers to the LEO.
+        consumer can always make progress; consumers read below the HW (read_committed: below the
+        LSO, with the aborted transactions of what they read), followers to the LEO.
         With `unchanged(info, high_watermark, log_start_offset)` (a fetch session's), a partition
         with nothing to read that it calls unchanged gets None: there is nothing to tell.
         """
         remaining = max(0, fetch_max_bytes)
         min_one = True
         out = []
+        read_committed = isolation_level == READ_COMMITTED and replica_id < 0
         for info in infos:
             p, error = self.leader_partition(info.topic, info.partition, info.current_leader_epoch, replica_id)
             if unchanged is not None and p is not None and p.is_leader:
                 plog = p.log
-                end = plog.log_end_offset if replica_id >= 0 else plog.high_watermark
+                end = plog.log_end_offset if replica_id >= 0 else (
+                    plog.last_stable_offset if read_committed else plog.high_watermark)
                 if info.fetch_offset == end and unchanged(info, plog.high_watermark, plog.log_start_offset):
                     out.append(None)
                     continue
@@ -571,14 +585,15 @@ class ReplicaManager:
             plog = p.log
             hw = plog.high_watermark
             leo = plog.log_end_offset
+            lso = plog.last_stable_offset
             result.high_watermark = hw
-            result.last_stable_offset = hw
+            result.last_stable_offset = lso
             result.log_start_offset = plog.log_start_offset
             offset = info.fetch_offset
             if offset < plog.log_start_offset or offset > leo:
                 result.error = ErrorCode.offset_out_of_range
                 continue
-            end = leo if replica_id >= 0 else hw
+            end = leo if replica_id >= 0 else (lso if read_committed else hw)
             if offset >= end:
                 continue
             limit = min(max(0, info.max_bytes), remaining)
@@ -595,6 +610,8 @@ class ReplicaManager:
                 continue
             result.regions = list(data.regions)
             result.size = data.size
+            if read_committed and data.size:
+                result.aborted_transactions = plog.collect_aborted_transactions(offset, end)
             if data.size:
                 min_one = False
                 remaining = max(0, remaining - data.size)
@@ -602,11 +619,11 @@ class ReplicaManager:
 
     async def fetch_messages(
         self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, infos: list[FetchInfo],
-        unchanged=None,
+        unchanged=None, isolation_level: int = READ_UNCOMMITTED,
     ) -> list[FetchResult | None]:
         """Reads `infos` (see read_from_local_log, also for `unchanged`), long-polling up to
         `max_wait_ms` for `min_bytes`; a follower's fetch offsets update its replica state."""
-        results = self.read_from_local_log(replica_id, max_bytes, infos, unchanged)
+        results = self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
         if replica_id >= 0:
             self._update_follower_fetch_state(replica_id, infos, results)
         total = sum(r.size for r in results if r is not None)
@@ -617,10 +634,10 @@ class ReplicaManager:
             or any(r is not None and r.error != ErrorCode.none for r in results)
         ):
             return results
-        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos)
+        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos, isolation_level)
         if not self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos]):
             await op.wait()
-        return self.read_from_local_log(replica_id, max_bytes, infos, unchanged)
+        return self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
 
     def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
         now = now_ms()
@@ -682,15 +699,21 @@ class ReplicaManager:
     # --- list offsets ---------------------------------------------------------------------------
 
     def fetch_offset_for_timestamp(
-        self, topic: str, index: int, timestamp: int, replica_id: int, current_leader_epoch: int = -1
+        self, topic: str, index: int, timestamp: int, replica_id: int, current_leader_epoch: int = -1,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> ListOffsetResult:
         p, error = self.leader_partition(topic, index, current_leader_epoch, replica_id)
         if p is None:
             return ListOffsetResult(error=error)
         plog = p.log
-        # Consumers see only offsets below the high watermark (read_committed: the LSO, the same
-        # here without transactions); followers and debugging tools see the whole log.
-        last_fetchable = plog.high_watermark if replica_id == CONSUMER_REPLICA_ID else plog.log_end_offset
+        # Consumers see only offsets below the high watermark (read_committed: the LSO);
+        # followers and debugging tools see the whole log.
+        if replica_id != CONSUMER_REPLICA_ID:
+            last_fetchable = plog.log_end_offset
+        elif isolation_level == READ_COMMITTED:
+            last_fetchable = plog.last_stable_offset
+        else:
+            last_fetchable = plog.high_watermark
         try:
             # No tiered storage: the local log is the whole log, and nothing is tiered (Kafka's
             # UnifiedLog answers -4 like -2, and -5 with offset -1 and epoch -1).

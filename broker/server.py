@@ -32,6 +32,8 @@ from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.network.socket_server import SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.transaction.marker_writer import MarkerWriter
+from odradek.broker.transaction.transaction_apis import TransactionApis
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, process_logging
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners
@@ -104,8 +106,10 @@ class KafkaServer:
             config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
         )
         self.producer_id_manager = ZkProducerIdManager(config.broker_id, self.zk)
+        self.marker_writer = MarkerWriter(self.replica_manager, config.request_timeout_ms)
+        self.transaction_apis = TransactionApis(self.marker_writer)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
-                              self.producer_id_manager)
+                              self.producer_id_manager, self.transaction_apis)
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()

@@ -25,6 +25,7 @@ from .errors import (
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
+from .control_batch import TRANSACTIONAL_MASK, read_marker
 from .leader_epoch import FILE_NAME as EPOCH_FILE
 from .leader_epoch import LeaderEpochFileCache
 from .log_validator import validate_client_batch
@@ -33,7 +34,8 @@ from .producer_state import (
     AppendOrigin,
     BatchAppend,
     BatchMetadata,
-    ProducerRow,
+    BatchRow,
+    CompletedTxn,
     ProducerStateManager,
     delete_snapshots,
     load_latest_snapshot,
@@ -50,6 +52,7 @@ from .record_batch import (
     validate_batches,
 )
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, file_name
+from .transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,9 @@ class Log:
         self.log_end_offset = 0
         self.recovery_point = recovery_point
         self._last_flush_ms = now_ms()
+        self._replay_at_most_from: int | None = None
+        """After an unclean stop, producer state (and the transaction indexes) is replayed from
+        no later than the first recovered segment (Kafka's recoverSegment)."""
         self._load(had_clean_shutdown)
         self.log_start_offset = self.segments[0].base_offset
         self._high_watermark = self.log_end_offset
@@ -207,7 +213,7 @@ class Log:
             elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
                 bases.add(int(name[: -len(LOG_SUFFIX)]))
             else:
-                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                     if name.endswith(suffix) and name[: -len(suffix)].isdigit():
                         indexes.append((int(name[: -len(suffix)]), path))
         for base, path in indexes:
@@ -225,6 +231,7 @@ class Log:
     def _recover(self) -> None:
         """After an unclean stop: check every batch of the segments at and after the recovery point."""
         first_unflushed = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        self._replay_at_most_from = self._bases[first_unflushed]
         for seg in self.segments[:first_unflushed]:
             seg.load(is_active=False)
         for i in range(first_unflushed, len(self.segments)):
@@ -241,10 +248,12 @@ class Log:
 
     # --- appending ------------------------------------------------------------------------
 
-    def append_as_leader(self, records: Buffer, leader_epoch: int, now: int | None = None) -> LogAppendInfo:
+    def append_as_leader(self, records: Buffer, leader_epoch: int, now: int | None = None,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Validate, assign offsets (rewriting the batch headers in place) and append atomically.
 
         A bytearray or writable memoryview is rewritten in place; other buffers are copied once.
+        Only the COORDINATOR origin may append control batches (transaction markers).
         """
         self._check_open()
         if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
@@ -253,8 +262,9 @@ class Log:
             buf = bytearray(records)
         config = self._config
         batches = validate_batches(buf, max_batch_bytes=config.max_message_bytes)
-        for info in batches:
-            validate_client_batch(buf, info)
+        if origin is AppendOrigin.CLIENT:  # the coordinators write markers and their own batches
+            for info in batches:
+                validate_client_batch(buf, info)
         if not batches:
             return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
         if len(buf) > config.segment_bytes:
@@ -267,7 +277,7 @@ class Log:
         first = offset = self.log_end_offset
         producer_appends = None
         if any(info.producer_id >= 0 for info in batches):
-            outcome = self._analyze_producer_state(batches, first, append_time)
+            outcome = self._analyze_producer_state(buf, batches, first, append_time, origin)
             if isinstance(outcome, BatchMetadata):
                 return LogAppendInfo(
                     outcome.first_offset, outcome.last_offset, outcome.timestamp, outcome.last_offset,
@@ -297,7 +307,7 @@ class Log:
             raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
         self.log_end_offset = offset
         if producer_appends:
-            self.producer_state.update(producer_appends, offset)
+            self._index_aborts(self.producer_state, self.producer_state.update(producer_appends, offset))
         else:
             self.producer_state.map_end_offset = offset
         self._after_append()
@@ -306,18 +316,42 @@ class Log:
         )
 
     def _analyze_producer_state(
-        self, batches: list[BatchInfo], first: int, append_time: int | None
+        self, buf, batches: list[BatchInfo], first: int, append_time: int | None, origin: AppendOrigin
     ) -> BatchMetadata | list[BatchAppend]:
-        """Kafka's analyzeAndValidateProducerState for a client append: the first duplicate's
-        BatchMetadata, or the updates to apply after the write; raises on a sequence gap or an
-        old epoch. Offsets are the ones the batches are about to get."""
+        """Kafka's analyzeAndValidateProducerState for a leader append: the first duplicate's
+        BatchMetadata, or the updates to apply after the write; raises on a sequence gap, an old
+        epoch or a fenced marker. Offsets are the ones the batches are about to get."""
         rows, offset = [], first
         for info in batches:
             last = offset + info.last_offset_delta
-            rows.append((info.producer_id, info.producer_epoch, info.base_sequence, info.last_sequence,
-                         offset, last, append_time if append_time is not None else info.max_timestamp))
+            ts = append_time if append_time is not None else info.max_timestamp
+            rows.append(_producer_row(buf, info, offset, last, ts))
             offset = last + 1
-        return self.producer_state.prepare(rows, AppendOrigin.CLIENT)
+        return self.producer_state.prepare(rows, origin)
+
+    def _index_aborts(self, state: ProducerStateManager, completed: list[CompletedTxn],
+                      segment: LogSegment | None = None) -> None:
+        """Aborted transactions go to the transaction index of the segment holding their marker,
+        with the LSO the abort left (taken right after it: at most one marker per call)."""
+        for txn in completed:
+            if txn.aborted:
+                seg = segment or self._segment_of(txn.last_offset)
+                seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                state.last_stable_offset_after(txn)))
+
+    def _replay_rows(self, state: ProducerStateManager, rows: list[BatchRow], map_end: int,
+                     segment: LogSegment | None = None) -> None:
+        """Replay rows, one marker at a time (each abort's LSO is the one right after it)."""
+        chunk = []
+        for row in rows:
+            chunk.append(row)
+            if row.marker is not None:
+                self._index_aborts(state, state.replay(chunk, row.last_offset + 1), segment)
+                chunk = []
+        state.replay(chunk, map_end)
+
+    def _segment_of(self, offset: int) -> LogSegment:
+        return self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1)]
 
     def append_as_follower(self, records: Buffer) -> LogAppendInfo:
         """Append batches fetched from the leader with their offsets and epochs as sent.
@@ -345,6 +379,7 @@ class Log:
             count += info.records_count
             expected = info.next_offset
         view = memoryview(records)
+        rows = _producer_rows(records, batches)
         try:
             for info in batches:
                 if info.partition_leader_epoch > cache.latest_epoch:
@@ -358,7 +393,7 @@ class Log:
                 self.log_end_offset = chunk[-1].next_offset
         except OSError as exc:
             raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
-        self.producer_state.replay(_producer_rows(batches), expected)
+        self._replay_rows(self.producer_state, rows, expected)
         self._after_append()
         return LogAppendInfo(first, expected - 1, max_ts, offset_of_max, -1, count, valid_bytes)
 
@@ -393,7 +428,7 @@ class Log:
         else:
             active.on_become_inactive()
             self._take_producer_snapshot(new_base)
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             (self.dir / file_name(new_base, suffix)).unlink(missing_ok=True)  # stale leftovers above the end
         seg = self._new_segment(new_base)
         self.segments.append(seg)
@@ -439,6 +474,33 @@ class Log:
         except OSError as exc:
             raise KafkaStorageError(f"read from {self.dir} failed: {exc}") from exc
         return FetchDataInfo([], 0, start_offset)
+
+    # --- transactions ---------------------------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        return self.producer_state.first_unstable_offset(self._high_watermark)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed readers may read below: the high watermark, or the start of the
+        oldest transaction that is open or whose marker is not yet replicated, if lower."""
+        first = self.producer_state.first_unstable_offset(self._high_watermark)
+        hw = self._high_watermark
+        return hw if first is None or first > hw else max(first, self.log_start_offset)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound) (Kafka's
+        collectAbortedTransactions): from the segment of `start_offset` on, until an abort's LSO
+        shows that no older transaction can overlap the range."""
+        out: list[AbortedTxn] = []
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        for seg in self.segments[i:]:
+            found, complete = seg.txn_index.collect(start_offset, upper_bound)
+            out.extend(found)
+            if complete:
+                break
+        return out
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`; None if none."""
@@ -662,9 +724,11 @@ class Log:
         """The newest snapshot at or below the log end (one is written at every roll and at
         close), then the batch headers after it: after a clean shutdown that is nothing."""
         end = self.log_end_offset
+        high = end if self._replay_at_most_from is None else min(end, self._replay_at_most_from)
+        self._replay_at_most_from = None
         try:
             delete_snapshots(self.dir, above=end)
-            state = load_latest_snapshot(self.dir, self.log_start_offset, end)
+            state = load_latest_snapshot(self.dir, self.log_start_offset, high)
         except OSError as exc:
             log.warning("%s: cannot read producer snapshots (%s); scanning the log", self.dir.name, exc)
             state = None
@@ -675,10 +739,12 @@ class Log:
 
     def _replay(self, state: ProducerStateManager, start: int) -> None:
         """Apply the producer batches of [start, log end) from their headers (no CRC check:
-        loading has checked what it had to)."""
+        loading has checked what it had to), markers included; the transaction indexes are
+        rebuilt from `start` on as the markers come by."""
         end = self.log_end_offset
         i = max(0, bisect.bisect_right(self._bases, start) - 1)
         for seg in self.segments[i:]:
+            seg.txn_index.truncate_to(start)
             if seg.size == 0:
                 continue
             position = 0
@@ -689,13 +755,16 @@ class Log:
                 position = first.position
             rows = []
             for info in seg.scan(position):
-                if info.producer_id >= 0 and info.base_offset >= start and not info.is_control:
-                    rows.append((info.producer_id, info.producer_epoch, info.base_sequence, info.last_sequence,
-                                 info.base_offset, info.last_offset, info.max_timestamp))
+                if info.producer_id >= 0 and info.base_offset >= start:
+                    data = seg.read_bytes(info.position, info.size) if info.is_control else b""
+                    row = _producer_row(data, info._replace(position=0), info.base_offset, info.last_offset,
+                                        info.max_timestamp)
+                    if row is not None:
+                        rows.append(row)
                     if len(rows) >= _REPLAY_CHUNK:
-                        state.replay(rows, info.next_offset)
+                        self._replay_rows(state, rows, info.next_offset, seg)
                         rows = []
-            state.replay(rows, start)
+            self._replay_rows(state, rows, start, seg)
         state.map_end_offset = end
 
     def _truncate_producer_state(self) -> None:
@@ -759,11 +828,20 @@ def _segment_chunks(batches: list[BatchInfo], segment_bytes: int) -> list[list[B
     return chunks
 
 
-def _producer_rows(batches: list[BatchInfo]) -> list[ProducerRow]:
+def _producer_row(buf, info: BatchInfo, first: int, last: int, timestamp: int) -> BatchRow | None:
+    """The producer-state row of one batch; a control batch's marker is read from `buf` (None
+    for a control batch of another kind: it changes no producer state)."""
+    marker = None
+    if info.is_control:
+        marker = read_marker(buf, info.position, info.size)
+        if marker is None:
+            return None
+    return BatchRow(info.producer_id, info.producer_epoch, info.base_sequence, info.last_sequence, first, last,
+                    timestamp, bool(info.attributes & TRANSACTIONAL_MASK), marker)
+
+
+def _producer_rows(buf, batches: list[BatchInfo]) -> list[BatchRow]:
     """The producer-state rows of appended batches (offsets as in their headers)."""
-    return [
-        (b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, b.base_offset, b.last_offset,
-         b.max_timestamp)
-        for b in batches
-        if b.producer_id >= 0 and not b.is_control
-    ]
+    rows = (_producer_row(buf, b, b.base_offset, b.last_offset, b.max_timestamp) for b in batches
+            if b.producer_id >= 0)
+    return [row for row in rows if row is not None]

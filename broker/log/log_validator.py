@@ -23,10 +23,9 @@ import mmap
 
 from . import compression
 from ._records import walk_records
+from .control_batch import TRANSACTIONAL_MASK
 from .errors import InvalidRecordError
 from .record_batch import CONTROL_MASK, HEADER_SIZE, BatchInfo
-
-TRANSACTIONAL_MASK = 0x10
 
 MAX_DECOMPRESSED_BYTES = 128 * 1024 * 1024
 """A compressed batch that inflates beyond this is refused (a decompression bomb would otherwise
@@ -49,15 +48,11 @@ class RecordValidationError(InvalidRecordError):
 
 
 def check_transactional(info: BatchInfo) -> None:
-    """The transactional bit: only with a producer id (Kafka's LogValidator rule). Odradek has no
-    transaction coordinator yet, so no transaction is ever ongoing: every transactional batch is
-    refused with INVALID_RECORD. Transactions extend this rule (ongoing transaction of that
-    producer and epoch)."""
-    if not info.attributes & TRANSACTIONAL_MASK:
-        return
-    if info.producer_id < 0:
+    """The transactional bit: only with a producer id (Kafka's LogValidator rule). Whether the
+    producer's transaction is open is producer state's question (and, for its first batch at a
+    partition, the transaction coordinator's: broker/transaction/verification)."""
+    if info.attributes & TRANSACTIONAL_MASK and info.producer_id < 0:
         raise InvalidRecordError(f"transactional record batch at position {info.position} has no producer id")
-    raise InvalidRecordError(f"transactional record batch at position {info.position}: no transaction is ongoing")
 
 
 def check_control(info: BatchInfo) -> None:

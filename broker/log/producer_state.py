@@ -8,6 +8,10 @@ Leaders validate (origin CLIENT); followers and log loading only replay headers 
 REPLICATION), so a new leader knows what the old one acknowledged. Snapshot files
 (`<offset>.snapshot`, what the state was with every batch below `offset` applied) spare a full log
 scan at load; the functions at the bottom are the only I/O here.
+
+Transactions: a producer's first transactional batch opens its transaction here, a marker
+(COMMIT/ABORT control batch) closes it; the open ones and the completed ones the high watermark
+has not passed yet give the first unstable offset, which bounds the last stable offset (LSO).
 """
 
 import enum
@@ -22,6 +26,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
+from .control_batch import Marker
 from .errors import InvalidRecordError, LogError
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,18 @@ class InvalidProducerEpochError(LogError):
 
     error_code = ErrorCode.invalid_producer_epoch
 
+
+class InvalidTxnStateError(LogError):
+    """A plain batch from a producer whose transaction is open (Kafka's check)."""
+
+    error_code = ErrorCode.invalid_txn_state
+
+
+class TransactionCoordinatorFencedError(LogError):
+    """A marker from a coordinator older than the one that last wrote for this producer."""
+
+    error_code = ErrorCode.transaction_coordinator_fenced
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -51,6 +68,9 @@ SNAPSHOT_SUFFIX = ".snapshot"
 class AppendOrigin(enum.Enum):
     CLIENT = "client"
     """A produce request at the leader: sequences and epochs are checked."""
+    COORDINATOR = "coordinator"
+    """A transaction marker or a group coordinator's transactional offset commit: epochs are
+    checked, sequences are not (Kafka's AppendOrigin.COORDINATOR)."""
     REPLICATION = "replication"
     """A follower append or a log load: the log is the truth, headers are replayed."""
 
@@ -83,6 +103,31 @@ class BatchMetadata:
     timestamp: int
 
 
+class BatchRow(NamedTuple):
+    """One producer batch of an append or a replay, as its header (and marker) tell it."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+    transactional: bool = False
+    marker: Marker | None = None
+    """A control batch's COMMIT/ABORT (then the other fields but epoch and offsets are unused)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended: [first_offset, last_offset], last_offset = the marker's."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerStateEntry:
     producer_id: int
@@ -90,6 +135,11 @@ class ProducerStateEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp: int = -1
     """The newest batch's max timestamp: what producer.id.expiration.ms is measured from (Kafka's)."""
+    current_txn_first_offset: int = -1
+    """The first offset of the producer's open transaction here, -1 when none is open."""
+    coordinator_epoch: int = -1
+    """The epoch of the coordinator that wrote the producer's last marker (older ones are fenced)."""
+    last_marker_offset: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -101,7 +151,14 @@ class ProducerStateEntry:
 
     def copy(self) -> "ProducerStateEntry":
         return ProducerStateEntry(self.producer_id, self.producer_epoch,
-                                  deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN), self.last_timestamp)
+                                  deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN), self.last_timestamp,
+                                  self.current_txn_first_offset, self.coordinator_epoch, self.last_marker_offset)
+
+    def update_epoch(self, epoch: int) -> None:
+        """A newer epoch forgets the older epoch's batches (Kafka's maybeUpdateProducerEpoch)."""
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
 
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         if epoch != self.producer_epoch:
@@ -120,8 +177,9 @@ class ProducerStateEntry:
         self.last_timestamp = meta.timestamp
 
 
-ProducerRow = tuple[int, int, int, int, int, int, int]
-"""(producer id, epoch, first sequence, last sequence, first offset, last offset, max timestamp)."""
+ProducerRow = BatchRow | tuple[int, int, int, int, int, int, int]
+"""A BatchRow, or the first seven fields of one (producer id, epoch, first sequence, last sequence,
+first offset, last offset, max timestamp) for a plain batch."""
 
 
 class BatchAppend(NamedTuple):
@@ -130,14 +188,22 @@ class BatchAppend(NamedTuple):
     producer_id: int
     epoch: int
     meta: BatchMetadata
+    transactional: bool = False
+    marker: Marker | None = None
 
 
 class ProducerStateManager:
-    """Every producer's state in one partition, as of `map_end_offset` (the next offset to apply)."""
+    """Every producer's state in one partition, as of `map_end_offset` (the next offset to apply),
+    and the transactions that keep the last stable offset (LSO) down: those still open, and those
+    whose marker the high watermark has not passed yet (Kafka's ongoingTxns and unreplicatedTxns)."""
 
     def __init__(self, map_end_offset: int = 0):
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = map_end_offset
+        self.ongoing: dict[int, int] = {}
+        """producer id → first offset of its open transaction."""
+        self.unreplicated: list[CompletedTxn] = []
+        """Completed transactions, in marker order, until the high watermark passes their marker."""
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -146,36 +212,48 @@ class ProducerStateManager:
         return self.producers.get(producer_id)
 
     def prepare(self, batches: list[ProducerRow], origin: AppendOrigin) -> BatchMetadata | list[BatchAppend]:
-        """Check `batches` = [(producer_id, epoch, first_seq, last_seq, first_offset, last_offset,
-        max_timestamp)] in log order. Returns the first duplicate's metadata (Kafka then appends
-        nothing and answers with it) or the updates to apply once the append is written.
+        """Check `batches` (BatchRow or tuples of its fields) in log order. Returns the first
+        duplicate's metadata (Kafka then appends nothing and answers with it) or the updates to
+        apply once the append is written.
 
-        Raises OutOfOrderSequenceError / InvalidProducerEpochError; changes nothing itself.
+        Raises OutOfOrderSequenceError / InvalidProducerEpochError / InvalidTxnStateError /
+        TransactionCoordinatorFencedError; changes nothing itself.
         """
         updated: dict[int, ProducerStateEntry] = {}
         appends: list[BatchAppend] = []
-        check = origin is AppendOrigin.CLIENT
-        for producer_id, epoch, first_seq, last_seq, first_offset, last_offset, timestamp in batches:
+        client = origin is AppendOrigin.CLIENT
+        check = origin is not AppendOrigin.REPLICATION
+        for row in batches:
+            row = row if isinstance(row, BatchRow) else BatchRow(*row)
+            producer_id, epoch, first_seq = row.producer_id, row.epoch, row.first_seq
             if producer_id < 0:
                 continue
             current = self.producers.get(producer_id)
-            if check and current is not None:
-                duplicate = current.find_duplicate(epoch, first_seq, last_seq)
+            if client and current is not None and row.marker is None:
+                duplicate = current.find_duplicate(epoch, first_seq, row.last_seq)
                 if duplicate is not None:
                     return duplicate
             entry = updated.get(producer_id)
             if entry is None:
                 entry = current.copy() if current is not None else ProducerStateEntry(producer_id)
                 updated[producer_id] = entry
-            if check:
+            if row.marker is not None:
+                if check:
+                    self._check_marker(entry, epoch, row.marker)
+            elif client:
                 if first_seq < 0:
                     raise InvalidRecordError(f"producer {producer_id} sent a batch without a base sequence")
                 self._check(entry, current, epoch, first_seq)
-            elif epoch < entry.producer_epoch:
-                log.warning("producer %d: epoch %d in the log after epoch %d", producer_id, epoch, entry.producer_epoch)
-            meta = BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp)
-            entry.add_batch(epoch, meta)
-            appends.append(BatchAppend(producer_id, epoch, meta))
+            elif check and epoch < entry.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {producer_id}: epoch {epoch} is older than the current {entry.producer_epoch}")
+            if check and row.marker is None and not row.transactional and entry.current_txn_first_offset >= 0:
+                raise InvalidTxnStateError(
+                    f"producer {producer_id}: a non-transactional batch while its transaction is open")
+            meta = BatchMetadata(first_seq, row.last_seq, row.first_offset, row.last_offset, row.timestamp)
+            append = BatchAppend(producer_id, epoch, meta, row.transactional, row.marker)
+            _apply_to_entry(entry, append)
+            appends.append(append)
         return appends
 
     @staticmethod
@@ -201,48 +279,106 @@ class ProducerStateManager:
                 f"producer {entry.producer_id}: sequence {first_seq} does not follow {entry.last_seq}"
             )
 
-    def update(self, appends: list[BatchAppend], map_end_offset: int) -> None:
-        """Apply what an append wrote (from `prepare`); the state now covers offsets below `map_end_offset`."""
-        for producer_id, epoch, meta in appends:
+    @staticmethod
+    def _check_marker(entry: ProducerStateEntry, epoch: int, marker: Marker) -> None:
+        """Kafka's appendEndTxnMarker checks: a marker of an older producer epoch or from an older
+        coordinator must never end a newer transaction."""
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {entry.producer_id}: marker epoch {epoch} is older than the current {entry.producer_epoch}")
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"producer {entry.producer_id}: marker from coordinator epoch {marker.coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}")
+
+    def update(self, appends: list[BatchAppend], map_end_offset: int) -> list[CompletedTxn]:
+        """Apply what an append wrote (from `prepare`); the state now covers offsets below
+        `map_end_offset`. Returns the transactions its markers completed (the Log indexes aborts)."""
+        completed = []
+        for append in appends:
+            producer_id = append.producer_id
             entry = self.producers.get(producer_id)
             if entry is None:
                 entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
-            elif epoch < entry.producer_epoch:  # only replays get here: the log is the truth
-                log.warning("producer %d: epoch %d in the log after epoch %d", producer_id, epoch, entry.producer_epoch)
-            entry.add_batch(epoch, meta)
+            elif append.epoch < entry.producer_epoch:  # only replays get here: the log is the truth
+                log.warning("producer %d: epoch %d in the log after epoch %d", producer_id, append.epoch,
+                            entry.producer_epoch)
+            first_before = entry.current_txn_first_offset
+            _apply_to_entry(entry, append)
+            if append.marker is not None:
+                first = first_before if first_before >= 0 else append.meta.first_offset
+                self.ongoing.pop(producer_id, None)
+                txn = CompletedTxn(producer_id, first, append.meta.last_offset, not append.marker.commit)
+                self.unreplicated.append(txn)
+                completed.append(txn)
+            elif first_before < 0 <= entry.current_txn_first_offset:
+                self.ongoing[producer_id] = entry.current_txn_first_offset
         self.map_end_offset = max(self.map_end_offset, map_end_offset)
+        return completed
 
-    def replay(self, batches: list[ProducerRow], map_end_offset: int) -> None:
+    def replay(self, batches: list[ProducerRow], map_end_offset: int) -> list[CompletedTxn]:
         """Replay headers from the log (a follower append, a load): never refuses anything, so
         the rows go straight into the entries (no checked copy as `prepare` makes)."""
-        self.update([BatchAppend(pid, epoch, BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts))
-                     for pid, epoch, first_seq, last_seq, first_offset, last_offset, ts in batches if pid >= 0],
-                    map_end_offset)
+        appends = []
+        for row in batches:
+            row = row if isinstance(row, BatchRow) else BatchRow(*row)
+            if row.producer_id >= 0:
+                appends.append(BatchAppend(row.producer_id, row.epoch, BatchMetadata(
+                    row.first_seq, row.last_seq, row.first_offset, row.last_offset, row.timestamp),
+                    row.transactional, row.marker))
+        return self.update(appends, map_end_offset)
+
+    # --- transactions and the last stable offset ----------------------------------------------
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset a read_committed reader may not see yet: the start of the oldest open
+        transaction, or of a completed one whose marker is not below the high watermark."""
+        unreplicated = self.unreplicated
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            unreplicated.pop(0)
+        first = min(self.ongoing.values(), default=None)
+        for txn in unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO an abort leaves behind (stored with it in the transaction index; Kafka's
+        lastStableOffset(completedTxn)): the oldest other open transaction, else past the marker."""
+        others = [first for pid, first in self.ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def open_transactions(self) -> dict[int, int]:
+        return dict(self.ongoing)
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
-        """Forget producers whose newest batch is `expiration_ms` old (producer.id.expiration.ms)."""
-        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp >= expiration_ms]
+        """Forget producers whose newest batch is `expiration_ms` old (producer.id.expiration.ms);
+        never one with an open transaction (Kafka's isProducerExpired)."""
+        expired = [pid for pid, e in self.producers.items()
+                   if now_ms - e.last_timestamp >= expiration_ms and e.current_txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
         return expired
 
     def covers_up_to(self, offset: int) -> bool:
-        """True if no producer has a batch at or above `offset`: truncating there changes nothing."""
-        return all(e.last_offset < offset for e in self.producers.values())
+        """True if no producer has a batch or marker at or above `offset`: truncating there changes nothing."""
+        return all(e.last_offset < offset and e.last_marker_offset < offset for e in self.producers.values())
 
     # --- snapshots (Kafka's file layout in spirit: a versioned, CRC-checked body) ---------------
 
     def to_bytes(self) -> bytes:
         body = bytearray(_SNAP_HEAD.pack(_SNAP_VERSION, self.map_end_offset, len(self.producers)))
         for e in self.producers.values():
-            body += _SNAP_PRODUCER.pack(e.producer_id, e.producer_epoch, e.last_timestamp, len(e.batches))
+            body += _SNAP_PRODUCER.pack(e.producer_id, e.producer_epoch, e.last_timestamp, len(e.batches),
+                                        e.current_txn_first_offset, e.coordinator_epoch, e.last_marker_offset)
             for m in e.batches:
                 body += _SNAP_BATCH.pack(m.first_seq, m.last_seq, m.first_offset, m.last_offset, m.timestamp)
         return _U32.pack(crc32c(body)) + bytes(body)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ProducerStateManager":
-        """ValueError for a torn or foreign file."""
+        """ValueError for a torn or foreign file. Open transactions come back with their
+        producers; completed ones are taken as replicated (a snapshot is below the HW's past)."""
         try:
             (crc,) = _U32.unpack_from(data, 0)
             body = memoryview(data)[4:]
@@ -254,13 +390,17 @@ class ProducerStateManager:
             pos = _SNAP_HEAD.size
             state = cls(map_end_offset)
             for _ in range(count):
-                pid, epoch, last_ts, n = _SNAP_PRODUCER.unpack_from(body, pos)
+                pid, epoch, last_ts, n, txn_first, coordinator_epoch, marker_offset = (
+                    _SNAP_PRODUCER.unpack_from(body, pos))
                 pos += _SNAP_PRODUCER.size
-                entry = ProducerStateEntry(pid, epoch, last_timestamp=last_ts)
+                entry = ProducerStateEntry(pid, epoch, last_timestamp=last_ts, current_txn_first_offset=txn_first,
+                                           coordinator_epoch=coordinator_epoch, last_marker_offset=marker_offset)
                 for _ in range(n):
                     entry.batches.append(BatchMetadata(*_SNAP_BATCH.unpack_from(body, pos)))
                     pos += _SNAP_BATCH.size
                 state.producers[pid] = entry
+                if txn_first >= 0:
+                    state.ongoing[pid] = txn_first
             if pos != len(body):
                 raise ValueError("snapshot has trailing bytes")
             return state
@@ -268,10 +408,27 @@ class ProducerStateManager:
             raise ValueError(f"snapshot is truncated: {exc}") from None
 
 
+def _apply_to_entry(entry: ProducerStateEntry, append: BatchAppend) -> None:
+    """One batch's effect on its producer's entry (Kafka's appendDataBatch / appendEndTxnMarker)."""
+    meta = append.meta
+    if append.marker is not None:
+        entry.update_epoch(append.epoch)
+        entry.coordinator_epoch = append.marker.coordinator_epoch
+        entry.current_txn_first_offset = -1
+        entry.last_marker_offset = meta.last_offset
+        entry.last_timestamp = meta.timestamp
+        return
+    entry.add_batch(append.epoch, meta)
+    if append.transactional and entry.current_txn_first_offset < 0:
+        entry.current_txn_first_offset = meta.first_offset
+
+
 _U32 = struct.Struct(">I")
-_SNAP_VERSION = 1
+_SNAP_VERSION = 2
 _SNAP_HEAD = struct.Struct(">hqi")  # version, map end offset, producer count
-_SNAP_PRODUCER = struct.Struct(">qhqi")  # producer id, epoch, last timestamp, batch count
+_SNAP_PRODUCER = struct.Struct(">qhqiqiq")
+"""producer id, epoch, last timestamp, batch count, open transaction's first offset, coordinator
+epoch, last marker offset"""
 _SNAP_BATCH = struct.Struct(">iiqqq")  # first/last sequence, first/last offset, timestamp
 
 

@@ -1,4 +1,5 @@
-"""LogSegment: one `.log` file of whole batches plus its sparse `.index` and `.timeindex`.
+"""LogSegment: one `.log` file of whole batches plus its sparse `.index` and `.timeindex`, and
+the `.txnindex` of the transactions aborted by markers in it.
 
 The segment owns one file descriptor, used with pwrite/pread (never the file position) and handed
 out as the file of FileRegions for sendfile. It knows nothing of leader epochs or retention; the
@@ -26,6 +27,7 @@ from .record_batch import (
     Buffer,
     read_header,
 )
+from .transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_entries
         )
+        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX))
         self.index_interval_bytes = index_interval_bytes
         fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.file = os.fdopen(fd, "r+b", buffering=0)
@@ -273,6 +276,7 @@ class LogSegment:
         self.size = info.position
         self.index.truncate_to(info.base_offset)
         self.time_index.truncate_to(info.base_offset)
+        self.txn_index.truncate_to(info.base_offset)
         self._next_offset = info.base_offset if info.position else self.base_offset
         self._bytes_since_index = 0
         if self.size == 0:
@@ -301,6 +305,8 @@ class LogSegment:
     def write_indexes(self, fsync: bool = False) -> None:
         self.index.flush(fsync)
         self.time_index.flush(fsync)
+        if fsync:
+            self.txn_index.fsync()
 
     def fsync(self) -> None:
         os.fsync(self._fd)
@@ -323,13 +329,14 @@ class LogSegment:
             except FileNotFoundError:
                 pass
             setattr(holder, attr, target)
+        self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
 
     def delete_files(self) -> None:
         """Close and unlink. Readers holding the file object keep reading until they drop it."""
         if not self.closed:
             self.file.close()
             self.closed = True
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:

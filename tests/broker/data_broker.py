@@ -276,7 +276,7 @@ def produce_request(version, topic, partition, records, acks=1, timeout_ms=5000,
     )
 
 
-def fetch_request(version, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
+def fetch_request(version, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0):
     mod = __import__(f"kio.schema.fetch.v{version}.request", fromlist=["x"])
     extra = {"forgotten_topics_data": ()} if version >= 7 else {}
     return mod.FetchRequest(
@@ -284,16 +284,16 @@ def fetch_request(version, topic, partition, offset, max_wait_ms=0, min_bytes=1,
         max_wait=_ms(max_wait_ms),
         min_bytes=i32(min_bytes),
         max_bytes=i32(max_bytes),
-        isolation_level=i8(0),
+        isolation_level=i8(isolation_level),
         topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(
             partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(max_bytes)),)),),
         **extra,
     )
 
 
-def list_offsets_request(version, topic, partition, timestamp):
+def list_offsets_request(version, topic, partition, timestamp, isolation_level=0):
     mod = __import__(f"kio.schema.list_offsets.v{version}.request", fromlist=["x"])
-    extra = {"isolation_level": i8(0)} if version >= 2 else {}
+    extra = {"isolation_level": i8(isolation_level)} if version >= 2 else {}
     return mod.ListOffsetsRequest(
         replica_id=i32(-1),
         topics=(mod.ListOffsetsTopic(name=topic, partitions=(mod.ListOffsetsPartition(

@@ -278,7 +278,9 @@ def test_produce_errors_and_versions(broker, controller):
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.none
         resp = c.request(produce_request(9, "known", 0, batch, acks=2))
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_required_acks
-        resp = c.request(produce_request(9, "known", 0, batch, transactional_id="tx"))
+        # a transactional batch needs the request's transactional id (Kafka's answer)
+        txn_batch = build_batch([b"t"], producer_id=5, producer_epoch=0, base_sequence=0, attributes=0x10)
+        resp = c.request(produce_request(9, "known", 0, txn_batch))
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.transactional_id_authorization_failed
         corrupt = bytearray(batch)
         corrupt[-1] ^= 0xFF

@@ -343,7 +343,8 @@ class RecordingReplicaManager:
         self.state = state
         self.calls = []
 
-    async def fetch_messages(self, replica_id, max_wait_ms, min_bytes, max_bytes, infos, unchanged=None):
+    async def fetch_messages(self, replica_id, max_wait_ms, min_bytes, max_bytes, infos, unchanged=None,
+                             isolation_level=0):
         """Skips what `unchanged` calls unchanged, as ReplicaManager.read_from_local_log does for a
         partition with nothing to read."""
         self.calls.append((replica_id, max_wait_ms, min_bytes, [(i.topic, i.partition, i.fetch_offset) for i in infos]))

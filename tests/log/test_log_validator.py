@@ -112,9 +112,9 @@ def test_transactional_bit_without_producer_id():
         validate(batch(records(2), 2, attributes=lv.TRANSACTIONAL_MASK))
 
 
-def test_transactional_bit_without_an_ongoing_transaction():
-    with pytest.raises(InvalidRecordError, match="no transaction"):
-        validate(batch(records(2), 2, attributes=lv.TRANSACTIONAL_MASK, producer_id=7))
+def test_transactional_bit_with_a_producer_id_is_the_producer_states_question():
+    # whether the transaction is open is checked by producer state and the coordinator (KIP-890)
+    validate(batch(records(2), 2, attributes=lv.TRANSACTIONAL_MASK, producer_id=7))
 
 
 def test_every_lying_batch_of_the_hostile_corpus_is_refused():

@@ -30,8 +30,6 @@ from odradek.broker.network.encoding import frame, response_header
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
 from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
-from odradek.broker.transaction_refusal import MESSAGE as TRANSACTIONS_MESSAGE
-from odradek.broker.transaction_refusal import TRANSACTIONS_UNSUPPORTED
 from odradek.common import wire
 
 log = logging.getLogger(__name__)
@@ -164,6 +162,9 @@ class KafkaApis:
         self.replica_manager = replica_manager
         self.producer_id_manager = producer_id_manager
         """ZkProducerIdManager; without one InitProducerId is not advertised."""
+        self.transaction_apis = transaction_apis
+        self.transaction_verifier = None
+        """A TransactionVerifier (KIP-890) when transaction.partition.verification.enable is on."""
         self.handlers: dict[int, Callable[..., Awaitable]] = {
             PRODUCE: self.handle_produce,
             FETCH: self.handle_fetch,
@@ -326,7 +327,14 @@ class KafkaApis:
             topics = [(t.name, [(int(p.index), failed) for p in t.partition_data]) for t in request.topic_data]
         else:
             entries = [(t.name, int(p.index), p.records) for t in request.topic_data for p in t.partition_data]
-            results = await self.replica_manager.append_records(wire.ms(request.timeout), acks, entries)
+            refused, verified = {}, None
+            if request.transactional_id is not None and self.transaction_verifier is not None:
+                refused, verified = await self.transaction_verifier.verify(request.transactional_id, entries)
+                entries = [e for e in entries if (e[0], e[1]) not in refused]
+            results = await self.replica_manager.append_records(wire.ms(request.timeout), acks, entries,
+                                                                verified=verified)
+            for key, code in refused.items():
+                results[key] = ProduceResult(error=code)
             if acks == 0:
                 if any(r.error != ErrorCode.none for r in results.values()):
                     raise CloseConnection()
@@ -414,19 +422,15 @@ class KafkaApis:
     # --- FindCoordinator ------------------------------------------------------------------------
 
     async def handle_find_coordinator(self, header, request):
-        """COORDINATOR_NOT_AVAILABLE for every group key until the group coordinator exists.
+        """COORDINATOR_NOT_AVAILABLE for every key until the group coordinator exists.
 
         Advertised anyway because librdkafka (up to 2.11) enables lz4 and other features only when
         FindCoordinator v0 is in the ApiVersions list; clients retry this error, so consumers that
-        assign partitions themselves work, and group members wait for the coordinator. Transaction
-        keys get the refusal of transaction_refusal, as with the group coordinator.
+        assign partitions themselves work, and group members wait for the coordinator.
         """
         version = int(header.request_api_version)
         mod = wire.response_module(FIND_COORDINATOR, version)
-        if int(getattr(request, "key_type", 0)) == 1:
-            code, message = TRANSACTIONS_UNSUPPORTED, TRANSACTIONS_MESSAGE
-        else:
-            code, message = ErrorCode.coordinator_not_available, None
+        code, message = ErrorCode.coordinator_not_available, None
         none = dict(node_id=i32(-1), host="", port=i32(-1), error_code=code)
         if version >= 4:
             coordinators = tuple(
@@ -444,10 +448,9 @@ class KafkaApis:
         Kafka's TransactionCoordinator.handleInitProducerId does: the id and epoch a v3+ request
         carries are only checked for shape (both or neither); the producer gets a new id either way.
 
-        A transactional id is refused: empty → INVALID_REQUEST (Kafka's check), else
-        TRANSACTIONS_UNSUPPORTED, the answer FindCoordinator gives for transaction keys too, so
-        clients see one consistent story and fail at once (transaction_refusal). A block that cannot be claimed right now answers
-        COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.x's producer-id manager does the same).
+        A transactional id goes to the transaction coordinator (TransactionApis). A block that
+        cannot be claimed right now answers COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.x's
+        producer-id manager does the same).
         """
         mod = wire.response_module(INIT_PRODUCER_ID, int(header.request_api_version))
 
@@ -460,9 +463,10 @@ class KafkaApis:
         epoch = int(getattr(request, "producer_epoch", NO_PRODUCER_EPOCH))
         if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
             return answer(ErrorCode.invalid_request)
-        transactional_id = request.transactional_id
-        if transactional_id is not None:
-            return answer(ErrorCode.invalid_request if transactional_id == "" else TRANSACTIONS_UNSUPPORTED)
+        if request.transactional_id is not None:
+            if self.transaction_apis is None:
+                return answer(ErrorCode.coordinator_not_available)
+            return answer(*await self.transaction_apis.init_producer_id(request))
         try:
             producer_id = await self.producer_id_manager.generate_producer_id()
         except ProducerIdBlockUnavailableError:

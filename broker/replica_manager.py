@@ -496,11 +496,13 @@ class ReplicaManager:
     # --- produce --------------------------------------------------------------------------------
 
     async def append_records(self, timeout_ms: int, required_acks: int, entries,
-                             origin: AppendOrigin = AppendOrigin.CLIENT) -> dict:
+                             origin: AppendOrigin = AppendOrigin.CLIENT, verified: dict | None = None) -> dict:
         """Appends `entries` [(topic, partition, records)] as leader; returns {(t, p): ProduceResult}.
 
         acks=-1 waits (up to timeout_ms) until the HW covers every successful append. `origin`
         COORDINATOR: transaction markers and the coordinators' own transactional writes.
+        `verified` {(t, p): (producer id, last marker offset)}: partitions whose first transactional
+        append the coordinator confirmed (KIP-890); a marker since then makes it INVALID_TXN_STATE.
         """
         results: dict[tuple[str, int], ProduceResult] = {}
         any_pending = False
@@ -513,6 +515,13 @@ class ReplicaManager:
             if not records:
                 results[key] = ProduceResult(error=ErrorCode.invalid_record)
                 continue
+            if verified and key in verified:
+                producer_id, guard = verified[key]
+                entry = partition.log.producer_state.last_entry(producer_id)
+                if entry is None or entry.current_txn_first_offset < 0:
+                    if (entry.last_marker_offset if entry is not None else -1) != guard:
+                        results[key] = ProduceResult(error=ErrorCode.invalid_txn_state)
+                        continue
             try:
                 info = partition.append_records_to_leader(records, required_acks, origin)
             except LogError as e:

@@ -32,8 +32,17 @@ from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.network.socket_server import SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.transaction.marker_channel import TransactionMarkerChannel
 from odradek.broker.transaction.marker_writer import MarkerWriter
 from odradek.broker.transaction.transaction_apis import TransactionApis
+from odradek.broker.transaction.transaction_coordinator import TransactionCoordinator
+from odradek.broker.transaction.transaction_state_manager import (
+    TRANSACTION_STATE_TOPIC_NAME,
+    TransactionConfig,
+    TransactionStateManager,
+)
+from odradek.broker.transaction.verification import TransactionVerifier
+from odradek.broker.group import txn_offsets
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, process_logging
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners
@@ -64,6 +73,7 @@ class KafkaServer:
         self.metadata_apis: MetadataApis | None = None
         self.apis: KafkaApis | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
         self.producer_id_manager: ZkProducerIdManager | None = None
         self.socket_servers: list[SocketServer] = []
         self.endpoints: list[EndPoint] = []
@@ -107,12 +117,22 @@ class KafkaServer:
         )
         self.producer_id_manager = ZkProducerIdManager(config.broker_id, self.zk)
         self.marker_writer = MarkerWriter(self.replica_manager, config.request_timeout_ms)
-        self.transaction_apis = TransactionApis(self.marker_writer)
+        self.transaction_coordinator = self._transaction_coordinator()
+        self.transaction_apis = TransactionApis(
+            self.transaction_coordinator, self.marker_writer, self.metadata_cache, self.replica_manager,
+            self.group_coordinator.manager.partition_for, self.metadata_apis.admin)
+        self.group_apis.find_transaction_coordinator = self.transaction_apis.find_coordinator
+        self.marker_writer.listeners.append(self._on_txn_marker)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
                               self.producer_id_manager, self.transaction_apis)
+        if config.transaction_partition_verification_enable:
+            self.apis.transaction_verifier = TransactionVerifier(
+                config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
+                config.request_timeout_ms)
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()
+        self.transaction_coordinator.startup()
 
         bound: dict[str, tuple[str, int]] = {}
         for name, host, port in listeners:
@@ -164,23 +184,56 @@ class KafkaServer:
             max_size=c.group_max_size,
         ))
 
+    def _transaction_coordinator(self) -> TransactionCoordinator:
+        c = self.config
+        tconfig = TransactionConfig(
+            num_partitions=c.transaction_state_log_num_partitions,
+            replication_factor=c.transaction_state_log_replication_factor,
+            min_isr=c.transaction_state_log_min_isr,
+            segment_bytes=c.transaction_state_log_segment_bytes,
+            max_timeout_ms=c.transaction_max_timeout_ms,
+            abort_timed_out_interval_ms=c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            id_expiration_ms=c.transactional_id_expiration_ms,
+            remove_expired_interval_ms=c.transaction_remove_expired_transaction_cleanup_interval_ms,
+            request_timeout_ms=c.request_timeout_ms,
+            partition_verification=c.transaction_partition_verification_enable,
+        )
+        cache = self.metadata_cache
+
+        def partition_count() -> int:
+            return cache.partition_count(TRANSACTION_STATE_TOPIC_NAME) or tconfig.num_partitions
+
+        state = TransactionStateManager(self.replica_manager, partition_count, tconfig)
+        channel = TransactionMarkerChannel(c.broker_id, cache, self.marker_writer, c.request_timeout_ms)
+        return TransactionCoordinator(state, self.producer_id_manager, channel, tconfig)
+
+    def _on_txn_marker(self, marker, written) -> None:
+        """Markers on `__consumer_offsets` partitions complete transactional offset commits."""
+        offsets_partitions = {p for t, p in written if t == GROUP_METADATA_TOPIC_NAME}
+        if offsets_partitions:
+            txn_offsets.complete_txn(self.group_coordinator.manager, marker.producer_id, marker.commit,
+                                     offsets_partitions)
+
     def _on_leader_and_isr(self, request, response) -> None:
         """Kafka's onLeadershipChange: elect or resign the coordinator of offsets partitions."""
         if response.error_code != 0:
             return
         failed = {(e.topic_name, int(e.partition_index)) for e in response.partition_errors if e.error_code != 0}
         parts = self.replica_manager.partitions
+        coordinators = {GROUP_METADATA_TOPIC_NAME: self.group_coordinator,
+                        TRANSACTION_STATE_TOPIC_NAME: self.transaction_coordinator}
         for ts in request.topic_states:
-            if ts.topic_name != GROUP_METADATA_TOPIC_NAME:
+            coordinator = coordinators.get(ts.topic_name)
+            if coordinator is None:
                 continue
             for ps in ts.partition_states:
                 key = (ts.topic_name, int(ps.partition_index))
                 if key in failed or key not in parts:
                     continue
                 if int(ps.leader) == self.config.broker_id:
-                    self.group_coordinator.on_election(key[1], int(ps.leader_epoch))
+                    coordinator.on_election(key[1], int(ps.leader_epoch))
                 else:
-                    self.group_coordinator.on_resignation(key[1])
+                    coordinator.on_resignation(key[1])
 
     def _drop_connections_on_fencing(self, fenced: bool) -> None:
         """Fenced or unfenced, the same broker turns from leader to refusing writes, or back, in the
@@ -199,6 +252,9 @@ class KafkaServer:
             if t.name == GROUP_METADATA_TOPIC_NAME:
                 for p in t.partition_indexes:
                     self.group_coordinator.on_resignation(int(p))
+            elif t.name == TRANSACTION_STATE_TOPIC_NAME:
+                for p in t.partition_indexes:
+                    self.transaction_coordinator.on_resignation(int(p))
 
     def _advertised_endpoints(self, bound: dict[str, tuple[str, int]]) -> list[EndPoint]:
         """advertised.listeners, else listeners; port 0 means the port actually bound."""
@@ -329,6 +385,10 @@ class KafkaServer:
             server.stop_accepting()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()  # waiting joins/syncs answer NOT_COORDINATOR
+        if self.transaction_coordinator is not None:
+            await self.transaction_coordinator.shutdown()
+        if self.apis is not None and self.apis.transaction_verifier is not None:
+            await self.apis.transaction_verifier.close()
         self._stop_background.set()
         if self.replica_manager is not None:
             try:

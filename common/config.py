@@ -391,6 +391,19 @@ class BrokerConfig(ZkClientConfig):
     def log_flush_interval_millis(self) -> int:
         return self.log_flush_interval_ms if self.log_flush_interval_ms is not None else self.log_flush_scheduler_interval_ms
 
+    transaction_state_log_num_partitions: int = Field(50, alias="transaction.state.log.num.partitions")
+    transaction_state_log_replication_factor: int = Field(3, alias="transaction.state.log.replication.factor")
+    transaction_state_log_min_isr: int = Field(2, alias="transaction.state.log.min.isr")
+    transaction_state_log_segment_bytes: int = Field(104857600, alias="transaction.state.log.segment.bytes")
+    transaction_max_timeout_ms: int = Field(900_000, alias="transaction.max.timeout.ms")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        10_000, alias="transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    transactional_id_expiration_ms: int = Field(7 * DAY_MS, alias="transactional.id.expiration.ms")
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = Field(
+        3_600_000, alias="transaction.remove.expired.transaction.cleanup.interval.ms")
+    transaction_partition_verification_enable: bool = Field(True, alias="transaction.partition.verification.enable")
+    """KIP-890 part 1: leaders ask the coordinator before a producer's first transactional append."""
+
 
 CONTROLLER_ID_BASE = 1000
 """Controller ids start here (`odradek dev` numbers them 1000+j, the operator derives them from pod

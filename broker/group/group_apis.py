@@ -16,8 +16,6 @@ from kio.static.primitive import i32, i64
 
 from odradek.broker.auth_helper import ResourceType, authorized_operations
 from odradek.broker.log.clock import now_ms
-from odradek.broker.transaction_refusal import MESSAGE as TRANSACTIONS_MESSAGE
-from odradek.broker.transaction_refusal import TRANSACTIONS_UNSUPPORTED
 from odradek.common.wire import (
     NO_THROTTLE,
     make_entity,
@@ -26,7 +24,7 @@ from odradek.common.wire import (
     response_module,
 )
 
-from . import records
+from . import records, txn_offsets
 from .group_coordinator import GroupCoordinator
 from .group_metadata import OffsetAndMetadata
 from .group_metadata_manager import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
@@ -35,6 +33,7 @@ log = logging.getLogger(__name__)
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 8, 9, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+TXN_OFFSET_COMMIT = 28
 VERSIONS = {
     FIND_COORDINATOR: (0, 4),
     OFFSET_COMMIT: (1, 8),  # v9+ belong to the KIP-848 protocol
@@ -47,6 +46,7 @@ VERSIONS = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    TXN_OFFSET_COMMIT: (0, 3),  # v4+ belong to transaction version 2
 }
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 CLASSIC_GROUP_TYPE = "classic"
@@ -79,7 +79,10 @@ class GroupApis:
             LIST_GROUPS: self.handle_list_groups,
             DELETE_GROUPS: self.handle_delete_groups,
             OFFSET_DELETE: self.handle_offset_delete,
+            TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
         }
+        self.find_transaction_coordinator = None
+        """key → (error, node, host, port) for FindCoordinator's transaction key type (set by the server)."""
         self._creating: asyncio.Task | None = None
         self.legacy_requests = {(OFFSET_COMMIT, 1): decode_offset_commit_v1}
         """Request versions kio lacks: (api, version) → decoder of the frame body."""
@@ -105,7 +108,10 @@ class GroupApis:
     def find_coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
         """(error, error message, node, host, port) of the coordinator of `key`."""
         if key_type == KEY_TYPE_TRANSACTION:
-            return TRANSACTIONS_UNSUPPORTED, TRANSACTIONS_MESSAGE, -1, "", -1
+            if self.find_transaction_coordinator is None:
+                return ErrorCode.coordinator_not_available, None, -1, "", -1
+            code, node, host, port = self.find_transaction_coordinator(key)
+            return code, None, node, host, port
         if key_type != KEY_TYPE_GROUP:
             return ErrorCode.invalid_request, f"Unknown coordinator type {key_type}", -1, "", -1
         if not key:
@@ -234,13 +240,20 @@ class GroupApis:
         )
         return make_entity(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
 
-    def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls):
+    def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls, require_stable: bool = False):
         wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
         code, found = self.coordinator.fetch_offsets(group_id, wanted)
         per_topic: dict[str, list] = {}
         if code == ErrorCode.none:
             keys = wanted if wanted is not None else sorted(found)
+            group = self.coordinator.manager.groups.get(group_id) if require_stable else None
             for topic, p in keys:
+                if require_stable and txn_offsets.has_pending(group, (topic, p)):
+                    # KIP-447: a transaction may still change this offset; the consumer retries
+                    per_topic.setdefault(topic, []).append(make_entity(
+                        part_cls, partition_index=i32(p), committed_offset=i64(-1), committed_leader_epoch=i32(-1),
+                        metadata="", error_code=ErrorCode.unstable_offset_commit))
+                    continue
                 om = found.get((topic, p))
                 per_topic.setdefault(topic, []).append(make_entity(
                     part_cls, partition_index=i32(p), committed_offset=i64(om.offset if om else -1),
@@ -260,12 +273,33 @@ class GroupApis:
             groups = []
             for g in request.groups:
                 code, topics = self._fetch_group(version, g.group_id, g.topics, mod.OffsetFetchResponseTopics,
-                                                 mod.OffsetFetchResponsePartitions)
+                                                 mod.OffsetFetchResponsePartitions, bool(request.require_stable))
                 groups.append(mod.OffsetFetchResponseGroup(group_id=g.group_id, topics=topics, error_code=code))
             return mod.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
         code, topics = self._fetch_group(version, request.group_id, request.topics, mod.OffsetFetchResponseTopic,
-                                         mod.OffsetFetchResponsePartition)
+                                         mod.OffsetFetchResponsePartition, bool(getattr(request, "require_stable", False)))
         return make_entity(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
+
+    async def handle_txn_offset_commit(self, header, request):
+        mod = response_module(TXN_OFFSET_COMMIT, _version(header))
+        now = now_ms()
+        offsets = {
+            (t.name, int(p.partition_index)): OffsetAndMetadata(
+                int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "", now)
+            for t in request.topics for p in t.partitions
+        }
+        results = await txn_offsets.commit_txn_offsets(
+            self.coordinator, request.group_id, int(request.producer_id), int(request.producer_epoch),
+            getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
+            int(getattr(request, "generation_id", -1)), offsets)
+        topics = tuple(
+            mod.TxnOffsetCommitResponseTopic(name=t.name, partitions=tuple(
+                mod.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                     error_code=results[(t.name, int(p.partition_index))])
+                for p in t.partitions))
+            for t in request.topics
+        )
+        return mod.TxnOffsetCommitResponse(throttle_time=NO_THROTTLE, topics=topics)
 
     # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
 

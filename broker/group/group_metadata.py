@@ -107,6 +107,8 @@ class GroupMetadata:
     pending_members: set[str] = field(default_factory=set)
     """Member ids handed out by MEMBER_ID_REQUIRED that have not joined yet (KIP-394)."""
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = field(default_factory=dict)
+    """producer id → offsets its open transaction committed (broker/group/txn_offsets)."""
     new_member_added: bool = False
 
     # --- state ----------------------------------------------------------------------------------

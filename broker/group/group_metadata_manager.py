@@ -149,17 +149,21 @@ class GroupMetadataManager:
                 self.groups[key.group] = group
 
     def _load(self, partition: int) -> None:
+        from .txn_offsets import TxnOffsetReplay
+
         plog = self.replica_manager.partitions[(GROUP_METADATA_TOPIC_NAME, partition)].log
         offset, end = plog.log_start_offset, plog.log_end_offset
+        transactional = TxnOffsetReplay(self, partition)
         while offset < end:
             data = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_message=True).read_bytes()
             if not data:
                 break
             for info in iter_batches(data, verify_crc=False):  # decode_records verifies each batch's CRC
-                if not info.is_control:
-                    self.replay(partition, decode_records(data[info.position : info.position + info.size]))
+                batch = data[info.position : info.position + info.size]
+                if not transactional.batch(info, batch):
+                    self.replay(partition, decode_records(batch))
                 offset = info.next_offset
-        return None
+        transactional.finish()
 
     def on_election(self, partition: int, epoch: int, on_loaded) -> None:
         """Becomes coordinator of `partition`'s groups: loads them (COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""

@@ -1,32 +1,183 @@
 """TransactionApis: the handler table of the transaction APIs, merged into KafkaApis like
-GroupApis' (translation between kio's request/response classes and the broker's calls)."""
+GroupApis' (translation between kio's request/response classes and the coordinator's calls).
 
+Coordinator side: AddPartitionsToTxn (v0–3 from clients, v4 from partition leaders, verify-only
+included), AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions; InitProducerId with a
+transactional id comes here from KafkaApis. Partition side: WriteTxnMarkers and DescribeProducers.
+"""
+
+import asyncio
+import datetime
 import logging
 
-from kio.static.primitive import i32, i64
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32, i64
 
-from odradek.common.wire import response_module
+from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
 
 from .marker_writer import MarkerWriter, TxnMarker
+from .transaction_coordinator import TransactionCoordinator
+from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 
-WRITE_TXN_MARKERS = 27
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 22, 24, 25, 26, 27
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 VERSIONS = {
+    ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 (KIP-1050 error codes) belongs to transaction version 2
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 4),
     WRITE_TXN_MARKERS: (1, 1),  # v0 is gone from Kafka 4; v2 adds the KIP-890 transaction version
+    DESCRIBE_PRODUCERS: (0, 0),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
 }
+KEY_TYPE_TRANSACTION = 1
+
+
+def _version(header) -> int:
+    return int(header.request_api_version)
+
+
+def _by_topic(pairs) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for topic, item in pairs:
+        out.setdefault(topic, []).append(item)
+    return out
 
 
 class TransactionApis:
-    def __init__(self, marker_writer: MarkerWriter):
+    def __init__(self, coordinator: TransactionCoordinator, marker_writer: MarkerWriter, metadata_cache,
+                 replica_manager, offsets_partition_for, admin):
+        self.coordinator = coordinator
+        self.admin = admin
+        self._creating: asyncio.Task | None = None
         self.marker_writer = marker_writer
+        self.metadata_cache = metadata_cache
+        self.replica_manager = replica_manager
+        self.offsets_partition_for = offsets_partition_for
+        """group id → its `__consumer_offsets` partition (AddOffsetsToTxn adds that partition)."""
         self.versions = dict(VERSIONS)
         self.handlers = {
+            ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+            ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
+            END_TXN: self.handle_end_txn,
             WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+            DESCRIBE_PRODUCERS: self.handle_describe_producers,
+            DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+            LIST_TRANSACTIONS: self.handle_list_transactions,
         }
 
+    # --- FindCoordinator (key type 1, from GroupApis) -------------------------------------------
+
+    def _ensure_topic(self) -> None:
+        """Creates `__transaction_state` on first use (in the background; clients retry meanwhile)."""
+        if self._creating is not None and not self._creating.done():
+            return
+        config = self.coordinator.config
+        # a small cluster gets a smaller replication factor (create_internal_topic), and a min ISR
+        # it can meet
+        replicas = max(1, min(config.replication_factor, len(self.metadata_cache.live_brokers())))
+        min_isr = max(1, min(config.min_isr, replicas))
+
+        async def create():
+            try:
+                await self.admin.create_internal_topic(
+                    TRANSACTION_STATE_TOPIC_NAME, config.num_partitions, config.replication_factor,
+                    {"cleanup.policy": "compact", "compression.type": "producer",
+                     "segment.bytes": str(config.segment_bytes), "min.insync.replicas": str(min_isr),
+                     "unclean.leader.election.enable": "false"})
+            except Exception:
+                log.exception("creating %s failed", TRANSACTION_STATE_TOPIC_NAME)
+
+        self._creating = asyncio.get_running_loop().create_task(create())
+
+    def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str, int]:
+        """The leader of the id's `__transaction_state` partition."""
+        if not transactional_id:
+            return ErrorCode.invalid_request, -1, "", -1
+        if not self.metadata_cache.contains(TRANSACTION_STATE_TOPIC_NAME):
+            self._ensure_topic()
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        endpoint = self.metadata_cache.leader_endpoint(TRANSACTION_STATE_TOPIC_NAME,
+                                                       self.coordinator.state.partition_for(transactional_id))
+        if endpoint is None:
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        node, host, port = endpoint
+        return ErrorCode.none, node, host, port
+
+    # --- InitProducerId (from KafkaApis, for a transactional id) --------------------------------
+
+    async def init_producer_id(self, request) -> tuple[ErrorCode, int, int]:
+        return await self.coordinator.init_producer_id(
+            request.transactional_id, ms(request.transaction_timeout),
+            int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1)))
+
+    # --- AddPartitionsToTxn ---------------------------------------------------------------------
+
+    def _unknown(self, topic: str, partition: int) -> bool:
+        parts = self.metadata_cache.topic_partitions(topic)
+        return not parts or partition not in parts
+
+    async def _add(self, transactional_id, producer_id, epoch, partitions, verify_only) -> dict:
+        """{(topic, partition): error} for one transaction of the request."""
+        if verify_only:
+            return self.coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
+        unknown = [p for p in partitions if self._unknown(*p)]
+        if unknown:  # Kafka's answer: the unknown ones say so, the others were not attempted
+            return {p: ErrorCode.unknown_topic_or_partition if p in unknown else ErrorCode.operation_not_attempted
+                    for p in partitions}
+        code = await self.coordinator.add_partitions(transactional_id, producer_id, epoch, partitions)
+        return {p: code for p in partitions}
+
+    async def handle_add_partitions_to_txn(self, header, request):
+        version = _version(header)
+        mod = response_module(ADD_PARTITIONS_TO_TXN, version)
+
+        def topic_results(codes):
+            return tuple(
+                mod.AddPartitionsToTxnTopicResult(name=topic, results_by_partition=tuple(
+                    mod.AddPartitionsToTxnPartitionResult(partition_index=i32(p), partition_error_code=code)
+                    for p, code in items))
+                for topic, items in _by_topic((t, (p, c)) for (t, p), c in codes.items()).items())
+
+        if version <= 3:
+            partitions = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
+            codes = await self._add(request.v3_and_below_transactional_id, int(request.v3_and_below_producer_id),
+                                    int(request.v3_and_below_producer_epoch), partitions, False)
+            return mod.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=topic_results(codes))
+        results = []
+        for txn in request.transactions:
+            partitions = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+            codes = await self._add(txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), partitions,
+                                    bool(txn.verify_only))
+            results.append(mod.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                        topic_results=topic_results(codes)))
+        return mod.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                                              results_by_transaction=tuple(results))
+
+    async def handle_add_offsets_to_txn(self, header, request):
+        mod = response_module(ADD_OFFSETS_TO_TXN, _version(header))
+        if not request.group_id:
+            code = ErrorCode.invalid_group_id
+        else:
+            from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
+
+            partition = (GROUP_METADATA_TOPIC_NAME, self.offsets_partition_for(request.group_id))
+            code = await self.coordinator.add_partitions(request.transactional_id, int(request.producer_id),
+                                                         int(request.producer_epoch), [partition])
+        return mod.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=code)
+
+    async def handle_end_txn(self, header, request):
+        mod = response_module(END_TXN, _version(header))
+        code = await self.coordinator.end_transaction(request.transactional_id, int(request.producer_id),
+                                                      int(request.producer_epoch), bool(request.committed))
+        return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+
+    # --- WriteTxnMarkers (partition leaders) ----------------------------------------------------
+
     async def handle_write_txn_markers(self, header, request):
-        mod = response_module(WRITE_TXN_MARKERS, int(header.request_api_version))
+        mod = response_module(WRITE_TXN_MARKERS, _version(header))
         markers = [
             TxnMarker(int(m.producer_id), int(m.producer_epoch), int(m.coordinator_epoch), bool(m.transaction_result),
                       [(t.name, int(p)) for t in m.topics for p in t.partition_indexes])
@@ -43,3 +194,65 @@ class TransactionApis:
             )
             results.append(mod.WritableTxnMarkerResult(producer_id=i64(marker.producer_id), topics=topics))
         return mod.WriteTxnMarkersResponse(markers=tuple(results))
+
+    # --- tooling (KIP-664) ----------------------------------------------------------------------
+
+    async def handle_describe_producers(self, header, request):
+        """The producers a partition leader knows, with their open transactions."""
+        mod = response_module(DESCRIBE_PRODUCERS, _version(header))
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for index in t.partition_indexes:
+                p, error = self.replica_manager.leader_partition(t.name, int(index))
+                producers = ()
+                if p is not None:
+                    producers = tuple(
+                        mod.ProducerState(producer_id=i64(e.producer_id), producer_epoch=i32(e.producer_epoch),
+                                          last_sequence=i32(e.last_seq), last_timestamp=i64(e.last_timestamp),
+                                          coordinator_epoch=i32(e.coordinator_epoch),
+                                          current_txn_start_offset=i64(e.current_txn_first_offset))
+                        for e in p.log.producer_state.producers.values())
+                partitions.append(mod.PartitionResponse(partition_index=index, error_code=error, error_message=None,
+                                                        active_producers=producers))
+            topics.append(mod.TopicResponse(name=t.name, partitions=tuple(partitions)))
+        return mod.DescribeProducersResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def handle_describe_transactions(self, header, request):
+        mod = response_module(DESCRIBE_TRANSACTIONS, _version(header))
+        out = []
+        for txn_id in request.transactional_ids:
+            code, m = self.coordinator.describe(txn_id)
+            if m is None:
+                out.append(mod.TransactionState(
+                    error_code=code, transactional_id=txn_id, transaction_state="",
+                    transaction_timeout=_ms_delta(0), transaction_start_time=_time(-1), producer_id=i64(-1),
+                    producer_epoch=i16(-1), topics=()))
+                continue
+            topics = tuple(mod.TopicData(topic=topic, partitions=tuple(i32(p) for p in sorted(ps)))
+                           for topic, ps in _by_topic(sorted(m.partitions)).items())
+            out.append(mod.TransactionState(
+                error_code=ErrorCode.none, transactional_id=txn_id, transaction_state=m.state.title,
+                transaction_timeout=_ms_delta(m.txn_timeout_ms), transaction_start_time=_time(m.txn_start_timestamp),
+                producer_id=i64(m.producer_id), producer_epoch=i16(max(m.producer_epoch, -1)), topics=topics))
+        return mod.DescribeTransactionsResponse(throttle_time=NO_THROTTLE, transaction_states=tuple(out))
+
+    async def handle_list_transactions(self, header, request):
+        mod = response_module(LIST_TRANSACTIONS, _version(header))
+        code, found, unknown = self.coordinator.list_transactions(
+            set(request.state_filters), {int(p) for p in request.producer_id_filters},
+            int(getattr(request, "duration_filter", -1)))
+        states = tuple(mod.TransactionState(transactional_id=m.transactional_id, producer_id=i64(m.producer_id),
+                                            transaction_state=m.state.title) for m in found)
+        return mod.ListTransactionsResponse(throttle_time=NO_THROTTLE, error_code=code,
+                                            unknown_state_filters=tuple(unknown), transaction_states=states)
+
+
+def _ms_delta(n: int):
+    from kio.static.primitive import i32Timedelta
+
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
+
+
+def _time(ms_since_epoch: int):
+    return datetime.datetime.fromtimestamp(ms_since_epoch / 1000, tz=datetime.timezone.utc)

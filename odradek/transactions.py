@@ -1,0 +1,175 @@
+"""`odradek transactions`: find and end stuck transactions (Kafka's kafka-transactions.sh, KIP-664).
+
+    odradek transactions --bootstrap-server H:P --list [--state Ongoing]
+    odradek transactions --bootstrap-server H:P --describe TRANSACTIONAL_ID
+    odradek transactions --bootstrap-server H:P --describe-producers --topic T --partition N
+    odradek transactions --bootstrap-server H:P --abort --topic T --partition N --start-offset O
+
+--list asks every broker (ListTransactions), --describe the id's coordinator
+(DescribeTransactions), --describe-producers the partition's leader (DescribeProducers); --abort
+writes an ABORT marker for the producer whose open transaction starts at O on that partition
+(WriteTxnMarkers to its leader), for a hanging transaction its coordinator no longer knows.
+Every request is bounded by --timeout.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
+from kio.static.primitive import i8, i16, i32, i64
+
+from odradek.common.client import NetworkClient
+
+
+class ToolError(Exception):
+    pass
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+class Tool:
+    def __init__(self, bootstrap: str, timeout_s: float):
+        self.bootstrap = _host_port(bootstrap.split(",")[0])
+        self.timeout_s = timeout_s
+        self._clients: dict[tuple[str, int], NetworkClient] = {}
+
+    def client(self, endpoint: tuple[str, int]) -> NetworkClient:
+        if endpoint not in self._clients:
+            self._clients[endpoint] = NetworkClient(*endpoint, client_id="odradek-transactions",
+                                                    connect_timeout=self.timeout_s)
+        return self._clients[endpoint]
+
+    async def send(self, endpoint, request):
+        return await self.client(endpoint).send(request, self.timeout_s)
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+
+    async def metadata(self, topics=None):
+        request = MetadataRequest(
+            topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        return await self.send(self.bootstrap, request)
+
+    async def brokers(self) -> dict[int, tuple[str, int]]:
+        meta = await self.metadata([])
+        return {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
+
+    async def list_transactions(self, states: list[str]) -> list[dict]:
+        out = []
+        for broker_id, endpoint in sorted((await self.brokers()).items()):
+            response = await self.send(endpoint, ListTransactionsRequest(state_filters=tuple(states),
+                                                                         producer_id_filters=()))
+            if response.error_code != 0:
+                raise ToolError(f"broker {broker_id}: {response.error_code.name}")
+            for t in response.transaction_states:
+                out.append({"transactional_id": t.transactional_id, "producer_id": int(t.producer_id),
+                            "state": t.transaction_state, "coordinator": broker_id})
+        return out
+
+    async def describe(self, transactional_id: str) -> dict:
+        found = await self.send(self.bootstrap, FindCoordinatorRequest(key_type=i8(1),
+                                                                       coordinator_keys=(transactional_id,)))
+        (c,) = found.coordinators
+        if c.error_code != 0:
+            raise ToolError(f"no coordinator for {transactional_id!r}: {c.error_code.name}")
+        response = await self.send((c.host, int(c.port)), DescribeTransactionsRequest(
+            transactional_ids=(transactional_id,)))
+        (t,) = response.transaction_states
+        if t.error_code != 0:
+            raise ToolError(f"{transactional_id!r}: {t.error_code.name}")
+        return {"transactional_id": t.transactional_id, "coordinator": int(c.node_id), "state": t.transaction_state,
+                "producer_id": int(t.producer_id), "producer_epoch": int(t.producer_epoch),
+                "timeout_ms": int(t.transaction_timeout.total_seconds() * 1000),
+                "start_time_ms": int(t.transaction_start_time.timestamp() * 1000),
+                "partitions": [f"{d.topic}-{p}" for d in t.topics for p in d.partitions]}
+
+    async def leader(self, topic: str, partition: int) -> tuple[str, int]:
+        meta = await self.metadata([topic])
+        brokers = {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
+        for t in meta.topics:
+            for p in t.partitions:
+                if int(p.partition_index) == partition and int(p.leader_id) in brokers:
+                    return brokers[int(p.leader_id)]
+        raise ToolError(f"{topic}-{partition} has no leader")
+
+    async def producers(self, topic: str, partition: int) -> list[dict]:
+        response = await self.send(await self.leader(topic, partition), DescribeProducersRequest(
+            topics=(TopicRequest(name=topic, partition_indexes=(i32(partition),)),)))
+        (p,) = response.topics[0].partitions
+        if p.error_code != 0:
+            raise ToolError(f"{topic}-{partition}: {p.error_code.name}")
+        return [{"producer_id": int(s.producer_id), "producer_epoch": int(s.producer_epoch),
+                 "last_sequence": int(s.last_sequence), "last_timestamp": int(s.last_timestamp),
+                 "coordinator_epoch": int(s.coordinator_epoch), "current_txn_start_offset": int(s.current_txn_start_offset)}
+                for s in p.active_producers]
+
+    async def abort(self, topic: str, partition: int, start_offset: int) -> dict:
+        match = [s for s in await self.producers(topic, partition) if s["current_txn_start_offset"] == start_offset]
+        if not match:
+            raise ToolError(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
+        s = match[0]
+        marker = WritableTxnMarker(producer_id=i64(s["producer_id"]), producer_epoch=i16(s["producer_epoch"]),
+                                   transaction_result=False, coordinator_epoch=i32(max(0, s["coordinator_epoch"])),
+                                   topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=(i32(partition),)),))
+        response = await self.send(await self.leader(topic, partition), WriteTxnMarkersRequest(markers=(marker,)))
+        code = response.markers[0].topics[0].partitions[0].error_code
+        if code != 0:
+            raise ToolError(f"abort of producer {s['producer_id']} at {topic}-{partition}: {code.name}")
+        return {"aborted": s}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="odradek transactions", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap-server", required=True)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true")
+    action.add_argument("--describe", metavar="TRANSACTIONAL_ID")
+    action.add_argument("--describe-producers", action="store_true")
+    action.add_argument("--abort", action="store_true")
+    parser.add_argument("--state", action="append", default=[], help="--list: only these states")
+    parser.add_argument("--topic")
+    parser.add_argument("--partition", type=int)
+    parser.add_argument("--start-offset", type=int)
+    parser.add_argument("--timeout", type=float, default=15.0, help="seconds per request")
+    return parser.parse_args(argv)
+
+
+async def run(args) -> object:
+    tool = Tool(args.bootstrap_server, args.timeout)
+    try:
+        if args.list:
+            return await tool.list_transactions(args.state)
+        if args.describe:
+            return await tool.describe(args.describe)
+        if args.topic is None or args.partition is None:
+            raise ToolError("--topic and --partition are required")
+        if args.describe_producers:
+            return await tool.producers(args.topic, args.partition)
+        if args.start_offset is None:
+            raise ToolError("--abort needs --start-offset")
+        return await tool.abort(args.topic, args.partition, args.start_offset)
+    finally:
+        await tool.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        result = asyncio.run(run(args))
+    except (ToolError, ConnectionError, TimeoutError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0

@@ -1,6 +1,6 @@
 """What Kafka clients notice beyond produce and consume (issue 17): offsets committed for partitions
 that do not exist, authorized operations (KIP-430), ListGroups v5, OffsetDelete (KIP-496), and
-transactional producers refused at once. Real brokers and controller, real clients."""
+transactional producers getting going. Real brokers and controller, real clients."""
 
 import asyncio
 import subprocess
@@ -387,38 +387,28 @@ def test_offset_delete_wire_answers(cluster):
         (topic, 0): ErrorCode.none, (topic, 5): ErrorCode.unknown_topic_or_partition}
 
 
-# --- transactional producers fail at once -----------------------------------------------------------
+# --- transactional producers get going ---------------------------------------------------------------
 
 
-def test_transactional_producers_fail_fast_with_a_clear_error(cluster):
+def test_transactional_producers_of_every_client_get_going(cluster):
+    """librdkafka, kafka-python and kcat find the transaction coordinator and initialize (they
+    were refused at once before the coordinator existed)."""
     from kafka import KafkaProducer
-    from kafka.errors import TransactionalIdAuthorizationFailedError
 
     bs = cluster.bootstrap
     producer = Producer({"bootstrap.servers": bs, "transactional.id": unique("tx")})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as refused:
-        producer.init_transactions(30)
-    elapsed = time.monotonic() - started
-    error = refused.value.args[0]
-    assert error.fatal() and not error.retriable(), error
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert "no transaction coordinator" in error.str()
-    assert elapsed < 5, f"init_transactions took {elapsed:.1f}s"  # not its 30 s timeout
+    producer.init_transactions(60)
+    producer.flush(5)
 
     kp = KafkaProducer(bootstrap_servers=bs, transactional_id=unique("tx-kp"))
     try:
-        started = time.monotonic()
-        with pytest.raises(TransactionalIdAuthorizationFailedError):
-            kp.init_transactions()
-        assert time.monotonic() - started < 5
+        kp.init_transactions()
     finally:
         kp.close(timeout=5)
 
     kcat = subprocess.run(["kcat", "-P", "-b", bs, "-t", unique("tx-kcat"), "-X", f"transactional.id={unique('tx')}"],
-                          input=b"a record\n", capture_output=True, timeout=30)
-    assert kcat.returncode != 0
-    assert b"Transactional Id authorization failed" in kcat.stderr and b"no transaction coordinator" in kcat.stderr
+                          input=b"a record\n", capture_output=True, timeout=60)
+    assert kcat.returncode == 0, kcat.stderr
 
 
 # --- ListOffsets v7–v9: MAX_TIMESTAMP and the tiered-storage specs ----------------------------------

@@ -1,8 +1,7 @@
 """InitProducerId (api 22) at real brokers: idempotent producers of the real clients (kafka-python's
 default, librdkafka with enable.idempotence=true) get a producer id with epoch 0, ids are unique
-across brokers (each claims its own block in ZooKeeper), and a transactional id is refused with the
-same non-retriable TRANSACTIONAL_ID_AUTHORIZATION_FAILED that FindCoordinator answers for transaction
-keys (test_client_conformance checks that the clients fail at once)."""
+across brokers (each claims its own block in ZooKeeper), and a transactional id is served by its
+transaction coordinator."""
 
 import asyncio
 import datetime
@@ -79,24 +78,48 @@ def test_idempotent_producer_ids_are_unique_across_brokers_with_epoch_zero(share
     assert block.size == zk_data.PRODUCER_ID_BLOCK_SIZE and block.last_producer_id >= max(ids)
 
 
-def test_transactional_ids_are_refused_like_find_coordinator_refuses_them(shared_cluster):
+def test_transactional_ids_go_to_their_coordinator(shared_cluster):
+    """FindCoordinator's transaction key names the leader of the id's __transaction_state
+    partition (created on first use); InitProducerId there gives epoch 0, then 1; elsewhere it
+    is NOT_COORDINATOR; an empty id is an invalid request."""
     port = shared_cluster.broker_ports[0]
-    find_v3 = wire.request_schema(FIND_COORDINATOR, 3)(key="tx-1", key_type=i8(1))
     find_v4 = wire.request_schema(FIND_COORDINATOR, 4)(key_type=i8(1), coordinator_keys=("tx-1",))
-    responses = ask(port, [
-        find_v3, find_v4,
-        init_producer_id(0, "tx-1"), init_producer_id(4, "tx-1"),
+    deadline = time.monotonic() + 60
+    while True:
+        (found,) = ask(port, [find_v4])[0].coordinators
+        if found.error_code == ErrorCode.none:
+            break
+        assert found.error_code == ErrorCode.coordinator_not_available, found
+        assert time.monotonic() < deadline, "no transaction coordinator within 60 s"
+        time.sleep(0.2)
+    coordinator = int(found.port)
+    other = next(p for p in shared_cluster.broker_ports if p != coordinator)
+    for _ in range(300):  # the coordinator may still be loading its partition
+        first = ask(coordinator, [init_producer_id(4, "tx-1")])[0]
+        if first.error_code != ErrorCode.coordinator_load_in_progress:
+            break
+        time.sleep(0.1)
+    responses = ask(coordinator, [
+        init_producer_id(0, "tx-1"),
         init_producer_id(1, ""),  # Kafka: an empty transactional id is an invalid request
         init_producer_id(3, None, producer_id=5, epoch=-1),  # an id without an epoch
         init_producer_id(0, None),  # and the connection still serves
     ])
-    refused = ErrorCode.transactional_id_authorization_failed
-    assert responses[0].error_code == refused and "transaction coordinator" in responses[0].error_message
-    assert responses[1].coordinators[0].error_code == refused
-    for r in responses[2:4]:
-        assert (r.error_code, int(r.producer_id), int(r.producer_epoch)) == (refused, -1, -1)
-    assert [r.error_code for r in responses[4:6]] == [ErrorCode.invalid_request] * 2
-    assert responses[6].error_code == ErrorCode.none and int(responses[6].producer_id) >= 0
+    assert (first.error_code, int(first.producer_epoch)) == (ErrorCode.none, 0)
+    second = responses[0]
+    assert (second.error_code, int(second.producer_id), int(second.producer_epoch)) == (
+        ErrorCode.none, int(first.producer_id), 1)
+    assert [r.error_code for r in responses[1:3]] == [ErrorCode.invalid_request] * 2
+    assert responses[3].error_code == ErrorCode.none and int(responses[3].producer_id) >= 0
+    assert ask(other, [init_producer_id(4, "tx-1")])[0].error_code == ErrorCode.not_coordinator
+
+
+def test_confluent_transactional_producer_initializes(shared_cluster):
+    producer = Producer({"bootstrap.servers": shared_cluster.bootstrap, "transactional.id": "tx-" + uuid.uuid4().hex})
+    try:
+        producer.init_transactions(60)
+    finally:
+        producer.flush(5)
 
 
 def test_confluent_idempotent_producer_gets_a_producer_id(shared_cluster):

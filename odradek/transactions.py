@@ -15,6 +15,7 @@ Every request is bounded by --timeout.
 import argparse
 import asyncio
 import json
+import struct
 import sys
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
@@ -23,13 +24,69 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
+from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i64
 
+from odradek.common import wire
 from odradek.common.client import NetworkClient
 
 
 class ToolError(Exception):
     pass
+
+
+class _Reader:
+    """Just enough of the flexible wire format for DescribeTransactions v0, read by hand: kio's
+    reader refuses the -1 start time Kafka sends for an id with no transaction."""
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def fixed(self, fmt: str) -> int:
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+
+    def string(self) -> str:
+        n = self.uvarint() - 1
+        s = self.data[self.pos : self.pos + n].decode()
+        self.pos += n
+        return s
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+
+def decode_describe_transactions(frame: bytes) -> list[dict]:
+    """A DescribeTransactions v0 response frame (correlation id on) → its transaction states."""
+    r = _Reader(frame)
+    r.fixed(">i")  # correlation id
+    r.skip_tags()
+    r.fixed(">i")  # throttle time
+    out = []
+    for _ in range(r.uvarint() - 1):
+        t = {"error_code": r.fixed(">h"), "transactional_id": r.string(), "state": r.string(),
+             "timeout_ms": r.fixed(">i"), "start_time_ms": r.fixed(">q"), "producer_id": r.fixed(">q"),
+             "producer_epoch": r.fixed(">h"), "partitions": []}
+        for _ in range(r.uvarint() - 1):
+            topic = r.string()
+            t["partitions"] += [f"{topic}-{r.fixed('>i')}" for _ in range(r.uvarint() - 1)]
+            r.skip_tags()
+        r.skip_tags()
+        out.append(t)
+    return out
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -72,7 +129,7 @@ class Tool:
             response = await self.send(endpoint, ListTransactionsRequest(state_filters=tuple(states),
                                                                          producer_id_filters=()))
             if response.error_code != 0:
-                raise ToolError(f"broker {broker_id}: {response.error_code.name}")
+                raise ToolError(f"broker {broker_id}: {response.error_code.name.upper()}")
             for t in response.transaction_states:
                 out.append({"transactional_id": t.transactional_id, "producer_id": int(t.producer_id),
                             "state": t.transaction_state, "coordinator": broker_id})
@@ -83,17 +140,17 @@ class Tool:
                                                                        coordinator_keys=(transactional_id,)))
         (c,) = found.coordinators
         if c.error_code != 0:
-            raise ToolError(f"no coordinator for {transactional_id!r}: {c.error_code.name}")
-        response = await self.send((c.host, int(c.port)), DescribeTransactionsRequest(
-            transactional_ids=(transactional_id,)))
-        (t,) = response.transaction_states
-        if t.error_code != 0:
-            raise ToolError(f"{transactional_id!r}: {t.error_code.name}")
-        return {"transactional_id": t.transactional_id, "coordinator": int(c.node_id), "state": t.transaction_state,
-                "producer_id": int(t.producer_id), "producer_epoch": int(t.producer_epoch),
-                "timeout_ms": int(t.transaction_timeout.total_seconds() * 1000),
-                "start_time_ms": int(t.transaction_start_time.timestamp() * 1000),
-                "partitions": [f"{d.topic}-{p}" for d in t.topics for p in d.partitions]}
+            raise ToolError(f"no coordinator for {transactional_id!r}: {c.error_code.name.upper()}")
+        request = DescribeTransactionsRequest(transactional_ids=(transactional_id,))
+        frame = await self.client((c.host, int(c.port))).send_frame(
+            lambda cid: wire.encode_request(request, cid, "odradek-transactions"), "DescribeTransactions",
+            self.timeout_s)
+        (t,) = decode_describe_transactions(bytes(frame))
+        if t["error_code"] != 0:
+            raise ToolError(f"{transactional_id!r}: {ErrorCode(t['error_code']).name.upper()}")
+        del t["error_code"]
+        t["coordinator"] = int(c.node_id)
+        return t
 
     async def leader(self, topic: str, partition: int) -> tuple[str, int]:
         meta = await self.metadata([topic])
@@ -109,7 +166,7 @@ class Tool:
             topics=(TopicRequest(name=topic, partition_indexes=(i32(partition),)),)))
         (p,) = response.topics[0].partitions
         if p.error_code != 0:
-            raise ToolError(f"{topic}-{partition}: {p.error_code.name}")
+            raise ToolError(f"{topic}-{partition}: {p.error_code.name.upper()}")
         return [{"producer_id": int(s.producer_id), "producer_epoch": int(s.producer_epoch),
                  "last_sequence": int(s.last_sequence), "last_timestamp": int(s.last_timestamp),
                  "coordinator_epoch": int(s.coordinator_epoch), "current_txn_start_offset": int(s.current_txn_start_offset)}
@@ -126,7 +183,7 @@ class Tool:
         response = await self.send(await self.leader(topic, partition), WriteTxnMarkersRequest(markers=(marker,)))
         code = response.markers[0].topics[0].partitions[0].error_code
         if code != 0:
-            raise ToolError(f"abort of producer {s['producer_id']} at {topic}-{partition}: {code.name}")
+            raise ToolError(f"abort of producer {s['producer_id']} at {topic}-{partition}: {code.name.upper()}")
         return {"aborted": s}
 
 

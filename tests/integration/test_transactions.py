@@ -107,3 +107,84 @@ def test_a_zombie_is_fenced_and_its_open_transaction_aborted(cluster):
         zombie.commit_transaction(30)
     assert err.value.args[0].fatal() or "fenced" in str(err.value).lower()
     assert read_all(bootstrap, "tx-zombie", 1, "read_committed") == {0: [b"successor"]}
+
+
+def test_a_transaction_commits_across_a_coordinator_crash(cluster):
+    """SIGKILL of the coordinator mid-transaction: another broker leads the id's partition,
+    loads the state from `__transaction_state`, and the commit goes through there."""
+    import signal
+
+    from odradek.transactions import Tool
+    import asyncio
+
+    bootstrap = cluster.bootstrap
+    create_topic(bootstrap, "tx-failover", 2, replication_factor=3)
+    wait_for_leaders(bootstrap, "tx-failover", 2)
+    producer = txn_producer(bootstrap, "app-failover", **{"transaction.timeout.ms": 60_000,
+                                                          "message.timeout.ms": 60_000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce("tx-failover", value=f"v{i}".encode(), partition=i % 2)
+    producer.flush(30)
+
+    async def coordinator():
+        tool = Tool(bootstrap, 5.0)
+        try:
+            return await tool.describe("app-failover")
+        finally:
+            await tool.close()
+
+    before = asyncio.run(coordinator())
+    assert before["state"] == "Ongoing" and sorted(before["partitions"]) == ["tx-failover-0", "tx-failover-1"]
+    cluster.broker(before["coordinator"]).kill(signal.SIGKILL)
+    producer.commit_transaction(90)
+    deadline = time.monotonic() + 60
+    while (after := asyncio.run(coordinator()))["state"] != "CompleteCommit":  # markers, then complete
+        assert after["state"] == "PrepareCommit" and time.monotonic() < deadline, after
+        time.sleep(0.2)
+    assert after["coordinator"] != before["coordinator"]
+    assert after["producer_epoch"] == before["producer_epoch"]
+    committed = read_all(bootstrap, "tx-failover", 2, "read_committed")
+    assert sorted(v for vs in committed.values() for v in vs) == sorted(f"v{i}".encode() for i in range(20))
+
+
+def test_the_transactions_tool_lists_describes_and_aborts(cluster):
+    import json
+    import subprocess
+    import sys
+
+    bootstrap = cluster.bootstrap
+    create_topic(bootstrap, "tx-tool", 1, replication_factor=3)
+    wait_for_leaders(bootstrap, "tx-tool", 1)
+    producer = txn_producer(bootstrap, "app-tool", **{"transaction.timeout.ms": 60_000,
+                                                      "message.timeout.ms": 60_000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce("tx-tool", value=b"hanging", partition=0)
+    producer.flush(30)
+
+    def tool(*args):
+        out = subprocess.run([sys.executable, "-m", "odradek.cli", "transactions", "--bootstrap-server", bootstrap,
+                              *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    listed = tool("--list", "--state", "Ongoing")
+    assert [(t["transactional_id"], t["state"]) for t in listed] == [("app-tool", "Ongoing")]
+    described = tool("--describe", "app-tool")
+    assert described["partitions"] == ["tx-tool-0"] and described["timeout_ms"] == 60_000
+    (p,) = tool("--describe-producers", "--topic", "tx-tool", "--partition", "0")
+    assert p["current_txn_start_offset"] == 0 and p["producer_id"] == described["producer_id"]
+    aborted = tool("--abort", "--topic", "tx-tool", "--partition", "0", "--start-offset", "0")
+    assert aborted["aborted"]["producer_id"] == described["producer_id"]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "isolation.level": "read_committed"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition("tx-tool", 0), timeout=10)[1] == 2  # LSO moved
+    finally:
+        consumer.close()
+    assert read_all(bootstrap, "tx-tool", 1, "read_committed") == {0: []}
+    missing = subprocess.run([sys.executable, "-m", "odradek.cli", "transactions", "--bootstrap-server", bootstrap,
+                              "--describe", "nobody"], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+    producer.abort_transaction(30)

@@ -129,6 +129,7 @@ class KafkaServer:
             self.apis.transaction_verifier = TransactionVerifier(
                 config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
                 config.request_timeout_ms)
+            self.group_apis.verify_txn_offsets = self.apis.transaction_verifier.verify_offsets
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()

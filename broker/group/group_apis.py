@@ -83,6 +83,8 @@ class GroupApis:
         }
         self.find_transaction_coordinator = None
         """key → (error, node, host, port) for FindCoordinator's transaction key type (set by the server)."""
+        self.verify_txn_offsets = None
+        """TxnOffsetCommit's check with the transaction coordinator (txn_offsets.commit_txn_offsets)."""
         self._creating: asyncio.Task | None = None
         self.legacy_requests = {(OFFSET_COMMIT, 1): decode_offset_commit_v1}
         """Request versions kio lacks: (api, version) → decoder of the frame body."""
@@ -291,7 +293,7 @@ class GroupApis:
         results = await txn_offsets.commit_txn_offsets(
             self.coordinator, request.group_id, int(request.producer_id), int(request.producer_epoch),
             getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
-            int(getattr(request, "generation_id", -1)), offsets)
+            int(getattr(request, "generation_id", -1)), offsets, request.transactional_id, self.verify_txn_offsets)
         topics = tuple(
             mod.TxnOffsetCommitResponseTopic(name=t.name, partitions=tuple(
                 mod.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,

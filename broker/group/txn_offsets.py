@@ -35,9 +35,13 @@ def has_pending(group: GroupMetadata | None, key: tuple[str, int]) -> bool:
 
 async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch: int, member_id: str,
                              instance_id: str | None, generation_id: int,
-                             offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], ErrorCode]:
+                             offsets: dict[tuple[str, int], OffsetAndMetadata], transactional_id: str = "",
+                             verify=None) -> dict[tuple[str, int], ErrorCode]:
     """Kafka's handleTxnCommitOffsets: member checks only when the request names a generation
-    (v3+, KIP-447), then the transactional append."""
+    (v3+, KIP-447), then the transactional append. With `verify(transactional_id, producer id,
+    epoch, partition) -> (error, guard)` the transaction coordinator first confirms the offsets
+    partition is in the producer's open transaction (as for produce, KIP-890), so offsets no
+    marker will ever end cannot be left pending."""
     def all_(code):
         return {k: code for k in offsets}
 
@@ -68,10 +72,18 @@ async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch
         batch = build_batch(entries, base_timestamp=now_ms(), producer_id=producer_id, producer_epoch=epoch,
                             base_sequence=-1, attributes=TRANSACTIONAL_MASK)
         p = manager.partition_for(group_id)
+        key = (GROUP_METADATA_TOPIC_NAME, p)
+        verified = None
+        if verify is not None:
+            code, guard = await verify(transactional_id, producer_id, epoch, key)
+            if code != ErrorCode.none:
+                return {k: result.get(k, code) for k in offsets}
+            verified = {key: (producer_id, guard)} if guard is not None else None
         try:
             appended = await manager.replica_manager.append_records(
-                manager.commit_timeout_ms, -1, [(GROUP_METADATA_TOPIC_NAME, p, batch)], AppendOrigin.COORDINATOR)
-            code = appended[(GROUP_METADATA_TOPIC_NAME, p)].error
+                manager.commit_timeout_ms, -1, [(GROUP_METADATA_TOPIC_NAME, p, batch)], AppendOrigin.COORDINATOR,
+                verified=verified)
+            code = appended[key].error
         except Exception:
             log.exception("transactional offset commit of group %s failed", group_id)
             code = ErrorCode.unknown_server_error

@@ -89,6 +89,17 @@ class TransactionVerifier:
                 errors[key] = ErrorCode.not_enough_replicas if code in RETRIABLE else code
         return errors, guards
 
+    async def verify_offsets(self, transactional_id: str, producer_id: int, epoch: int, key):
+        """TxnOffsetCommit's check: (error, guard) for the group's `__consumer_offsets` partition;
+        retriable coordinator errors are COORDINATOR_NOT_AVAILABLE, which clients retry."""
+        guard = self.needs_verification(key, producer_id)
+        if guard is None:
+            return ErrorCode.none, None
+        code = (await self._ask(transactional_id, producer_id, epoch, [key])).get(key, ErrorCode.coordinator_not_available)
+        if code in RETRIABLE:
+            code = ErrorCode.coordinator_not_available
+        return code, guard if code == ErrorCode.none else None
+
     async def _ask(self, transactional_id: str, producer_id: int, epoch: int, partitions) -> dict:
         from odradek.broker.group.group_metadata_manager import partition_for
 

@@ -518,10 +518,10 @@ class ReplicaManager:
             if verified and key in verified:
                 producer_id, guard = verified[key]
                 entry = partition.log.producer_state.last_entry(producer_id)
-                if entry is None or entry.current_txn_first_offset < 0:
-                    if (entry.last_marker_offset if entry is not None else -1) != guard:
-                        results[key] = ProduceResult(error=ErrorCode.invalid_txn_state)
-                        continue
+                opened = entry is not None and entry.current_txn_first_offset >= 0
+                if not opened and (entry.last_marker_offset if entry is not None else -1) != guard:
+                    results[key] = ProduceResult(error=ErrorCode.invalid_txn_state)
+                    continue
             try:
                 info = partition.append_records_to_leader(records, required_acks, origin)
             except LogError as e:

@@ -22,6 +22,7 @@ from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.config_manager import DynamicConfigManager
 from odradek.broker.controller_channel import BrokerToControllerChannel
 from odradek.broker.dynamic_config import DynamicBrokerConfig
+from odradek.broker.group import txn_offsets
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
@@ -42,7 +43,6 @@ from odradek.broker.transaction.transaction_state_manager import (
     TransactionStateManager,
 )
 from odradek.broker.transaction.verification import TransactionVerifier
-from odradek.broker.group import txn_offsets
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, process_logging
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners

@@ -20,12 +20,13 @@ import sys
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
-from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import i8, i16, i32
 
 from odradek.common import wire
 from odradek.common.client import NetworkClient
@@ -77,7 +78,7 @@ def decode_describe_transactions(frame: bytes) -> list[dict]:
     r.fixed(">i")  # throttle time
     out = []
     for _ in range(r.uvarint() - 1):
-        t = {"error_code": r.fixed(">h"), "transactional_id": r.string(), "state": r.string(),
+        t: dict = {"error_code": r.fixed(">h"), "transactional_id": r.string(), "state": r.string(),
              "timeout_ms": r.fixed(">i"), "start_time_ms": r.fixed(">q"), "producer_id": r.fixed(">q"),
              "producer_epoch": r.fixed(">h"), "partitions": []}
         for _ in range(r.uvarint() - 1):
@@ -141,7 +142,7 @@ class Tool:
         (c,) = found.coordinators
         if c.error_code != 0:
             raise ToolError(f"no coordinator for {transactional_id!r}: {c.error_code.name.upper()}")
-        request = DescribeTransactionsRequest(transactional_ids=(transactional_id,))
+        request = DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),))
         frame = await self.client((c.host, int(c.port))).send_frame(
             lambda cid: wire.encode_request(request, cid, "odradek-transactions"), "DescribeTransactions",
             self.timeout_s)
@@ -163,7 +164,7 @@ class Tool:
 
     async def producers(self, topic: str, partition: int) -> list[dict]:
         response = await self.send(await self.leader(topic, partition), DescribeProducersRequest(
-            topics=(TopicRequest(name=topic, partition_indexes=(i32(partition),)),)))
+            topics=(TopicRequest(name=TopicName(topic), partition_indexes=(i32(partition),)),)))
         (p,) = response.topics[0].partitions
         if p.error_code != 0:
             raise ToolError(f"{topic}-{partition}: {p.error_code.name.upper()}")
@@ -177,9 +178,10 @@ class Tool:
         if not match:
             raise ToolError(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
         s = match[0]
-        marker = WritableTxnMarker(producer_id=i64(s["producer_id"]), producer_epoch=i16(s["producer_epoch"]),
+        marker = WritableTxnMarker(producer_id=ProducerId(s["producer_id"]), producer_epoch=i16(s["producer_epoch"]),
                                    transaction_result=False, coordinator_epoch=i32(max(0, s["coordinator_epoch"])),
-                                   topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=(i32(partition),)),))
+                                   topics=(WritableTxnMarkerTopic(name=TopicName(topic),
+                                                                  partition_indexes=(i32(partition),)),))
         response = await self.send(await self.leader(topic, partition), WriteTxnMarkersRequest(markers=(marker,)))
         code = response.markers[0].topics[0].partitions[0].error_code
         if code != 0:

@@ -43,7 +43,7 @@ async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch
     partition is in the producer's open transaction (as for produce, KIP-890), so offsets no
     marker will ever end cannot be left pending."""
     def all_(code):
-        return {k: code for k in offsets}
+        return dict.fromkeys(offsets, code)
 
     manager = coordinator.manager
     error = coordinator._group_error(group_id)

@@ -11,7 +11,7 @@ import struct
 from typing import NamedTuple
 
 from .errors import CorruptRecordError
-from .record_batch import CONTROL_MASK, HEADER_SIZE, _read_varint, build_batch
+from .record_batch import CONTROL_MASK, HEADER_SIZE, Buffer, _read_varint, build_batch
 
 TRANSACTIONAL_MASK = 0x10
 ABORT, COMMIT = 0, 1
@@ -34,7 +34,7 @@ def build_marker(producer_id: int, producer_epoch: int, coordinator_epoch: int, 
                        producer_epoch=producer_epoch, base_sequence=-1, attributes=MARKER_ATTRIBUTES)
 
 
-def read_marker(buf, position: int, size: int) -> Marker | None:
+def read_marker(buf: Buffer, position: int, size: int) -> Marker | None:
     """The marker of the control batch at `buf[position:position+size]`; None for another
     control type (Kafka skips unknown ones). CorruptRecordError when the record is malformed."""
     end = position + size

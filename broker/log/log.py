@@ -17,6 +17,7 @@ from typing import BinaryIO, NamedTuple
 
 from .clock import now_ms
 from .config import LogConfig
+from .control_batch import TRANSACTIONAL_MASK, read_marker
 from .errors import (
     InvalidRecordError,
     KafkaStorageError,
@@ -25,7 +26,6 @@ from .errors import (
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from .control_batch import TRANSACTIONAL_MASK, read_marker
 from .leader_epoch import FILE_NAME as EPOCH_FILE
 from .leader_epoch import LeaderEpochFileCache
 from .log_validator import validate_client_batch
@@ -316,7 +316,7 @@ class Log:
         )
 
     def _analyze_producer_state(
-        self, buf, batches: list[BatchInfo], first: int, append_time: int | None, origin: AppendOrigin
+        self, buf: Buffer, batches: list[BatchInfo], first: int, append_time: int | None, origin: AppendOrigin
     ) -> BatchMetadata | list[BatchAppend]:
         """Kafka's analyzeAndValidateProducerState for a leader append: the first duplicate's
         BatchMetadata, or the updates to apply after the write; raises on a sequence gap, an old
@@ -325,7 +325,9 @@ class Log:
         for info in batches:
             last = offset + info.last_offset_delta
             ts = append_time if append_time is not None else info.max_timestamp
-            rows.append(_producer_row(buf, info, offset, last, ts))
+            row = _producer_row(buf, info, offset, last, ts)
+            if row is not None:
+                rows.append(row)
             offset = last + 1
         return self.producer_state.prepare(rows, origin)
 
@@ -828,7 +830,7 @@ def _segment_chunks(batches: list[BatchInfo], segment_bytes: int) -> list[list[B
     return chunks
 
 
-def _producer_row(buf, info: BatchInfo, first: int, last: int, timestamp: int) -> BatchRow | None:
+def _producer_row(buf: Buffer, info: BatchInfo, first: int, last: int, timestamp: int) -> BatchRow | None:
     """The producer-state row of one batch; a control batch's marker is read from `buf` (None
     for a control batch of another kind: it changes no producer state)."""
     marker = None
@@ -840,7 +842,7 @@ def _producer_row(buf, info: BatchInfo, first: int, last: int, timestamp: int) -
                     timestamp, bool(info.attributes & TRANSACTIONAL_MASK), marker)
 
 
-def _producer_rows(buf, batches: list[BatchInfo]) -> list[BatchRow]:
+def _producer_rows(buf: Buffer, batches: list[BatchInfo]) -> list[BatchRow]:
     """The producer-state rows of appended batches (offsets as in their headers)."""
     rows = (_producer_row(buf, b, b.base_offset, b.last_offset, b.max_timestamp) for b in batches
             if b.producer_id >= 0)

@@ -19,6 +19,7 @@ import logging
 import os
 import struct
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -211,7 +212,7 @@ class ProducerStateManager:
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
 
-    def prepare(self, batches: list[ProducerRow], origin: AppendOrigin) -> BatchMetadata | list[BatchAppend]:
+    def prepare(self, batches: Sequence[ProducerRow], origin: AppendOrigin) -> BatchMetadata | list[BatchAppend]:
         """Check `batches` (BatchRow or tuples of its fields) in log order. Returns the first
         duplicate's metadata (Kafka then appends nothing and answers with it) or the updates to
         apply once the append is written.
@@ -316,7 +317,7 @@ class ProducerStateManager:
         self.map_end_offset = max(self.map_end_offset, map_end_offset)
         return completed
 
-    def replay(self, batches: list[ProducerRow], map_end_offset: int) -> list[CompletedTxn]:
+    def replay(self, batches: Sequence[ProducerRow], map_end_offset: int) -> list[CompletedTxn]:
         """Replay headers from the log (a follower append, a load): never refuses anything, so
         the rows go straight into the entries (no checked copy as `prepare` makes)."""
         appends = []

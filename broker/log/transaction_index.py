@@ -44,7 +44,7 @@ class TransactionIndex:
         except FileNotFoundError:
             return
         whole = len(data) - len(data) % ENTRY_SIZE
-        entries = []
+        entries: list[AbortedTxn] = []
         for pos in range(0, whole, ENTRY_SIZE):
             version, *fields = ENTRY.unpack_from(data, pos)
             if version != VERSION or (entries and fields[2] < entries[-1].last_offset):

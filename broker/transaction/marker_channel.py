@@ -14,8 +14,9 @@ import asyncio
 import logging
 
 from kio.schema.errors import ErrorCode
+from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i16, i32
 
 from odradek.common.client import NetworkClient
 
@@ -47,7 +48,7 @@ class TransactionMarkerChannel:
         client = self._clients.get(broker_id)
         if client is None or (client.host, client.port) != (host, port):
             if client is not None:
-                asyncio.ensure_future(client.close())
+                client.disconnect()  # the broker moved: nothing more goes to its old address
             client = self._clients[broker_id] = NetworkClient(host, port, client_id=f"txn-markers-{self.broker_id}")
         return client
 
@@ -97,9 +98,9 @@ class TransactionMarkerChannel:
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
         request = WriteTxnMarkersRequest(markers=(WritableTxnMarker(
-            producer_id=i64(marker.producer_id), producer_epoch=i16(marker.producer_epoch),
+            producer_id=ProducerId(marker.producer_id), producer_epoch=i16(marker.producer_epoch),
             transaction_result=marker.commit, coordinator_epoch=i32(marker.coordinator_epoch),
-            topics=tuple(WritableTxnMarkerTopic(name=t, partition_indexes=tuple(map(i32, ps)))
+            topics=tuple(WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=tuple(map(i32, ps)))
                          for t, ps in by_topic.items())),))
         try:
             response = await self._client(broker_id, host, port).send(request, self.request_timeout_s + 5)

@@ -128,7 +128,7 @@ class TransactionApis:
             return {p: ErrorCode.unknown_topic_or_partition if p in unknown else ErrorCode.operation_not_attempted
                     for p in partitions}
         code = await self.coordinator.add_partitions(transactional_id, producer_id, epoch, partitions)
-        return {p: code for p in partitions}
+        return dict.fromkeys(partitions, code)
 
     async def handle_add_partitions_to_txn(self, header, request):
         version = _version(header)
@@ -255,4 +255,4 @@ def _ms_delta(n: int):
 
 
 def _time(ms_since_epoch: int):
-    return datetime.datetime.fromtimestamp(ms_since_epoch / 1000, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms_since_epoch / 1000, tz=datetime.UTC)

@@ -158,7 +158,7 @@ class TransactionCoordinator:
         error, coordinator_epoch, m = self.state.lookup(transactional_id)
         if error == ErrorCode.none:
             error = self._check_producer(m, producer_id, epoch)
-        if error != ErrorCode.none:
+        if error != ErrorCode.none or m is None:
             return error
         if m.pending is not None or m.state.is_prepare:
             return ErrorCode.concurrent_transactions
@@ -179,10 +179,10 @@ class TransactionCoordinator:
         error, _, m = self.state.lookup(transactional_id)
         if error == ErrorCode.none:
             error = self._check_producer(m, producer_id, epoch)
-        if error == ErrorCode.none and m.pending in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            error = ErrorCode.concurrent_transactions
-        if error != ErrorCode.none:
-            return {p: error for p in partitions}
+        if error != ErrorCode.none or m is None:
+            return dict.fromkeys(partitions, error)
+        if m.pending in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return dict.fromkeys(partitions, ErrorCode.concurrent_transactions)
         return {p: ErrorCode.none if m.state == S.ONGOING and p in m.partitions else ErrorCode.invalid_txn_state
                 for p in partitions}
 

@@ -19,7 +19,8 @@ from kio.schema.add_partitions_to_txn.v4.request import (
     AddPartitionsToTxnTransaction,
 )
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32, i64
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32
 
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK
 from odradek.broker.log.record_batch import HEADER
@@ -67,7 +68,7 @@ class TransactionVerifier:
     async def verify(self, transactional_id: str, entries) -> tuple[dict, dict]:
         """({key: error} of the refused partitions, {key: (producer id, guard)} of the verified)."""
         ask: dict = {}
-        producer = None
+        producer: tuple[int, int] | None = None
         for topic, index, records in entries:
             found = first_batch_producer(records)
             if found is None:
@@ -76,7 +77,7 @@ class TransactionVerifier:
             if guard is not None:
                 ask[(topic, index)] = guard
                 producer = found
-        if not ask:
+        if not ask or producer is None:
             return {}, {}
         producer_id, epoch = producer
         codes = await self._ask(transactional_id, producer_id, epoch, list(ask))
@@ -117,8 +118,9 @@ class TransactionVerifier:
         for topic, index in partitions:
             by_topic.setdefault(topic, []).append(index)
         request = AddPartitionsToTxnRequest(transactions=(AddPartitionsToTxnTransaction(
-            transactional_id=transactional_id, producer_id=i64(producer_id), producer_epoch=i16(epoch),
-            verify_only=True, topics=tuple(AddPartitionsToTxnTopic(name=t, partitions=tuple(map(i32, ps)))
+            transactional_id=TransactionalId(transactional_id), producer_id=ProducerId(producer_id),
+            producer_epoch=i16(epoch), verify_only=True,
+            topics=tuple(AddPartitionsToTxnTopic(name=TopicName(t), partitions=tuple(map(i32, ps)))
                                            for t, ps in by_topic.items())),))
         client = self._clients.get(broker_id)
         if client is None or (client.host, client.port) != (host, port):
@@ -129,7 +131,7 @@ class TransactionVerifier:
             log.info("verifying %s with broker %d failed: %s", transactional_id, broker_id, e)
             return {}
         if response.error_code != ErrorCode.none:
-            return {p: response.error_code for p in partitions}
+            return dict.fromkeys(partitions, response.error_code)
         return {(t.name, int(r.partition_index)): r.partition_error_code
                 for txn in response.results_by_transaction for t in txn.topic_results for r in t.results_by_partition}
 

@@ -4,11 +4,11 @@ the aborted-transaction list of read_committed fetches, and librdkafka reading i
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from data_broker import BrokerProcess, FakeController, WireClient, fetch_request, list_offsets_request, produce_request
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
 from kio.static.primitive import i16, i32, i64
 
-from data_broker import BrokerProcess, FakeController, WireClient, fetch_request, list_offsets_request, produce_request
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK
 from odradek.broker.log.record_batch import build_batch
 

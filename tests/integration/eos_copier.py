@@ -61,7 +61,7 @@ def main() -> int:
     finally:
         try:
             consumer.close()
-        except Exception:  # noqa: BLE001 - exiting anyway
+        except Exception:
             pass
 
 

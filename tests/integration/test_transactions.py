@@ -102,8 +102,8 @@ def test_a_zombie_is_fenced_and_its_open_transaction_aborted(cluster):
     successor.begin_transaction()
     successor.produce("tx-zombie", value=b"successor", partition=0)
     successor.commit_transaction(30)
+    zombie.produce("tx-zombie", value=b"late", partition=0)
     with pytest.raises(KafkaException) as err:
-        zombie.produce("tx-zombie", value=b"late", partition=0)
         zombie.commit_transaction(30)
     assert err.value.args[0].fatal() or "fenced" in str(err.value).lower()
     assert read_all(bootstrap, "tx-zombie", 1, "read_committed") == {0: [b"successor"]}
@@ -112,10 +112,10 @@ def test_a_zombie_is_fenced_and_its_open_transaction_aborted(cluster):
 def test_a_transaction_commits_across_a_coordinator_crash(cluster):
     """SIGKILL of the coordinator mid-transaction: another broker leads the id's partition,
     loads the state from `__transaction_state`, and the commit goes through there."""
+    import asyncio
     import signal
 
     from odradek.transactions import Tool
-    import asyncio
 
     bootstrap = cluster.bootstrap
     create_topic(bootstrap, "tx-failover", 2, replication_factor=3)

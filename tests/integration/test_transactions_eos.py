@@ -50,7 +50,7 @@ def coordinator_of(bootstrap, transactional_id) -> int | None:
             await tool.close()
     try:
         return asyncio.run(ask())
-    except Exception:  # noqa: BLE001 - not known yet (no coordinator or the id is new)
+    except Exception:
         return None
 
 

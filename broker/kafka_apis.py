@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
+from odradek.broker import control_plane
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
@@ -157,8 +158,11 @@ def error_response(request, error_code: ErrorCode):
 
 class KafkaApis:
     def __init__(self, config, replica_manager: ReplicaManager, metadata_apis, group_apis=None,
-                 producer_id_manager=None, transaction_apis=None):
+                 producer_id_manager=None, transaction_apis=None,
+                 control_plane_guard: control_plane.ControlPlaneGuard | None = None):
         self.config = config
+        self.control_plane_guard = control_plane_guard
+        """Admits controller requests (broker/control_plane); without one every one is refused."""
         self.replica_manager = replica_manager
         self.producer_id_manager = producer_id_manager
         """ZkProducerIdManager; without one InitProducerId is not advertised."""
@@ -243,6 +247,16 @@ class KafkaApis:
                 peer, api_key, version, e,
             )
             raise CloseConnection() from None
+        if api_key in control_plane.CONTROL_PLANE_APIS:
+            listener = getattr(getattr(conn, "server", None), "listener", None)
+            guard = self.control_plane_guard
+            code = (ErrorCode.cluster_authorization_failed if guard is None
+                    else await guard.admit(request, listener))
+            if code != ErrorCode.none:
+                self.bad_input.warning(f"control-plane-{api_key}", "refusing API %d from %s on listener %s: %s",
+                                       api_key, peer, listener, code.name)
+                return [wire.encode_response(control_plane.refusal(api_key, code), correlation_id,
+                                             flexible_header=False)]
         try:
             result = await self.handlers[api_key](header, request)
         except CloseConnection:

@@ -20,6 +20,7 @@ from kio.static.primitive import i32, i64
 
 from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.config_manager import DynamicConfigManager
+from odradek.broker.control_plane import ControlPlaneGuard
 from odradek.broker.controller_channel import BrokerToControllerChannel
 from odradek.broker.dynamic_config import DynamicBrokerConfig
 from odradek.broker.group import txn_offsets
@@ -45,7 +46,7 @@ from odradek.broker.transaction.transaction_state_manager import (
 from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, process_logging
-from odradek.common.config import BrokerConfig, load_properties, parse_listeners
+from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
 from odradek.common.config_def import ConfigException
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
@@ -88,8 +89,7 @@ class KafkaServer:
     async def startup(self) -> None:
         config = self.config
         listeners = parse_listeners(config.listeners)
-        if not listeners:
-            raise ValueError("listeners is empty")
+        check_listeners(config)
         self.zk = BrokerZkClient(config)
         await self.zk.start()
         await self._load_dynamic_configs()
@@ -123,8 +123,10 @@ class KafkaServer:
             self.group_coordinator.manager.partition_for, self.metadata_apis.admin)
         self.group_apis.find_transaction_coordinator = self.transaction_apis.find_coordinator
         self.marker_writer.listeners.append(self._on_txn_marker)
+        guard = ControlPlaneGuard(config.control_plane_listener_name, lambda: self.zk.broker_epoch,
+                                  self.zk.get_controller_epoch)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
-                              self.producer_id_manager, self.transaction_apis)
+                              self.producer_id_manager, self.transaction_apis, guard)
         if config.transaction_partition_verification_enable:
             self.apis.transaction_verifier = TransactionVerifier(
                 config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
@@ -137,7 +139,7 @@ class KafkaServer:
 
         bound: dict[str, tuple[str, int]] = {}
         for name, host, port in listeners:
-            server = SocketServer(host, port, self.apis.handle, config.socket_request_max_bytes)
+            server = SocketServer(host, port, self.apis.handle, config.socket_request_max_bytes, listener=name)
             bound_port = await server.start()
             bound[name] = (host, bound_port)
             self.socket_servers.append(server)
@@ -260,19 +262,23 @@ class KafkaServer:
     def _advertised_endpoints(self, bound: dict[str, tuple[str, int]]) -> list[EndPoint]:
         """advertised.listeners, else listeners; port 0 means the port actually bound."""
         source = self.config.advertised_listeners or self.config.listeners
+        protocols = parse_protocol_map(self.config.listener_security_protocol_map)
         out = []
         for name, host, port in parse_listeners(source):
             if port == 0 and name in bound:
                 port = bound[name][1]
             if host in ("", "0.0.0.0", "::") and name in bound:
                 host = bound[name][0] if bound[name][0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
-            protocol = name if name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL") else "PLAINTEXT"
-            out.append(EndPoint(host=host, port=port, listener=name, security_protocol=protocol))
+            out.append(EndPoint(host=host, port=port, listener=name, security_protocol=protocols.get(name, "PLAINTEXT")))
         return out
 
     @property
     def port(self) -> int:
         return self.socket_servers[0].port
+
+    @property
+    def control_plane_port(self) -> int:
+        return next(s.port for s in self.socket_servers if s.listener == self.config.control_plane_listener_name)
 
     async def controlled_shutdown(self) -> bool:
         """Kafka's controlled shutdown: ask the controller to move our leaderships away (and take us
@@ -417,6 +423,32 @@ class KafkaServer:
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
         log.info("broker %d stopped", self.config.broker_id)
+
+
+def check_listeners(config: BrokerConfig) -> None:
+    """Kafka's listener rules, and the control plane's: every listener named in
+    listener.security.protocol.map, control.plane.listener.name among the listeners and the
+    advertised listeners, and it alone for controller requests (so not the only listener)."""
+    listeners = parse_listeners(config.listeners)
+    if not listeners:
+        raise ValueError("listeners is empty")
+    protocols = parse_protocol_map(config.listener_security_protocol_map)
+    names = [name for name, _, _ in listeners]
+    for name in names:
+        if name not in protocols:
+            raise ValueError(f"listener {name} is not in listener.security.protocol.map "
+                             f"({config.listener_security_protocol_map})")
+    plane = config.control_plane_listener_name
+    if plane not in names:
+        raise ValueError(f"control.plane.listener.name {plane} is not among listeners ({config.listeners}): "
+                         "controller requests are accepted on that listener only")
+    if len(set(names)) < 2:
+        raise ValueError(f"listeners ({config.listeners}) need a client listener besides {plane}")
+    if config.advertised_listeners:
+        advertised = [name for name, _, _ in parse_listeners(config.advertised_listeners)]
+        if plane not in advertised:
+            raise ValueError(f"advertised.listeners ({config.advertised_listeners}) must include {plane}: "
+                             "the controller connects to it as advertised")
 
 
 async def run(config: BrokerConfig) -> int:

@@ -514,6 +514,26 @@ class BrokerZkClient:
 
     # --- the active controller ------------------------------------------------------------------
 
+    async def get_controller_epoch(self) -> tuple[int, int] | None:
+        """(epoch of `/controller_epoch`, controller id of `/controller`) as ZooKeeper's leader has
+        them (a sync first: this broker's server may lag); None when either is missing. Each call waits
+        at most zookeeper.connection.timeout.ms (TimeoutError)."""
+        def get() -> tuple[bytes, bytes] | None:
+            calls = self._calls()
+            calls.wait(calls.zk.sync_async(zk_data.CONTROLLER_EPOCH))
+            try:
+                return calls.get(zk_data.CONTROLLER_EPOCH)[0], calls.get(zk_data.CONTROLLER)[0]
+            except NoNodeError:
+                return None
+
+        data = await asyncio.to_thread(get)
+        if data is None:
+            return None
+        try:
+            return zk_data.decode_controller_epoch(data[0]), zk_data.decode_controller(data[1]).controller_id
+        except (ValueError, KeyError):
+            return None
+
     async def get_controller(self, on_change=None, timeout_s: float | None = None) -> ControllerInfo | None:
         """The active controller from `/controller`; None when there is none (or it is unreadable).
 

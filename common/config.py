@@ -176,10 +176,20 @@ class BrokerConfig(ZkClientConfig):
     """The broker's rack (rack-aware replica assignment)."""
     log_dirs: Annotated[str, Kafka(LIST)] = Field("/tmp/kafka-logs", alias="log.dirs")
     """Directories of the partition logs."""
-    listeners: Annotated[str, Kafka(LIST)] = Field("PLAINTEXT://127.0.0.1:9092", alias="listeners")
-    """Where the broker listens: NAME://host:port,..."""
+    listeners: Annotated[str, Kafka(LIST)] = Field("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9091",
+                                                   alias="listeners")
+    """Where the broker listens: NAME://host:port,... (the control-plane listener among them)."""
     advertised_listeners: Annotated[str | None, Kafka(LIST)] = Field(None, alias="advertised.listeners")
     """What the broker publishes for clients, when not its listeners."""
+    listener_security_protocol_map: str = Field(
+        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        alias="listener.security.protocol.map",
+    )
+    """Listener name → security protocol; every listener's name must be here (Kafka's rule)."""
+    control_plane_listener_name: str = Field("CONTROLLER", alias="control.plane.listener.name")
+    """The one listener that takes controller requests (LeaderAndIsr, StopReplica, UpdateMetadata);
+    required here, where Kafka falls back to the inter-broker listener: on any other listener a
+    client could change replica state (see broker/control_plane)."""
 
     num_partitions: Annotated[int, _ms(INT, 1)] = Field(1, alias="num.partitions")
     """Partitions of a topic created without a count (auto-creation, CreateTopics -1)."""
@@ -412,6 +422,9 @@ names above it), apart from broker ids, which are StatefulSet ordinals and small
 
 class ControllerConfig(ZkClientConfig):
     controller_id: int = Field(alias="controller.id")
+    control_plane_listener_name: str = Field("CONTROLLER", alias="control.plane.listener.name")
+    """The brokers' listener the controller sends its requests to, found in each broker's
+    registration (as Kafka's controller does)."""
     listeners: str = Field("PLAINTEXT://127.0.0.1:9190", alias="listeners")
     """Where brokers send AlterPartition and ControlledShutdown; not 9093, which `odradek dev` brokers use."""
     default_replication_factor: int = Field(1, alias="default.replication.factor")
@@ -447,6 +460,17 @@ def load_properties(path: str | Path | None, overrides: list[str] = ()) -> dict[
             raise ValueError(f"--override wants key=value, got {item!r}")
         props[key.strip()] = value.strip()
     return props
+
+
+def parse_protocol_map(value: str) -> dict[str, str]:
+    """`listener.security.protocol.map` (`NAME:PROTOCOL,...`) → {NAME: PROTOCOL}."""
+    out = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        name, sep, protocol = item.partition(":")
+        if not sep:
+            raise ValueError(f"listener.security.protocol.map entry {item!r} is not NAME:PROTOCOL")
+        out[name.strip()] = protocol.strip()
+    return out
 
 
 def parse_listeners(value: str) -> list[tuple[str, str, int]]:

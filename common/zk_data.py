@@ -89,6 +89,13 @@ class BrokerInfo:
     rack: str | None = None
     epoch: int = -1
 
+    def endpoint_named(self, listener: str) -> EndPoint | None:
+        """The endpoint of `listener`, or None (no fallback to another listener)."""
+        for ep in self.endpoints:
+            if ep.listener == listener:
+                return ep
+        return None
+
     def endpoint(self, listener: str = "PLAINTEXT") -> EndPoint:
         for ep in self.endpoints:
             if ep.listener == listener:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from odradek.common.client import NetworkClient
-from odradek.common.zk_data import BrokerInfo
+from odradek.common.zk_data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +22,10 @@ ResponseHook = Callable[[int, object, object], None]
 
 
 class _BrokerChannel:
-    def __init__(self, manager: ControllerChannelManager, info: BrokerInfo):
+    def __init__(self, manager: ControllerChannelManager, info: BrokerInfo, ep: EndPoint):
+        """`ep`: the broker's control-plane endpoint."""
         self.manager = manager
         self.info = info
-        ep = info.endpoint("PLAINTEXT")
         self.client = NetworkClient(
             ep.host, ep.port, client_id=f"controller-{manager.controller_id}", connect_attempts=1,
             connect_timeout=manager.request_timeout,
@@ -83,9 +83,13 @@ class ControllerChannelManager:
     """Per-broker senders. `gate` (an asyncio.Event) pauses all sending while it is clear: the
     controller clears it while its ZooKeeper session is suspended, when it may already be deposed."""
 
-    def __init__(self, controller_id: int, *, request_timeout: float = 30.0, backoff_ms: int = 100,
-                 backoff_max_ms: int = 1000, gate: asyncio.Event | None = None, on_response: ResponseHook | None = None):
+    def __init__(self, controller_id: int, *, listener: str = "CONTROLLER", request_timeout: float = 30.0,
+                 backoff_ms: int = 100, backoff_max_ms: int = 1000, gate: asyncio.Event | None = None,
+                 on_response: ResponseHook | None = None):
         self.controller_id = controller_id
+        self.listener = listener
+        """The brokers' control-plane listener (`control.plane.listener.name`): requests go to its
+        endpoint in each broker's registration, and to no other."""
         self.request_timeout = request_timeout
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
@@ -101,8 +105,14 @@ class ControllerChannelManager:
                 ch.stop()
                 del self.channels[b]
         for b, info in live.items():
-            if b not in self.channels:
-                self.channels[b] = _BrokerChannel(self, info)
+            if b in self.channels:
+                continue
+            ep = info.endpoint_named(self.listener)
+            if ep is None:
+                log.error("broker %d registers no %s endpoint (control.plane.listener.name); "
+                          "it cannot be sent controller requests", b, self.listener)
+                continue
+            self.channels[b] = _BrokerChannel(self, info, ep)
 
     def send(self, broker_id: int, payload: object) -> bool:
         """Queue a request; False (and dropped) if the broker has no channel (not live)."""

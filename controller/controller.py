@@ -271,7 +271,8 @@ class KafkaController:
     async def _run_active(self, zk: ControllerZkClient, gen: int, epoch: int, epoch_zk_version: int) -> None:
         log.info("controller %d: elected, epoch %d", self.controller_id, epoch)
         self.channels = ControllerChannelManager(
-            self.controller_id, request_timeout=self.request_timeout, gate=self._connected, on_response=self.on_response
+            self.controller_id, listener=self.config.control_plane_listener_name, request_timeout=self.request_timeout,
+            gate=self._connected, on_response=self.on_response,
         )
         self._acting = asyncio.create_task(self._act(zk, gen, epoch, epoch_zk_version), name="controller-active")
         try:

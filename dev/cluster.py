@@ -231,7 +231,8 @@ class LocalCluster:
         overrides = {
             "broker.id": str(i),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]}",
+            # the control plane on a free port: advertised in the registration as bound
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]},CONTROLLER://127.0.0.1:0",
             "log.dirs": str(self.data_dir / f"broker-{i}"),
         }
         overrides.update(self._broker_overrides)

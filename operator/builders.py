@@ -11,6 +11,9 @@ import json
 from odradek.operator.models import GROUP, KIND, VERSION, KafkaClusterSpec, Storage
 
 BROKER_PORT = 9092
+BROKER_CONTROL_PORT = 9091
+"""The brokers' control-plane listener (control.plane.listener.name=CONTROLLER): only the
+controller connects to it, as advertised in each broker's registration; no Service exposes it."""
 CONTROLLER_PORT = 9190  # the controller listener (ControllerConfig default), rendered explicitly
 ZK_CLIENT_PORT = 2181
 CONFIG_HASH = f"{GROUP}/config-hash"
@@ -219,7 +222,7 @@ def broker_properties(body: dict, spec: KafkaClusterSpec) -> dict:
                 "min.insync.replicas": min(2, spec.brokers.replicas)}
     return {**defaults, **spec.brokers.config,
             "zookeeper.connect": zookeeper_connect(body, spec),
-            "listeners": f"PLAINTEXT://0.0.0.0:{BROKER_PORT}",
+            "listeners": f"PLAINTEXT://0.0.0.0:{BROKER_PORT},CONTROLLER://0.0.0.0:{BROKER_CONTROL_PORT}",
             "log.dirs": f"{DATA_DIR}/logs"}
 
 
@@ -238,7 +241,8 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
     n = names(meta["name"])
     props = _properties(broker_properties(body, spec))
     config = _config_map(body, n["broker"], "broker", {"server.properties": props})
-    advertised = f"PLAINTEXT://${{POD_NAME}}.{n['broker_headless']}.${{POD_NAMESPACE}}.svc:{BROKER_PORT}"
+    pod_dns = f"${{POD_NAME}}.{n['broker_headless']}.${{POD_NAMESPACE}}.svc"
+    advertised = f"PLAINTEXT://{pod_dns}:{BROKER_PORT},CONTROLLER://{pod_dns}:{BROKER_CONTROL_PORT}"
     container = {
         "name": "broker", "image": spec.image,
         "command": ["sh", "-c",
@@ -246,7 +250,8 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
                     "--override broker.id=${POD_NAME##*-} "
                     f"--override advertised.listeners={advertised}"],
         "env": _pod_env(),
-        "ports": [{"name": "kafka", "containerPort": BROKER_PORT}],
+        "ports": [{"name": "kafka", "containerPort": BROKER_PORT},
+                  {"name": "control", "containerPort": BROKER_CONTROL_PORT}],
         # Ready = registered in ZooKeeper under its own id and serving on its listener.
         "readinessProbe": {"exec": {"command": [*PROBE, "broker", "--config", f"{CONFIG_DIR}/server.properties"]},
                            "periodSeconds": 10, "timeoutSeconds": 5},

@@ -24,6 +24,8 @@ OPERATOR_OWNED_KEYS = frozenset({
     "zookeeper.connect",
     "listeners",
     "advertised.listeners",
+    "listener.security.protocol.map",
+    "control.plane.listener.name",
     "log.dirs",
     "controller.id",
 })

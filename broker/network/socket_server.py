@@ -410,12 +410,14 @@ class SocketServer:
     """Listens on one (host, port) and feeds each connection's frames to `handler`."""
 
     def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int,
-                 pipelined_apis: frozenset[int] = frozenset({PRODUCE})):
+                 pipelined_apis: frozenset[int] = frozenset({PRODUCE}), *, listener: str = "PLAINTEXT"):
         self.pipelined_apis = pipelined_apis
         """API keys whose handlers may run while earlier ones of the same kind wait (see above):
         their handler must do its ordered work before its first await."""
         self.host = host
         self.port = port
+        self.listener = listener
+        """The listener's name (`listeners`): handlers may serve some APIs on some listeners only."""
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.connections: set[KafkaConnection] = set()

@@ -94,7 +94,7 @@ class BrokerProcess:
             f"broker.id={broker_id}",
             f"zookeeper.connect={zk_connect}",
             f"log.dirs={self.log_dir}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:0",
             "zookeeper.session.timeout.ms=6000",
             *overrides,
         ]
@@ -153,24 +153,59 @@ class BrokerProcess:
 
 
 class FakeController:
-    """Sends what the controller would, over the broker's listener; tracks epochs per partition."""
+    """Sends what the controller would, to the brokers' control-plane listener (as registered), with
+    each broker's own epoch; names itself the active controller in ZooKeeper (`/controller`,
+    `/controller_epoch`, which brokers check) and tracks epochs per partition."""
 
     def __init__(self, zk_connect: str, brokers: dict[int, int], controller_epoch: int = 1):
         self.zk_connect = zk_connect
-        self.brokers = brokers  # broker id → port
-        self.controller_epoch = controller_epoch
+        self.brokers = brokers  # broker id → client port
         self.leader_epochs: dict[tuple[str, int], int] = {}
         self._clients: dict[int, WireClient] = {}
+        self._broker_epochs: dict[int, int] = {}
         self.topics: dict[str, dict[int, tuple[int, ...]]] = {}
+        self._zk = KazooClient(hosts=zk_connect, timeout=10)
+        self._zk.start(timeout=10)
+        self._zk.ensure_path("/")
+        if not self._zk.exists(zk_data.CONTROLLER):
+            self._zk.create(zk_data.CONTROLLER, zk_data.encode_controller(zk_data.ControllerInfo(CONTROLLER_ID)))
+        self._controller_epoch = -1
+        self.controller_epoch = controller_epoch
+
+    @property
+    def controller_epoch(self) -> int:
+        return self._controller_epoch
+
+    @controller_epoch.setter
+    def controller_epoch(self, epoch: int) -> None:
+        """A new epoch, as an election would write it to ZooKeeper."""
+        data = zk_data.encode_controller_epoch(epoch)
+        if self._zk.exists(zk_data.CONTROLLER_EPOCH):
+            self._zk.set(zk_data.CONTROLLER_EPOCH, data)
+        else:
+            self._zk.create(zk_data.CONTROLLER_EPOCH, data)
+        self._controller_epoch = epoch
+
+    def broker_epoch(self, broker: int) -> int:
+        if broker not in self._broker_epochs:
+            self._registration(broker)
+        return self._broker_epochs[broker]
+
+    def _registration(self, broker: int) -> zk_data.BrokerInfo:
+        data, stat = self._zk.get(zk_data.broker_path(broker))
+        self._broker_epochs[broker] = stat.czxid
+        return zk_data.decode_broker(broker, data, stat.czxid)
 
     def client(self, broker: int) -> WireClient:
         if broker not in self._clients:
-            self._clients[broker] = WireClient(self.brokers[broker])
+            self._clients[broker] = WireClient(self._registration(broker).endpoint_named("CONTROLLER").port)
         return self._clients[broker]
 
     def close(self):
         for c in self._clients.values():
             c.close()
+        self._zk.stop()
+        self._zk.close()
 
     def live_brokers(self):
         return tuple(
@@ -211,7 +246,7 @@ class FakeController:
         request = LeaderAndIsrRequest(
             controller_id=CONTROLLER_ID,
             controller_epoch=self.controller_epoch if controller_epoch is None else controller_epoch,
-            broker_epoch=-1,
+            broker_epoch=self.broker_epoch(broker),
             topic_states=(LeaderAndIsrTopicState(topic_name=topic, partition_states=tuple(states)),),
             live_leaders=tuple(
                 LeaderAndIsrLiveLeader(broker_id=b, host_name="127.0.0.1", port=port) for b, port in self.brokers.items()
@@ -230,7 +265,7 @@ class FakeController:
             for p, replicas in sorted(partitions.items())
         )
         request = UpdateMetadataRequest(
-            controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=-1,
+            controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=self.broker_epoch(broker),
             topic_states=(UpdateMetadataTopicState(topic_name=topic, partition_states=states),),
             live_brokers=self.live_brokers(),
         )
@@ -252,7 +287,7 @@ class FakeController:
         request = StopReplicaRequest(
             controller_id=CONTROLLER_ID,
             controller_epoch=self.controller_epoch if controller_epoch is None else controller_epoch,
-            broker_epoch=-1, delete_partitions=delete,
+            broker_epoch=self.broker_epoch(broker), delete_partitions=delete,
             topics=(StopReplicaTopic(name=topic, partition_indexes=tuple(partitions)),),
         )
         return self.client(broker).request(request)

@@ -40,8 +40,8 @@ CONTROLLER_ID, CONTROLLER_EPOCH = 1000, 1
 class ControllerWire:
     """The controller's side of the broker protocol, over one socket to the broker."""
 
-    def __init__(self, port: int, broker_epoch: int):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    def __init__(self, port: int, control_port: int, broker_epoch: int):
+        self.sock = socket.create_connection(("127.0.0.1", control_port), timeout=10)
         self.port = port
         self.broker_epoch = broker_epoch
         self.correlation = 0
@@ -128,7 +128,8 @@ def broker(zookeeper, tmp_path):
     port = free_port()
     connect = f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}"
     overrides = {
-        "broker.id": "0", "zookeeper.connect": connect, "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "broker.id": "0", "zookeeper.connect": connect,
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:0",
         "log.dirs": str(tmp_path / "logs"), "zookeeper.session.timeout.ms": "6000", "num.partitions": "2",
     }
     argv = [sys.executable, "-m", "odradek.cli", "broker"]
@@ -149,8 +150,13 @@ def broker(zookeeper, tmp_path):
             assert process.poll() is None, log_path.read_text()
             return zk.exists(zk_data.broker_path(0))
 
-        stat = poll(registered, 60)
-        controller = ControllerWire(port, stat.czxid)
+        poll(registered, 60)
+        data, stat = zk.get(zk_data.broker_path(0))
+        control_port = zk_data.decode_broker(0, data).endpoint_named("CONTROLLER").port
+        # what an elected controller leaves in ZooKeeper, which the broker checks
+        zk.create(zk_data.CONTROLLER, zk_data.encode_controller(zk_data.ControllerInfo(CONTROLLER_ID)))
+        zk.create(zk_data.CONTROLLER_EPOCH, zk_data.encode_controller_epoch(CONTROLLER_EPOCH))
+        controller = ControllerWire(port, control_port, stat.czxid)
         controller.update_metadata({})  # a new broker gets full metadata first
         yield port, zk, controller
         controller.close()

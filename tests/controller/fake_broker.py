@@ -60,7 +60,8 @@ class FakeBroker:
         self._zk = KazooClient(hosts=self.zk_connect, timeout=10)
         self._zk.start(timeout=10)
         self._zk.ensure_path(z.BROKER_IDS)
-        info = z.BrokerInfo(self.broker_id, (z.EndPoint("127.0.0.1", self.port),))
+        info = z.BrokerInfo(self.broker_id, (z.EndPoint("127.0.0.1", self.port),
+                                             z.EndPoint("127.0.0.1", self.port, "CONTROLLER")))
         self._zk.create(z.broker_path(self.broker_id), z.encode_broker(info), ephemeral=True)
 
     def unregister(self) -> None:

@@ -141,9 +141,9 @@ PRODUCE_OPTS = ["-X", "acks=1", "-X", "linger.ms=5", "-X", "queue.buffering.max.
 CONSUME_OPTS = ["-X", "queued.min.messages=1000000"]
 
 
-def kcat_produce(bootstrap: str, topic: str, data: Path, records: int, size: int) -> Result:
+def kcat_produce(bootstrap: str, topic: str, data: Path, records: int, size: int, opts: list[str]) -> Result:
     start = time.perf_counter()
-    subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-l", *PRODUCE_OPTS, str(data)],
+    subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-l", *opts, str(data)],
                    check=True, timeout=900, stdout=subprocess.DEVNULL)
     return Result(records, records * size, time.perf_counter() - start)
 
@@ -186,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=32, help="partitions of every topic (both targets)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is reported")
     parser.add_argument("--work-dir", default=None, help="record files and Odradek's data (default: a temp dir)")
+    parser.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                        help="kcat's compression.codec for produce (both targets)")
     args = parser.parse_args(argv)
+    produce_opts = [*PRODUCE_OPTS, "-X", f"compression.codec={args.compression}"]
     if shutil.which("kcat") is None:
         print("kcat not found: run `make setup`", file=sys.stderr)
         return 2
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         if not files[size].exists() or files[size].stat().st_size != n * (size + 1):
             write_records(files[size], n, size)
 
-    print(f"kcat -P {PRODUCE_OPTS}, -C {CONSUME_OPTS}; {args.partitions} partitions; median of {args.repeat}; "
+    print(f"kcat -P {produce_opts}, -C {CONSUME_OPTS}; {args.partitions} partitions; median of {args.repeat}; "
           f"work dir {work}", flush=True)
     results: dict[tuple[str, str, int], list[Result]] = {}
     targets = {}
@@ -217,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, target in targets.items():
                     topic = f"bench-{size}-{rep}"
                     target.create_topic(topic, args.partitions)
-                    p = kcat_produce(target.bootstrap, topic, files[size], n, size)
+                    p = kcat_produce(target.bootstrap, topic, files[size], n, size, produce_opts)
                     c = kcat_consume(target.bootstrap, topic, n, size)
                     results.setdefault((name, "produce", size), []).append(p)
                     results.setdefault((name, "consume", size), []).append(c)

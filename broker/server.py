@@ -31,7 +31,7 @@ from odradek.broker.kafka_apis import KafkaApis
 from odradek.broker.log import LogManager
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
-from odradek.broker.network.socket_server import SocketServer
+from odradek.broker.network.socket_server import ConnectionLimits, SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.transaction.marker_channel import TransactionMarkerChannel
@@ -138,8 +138,11 @@ class KafkaServer:
         self.transaction_coordinator.startup()
 
         bound: dict[str, tuple[str, int]] = {}
+        limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
+                                  config.connections_max_idle_ms, config.queued_max_request_bytes)
         for name, host, port in listeners:
-            server = SocketServer(host, port, self.apis.handle, config.socket_request_max_bytes, listener=name)
+            server = SocketServer(host, port, self.apis.handle, config.socket_request_max_bytes, listener=name,
+                                  limits=limits)
             bound_port = await server.start()
             bound[name] = (host, bound_port)
             self.socket_servers.append(server)

@@ -13,10 +13,13 @@ import itertools
 import logging
 
 from . import wire
+from .framing import FrameDecoder, FrameSizeError
 
 log = logging.getLogger(__name__)
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+RECV_BUFFER = 64 * 1024
+"""Frames up to this size are parsed out of one reused buffer; larger ones get their own."""
 
 
 class _Pending:
@@ -28,30 +31,18 @@ class _Pending:
         self.future = future
 
 
-RECV_BUFFER = 64 * 1024
-"""Frames up to this size are parsed out of one reused buffer; larger ones get their own."""
-
-
-LARGE_BUFFER_STEP = 1 << 20
-"""Own buffers of large frames are sized in steps of this, so one fits the next few frames."""
-
 class _ClientProtocol(asyncio.BufferedProtocol):
-    """Splits the byte stream into frames and completes the matching pending request.
+    """Splits the byte stream into frames (common/framing's FrameDecoder, shared with the
+    server) and completes the matching pending request.
 
     A large response (a replica fetch of megabytes) is received straight into a buffer of its
-    own, sized from its length prefix: no concatenating and slicing of a growing buffer. That
-    buffer is reused (`NetworkClient.recycle`) once its reader is done with it: a fresh one of
-    megabytes per response costs page faults and zeroing on every round trip."""
+    own. That buffer is reused (`NetworkClient.recycle`) once its reader is done with it: a fresh
+    one of megabytes per response costs page faults and zeroing on every round trip."""
 
     def __init__(self, owner: NetworkClient):
         self.owner = owner
         self.transport: asyncio.Transport | None = None
-        self._buf = bytearray(RECV_BUFFER)
-        self._end = 0
-        self._frame: bytearray | None = None
-        self._frame_size = 0
-        self._fill = 0
-        self.spare: bytearray | None = None
+        self.decoder = FrameDecoder(MAX_RESPONSE_BYTES, min_size=4, recv_buffer=RECV_BUFFER, trust_sizes=True)
         self.pending: dict[int, _Pending] = {}
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -59,57 +50,20 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.transport = transport
 
     def get_buffer(self, sizehint: int):
-        if self._frame is not None:
-            return memoryview(self._frame)[self._fill : self._frame_size]
-        return memoryview(self._buf)[self._end:]
+        return self.decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._fill += nbytes
-            if self._fill == self._frame_size:
-                frame, self._frame = self._frame, None
-                self._complete(memoryview(frame)[: self._frame_size])
+        try:
+            frames = self.decoder.buffer_updated(nbytes)
+        except FrameSizeError as e:
+            self._abort(ConnectionError(f"bad response frame size {e.size}"))
             return
-        self._end += nbytes
-        self._parse()
+        for frame in frames:
+            self._complete(frame)
 
     def keep_spare(self, buffer) -> None:
-        """Keep a large frame's buffer for the next one: the larger of it and the current spare."""
-        if isinstance(buffer, bytearray) and (self.spare is None or len(buffer) > len(self.spare)):
-            self.spare = buffer
-
-    def _large_buffer(self, size: int) -> bytearray:
-        spare, self.spare = self.spare, None
-        if spare is not None and len(spare) >= size:
-            return spare
-        return bytearray(-(-size // LARGE_BUFFER_STEP) * LARGE_BUFFER_STEP)
-
-    def _parse(self) -> None:
-        buf, start = self._buf, 0
-        while self._end - start >= 4:
-            (size,) = wire.SIZE.unpack_from(buf, start)
-            if size < 4 or size > MAX_RESPONSE_BYTES:
-                self._abort(ConnectionError(f"bad response frame size {size}"))
-                return
-            body = start + 4
-            if self._end - body >= size:
-                start = body + size
-                with memoryview(buf) as view:
-                    frame = bytes(view[body:start])
-                self._complete(frame)
-                continue
-            if 4 + size > len(buf):  # too big for the shared buffer: give it its own
-                have = self._end - body
-                self._frame = self._large_buffer(size)
-                self._frame_size = size
-                self._frame[:have] = buf[body:self._end]
-                self._fill = have
-                start = self._end
-            break
-        if start:
-            remaining = self._end - start
-            buf[:remaining] = buf[start:self._end]
-            self._end = remaining
+        """Keep a large frame's buffer for the next one (the larger of it and the current spare)."""
+        self.decoder.recycle(buffer)
 
     def _complete(self, frame: bytes | memoryview):
         """`frame` is bytes, or a view of a large buffer that goes back to `spare` unless the

@@ -186,6 +186,12 @@ class BrokerConfig(ZkClientConfig):
         alias="listener.security.protocol.map",
     )
     """Listener name → security protocol; every listener's name must be here (Kafka's rule)."""
+    connections_max_idle_ms: int = Field(600_000, alias="connections.max.idle.ms")
+    max_connections: int = Field(2147483647, alias="max.connections")
+    max_connections_per_ip: int = Field(2147483647, alias="max.connections.per.ip")
+    queued_max_request_bytes: int = Field(512 * 1024 * 1024, alias="queued.max.request.bytes")
+    """Bytes received and not yet handled, per listener; reading pauses beyond it. Kafka's
+    default is -1 (unbounded); bounded here so that clients cannot run the broker out of memory."""
     control_plane_listener_name: str = Field("CONTROLLER", alias="control.plane.listener.name")
     """The one listener that takes controller requests (LeaderAndIsr, StopReplica, UpdateMetadata);
     required here, where Kafka falls back to the inter-broker listener: on any other listener a

@@ -1,18 +1,25 @@
 """The broker's socket server: Kafka framing over asyncio.BufferedProtocol, answers in request order.
 
-Bytes are received straight into the frame's own buffer where possible (small frames share one
-receive buffer and are sliced out once; a large frame gets a bytearray of its exact size that the
-socket fills directly), so a 1 MiB produce request is copied once, by kio, and no more.
+Framing is common/framing's FrameDecoder (sans I/O, shared with the client): bytes are received
+straight into its buffers, so a 1 MiB produce request is copied once, by kio, and no more, and
+memory follows the bytes that arrived, never a claimed size.
 
 Like Kafka's "muted channel", a connection handles its requests in order and answers them in
 order; reading continues meanwhile into a bounded queue (reading pauses when it is full). One
-departure from Kafka, for acks=all throughput: Produce requests are pipelined. A Produce request
-is started while earlier Produce requests of the connection still wait in the purgatory for
-replication (up to MAX_IN_FLIGHT of them), so a client with many requests in flight gets one
-replication round trip per window of requests rather than per request. Appends still happen in
-arrival order, because the handler appends before its first await and tasks start in creation
-order. Every other request is a barrier, as before: it starts once everything before it has been
-answered, and nothing after it starts until it has been answered.
+departure from Kafka, for acks=all throughput: Produce requests are pipelined (the policy is
+broker/network/pipeline.RequestPipeline). A Produce request is started while earlier Produce
+requests of the connection still wait in the purgatory for replication (up to MAX_IN_FLIGHT of
+them), so a client with many requests in flight gets one replication round trip per window of
+requests rather than per request. Appends still happen in arrival order, because the handler
+appends before its first await and tasks start in creation order. Every other request is a
+barrier: it starts once everything before it has been answered, and nothing after it starts until
+it has been answered.
+
+Resources are bounded (issue 11, finding 6), with Kafka's keys: `connections.max.idle.ms` closes a
+connection with nothing to do for that long; `max.connections` and `max.connections.per.ip` close
+new connections beyond them; bytes received and not yet handled are bounded per connection
+(MAX_QUEUED_BYTES) and for the whole listener (`queued.max.request.bytes`): reading pauses beyond
+either and resumes as requests are handled.
 
 A response is a list of chunks: bytes, written as they are, and file regions (`.file`,
 `.position`, `.size`), sent with sendfile so record data never enters Python. Writes bypass the
@@ -25,15 +32,16 @@ import collections
 import logging
 import os
 import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from odradek.common.framing import FrameDecoder, FrameSizeError
+
+from .pipeline import RequestPipeline
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
-RECV_BUFFER = 256 * 1024
-"""Shared receive buffer; frames larger than half of it get a buffer of their own."""
 MAX_QUEUED_BYTES = 32 * 1024 * 1024
 """Read-ahead bound per connection: reading pauses while this much is waiting to be handled."""
 SENDFILE_MIN = 64 * 1024
@@ -119,27 +127,34 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = None
         self._fd = -1
         """The socket's descriptor, for writes that bypass the transport while it is idle."""
-        self._buf = bytearray(RECV_BUFFER)
-        self._view = memoryview(self._buf)
-        self._start = 0
-        self._end = 0
-        self._big: bytearray | None = None
-        self._big_fill = 0
+        self._decoder = FrameDecoder(server.max_request_bytes)
         self._frames: collections.deque = collections.deque()
         self._queued = 0
+        self._held = 0
+        """Bytes this connection holds (queued frames + the frame being received), as counted
+        in the server's total."""
         self._reading_paused = False
         self._closed = False
         self._wake: asyncio.Future | None = None
         self._can_write: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
-        self._inflight: collections.deque[asyncio.Task] = collections.deque()
+        self._pipeline: RequestPipeline[asyncio.Task] = RequestPipeline(MAX_IN_FLIGHT)
         self._pipelined = server.pipelined_apis
+        self._busy = False
+        """A barrier request is being handled (the connection is not idle)."""
+        self.last_active = time.monotonic()
 
     # --- asyncio callbacks --------------------------------------------------------------------
 
     def connection_made(self, transport):
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            self.server.bad_input.warning("limit", "closing connection from %s: %s", self.peer, refusal)
+            self._closed = True
+            transport.abort()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             self._fd = sock.fileno()
@@ -150,29 +165,56 @@ class KafkaConnection(asyncio.BufferedProtocol):
             except OSError:
                 pass
         transport.set_write_buffer_limits(high=SOCKET_BUFFER_BYTES)
-        self.server.connections.add(self)
+        self.server.add(self)
         self._task = self.loop.create_task(self._run())
 
     def get_buffer(self, sizehint: int):
-        if self._big is not None:
-            return memoryview(self._big)[self._big_fill :]
-        if self._end == len(self._buf):
-            self._compact()
-        return self._view[self._end :]
+        return self._decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._big is not None:
-            self._big_fill += nbytes
-            if self._big_fill == len(self._big):
-                self._enqueue(memoryview(self._big).toreadonly())
-                self._big = None
+        self.last_active = time.monotonic()
+        try:
+            frames = self._decoder.buffer_updated(nbytes)
+        except FrameSizeError as e:
+            self.server.bad_input.warning(
+                "size", "closing connection from %s: request size %d outside [0, %d] (socket.request.max.bytes)",
+                self.peer, e.size, self.server.max_request_bytes,
+            )
+            self.close()
             return
-        self._end += nbytes
-        self._parse()
+        for frame in frames:
+            self._frames.append(frame if isinstance(frame, bytes) else frame.toreadonly())
+            self._queued += len(frame)
+        if frames:
+            self._wakeup()
+        self._account()
+
+    def _account(self) -> None:
+        """Brings the server's count of held bytes up to date; pauses or resumes reading."""
+        held = 0 if self._closed else self._queued + self._decoder.buffered
+        self.server.held_bytes += held - self._held
+        self._held = held
+        if self._closed:
+            return
+        over = self._queued > MAX_QUEUED_BYTES or self.server.over_limit()
+        if over and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+            self.server.paused.add(self)
+        elif not over and self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
+            self._reading_paused = False
+            self.server.paused.discard(self)
+            self.transport.resume_reading()
+
+    def idle(self, now: float, idle_s: float) -> bool:
+        """Nothing to do for `idle_s`: no bytes arrived, nothing queued or in progress."""
+        return (now - self.last_active > idle_s and not self._frames and not len(self._pipeline)
+                and not self._busy)
 
     def connection_lost(self, exc):
         self._closed = True
-        self.server.connections.discard(self)
+        self.server.discard(self)
+        self._account()
         self._wakeup()
         if self._can_write is not None and not self._can_write.done():
             self._can_write.set_result(None)
@@ -187,57 +229,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._can_write is not None and not self._can_write.done():
             self._can_write.set_result(None)
 
-    # --- framing ------------------------------------------------------------------------------
-
-    def _compact(self) -> None:
-        n = self._end - self._start
-        if self._start:
-            self._buf[0:n] = self._buf[self._start : self._end]
-        self._start, self._end = 0, n
-
-    def _parse(self) -> None:
-        buf = self._buf
-        while not self._closed:
-            avail = self._end - self._start
-            if avail < 4:
-                break
-            (size,) = _SIZE.unpack_from(buf, self._start)
-            if size < 0 or size > self.server.max_request_bytes:
-                self.server.bad_input.warning(
-                    "size",
-                    "closing connection from %s: request size %d outside [0, %d] (socket.request.max.bytes)",
-                    self.peer,
-                    size,
-                    self.server.max_request_bytes,
-                )
-                self.close()
-                return
-            body_start = self._start + 4
-            if avail - 4 >= size:
-                self._enqueue(bytes(self._view[body_start : body_start + size]))
-                self._start = body_start + size
-                continue
-            if size > len(buf) // 2:
-                # A large frame: give it a buffer of its own that the socket fills directly.
-                big = bytearray(size)
-                have = self._end - body_start
-                big[0:have] = buf[body_start : self._end]
-                self._big, self._big_fill = big, have
-                self._start = self._end = 0
-            elif size + 4 > len(buf) - self._start:
-                self._compact()
-            break
-        if self._start == self._end:
-            self._start = self._end = 0
-
-    def _enqueue(self, frame) -> None:
-        self._frames.append(frame)
-        self._queued += len(frame)
-        if self._queued > MAX_QUEUED_BYTES and not self._reading_paused and not self._closed:
-            self._reading_paused = True
-            self.transport.pause_reading()
-        self._wakeup()
-
     def _wakeup(self) -> None:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
@@ -248,19 +239,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return len(frame) >= 2 and (frame[0] << 8 | frame[1]) in self._pipelined
 
     def _on_inflight_done(self, task: asyncio.Task) -> None:
+        self._pipeline.finish(task)
         self._wakeup()
 
     async def _run(self) -> None:
-        inflight = self._inflight
+        pipeline = self._pipeline
         try:
             while True:
                 # answer the finished pipelined requests at the head, in request order, together
-                while inflight and inflight[0].done():
-                    await self._send_done(inflight)
+                done = pipeline.answerable()
+                if done:
+                    await self._send_done(done)
                 if self._closed:
                     return
                 frame = self._frames[0] if self._frames else None
-                if frame is None or (inflight and (len(inflight) >= MAX_IN_FLIGHT or not self._is_pipelined(frame))):
+                if frame is None or not pipeline.may_start(self._is_pipelined(frame)):
                     # nothing to start yet: wait for a frame or for an in-flight request to finish
                     self._wake = self.loop.create_future()
                     await self._wake
@@ -268,17 +261,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     continue
                 self._frames.popleft()
                 self._queued -= len(frame)
-                if self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
-                    self._reading_paused = False
-                    self.transport.resume_reading()
+                self._account()
+                self.server.resume_paused()
                 if self._is_pipelined(frame):
                     task = self.loop.create_task(self.server.handler(frame, self))
+                    pipeline.start(task, pipelined=True)
                     task.add_done_callback(self._on_inflight_done)
-                    inflight.append(task)
                     continue
-                response = await self.server.handler(frame, self)
-                if response:
-                    await self._send(response)
+                # a barrier: nothing else is in flight, and nothing starts until it is answered
+                self._busy = True
+                try:
+                    response = await self.server.handler(frame, self)
+                    if response:
+                        await self._send(response)
+                finally:
+                    self._busy = False
+                    self.last_active = time.monotonic()
         except CloseConnection:
             self.close()
         except asyncio.CancelledError:
@@ -292,15 +290,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close()
         finally:
             # requests in flight are abandoned with the connection, as a one-at-a-time one was
-            while inflight:
-                task = inflight.popleft()
+            for task in pipeline.abandon():
                 if not task.done():
                     task.cancel()
                 elif not task.cancelled():
                     task.exception()  # retrieved: an abandoned request's failure is not news
 
-    async def _send_done(self, inflight: collections.deque) -> None:
-        """Answers the finished requests at the head of `inflight` with one write.
+    async def _send_done(self, done: list[asyncio.Task]) -> None:
+        """Answers finished requests (in request order) with one write.
 
         Pipelined Produce requests finish together (one high-watermark move releases many), and a
         send per answer would cost a syscall here and a wakeup of the client each. A request that
@@ -308,9 +305,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """
         chunks: list = []
         failure = None
-        while inflight and inflight[0].done():
+        for task in done:
             try:
-                response = inflight.popleft().result()
+                response = task.result()
             except BaseException as e:
                 failure = e
                 break
@@ -318,6 +315,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 chunks += response
         if chunks:
             await self._send(chunks)
+            self.last_active = time.monotonic()
         if failure is not None:
             raise failure
 
@@ -406,11 +404,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.transport.close()
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Kafka's connection and request-memory keys (the broker's BrokerConfig carries them)."""
+
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    connections_max_idle_ms: int = 600_000
+    queued_max_request_bytes: int = -1
+    """Bytes received and not yet handled, across the listener's connections; -1: unbounded."""
+
+
 class SocketServer:
     """Listens on one (host, port) and feeds each connection's frames to `handler`."""
 
     def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int,
-                 pipelined_apis: frozenset[int] = frozenset({PRODUCE}), *, listener: str = "PLAINTEXT"):
+                 pipelined_apis: frozenset[int] = frozenset({PRODUCE}), *, listener: str = "PLAINTEXT",
+                 limits: ConnectionLimits = ConnectionLimits()):
         self.pipelined_apis = pipelined_apis
         """API keys whose handlers may run while earlier ones of the same kind wait (see above):
         their handler must do its ordered work before its first await."""
@@ -420,9 +430,67 @@ class SocketServer:
         """The listener's name (`listeners`): handlers may serve some APIs on some listeners only."""
         self.handler = handler
         self.max_request_bytes = max_request_bytes
+        self.limits = limits
         self.connections: set[KafkaConnection] = set()
+        self._per_ip: collections.Counter = collections.Counter()
+        self.held_bytes = 0
+        """Bytes received and not yet handled, over every connection."""
+        self.paused: set[KafkaConnection] = set()
         self.bad_input = RateLimitedLog(log)
         self._server: asyncio.base_events.Server | None = None
+        self._reaper: asyncio.Task | None = None
+
+    # --- limits ---------------------------------------------------------------------------------
+
+    def admit(self, conn: KafkaConnection) -> str | None:
+        """Why a new connection is refused (max.connections, max.connections.per.ip), or None."""
+        limits = self.limits
+        if len(self.connections) >= limits.max_connections:
+            return f"{len(self.connections)} connections (max.connections)"
+        ip = _ip(conn.peer)
+        if self._per_ip[ip] >= limits.max_connections_per_ip:
+            return f"{self._per_ip[ip]} connections from {ip} (max.connections.per.ip)"
+        return None
+
+    def add(self, conn: KafkaConnection) -> None:
+        self.connections.add(conn)
+        self._per_ip[_ip(conn.peer)] += 1
+
+    def discard(self, conn: KafkaConnection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            ip = _ip(conn.peer)
+            self._per_ip[ip] -= 1
+            if self._per_ip[ip] <= 0:
+                del self._per_ip[ip]
+        self.paused.discard(conn)
+
+    def over_limit(self) -> bool:
+        bound = self.limits.queued_max_request_bytes
+        return 0 <= bound < self.held_bytes
+
+    def resume_paused(self) -> None:
+        """Connections paused for the listener-wide bound read again once below half of it."""
+        bound = self.limits.queued_max_request_bytes
+        if self.paused and (bound < 0 or self.held_bytes <= bound // 2):
+            for conn in list(self.paused):
+                conn._account()
+
+    async def _reap_idle(self) -> None:
+        """Closes connections idle longer than connections.max.idle.ms (Kafka's Selector does it
+        on every poll; a sweep a few times per idle period is enough here)."""
+        idle_s = self.limits.connections_max_idle_ms / 1000
+        interval = min(max(idle_s / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if conn.idle(now, idle_s):
+                    log.debug("closing connection from %s: idle for more than %.0f ms", conn.peer,
+                              self.limits.connections_max_idle_ms)
+                    conn.close()
+
+    # --- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> int:
         """Starts listening; returns the bound port (useful when configured as 0)."""
@@ -431,6 +499,8 @@ class SocketServer:
             lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=128
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.limits.connections_max_idle_ms >= 0:
+            self._reaper = loop.create_task(self._reap_idle(), name=f"idle-reaper-{self.port}")
         return self.port
 
     def stop_accepting(self) -> None:
@@ -448,9 +518,15 @@ class SocketServer:
     async def stop(self) -> None:
         """Stops accepting, closes every connection (requests in flight are abandoned)."""
         self.stop_accepting()
+        if self._reaper is not None:
+            self._reaper.cancel()
         self.close_connections()
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 5)
             except TimeoutError:
                 log.warning("socket server did not close within 5 s")
+
+
+def _ip(peer) -> str:
+    return peer[0] if isinstance(peer, tuple) and peer else str(peer)

@@ -167,8 +167,9 @@ class FakeController:
         self._zk = KazooClient(hosts=zk_connect, timeout=10)
         self._zk.start(timeout=10)
         self._zk.ensure_path("/")
-        if not self._zk.exists(zk_data.CONTROLLER):
-            self._zk.create(zk_data.CONTROLLER, zk_data.encode_controller(zk_data.ControllerInfo(CONTROLLER_ID)))
+        if not self._zk.exists(zk_data.CONTROLLER):  # ephemeral, as an elected controller's
+            self._zk.create(zk_data.CONTROLLER, zk_data.encode_controller(zk_data.ControllerInfo(CONTROLLER_ID)),
+                            ephemeral=True)
         self._controller_epoch = -1
         self.controller_epoch = controller_epoch
 

@@ -153,8 +153,10 @@ def broker(zookeeper, tmp_path):
         poll(registered, 60)
         data, stat = zk.get(zk_data.broker_path(0))
         control_port = zk_data.decode_broker(0, data).endpoint_named("CONTROLLER").port
-        # what an elected controller leaves in ZooKeeper, which the broker checks
-        zk.create(zk_data.CONTROLLER, zk_data.encode_controller(zk_data.ControllerInfo(CONTROLLER_ID)))
+        # what an elected controller leaves in ZooKeeper, which the broker checks; ephemeral, as a
+        # controller's is: gone with this session, the broker shuts down without waiting for it
+        zk.create(zk_data.CONTROLLER, zk_data.encode_controller(zk_data.ControllerInfo(CONTROLLER_ID)),
+                  ephemeral=True)
         zk.create(zk_data.CONTROLLER_EPOCH, zk_data.encode_controller_epoch(CONTROLLER_EPOCH))
         controller = ControllerWire(port, control_port, stat.czxid)
         controller.update_metadata({})  # a new broker gets full metadata first

@@ -10,7 +10,10 @@ Odradek does the same and adds ZooKeeper as the judge of who the controller is:
 1. Listener: accepted only on the control-plane listener; elsewhere CLUSTER_AUTHORIZATION_FAILED
    (Kafka's answer to a client without CLUSTER_ACTION).
 2. Broker epoch: only this broker's own registration epoch (the czxid of `/brokers/ids/<id>`), else
-   STALE_BROKER_EPOCH; -1 ("unknown", which Kafka lets through for old controllers) included.
+   STALE_BROKER_EPOCH; -1 ("unknown", which Kafka lets through for old controllers) included. The
+   controller sees a (re-)registration as soon as ZooKeeper has it, possibly before the broker
+   has stored the epoch its create returned (Kafka processes no request before registering): a
+   request for a newer epoch than the broker knows waits, up to REGISTRATION_WAIT_S, for it.
 3. Controller epoch: a lower epoch than the one adopted is STALE_CONTROLLER_EPOCH; the adopted
    (epoch, controller id) passes; anything else is adopted only if ZooKeeper confirms it:
    `/controller_epoch` holds that epoch and `/controller` names that controller.
@@ -18,6 +21,7 @@ Odradek does the same and adds ZooKeeper as the judge of who the controller is:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -32,6 +36,9 @@ CONTROL_PLANE_APIS = frozenset({LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA})
 """Requests only the active controller may send a broker (Kafka's CLUSTER_ACTION requests)."""
 
 ACCEPT, STALE, CONFIRM = "accept", "stale", "confirm"
+
+REGISTRATION_WAIT_S = 10.0
+"""How long a request for a broker epoch newer than ours waits for our registration to finish."""
 
 ControllerReader = Callable[[], Awaitable[tuple[int, int] | None]]
 """Reads (epoch of `/controller_epoch`, controller id of `/controller`) from ZooKeeper; None when
@@ -56,19 +63,43 @@ def confirmed(zk_state: tuple[int, int] | None, epoch: int, controller_id: int) 
 class ControlPlaneGuard:
     """Applies the three gates; `admit` returns the error code to answer with, or NONE."""
 
-    def __init__(self, listener: str, broker_epoch: Callable[[], int], read_controller: ControllerReader):
+    def __init__(self, listener: str, broker_epoch: Callable[[], int], read_controller: ControllerReader,
+                 registration_wait_s: float = REGISTRATION_WAIT_S):
         self.listener = listener
+        self.registration_wait_s = registration_wait_s
         """The control-plane listener's name (`control.plane.listener.name`)."""
         self._broker_epoch = broker_epoch
         self._read_controller = read_controller
         self.adopted: tuple[int, int] | None = None
         """(controller epoch, controller id) last confirmed by ZooKeeper."""
+        self._registered = asyncio.Event()
+
+    def registered(self, _epoch: int) -> None:
+        """Called after every (re-)registration: requests waiting for its epoch go on."""
+        self._registered.set()
+
+    async def _own_epoch(self, wanted: int) -> int:
+        """This broker's epoch; if `wanted` is newer, first wait (bounded) for a registration in
+        progress to finish."""
+        own = self._broker_epoch()
+        deadline = asyncio.get_running_loop().time() + self.registration_wait_s
+        while wanted > own:
+            self._registered.clear()
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._registered.wait(), remaining)
+            except TimeoutError:
+                break
+            own = self._broker_epoch()
+        return own
 
     async def admit(self, request, listener: str | None) -> ErrorCode:
         name = type(request).__name__
         if listener != self.listener:
             return ErrorCode.cluster_authorization_failed
-        own = self._broker_epoch()
+        own = await self._own_epoch(int(request.broker_epoch))
         if int(request.broker_epoch) != own or own < 0:
             log.warning("refusing %s for broker epoch %d (ours: %d)", name, int(request.broker_epoch), own)
             return ErrorCode.stale_broker_epoch

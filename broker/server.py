@@ -125,6 +125,7 @@ class KafkaServer:
         self.marker_writer.listeners.append(self._on_txn_marker)
         guard = ControlPlaneGuard(config.control_plane_listener_name, lambda: self.zk.broker_epoch,
                                   self.zk.get_controller_epoch)
+        self.zk.registration_listeners.append(guard.registered)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
                               self.producer_id_manager, self.transaction_apis, guard)
         if config.transaction_partition_verification_enable:

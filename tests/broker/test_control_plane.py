@@ -27,7 +27,7 @@ class ZooKeeper:
 
 
 def guard(zk: ZooKeeper, broker_epoch: int = 42) -> ControlPlaneGuard:
-    return ControlPlaneGuard("CONTROLLER", lambda: broker_epoch, zk)
+    return ControlPlaneGuard("CONTROLLER", lambda: broker_epoch, zk, registration_wait_s=0.05)
 
 
 def admit(g: ControlPlaneGuard, req, listener="CONTROLLER") -> ErrorCode:
@@ -84,3 +84,26 @@ def test_zookeeper_unreachable_confirms_nothing():
     g = guard(ZooKeeper(ConnectionError("no session")))
     assert admit(g, request(1)) == ErrorCode.stale_controller_epoch
     assert g.adopted is None
+
+
+def test_a_request_for_the_registration_in_progress_waits_for_it():
+    """The controller can answer a registration before the broker has stored the epoch its create
+    returned: the request waits (bounded) instead of being refused for good."""
+    zk = ZooKeeper((1, 1000))
+    epochs = {"own": -1}
+    g = ControlPlaneGuard("CONTROLLER", lambda: epochs["own"], zk)
+
+    async def scenario():
+        waiting = asyncio.create_task(g.admit(request(1, broker_epoch=42), "CONTROLLER"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        epochs["own"] = 42
+        g.registered(42)
+        return await asyncio.wait_for(waiting, 5)
+
+    assert asyncio.run(scenario()) == ErrorCode.none
+
+
+def test_a_forged_newer_broker_epoch_is_refused_after_the_bounded_wait():
+    assert admit(guard(ZooKeeper((1, 1000))), request(1, broker_epoch=10**9)) == ErrorCode.stale_broker_epoch

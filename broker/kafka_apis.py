@@ -36,7 +36,7 @@ from odradek.common import wire
 log = logging.getLogger(__name__)
 
 PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 4, 5, 10, 18
-INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 22, 23
+DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 21, 22, 23
 INIT_PRODUCER_ID_VERSIONS = (0, 5)
 """v0 for librdkafka (it wants exactly v0 advertised), up to v5 (KIP-890's error code, which we
 never send); v6 (KIP-939 two-phase commit) only means something to transactions."""
@@ -50,6 +50,7 @@ DATA_VERSIONS: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 3),
     FIND_COORDINATOR: (0, 4),
     OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+ carry replica_id (followers truncating)
+    DELETE_RECORDS: (0, 2),
 }
 
 
@@ -178,6 +179,7 @@ class KafkaApis:
             API_VERSIONS: self.handle_api_versions,
             FIND_COORDINATOR: self.handle_find_coordinator,
             OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            DELETE_RECORDS: self.handle_delete_records,
         }
         self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
         if producer_id_manager is not None:
@@ -488,6 +490,25 @@ class KafkaApis:
         return answer(ErrorCode.none, producer_id, 0)
 
     # --- OffsetForLeaderEpoch -------------------------------------------------------------------
+
+    # --- DeleteRecords --------------------------------------------------------------------------
+
+    async def handle_delete_records(self, header, request):
+        """Move log start offsets at the leaders, answer once every live replica followed (or at
+        the timeout). A partition named twice counts once, the last offset winning (Kafka's map)."""
+        mod = wire.response_module(DELETE_RECORDS, int(header.request_api_version))
+        offsets: dict[tuple[str, int], int] = {}
+        for t in request.topics:
+            for p in t.partitions:
+                offsets[(t.name, int(p.partition_index))] = int(p.offset)
+        results = await self.replica_manager.delete_records(wire.ms(request.timeout), offsets)
+        by_topic: dict[str, list] = {}
+        for (topic, index), r in results.items():
+            by_topic.setdefault(topic, []).append(mod.DeleteRecordsPartitionResult(
+                partition_index=i32(index), low_watermark=i64(r.low_watermark), error_code=r.error))
+        topics = tuple(mod.DeleteRecordsTopicResult(name=name, partitions=tuple(parts))
+                       for name, parts in by_topic.items())
+        return mod.DeleteRecordsResponse(throttle_time=wire.NO_THROTTLE, topics=topics)
 
     async def handle_offset_for_leader_epoch(self, header, request):
         """Where each asked leader epoch ends in our log (followers truncate there)."""

@@ -13,6 +13,7 @@ the time as an argument and return what to send; the ReplicaManager does the sen
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -34,6 +35,8 @@ class ReplicaState:
     """The last time the follower had everything the leader had (Kafka's lastCaughtUpTimeMs)."""
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_time_ms: int = 0
+    log_start_offset: int = -1
+    """The follower's log start offset, as its fetches report it (-1: not yet heard)."""
 
     def update_fetch_state(self, fetch_offset: int, leader_end_offset: int, now_ms: int) -> None:
         """Kafka's rule: caught up *now* if it asks for the leader's end; caught up *as of its
@@ -165,13 +168,26 @@ class Partition:
             return self.log.append_as_leader(records, self.leader_epoch)
         return self.log.append_as_leader(records, self.leader_epoch, origin=origin)
 
-    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int,
+                                    log_start_offset: int = -1) -> bool:
         """A follower fetched from `fetch_offset`: it has everything below it. True if HW moved."""
         replica = self.remote_replicas.get(replica_id)
         if replica is None:
             return False
         replica.update_fetch_state(fetch_offset, self.log.log_end_offset, now_ms)
+        if log_start_offset >= 0:
+            replica.log_start_offset = log_start_offset
         return self.maybe_increment_high_watermark()
+
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset among this replica and the
+        live followers (a follower not heard from yet counts as -1). DeleteRecords is done when it
+        reaches the asked offset."""
+        low = self.log.log_start_offset
+        for r, replica in self.remote_replicas.items():
+            if alive(r) and replica.log_start_offset < low:
+                low = replica.log_start_offset
+        return low
 
     # --- ISR changes (pure decisions; the ReplicaManager sends them) ----------------------------
 

@@ -360,6 +360,7 @@ class ReplicaFetcher:
                     state.delayed_until = now + self.backoff_s
                     return
             plog.high_watermark = min(int(r.high_watermark), plog.log_end_offset)
+            self._follow_log_start(p, int(r.log_start_offset))
             state.retries = 0
             self.replica_manager.complete_delayed_requests(key)
         elif code == ErrorCode.offset_out_of_range:
@@ -367,6 +368,17 @@ class ReplicaFetcher:
         else:
             # FENCED_LEADER_EPOCH: the leader moved on; we wait for the controller's LeaderAndIsr.
             self.retry_after(state, key, code, now, "fetch")
+
+    @staticmethod
+    def _follow_log_start(p, leader_start: int) -> None:
+        """The leader's log start moved (DeleteRecords, retention): ours follows, as far as our
+        own high watermark (Kafka's follower maybeIncrementLogStartOffset)."""
+        plog = p.log
+        if leader_start > plog.log_start_offset:
+            try:
+                plog.maybe_increment_log_start_offset(min(leader_start, plog.high_watermark))
+            except LogError as e:
+                log.warning("%s-%d: cannot follow the leader's log start offset %d: %s", *p.key, leader_start, e)
 
     def retry_after(self, state: PartitionFetchState, key, code: ErrorCode, now: float, what: str) -> None:
         """Delay the partition after an error: replica.fetch.backoff.ms, except while the leader

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from odradek.broker.admin_manager import INTERNAL_TOPICS
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.clock import now_ms
@@ -42,6 +43,8 @@ CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 """ListOffsets/Fetch replica_id of tools that may read from a follower (Kafka's value)."""
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+DELETE_TO_HIGH_WATERMARK = -1
+"""DeleteRecords offset meaning "everything below the high watermark" (Kafka's HIGH_WATERMARK)."""
 
 
 # --- results --------------------------------------------------------------------------------------
@@ -82,6 +85,15 @@ class FetchResult:
     size: int = 0
     aborted_transactions: list | None = None
     """read_committed: the aborted transactions (AbortedTxn) overlapping what was read."""
+
+
+@dataclass
+class DeleteRecordsResult:
+    error: ErrorCode = ErrorCode.none
+    low_watermark: int = -1
+    requested_offset: int = -1
+    pending: bool = False
+    """Waiting for every live replica's log start offset to reach `requested_offset`."""
 
 
 @dataclass
@@ -177,6 +189,39 @@ class DelayedFetch(DelayedOperation):
         return False
 
 
+class DelayedDeleteRecords(DelayedOperation):
+    """DeleteRecords: completes when every partition's low watermark (the smallest log start
+    offset of its live replicas) reaches the asked offset, or at the timeout."""
+
+    def __init__(self, delay_ms: float, manager: "ReplicaManager", results: dict):
+        super().__init__(delay_ms)
+        self.manager = manager
+        self.results = results
+
+    def try_complete(self) -> bool:
+        for key, result in self.results.items():
+            if not result.pending:
+                continue
+            partition = self.manager.partitions.get(key)
+            if partition is None or not partition.is_leader or partition.fenced:
+                result.error, result.pending = ErrorCode.not_leader_or_follower, False
+                continue
+            result.low_watermark = partition.low_watermark(self.manager.metadata_cache.is_alive)
+            if result.low_watermark >= result.requested_offset:
+                result.pending = False
+        if any(r.pending for r in self.results.values()):
+            return False
+        return self.force_complete()
+
+    def on_complete(self) -> None:
+        """Expired → REQUEST_TIMED_OUT (the start moved on the leader; a replica was slow);
+        forced (shutdown) → NOT_LEADER_OR_FOLLOWER."""
+        for result in self.results.values():
+            if result.pending:
+                result.error = ErrorCode.request_timed_out if self.expired else ErrorCode.not_leader_or_follower
+                result.pending = False
+
+
 async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> None:
     """Runs `await action()` every `interval_s` until `stop` is set; a failure is logged, not fatal."""
     while not stop.is_set():
@@ -206,6 +251,7 @@ class ReplicaManager:
         self.controller_epoch = 0
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords")
         self._state_change_lock = asyncio.Lock()
         self.fetcher_manager = ReplicaFetcherManager(self, config)
         self._written_hw: dict = {}
@@ -313,6 +359,7 @@ class ReplicaManager:
     def complete_delayed_requests(self, key) -> None:
         self.fetch_purgatory.check_and_complete(key)
         self.produce_purgatory.check_and_complete(key)
+        self.delete_records_purgatory.check_and_complete(key)
 
     # --- controller requests --------------------------------------------------------------------
 
@@ -658,14 +705,19 @@ class ReplicaManager:
                 replica = p.remote_replicas.get(replica_id)
                 if replica is not None and replica_id in p.isr:
                     replica.update_fetch_state(info.fetch_offset, p.log.log_end_offset, now)
+                    if 0 <= info.log_start_offset != replica.log_start_offset:
+                        replica.log_start_offset = info.log_start_offset
+                        self.delete_records_purgatory.check_and_complete(p.key)
                     continue
             elif result.error != ErrorCode.none:
                 continue
             p = partitions.get((info.topic, info.partition))
             if p is None:
                 continue
-            if p.update_follower_fetch_state(replica_id, info.fetch_offset, now):
+            if p.update_follower_fetch_state(replica_id, info.fetch_offset, now, info.log_start_offset):
                 self.complete_delayed_requests(p.key)
+            else:
+                self.delete_records_purgatory.check_and_complete(p.key)
             if self.alter_partition_manager is not None and replica_id not in p.isr:
                 change = p.maybe_expand_isr(replica_id, now)
                 if change is not None:
@@ -704,6 +756,41 @@ class ReplicaManager:
         # (completing acks=all produces), a dropped expansion may too.
         p.maybe_increment_high_watermark()
         self.complete_delayed_requests(key)
+
+    # --- delete records -------------------------------------------------------------------------
+
+    async def delete_records(self, timeout_ms: int, offsets: dict[tuple[str, int], int]
+                             ) -> dict[tuple[str, int], DeleteRecordsResult]:
+        """Kafka's deleteRecords: move each leader's log start offset (-1: to the high watermark),
+        then wait (up to timeout_ms) until every live replica's start has followed."""
+        results = {key: self._delete_records_on_leader(*key, offset) for key, offset in offsets.items()}
+        pending = [key for key, r in results.items() if r.pending]
+        if pending:
+            op = DelayedDeleteRecords(timeout_ms, self, results)
+            if not self.delete_records_purgatory.try_complete_else_watch(op, pending):
+                await op.wait()
+        return results
+
+    def _delete_records_on_leader(self, topic: str, index: int, offset: int) -> DeleteRecordsResult:
+        if topic in INTERNAL_TOPICS:
+            return DeleteRecordsResult(ErrorCode.invalid_topic_exception)
+        p, error = self.leader_partition(topic, index)
+        if p is None:
+            return DeleteRecordsResult(error)
+        plog = p.log
+        if not plog.config.deletes:
+            return DeleteRecordsResult(ErrorCode.policy_violation)
+        requested = plog.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
+        if requested < 0:
+            return DeleteRecordsResult(ErrorCode.offset_out_of_range)
+        try:
+            if plog.maybe_increment_log_start_offset(requested):
+                log.info("%s-%d: records below %d deleted (DeleteRecords)", topic, index, requested)
+        except LogError as e:
+            return DeleteRecordsResult(e.error_code)
+        self.complete_delayed_requests(p.key)  # fetches waiting below the new start, and followers
+        return DeleteRecordsResult(low_watermark=p.low_watermark(self.metadata_cache.is_alive),
+                                   requested_offset=requested, pending=True)
 
     # --- list offsets ---------------------------------------------------------------------------
 
@@ -752,4 +839,5 @@ class ReplicaManager:
         await self.fetcher_manager.shutdown()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+        self.delete_records_purgatory.shutdown()
         await self.checkpoint_high_watermarks(force=True)

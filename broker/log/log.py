@@ -126,6 +126,7 @@ class Log:
         *,
         recovery_point: int = 0,
         had_clean_shutdown: bool = False,
+        log_start_offset: int = 0,
     ):
         self.dir = Path(directory)
         parsed = parse_dir_name(self.dir.name)
@@ -149,7 +150,9 @@ class Log:
         """After an unclean stop, producer state (and the transaction indexes) is replayed from
         no later than the first recovered segment (Kafka's recoverSegment)."""
         self._load(had_clean_shutdown)
-        self.log_start_offset = self.segments[0].base_offset
+        # The checkpointed start (DeleteRecords) may lie inside the first segment; past the end
+        # (records lost in a crash) every record is gone.
+        self.log_start_offset = min(max(log_start_offset, self.segments[0].base_offset), self.log_end_offset)
         self._high_watermark = self.log_end_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
@@ -637,6 +640,26 @@ class Log:
 
             deleted += self._delete_segments(over_size, now)
         return deleted
+
+    def maybe_increment_log_start_offset(self, offset: int, now: int | None = None) -> bool:
+        """Move the log start offset up to `offset` (DeleteRecords at the leader; a follower
+        following its leader's start): the records below it are gone for every reader at once, and
+        the whole segments below it are deleted (the segment holding it stays, as in Kafka). A
+        start above the high watermark is refused (OffsetOutOfRangeError). True when it moved."""
+        self._check_open()
+        if offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.topic}-{self.partition} to {offset}: "
+                f"it is above the high watermark {self._high_watermark}")
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        next_base = dict(zip(self._bases, self._bases[1:]))
+        self._delete_segments(lambda seg: next_base.get(seg.base_offset, offset + 1) <= offset,
+                              now_ms() if now is None else now)
+        log.info("%s: log start offset now %d", self.dir.name, offset)
+        return True
 
     def _delete_segments(self, predicate: Callable[[LogSegment], bool], now: int) -> int:
         doomed = []

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+"""Where DeleteRecords (and followers following it) moved a log's start inside its first segment."""
 _DELETE_DIR = re.compile(r"^(?P<name>.+-\d+)\.(?P<uuid>[0-9a-f]{32})-delete$")
 _MAX_TICK_MS = 1000
 _MIN_TICK_MS = 10
@@ -46,6 +48,7 @@ class LogManager:
         self._dir_of: dict[tuple[str, int], Path] = {}
         self._doomed_dirs: list[tuple[int, Path, Log | None]] = []
         self._written_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
+        self._written_start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = threading.Lock()
         """One recovery-point write at a time: the background pass writes from a worker thread
         while a deletion or truncation may write from the event loop (they share a temp file)."""
@@ -75,6 +78,7 @@ class LogManager:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             recovery_points = self._read_recovery_points(log_dir)
+            start_offsets = self._read_log_start_offsets(log_dir)
             for path in sorted(log_dir.iterdir()):
                 if not path.is_dir():
                     continue
@@ -89,7 +93,8 @@ class LogManager:
                     raise KafkaStorageError(f"{key[0]}-{key[1]} exists in both {self._dir_of[key]} and {log_dir}")
                 started = time.monotonic()
                 partition_log = Log(
-                    path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean
+                    path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean,
+                    log_start_offset=start_offsets.get(key, 0),
                 )
                 self._add(key, log_dir, partition_log)
                 if not clean:
@@ -98,6 +103,7 @@ class LogManager:
                 marker.unlink()
                 fsync_dir(log_dir)
             self.checkpoint_recovery_points(log_dir)
+            self.checkpoint_log_start_offsets(log_dir)
         log.info("loaded %d logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
 
     def shutdown(self) -> None:
@@ -116,6 +122,7 @@ class LogManager:
                 continue
             try:
                 self.checkpoint_recovery_points(log_dir, force=True)
+                self.checkpoint_log_start_offsets(log_dir, force=True)
                 (log_dir / CLEAN_SHUTDOWN_FILE).touch()
                 fsync_dir(log_dir)
             except OSError:
@@ -288,6 +295,43 @@ class LogManager:
         for d, points in self._recovery_points_to_write(None, False).items():
             await asyncio.to_thread(self._write_recovery_points, d, points)
 
+    # --- log start offsets ----------------------------------------------------------------
+
+    @staticmethod
+    def _read_log_start_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
+        try:
+            return read_offsets(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        except (ValueError, OSError) as exc:
+            log.warning("%s: unreadable %s (%s): logs start at their first segment", log_dir,
+                        LOG_START_OFFSET_CHECKPOINT, exc)
+            return {}
+
+    def _log_start_offsets_to_write(self, log_dir: Path | None, force: bool) -> dict[Path, dict[tuple[str, int], int]]:
+        """{dir: {(topic, partition): log start offset}} for the dirs whose offsets changed; only
+        starts inside a log's first segment are kept (Kafka's rule: the others need no file)."""
+        out = {}
+        for d in [log_dir] if log_dir is not None else self.log_dirs:
+            offsets = {k: lg.log_start_offset for k, lg in self._logs.items()
+                       if self._dir_of[k] == d and lg.log_start_offset > lg.segments[0].base_offset}
+            if force or self._written_start_offsets.get(d) != offsets:
+                out[d] = offsets
+        return out
+
+    def _write_log_start_offsets(self, log_dir: Path, offsets: dict[tuple[str, int], int]) -> None:
+        with self._checkpoint_lock:
+            write_offsets(log_dir / LOG_START_OFFSET_CHECKPOINT, offsets)
+            self._written_start_offsets[log_dir] = offsets
+
+    def checkpoint_log_start_offsets(self, log_dir: Path | None = None, force: bool = False) -> None:
+        for d, offsets in self._log_start_offsets_to_write(log_dir, force).items():
+            self._write_log_start_offsets(d, offsets)
+
+    async def checkpoint_log_start_offsets_async(self) -> None:
+        """Written at every background pass when changed (Kafka waits for
+        log.flush.start.offset.checkpoint.interval.ms, a minute; a DeleteRecords is rare)."""
+        for d, offsets in self._log_start_offsets_to_write(None, False).items():
+            await asyncio.to_thread(self._write_log_start_offsets, d, offsets)
+
     # --- background -----------------------------------------------------------------------
 
     async def run_background(self, stop: asyncio.Event) -> None:
@@ -334,3 +378,4 @@ class LogManager:
             if run_retention:
                 partition_log.delete_old_segments(now)
         await self.checkpoint_recovery_points_async()
+        await self.checkpoint_log_start_offsets_async()

@@ -87,6 +87,22 @@ def test_a_fenced_leader_moves_no_high_watermark_and_proposes_no_isr_change():
     assert p.maybe_increment_high_watermark() and p.log.high_watermark == 150
 
 
+def test_low_watermark_is_the_smallest_start_of_the_live_replicas():
+    """DeleteRecords completes when it reaches the asked offset (Kafka's lowWatermarkIfLeader)."""
+    p = leader(leo=150, hw=150, now=0)
+    p.log.log_start_offset = 100
+    alive = {0, 1, 2}.__contains__
+    assert p.low_watermark(alive) == -1  # followers not heard from yet
+    p.update_follower_fetch_state(1, 150, 10, log_start_offset=100)
+    p.update_follower_fetch_state(2, 150, 10, log_start_offset=40)
+    assert p.low_watermark(alive) == 40
+    assert p.low_watermark({0, 1}.__contains__) == 100  # a dead replica does not hold it back
+    p.update_follower_fetch_state(2, 150, 20)  # no start reported: the last one stays
+    assert p.low_watermark(alive) == 40
+    p.update_follower_fetch_state(2, 150, 30, log_start_offset=120)
+    assert p.low_watermark(alive) == 100
+
+
 def test_shrink_proposes_the_isr_without_laggards_and_only_once():
     p = leader(now=0)
     p.log.log_end_offset = 150

@@ -249,6 +249,54 @@ def test_retention_by_time_deletes_old_segments_below_high_watermark(log):
     assert (log.log_start_offset, log.log_end_offset, log.size) == (240, 240, 0)
 
 
+def test_log_start_offset_moves_up_to_the_high_watermark_and_whole_segments_go(log):
+    """DeleteRecords: records below the new start are gone for readers at once, the segments
+    wholly below it are deleted, the one holding it stays; never above the high watermark."""
+    fill(log, 40)
+    log.high_watermark = 100
+    with pytest.raises(OffsetOutOfRangeError):
+        log.maybe_increment_log_start_offset(101)
+    segments = len(log.segments)
+    assert log.maybe_increment_log_start_offset(61)
+    assert log.log_start_offset == 61 and len(log.segments) < segments
+    assert log.segments[0].base_offset <= 61 < (log._bases[1] if len(log._bases) > 1 else log.log_end_offset)
+    assert read_all(log)[0] == (61, 61) and read_all(log)[-1] == (119, 119)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(60, 1000)
+    assert not log.maybe_increment_log_start_offset(50)  # never backwards
+    assert log.leader_epoch_cache.entries[0].start_offset == 61
+    log.high_watermark = log.log_end_offset
+    assert log.maybe_increment_log_start_offset(log.log_end_offset)  # everything
+    assert read_all(log) == [] and log.log_start_offset == log.log_end_offset == 120
+    fill(log, 1)
+    assert read_all(log) == [(120, 120), (121, 121), (122, 122)]
+
+
+def test_log_start_offset_is_checkpointed_and_survives_a_restart(tmp_path):
+    from odradek.broker.log import LogManager
+    from odradek.broker.log.log_manager import LOG_START_OFFSET_CHECKPOINT
+    from odradek.common.config import BrokerConfig
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1"})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    lg = manager.get_or_create_log("t", 0, SMALL)
+    fill(lg, 40)
+    lg.high_watermark = lg.log_end_offset
+    lg.maybe_increment_log_start_offset(61)
+    manager.checkpoint_log_start_offsets()
+    assert "t 0 61" in (tmp_path / LOG_START_OFFSET_CHECKPOINT).read_text()
+    for clean in (True, False):
+        manager.shutdown()
+        if not clean:
+            (tmp_path / ".kafka_cleanshutdown").unlink()
+        manager = LogManager([tmp_path], config)
+        manager.startup()
+        lg = manager.get_log("t", 0)
+        assert lg.log_start_offset == 61 and read_all(lg)[0] == (61, 61)
+    manager.shutdown()
+
+
 def test_retention_respects_the_high_watermark(log):
     fill(log, 40)
     log.high_watermark = 0

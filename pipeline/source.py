@@ -143,7 +143,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.latest_seen = dict(latest)
         # a start of -1 (startingOffsets=latest) is pinned to the latest offset by this batch
         begin = {tp: (latest.get(tp, o) if o == LATEST else o) for tp, o in begin.items()}
-        if isinstance(limit, ReadMaxRows) and not self.available_now:
+        if isinstance(limit, ReadMaxRows):  # under availableNow too, as Spark's Kafka source
             new = [tp for tp in latest if tp not in begin]
             end = rate_limit(limit.max_rows, begin, latest, self.offsets.earliest(new) if new else {})
         else:

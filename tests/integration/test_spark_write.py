@@ -2,6 +2,7 @@
 confluent-kafka; batch and streaming writes; Spark's sink schema and its refusals."""
 
 import logging
+import time
 import uuid
 
 import pytest
@@ -84,21 +85,47 @@ def test_overwrite_mode_is_refused(spark, shared_cluster):
          .option("topic", "t").save())
 
 
-def test_without_a_transaction_coordinator_the_sink_says_it_is_at_least_once(spark, shared_cluster, caplog):
-    """Odradek has no transaction coordinator yet: exactly-once asked for is refused with a clear
-    error, and the default falls back to at-least-once with a warning."""
-    assert not transactions_supported(shared_cluster.bootstrap)
-    topic = f"spark-eos-{uuid.uuid4().hex[:8]}"
-    create_topic(shared_cluster.bootstrap, topic, 1)
-    df = spark.createDataFrame([(f"v{i}",) for i in range(20)], "value string")
-    with pytest.raises(Exception, match="exactly-once needs Kafka transactions"):
-        _write(df, shared_cluster.bootstrap, topic=topic, deliveryGuarantee="exactly-once")
+def _read_committed(bootstrap: str, topic: str, count: int, timeout: float = 60.0) -> list[bytes]:
+    """The values of partition 0 a read_committed consumer sees, up to the last stable offset."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{uuid.uuid4().hex[:6]}",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in consumer.consume(num_messages=1000, timeout=0.5):
+                if m.error() is None:
+                    out.append(m.value())
+                elif m.error().code() == KafkaError._PARTITION_EOF and len(out) >= count:
+                    return out
+        raise AssertionError(f"read {len(out)} of {count} committed records within {timeout}s")
+    finally:
+        consumer.close()
+
+
+def test_the_sink_guarantee_follows_the_cluster(spark, shared_cluster, caplog):
+    """With a transaction coordinator, exactly-once is the default and read_committed readers see
+    every row once; without one, exactly-once asked for is refused with a clear error and the
+    default falls back to at-least-once with a warning."""
     from odradek.pipeline.options import write_options
     from odradek.pipeline.sink import choose_guarantee
 
+    topic = f"spark-eos-{uuid.uuid4().hex[:8]}"
+    create_topic(shared_cluster.bootstrap, topic, 1)
+    df = spark.createDataFrame([(f"v{i}",) for i in range(20)], "value string")
     with caplog.at_level(logging.WARNING, logger="odradek.pipeline.sink"):
         guarantee = choose_guarantee(write_options({"kafka.bootstrap.servers": shared_cluster.bootstrap}))
-    assert guarantee == "at-least-once"
-    assert "has no transaction coordinator" in caplog.text
-    _write(df, shared_cluster.bootstrap, topic=topic)
-    assert len(confluent_consume(shared_cluster.bootstrap, topic, 1, 20)[0]) == 20
+    if transactions_supported(shared_cluster.bootstrap):
+        assert guarantee == "exactly-once"
+        _write(df, shared_cluster.bootstrap, topic=topic, deliveryGuarantee="exactly-once")
+        assert sorted(_read_committed(shared_cluster.bootstrap, topic, 20)) == sorted(b"v%d" % i for i in range(20))
+    else:
+        assert guarantee == "at-least-once"
+        assert "has no transaction coordinator" in caplog.text
+        with pytest.raises(Exception, match="exactly-once needs Kafka transactions"):
+            _write(df, shared_cluster.bootstrap, topic=topic, deliveryGuarantee="exactly-once")
+        _write(df, shared_cluster.bootstrap, topic=topic)
+        assert len(confluent_consume(shared_cluster.bootstrap, topic, 1, 20)[0]) == 20

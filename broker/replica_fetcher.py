@@ -308,7 +308,7 @@ class ReplicaFetcher:
         fsync can take hundreds of milliseconds after heavy writes; done in the append it stalled
         every partition of the broker. Here the entries go into the caches, their files are
         written in a worker thread, and the appends follow. Returns the keys concerned."""
-        caches, starting = [], set()
+        caches, starting, logs = [], set(), {}
         for p, _, r in answered:
             if r.error_code != ErrorCode.none or not r.records:
                 continue
@@ -319,7 +319,10 @@ class ReplicaFetcher:
                     cache.assign(epoch, start_offset, flush=False)
                 caches.append(cache)
                 starting.add(p.key)
-        await write_in_worker(caches)
+                logs[id(cache)] = p.log
+        for cache, error in (await write_in_worker(caches)).items():
+            plog = logs[id(cache)]
+            plog.storage_error(error, "leader epoch checkpoint")  # its dir goes offline: the append fails
         return starting
 
     async def _long_poll(self, encode, timeout_s: float):

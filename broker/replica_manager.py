@@ -18,7 +18,7 @@ from odradek.broker.admin_manager import INTERNAL_TOPICS
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.clock import now_ms
-from odradek.broker.log.errors import LogError
+from odradek.broker.log.errors import KafkaStorageError, LogError
 from odradek.broker.log.leader_epoch import write_in_worker
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.partition import Partition, PendingIsrChange
@@ -261,6 +261,17 @@ class ReplicaManager:
         """An AlterPartitionManager (set by the server); without one ISRs never change here."""
         self.fenced = False
         """Set while the broker's ZooKeeper registration is lost (see set_fenced)."""
+        self.offline_partitions: set[tuple[str, int]] = set()
+        """Partitions whose log directory failed: KAFKA_STORAGE_ERROR until the broker restarts."""
+        self.log_dir_failure_listeners: list = []
+        """Callables(log_dir, [(topic, partition)]) run after a failed directory's partitions are
+        taken offline (the server tells the controller, the group coordinator resigns)."""
+        if log_manager is not None:
+            log_manager.log_dir_failure_listeners.append(self._on_log_dir_failure)
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
 
     @property
     def broker_epoch(self) -> int:
@@ -280,13 +291,47 @@ class ReplicaManager:
         for key in list(self.partitions):
             self.complete_delayed_requests(key)
 
+    def _on_log_dir_failure(self, log_dir, keys) -> None:
+        """The LogManager took `log_dir` offline (possibly in the middle of a request, or from a
+        worker thread): handle it in its own task, between state changes."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        target = self._loop
+        if target is None or target.is_closed():
+            return  # not serving (start-up or shutdown): nothing to take offline
+        if loop is target:
+            target.create_task(self.handle_log_dir_failure(log_dir, keys))
+        else:
+            target.call_soon_threadsafe(lambda: target.create_task(self.handle_log_dir_failure(log_dir, keys)))
+
+    async def handle_log_dir_failure(self, log_dir, keys) -> None:
+        """Kafka's handleLogDirFailure: the partitions of a failed directory stop fetching and
+        serving (KAFKA_STORAGE_ERROR from now on, for LeaderAndIsr too), waiting requests on them
+        end, and the listeners run (the controller, told through ZooKeeper, moves leaderships and
+        takes this broker out of their ISRs)."""
+        async with self._state_change_lock:
+            self.remove_fetchers(keys)
+            for key in keys:
+                self.partitions.pop(key, None)
+                self.offline_partitions.add(key)
+                self.complete_delayed_requests(key)
+            log.error("%d partitions offline with log directory %s: %s", len(keys), log_dir,
+                      ", ".join(f"{t}-{p}" for t, p in keys[:20]) + (" ..." if len(keys) > 20 else ""))
+        for listener in list(self.log_dir_failure_listeners):
+            try:
+                listener(log_dir, keys)
+            except Exception:
+                log.exception("log dir failure listener failed")
+
     # --- high watermark checkpoints -------------------------------------------------------------
 
     def load_high_watermarks(self) -> None:
         """At start-up a log's HW is its checkpointed value (0 if none), never its log end offset:
         a record above the HW may not be on the other replicas, so it must not be served yet."""
         checkpoints = {}
-        for log_dir in self.log_manager.log_dirs:
+        for log_dir in self.log_manager.online_dirs:
             try:
                 checkpoints.update(read_offsets(log_dir / HIGH_WATERMARK_CHECKPOINT))
             except (ValueError, OSError) as e:
@@ -296,18 +341,15 @@ class ReplicaManager:
 
     def _high_watermarks_to_write(self, force: bool) -> dict:
         """{log dir: {(topic, partition): HW}} for the dirs whose HWs changed since written."""
-        by_dir = {d: {} for d in self.log_manager.log_dirs}
+        by_dir = {d: {} for d in self.log_manager.online_dirs}
         for plog in self.log_manager.all_logs():
             if plog.dir.parent in by_dir:
                 by_dir[plog.dir.parent][(plog.topic, plog.partition)] = plog.high_watermark
         return {d: hws for d, hws in by_dir.items() if force or self._written_hw.get(d) != hws}
 
     def _write_high_watermarks(self, log_dir, hws: dict) -> None:
-        try:
-            write_offsets(log_dir / HIGH_WATERMARK_CHECKPOINT, hws)
-            self._written_hw[log_dir] = hws
-        except OSError:
-            log.exception("cannot write %s in %s", HIGH_WATERMARK_CHECKPOINT, log_dir)
+        write_offsets(log_dir / HIGH_WATERMARK_CHECKPOINT, hws)
+        self._written_hw[log_dir] = hws
 
     async def checkpoint_high_watermarks(self, force: bool = False) -> None:
         """Writes `replication-offset-checkpoint` in every log dir whose HWs changed.
@@ -317,7 +359,11 @@ class ReplicaManager:
         (Kafka checkpoints from its own scheduler thread too). The HWs are read on the loop."""
         async with self._checkpoint_lock:
             for log_dir, hws in self._high_watermarks_to_write(force).items():
-                await asyncio.to_thread(self._write_high_watermarks, log_dir, hws)
+                try:
+                    await asyncio.to_thread(self._write_high_watermarks, log_dir, hws)
+                except OSError as e:
+                    log.error("cannot write %s in %s: %s", HIGH_WATERMARK_CHECKPOINT, log_dir, e)
+                    self.log_manager.mark_offline(log_dir, e)
 
     async def run_background(self, stop: asyncio.Event) -> None:
         """HW checkpoints every replica.high.watermark.checkpoint.interval.ms, and the ISR
@@ -335,7 +381,10 @@ class ReplicaManager:
     # --- lookups --------------------------------------------------------------------------------
 
     def _unknown_partition_error(self, topic: str, partition: int) -> ErrorCode:
-        """Kafka's rule: a partition the cluster knows but we don't host is 'not leader'."""
+        """Kafka's rule: a partition the cluster knows but we don't host is 'not leader'; one
+        whose log directory failed is KAFKA_STORAGE_ERROR."""
+        if (topic, partition) in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
         state = self.metadata_cache.partition_state(topic, partition)
         if state is not None:
             return ErrorCode.not_leader_or_follower
@@ -383,11 +432,11 @@ class ReplicaManager:
             if error != ErrorCode.none:
                 return LeaderAndIsrResponse(error_code=error, partition_errors=())
             self.controller_epoch = int(request.controller_epoch)
-            errors: list[LeaderAndIsrPartitionError] = []
+            errors: dict[tuple[str, int], ErrorCode] = {}
             changed: list[tuple[Partition, object]] = []
 
             def answer(topic, index, code):
-                errors.append(LeaderAndIsrPartitionError(topic_name=topic, partition_index=index, error_code=code))
+                errors[(topic, index)] = code
 
             unreadable = await self._read_topic_configs(request)
             for ts in request.topic_states:
@@ -396,6 +445,9 @@ class ReplicaManager:
                     index = int(ps.partition_index)
                     if self.broker_id not in ps.replicas:
                         answer(topic, index, ErrorCode.unknown_topic_or_partition)
+                        continue
+                    if (topic, index) in self.offline_partitions:
+                        answer(topic, index, ErrorCode.kafka_storage_error)  # its log dir failed
                         continue
                     partition = self.partitions.get((topic, index))
                     if partition is not None and ps.leader_epoch <= partition.leader_epoch:
@@ -409,14 +461,24 @@ class ReplicaManager:
                         try:
                             plog = self.log_manager.get_log(topic, index)
                             if plog is None:
+                                if not ps.is_new and self.log_manager.offline_dirs:
+                                    # Kafka's rule: an existing replica's log may be on the
+                                    # failed directory; an empty new one would lose it.
+                                    raise KafkaStorageError(
+                                        f"no log for {topic}-{index} while {self.log_manager.offline_dirs} "
+                                        "are offline")
                                 if topic in unreadable:
                                     raise ConnectionError(f"the config of topic {topic} could not be read")
                                 plog = await self.log_manager.get_or_create_log_async(
                                     topic, index, self.log_manager.log_config(topic)
                                 )
+                        except KafkaStorageError as e:
+                            log.warning("cannot host %s-%d: %s", topic, index, e)
+                            answer(topic, index, ErrorCode.kafka_storage_error)
+                            continue
                         except Exception:
                             log.exception("cannot create the log of %s-%d", topic, index)
-                            answer(topic, index, ErrorCode.kafka_storage_error)
+                            answer(topic, index, ErrorCode.unknown_server_error)
                             continue
                         partition = Partition(topic, index, self.broker_id, plog, fenced=self.fenced)
                         self.partitions[(topic, index)] = partition
@@ -427,8 +489,17 @@ class ReplicaManager:
                 [(p, ps) for p, ps in changed if ps.leader == self.broker_id and not p.is_leader])
             new_followers = []
             for partition, ps in changed:
+                if partition.log.closed:  # its log dir failed meanwhile (or while writing the epoch)
+                    errors[partition.key] = ErrorCode.kafka_storage_error
+                    continue
                 if ps.leader == self.broker_id:
-                    if partition.make_leader(ps, now_ms()):
+                    try:
+                        became = partition.make_leader(ps, now_ms())
+                    except OSError as e:  # the leader epoch checkpoint could not be written
+                        partition.log.storage_error(e, "leader epoch checkpoint")
+                        errors[partition.key] = ErrorCode.kafka_storage_error
+                        continue
+                    if became:
                         log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
                 else:
                     partition.make_follower(ps)
@@ -437,7 +508,9 @@ class ReplicaManager:
                 self.complete_delayed_requests(partition.key)
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
-            return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(errors))
+            return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(
+                LeaderAndIsrPartitionError(topic_name=t, partition_index=i, error_code=code)
+                for (t, i), code in errors.items()))
 
     async def _read_topic_configs(self, request: LeaderAndIsrRequest) -> set[str]:
         """Read (in one go) the config of every topic of `request` whose log this broker is about
@@ -467,9 +540,12 @@ class ReplicaManager:
         epoch is on disk before anything is written under it (make_leader's assign is then a
         no-op)."""
         self.remove_fetchers([p.key for p, _ in becoming_leader])
+        logs = {id(p.log.leader_epoch_cache): p.log for p, _ in becoming_leader}
         caches = [p.log.leader_epoch_cache for p, ps in becoming_leader
                   if p.log.leader_epoch_cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False)]
-        await write_in_worker(caches)
+        for cache, error in (await write_in_worker(caches)).items():
+            plog = logs[id(cache)]
+            plog.storage_error(error, "leader epoch checkpoint")  # its log dir goes offline; answered below
 
     async def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
         async with self._state_change_lock:
@@ -485,6 +561,7 @@ class ReplicaManager:
                 partition = self.partitions.get((topic, index))
                 if request.delete_partitions:
                     self.partitions.pop((topic, index), None)
+                    self.offline_partitions.discard((topic, index))  # its files stay on the failed disk
                     try:
                         if self.log_manager.get_log(topic, index) is not None:
                             self.log_manager.delete_log(topic, index)

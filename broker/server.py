@@ -85,6 +85,8 @@ class KafkaServer:
         self.config_manager: DynamicConfigManager | None = None
         self.controller_channel: BrokerToControllerChannel | None = None
         self.alter_partition_manager: AlterPartitionManager | None = None
+        self._announcements: set[asyncio.Task] = set()
+        """Log directory failure notifications being written (retried while ZooKeeper is down)."""
 
     async def startup(self) -> None:
         config = self.config
@@ -100,6 +102,7 @@ class KafkaServer:
         self.replica_manager.load_high_watermarks()
         self.zk.fencing_listeners.append(self._drop_connections_on_fencing)  # before the partitions change
         self.zk.fencing_listeners.append(self.replica_manager.set_fenced)
+        self.replica_manager.log_dir_failure_listeners.append(self._on_log_dir_failure)
         self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id)
         self.alter_partition_manager = AlterPartitionManager(
             self.controller_channel, config.broker_id, lambda: self.zk.broker_epoch,
@@ -151,6 +154,8 @@ class KafkaServer:
 
         self.endpoints = self._advertised_endpoints(bound)
         epoch = await self.zk.register_broker(BrokerInfo(config.broker_id, tuple(self.endpoints), config.broker_rack))
+        if self.log_manager.offline_dirs:  # failed to load: the controller must not lead from them
+            self._announce_log_dir_failure()
         self._background = asyncio.get_running_loop().create_task(
             self.log_manager.run_background(self._stop_background)
         )
@@ -253,6 +258,19 @@ class KafkaServer:
         closed = sum(server.close_connections() for server in self.socket_servers)
         log.info("broker %d %s: dropped %d client connections", self.config.broker_id,
                  "fenced" if fenced else "unfenced", closed)
+
+    def _on_log_dir_failure(self, log_dir, keys) -> None:
+        """A log directory failed: resign the coordinators of its offsets partitions and tell the
+        controller (through ZooKeeper, as Kafka does), which moves the leaderships away."""
+        for topic, partition in keys:
+            if topic == GROUP_METADATA_TOPIC_NAME:
+                self.group_coordinator.on_resignation(partition)
+        self._announce_log_dir_failure()
+
+    def _announce_log_dir_failure(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.zk.propagate_log_dir_event(self.config.broker_id))
+        self._announcements.add(task)
+        task.add_done_callback(self._announcements.discard)
 
     def _on_stop_replica(self, request, response) -> None:
         for t in request.topics:
@@ -411,6 +429,8 @@ class KafkaServer:
             await server.stop()
         if self.controller_channel is not None:
             await self.controller_channel.close()
+        for task in list(self._announcements):
+            task.cancel()
         if self.zk is not None:
             log.info("broker %d: closing the ZooKeeper session", self.config.broker_id)
             try:

@@ -41,6 +41,8 @@ PRESUMED_LOST_FRACTION = 0.5
 """Disconnected for this share of the session timeout, the broker presumes its session expired."""
 REREGISTER_BACKOFF_S = 0.5
 """Pause between two attempts to register again after a session loss."""
+LOG_DIR_EVENT_RETRY_S = 1.0
+"""Pause between two attempts to write a log directory failure notification."""
 
 
 class BrokerIdTakenError(Exception):
@@ -615,6 +617,27 @@ class BrokerZkClient:
                 pass  # already being deleted
 
         await asyncio.to_thread(mark)
+
+    # --- log directory failures ------------------------------------------------------------------
+
+    async def propagate_log_dir_event(self, broker_id: int) -> None:
+        """Tell the controller one of our log directories failed: a persistent sequential
+        `/log_dir_event_notification/log_dir_event_<seq>` holding Kafka's JSON, which the
+        controller reads and deletes. Retried every LOG_DIR_EVENT_RETRY_S until written or the
+        broker stops (ZooKeeper may be down just then)."""
+        data = zk_data.encode_log_dir_event(broker_id)
+        attempt = 0
+        while not self._stopping:
+            attempt += 1
+            try:
+                path = await asyncio.to_thread(
+                    lambda: self._calls().create(zk_data.log_dir_event_path(), data, sequence=True, makepath=True))
+                log.info("log directory failure announced in %s", path)
+                return
+            except Exception as e:
+                if attempt in (1, 10) or attempt % 60 == 0:
+                    log.warning("cannot announce the log directory failure (attempt %d): %r", attempt, e)
+            await asyncio.sleep(LOG_DIR_EVENT_RETRY_S)
 
     # --- producer id blocks ------------------------------------------------------------------------
 

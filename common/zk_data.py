@@ -23,8 +23,13 @@ DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 """The newest block of producer ids any broker claimed (Kafka's ProducerIdBlockZNode)."""
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+"""Brokers whose log directories failed: persistent sequential children, read and deleted by the
+controller (Kafka's LogDirEventNotificationZNode)."""
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 
-PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_CHANGES, DELETE_TOPICS)
+PERSISTENT_PATHS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_CHANGES, DELETE_TOPICS,
+                    LOG_DIR_EVENT_NOTIFICATION)
 """Created (if missing) by whoever connects first, as Kafka does at start-up."""
 
 
@@ -347,3 +352,29 @@ def decode_producer_id_block(data: bytes) -> ProducerIdsBlock:
     if end < start:
         raise ValueError(f"producer id block ends ({end}) before it starts ({start})")
     return ProducerIdsBlock(int(obj["broker"]), start, end - start + 1)
+
+
+# --- /log_dir_event_notification/log_dir_event_<seq> ----------------------------------------------
+
+LOG_DIR_FAILURE_EVENT = 1
+"""Kafka's LogDirEventNotificationHandler.LogDirFailure: the only event there is."""
+
+
+def log_dir_event_path(sequence_node: str = "") -> str:
+    """The child `log_dir_event_<seq>` (the prefix alone: ZooKeeper appends the sequence)."""
+    return f"{LOG_DIR_EVENT_NOTIFICATION}/{sequence_node or LOG_DIR_EVENT_PREFIX}"
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    return _dump({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(data: bytes) -> int | None:
+    """The broker id of a log-dir failure notification; None for another event or bad JSON."""
+    try:
+        obj = json.loads(data)
+        if obj.get("event") != LOG_DIR_FAILURE_EVENT:
+            return None
+        return int(obj["broker"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -6,6 +6,7 @@ machines (controller/state_machine.py) after their ZooKeeper writes succeeded.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -37,6 +38,14 @@ class ControllerContext:
     topics_to_delete: set[str] = field(default_factory=set)
     """Topics marked under /admin/delete_topics that still exist (deletion waits for replicas)."""
     unclean_leader_election: bool = False
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
+    """broker → its replicas on a failed log directory (Kafka's replicasOnOfflineDirs), learned
+    from LeaderAndIsr answers (KAFKA_STORAGE_ERROR); forgotten when the broker re-registers."""
+
+    def online_replicas(self, tp: TopicPartition, live: Iterable[int]) -> set[int]:
+        """Of the brokers in `live`, those whose replica of `tp` is not on a failed log dir."""
+        offline = self.replicas_on_offline_dirs
+        return {b for b in live if tp not in offline.get(b, ())}
 
     def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         a = self.assignments.get(tp.topic)

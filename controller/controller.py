@@ -15,14 +15,16 @@ import logging
 import threading
 
 from kazoo.protocol.states import KazooState
+from kio.schema.errors import ErrorCode
 
 from odradek.broker.network.socket_server import SocketServer
 from odradek.common.config import ControllerConfig, parse_listeners
+from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.zk_data import ControllerInfo, EndPoint
 
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
-from .context import ControllerContext
+from .context import ControllerContext, TopicPartition
 from .controller_apis import ALTER_PARTITION, CONTROLLED_SHUTDOWN, ControllerApis, isr_changes
 from .zk_client import ControllerMovedError, ControllerZkClient
 
@@ -39,7 +41,9 @@ PARTITION_MODIFICATION = "partitions"
 """A topic's assignment znode changed (CreatePartitions); the topics are in `_modified_topics`."""
 TOPIC_DELETION = "deletions"
 AUTO_REBALANCE = "rebalance"
-EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, PARTITION_MODIFICATION, TOPIC_DELETION, AUTO_REBALANCE)
+LOG_DIR_EVENT = "log_dir_events"
+EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, PARTITION_MODIFICATION, TOPIC_DELETION, LOG_DIR_EVENT,
+               AUTO_REBALANCE)
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
 
@@ -50,6 +54,15 @@ class _BrokerRequest:
         self.api_key = api_key
         self.payload = payload
         self.future = future
+
+
+class _BrokerResponse:
+    """A broker's answer to a LeaderAndIsr that tells about failed log directories."""
+
+    def __init__(self, broker_id: int, request: object, response: object):
+        self.broker_id = broker_id
+        self.request = request
+        self.response = response
 
 
 class Deposed(Exception):
@@ -246,6 +259,19 @@ class KafkaController:
         elif state == KazooState.LOST:
             self._depose(gen, "ZooKeeper session lost")
 
+    def _on_channel_response(self, gen: int, broker_id: int, request, response) -> None:
+        """Every broker answer: to the test hook, and LeaderAndIsr answers that speak of failed
+        log directories (KAFKA_STORAGE_ERROR, or a broker with replicas known offline) to the
+        event queue."""
+        if self.on_response is not None:
+            self.on_response(broker_id, request, response)
+        if not isinstance(response, LeaderAndIsrResponse) or response.error_code != ErrorCode.none:
+            return
+        ctx = self.context
+        if any(e.error_code == ErrorCode.kafka_storage_error for e in response.partition_errors) or (
+                ctx is not None and broker_id in ctx.replicas_on_offline_dirs):
+            self._post(gen, _BrokerResponse(broker_id, request, response))
+
     def _cancel_suspended_timer(self) -> None:
         if self._suspended_timer is not None:
             self._suspended_timer.cancel()
@@ -272,7 +298,8 @@ class KafkaController:
         log.info("controller %d: elected, epoch %d", self.controller_id, epoch)
         self.channels = ControllerChannelManager(
             self.controller_id, listener=self.config.control_plane_listener_name, request_timeout=self.request_timeout,
-            gate=self._connected, on_response=self.on_response,
+            gate=self._connected,
+            on_response=lambda b, request, response: self._on_channel_response(gen, b, request, response),
         )
         self._acting = asyncio.create_task(self._act(zk, gen, epoch, epoch_zk_version), name="controller-active")
         try:
@@ -313,6 +340,7 @@ class KafkaController:
         self.active.set()
         log.info("controller %d: active with %d brokers, %d topics", self.controller_id,
                  len(ctx.live_brokers), len(ctx.assignments))
+        await self._handle(zk, gen, LOG_DIR_EVENT)  # notifications left from before; sets the watch
         rebalance = None
         if self.config.auto_leader_rebalance_enable:
             rebalance = asyncio.create_task(self._rebalance_timer(gen), name="controller-rebalance-timer")
@@ -323,6 +351,7 @@ class KafkaController:
                     items.append(self._events.get_nowait())
                 pending = {e for e in items if isinstance(e, str)}
                 requests = [e for e in items if isinstance(e, _BrokerRequest)]
+                responses = [e for e in items if isinstance(e, _BrokerResponse)]
                 if "stop" in pending:
                     return
                 if "lost" in pending:
@@ -332,6 +361,8 @@ class KafkaController:
                 for event in EVENT_ORDER:
                     if event in pending:
                         await self._handle(zk, gen, event)
+                for response in responses:
+                    await self._handle_response(zk, response)
                 for request in requests:
                     await self._handle_request(zk, request)
         finally:
@@ -374,6 +405,15 @@ class KafkaController:
         if not request.future.done():
             request.future.set_result(None if d is None else d.answer)
 
+    async def _handle_response(self, zk: ControllerZkClient, r: _BrokerResponse) -> None:
+        errors = [(TopicPartition(e.topic_name, int(e.partition_index)), int(e.error_code))
+                  for e in r.response.partition_errors]
+        d = await self._execute(zk, lambda ctx: sm.on_leader_and_isr_response(
+            ctx, r.broker_id, int(r.request.broker_epoch), errors))
+        if d.replicas_on_offline_dirs is not None:
+            log.warning("broker %d: replicas on failed log directories: %s", r.broker_id,
+                        sorted(str(tp) for tp in d.replicas_on_offline_dirs.get(r.broker_id, ())))
+
     async def _handle(self, zk: ControllerZkClient, gen: int, event: str) -> None:
         if event == CONTROLLER_CHANGE:
             holder = await asyncio.to_thread(zk.controller, self._watch(gen, CONTROLLER_CHANGE))
@@ -399,6 +439,12 @@ class KafkaController:
                 # a topic created and marked at once: learn of it first, or its marker looks stray
                 await self._handle(zk, gen, TOPIC_CHANGE)
             await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
+        elif event == LOG_DIR_EVENT:
+            children, brokers = await asyncio.to_thread(zk.log_dir_events, self._watch(gen, LOG_DIR_EVENT))
+            if children:
+                log.warning("log directory failures announced by brokers %s", sorted(brokers))
+                await self._execute(zk, lambda ctx: sm.on_log_dir_event(ctx, brokers))
+                await asyncio.to_thread(zk.delete_log_dir_events, children, self.context.epoch_zk_version)
         elif event == AUTO_REBALANCE:
             pct = self.config.leader_imbalance_per_broker_percentage
             d = await self._execute(zk, lambda ctx: sm.on_auto_leader_rebalance(ctx, pct))

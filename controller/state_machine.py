@@ -17,7 +17,7 @@ last ISR member stays, as in Kafka, so a clean election is possible when it retu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
@@ -78,6 +78,7 @@ class Decisions:
     answer: object = None
     """For events that are requests (AlterPartition, ControlledShutdown): what to answer, computed
     with the decision so that a re-decision after a conflict answers what was actually written."""
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] | None = None
 
     def requests_to(self, broker_id: int, kind: type | None = None) -> list[object]:
         """The requests (both phases) for one broker, optionally of one type; for tests and logs."""
@@ -99,6 +100,8 @@ def apply_decisions(ctx: ControllerContext, d: Decisions) -> ControllerContext:
         ctx.topics_to_delete = set(d.topics_to_delete)
     if d.shutting_down_brokers is not None:
         ctx.shutting_down_brokers = set(d.shutting_down_brokers)
+    if d.replicas_on_offline_dirs is not None:
+        ctx.replicas_on_offline_dirs = {b: set(tps) for b, tps in d.replicas_on_offline_dirs.items() if tps}
     for topic in d.removed_topics:
         ctx.assignments.pop(topic, None)
         ctx.topics_to_delete.discard(topic)
@@ -246,7 +249,7 @@ class RequestBatch:
                     partition_index=i32(tp.partition), controller_epoch=i32(state.controller_epoch),
                     leader=i32(state.leader), leader_epoch=i32(state.leader_epoch), isr=_i32s(state.isr),
                     zk_version=i32(state.zk_version), replicas=_i32s(replicas),
-                    offline_replicas=_i32s(r for r in replicas if r not in self.live),
+                    offline_replicas=_i32s(r for r in replicas if r not in self.ctx.online_replicas(tp, self.live)),
                 )
             )
         brokers = tuple(
@@ -293,20 +296,22 @@ def _written_by_newer_controller(ctx: ControllerContext) -> bool:
 def _elect(ctx: ControllerContext, tps: Iterable[TopicPartition], replicas_of: Callable[[TopicPartition], tuple[int, ...]],
            live: set[int],
            states: dict[TopicPartition, LeaderIsrAndControllerEpoch], d: Decisions) -> dict[TopicPartition, bool]:
-    """Bring each partition to the state the live brokers call for; record writes in `d` and the
-    new states in `states`. Returns changed partitions → whether the znode was created."""
+    """Bring each partition to the state the live brokers call for (a replica on a failed log
+    directory counts as dead); record writes in `d` and the new states in `states`. Returns
+    changed partitions → whether the znode was created."""
     changed: dict[TopicPartition, bool] = {}
     for tp in tps:
         replicas = replicas_of(tp)
         state = states.get(tp)
+        online = ctx.online_replicas(tp, live)
         if state is None:
-            new = initial_leader_and_isr(replicas, live, ctx.epoch)
+            new = initial_leader_and_isr(replicas, online, ctx.epoch)
             if new is not None:
                 d.state_writes.append(StateWrite(tp, new, None))
                 states[tp] = new
                 changed[tp] = True
             continue
-        new = reconcile_leader_and_isr(replicas, state, live, ctx.epoch, ctx.unclean_leader_election,
+        new = reconcile_leader_and_isr(replicas, state, online, ctx.epoch, ctx.unclean_leader_election,
                                        ctx.shutting_down_brokers)
         if new is not None:
             d.state_writes.append(StateWrite(tp, new, state.zk_version))
@@ -411,6 +416,11 @@ def on_broker_change(ctx: ControllerContext, live_brokers: dict[int, BrokerInfo]
         return d
     if _written_by_newer_controller(ctx):
         return Decisions(deposed=True)
+    if (dead | born) & set(ctx.replicas_on_offline_dirs):
+        # a broker that comes back has had its failed directories replaced, or tells us again
+        d.replicas_on_offline_dirs = {b: tps for b, tps in ctx.replicas_on_offline_dirs.items()
+                                      if b not in dead | born}
+        ctx = _with_offline(ctx, d.replicas_on_offline_dirs)
     live = set(live_brokers)
     marked = ctx.topics_to_delete
     states = dict(ctx.partition_states)
@@ -580,8 +590,9 @@ def _check_isr_change(ctx: ControllerContext, broker_id: int, c: IsrChange) -> t
     if c.partition_epoch != state.zk_version:
         return int(ErrorCode.invalid_update_version), state
     added = set(new_isr) - set(state.isr)
+    online = ctx.online_replicas(c.tp, ctx.live_brokers)
     if (broker_id not in new_isr or len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(replicas)
-            or any(b not in ctx.live_brokers or b in ctx.shutting_down_brokers for b in added)):
+            or any(b not in online or b in ctx.shutting_down_brokers for b in added)):
         return int(ErrorCode.invalid_request), state
     return 0, LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch, new_isr, ctx.epoch, state.zk_version + 1)
 
@@ -651,7 +662,8 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
         recipients = replicas
         shrunk_isr = tuple(b for b in state.isr if b != broker_id)
         if state.leader == broker_id:
-            candidates = [r for r in replicas if r in state.isr and r in ctx.live_brokers and r not in shutting]
+            online = ctx.online_replicas(tp, ctx.live_brokers)
+            candidates = [r for r in replicas if r in state.isr and r in online and r not in shutting]
             if candidates:
                 new = next_state(state, candidates[0], shrunk_isr, ctx.epoch)
             elif len(replicas) > 1:
@@ -707,7 +719,8 @@ def on_preferred_replica_election(ctx: ControllerContext, partitions: Iterable[T
         if state is None or not replicas or tp.topic in ctx.topics_to_delete:
             continue
         preferred = replicas[0]
-        if (state.leader == preferred or preferred not in state.isr or preferred not in ctx.live_brokers
+        if (state.leader == preferred or preferred not in state.isr
+                or preferred not in ctx.online_replicas(tp, ctx.live_brokers)
                 or preferred in ctx.shutting_down_brokers):
             continue
         _record_change(d, batch, updates, tp, state, next_state(state, preferred, state.isr, ctx.epoch),
@@ -715,4 +728,76 @@ def on_preferred_replica_election(ctx: ControllerContext, partitions: Iterable[T
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
         d.requests = batch.build()
+    return d
+
+
+# --- log directory failures (Kafka's KIP-112 handling in the ZooKeeper controller) ---------------
+
+
+def _with_offline(ctx: ControllerContext, offline: dict[int, set[TopicPartition]]) -> ControllerContext:
+    """A shallow copy of `ctx` with another offline-replica map, to decide as if it applied."""
+    return replace(ctx, replicas_on_offline_dirs=offline)
+
+
+def on_log_dir_event(ctx: ControllerContext, broker_ids: Iterable[int]) -> Decisions:
+    """Brokers announced failed log directories (`/log_dir_event_notification`). As Kafka's
+    onBrokerLogDirFailure: send each (live) broker a LeaderAndIsr for every replica it has, with the
+    current states; it answers KAFKA_STORAGE_ERROR for those on a failed directory, and that
+    answer (on_leader_and_isr_response) moves them offline."""
+    brokers = sorted(set(broker_ids) & set(ctx.live_brokers))
+    d = Decisions()
+    if not brokers:
+        return d
+    if _written_by_newer_controller(ctx):
+        return Decisions(deposed=True)
+    batch = RequestBatch(ctx, ctx.live_brokers)
+    for tp in ctx.all_partitions():
+        replicas = ctx.replicas(tp)
+        state = ctx.partition_states.get(tp)
+        if state is None or tp.topic in ctx.topics_to_delete:
+            continue
+        batch.add_leader_and_isr([b for b in brokers if b in replicas], tp, state, replicas)
+    d.requests = batch.build()
+    return d
+
+
+def on_leader_and_isr_response(ctx: ControllerContext, broker_id: int, broker_epoch: int,
+                               partition_errors: Iterable[tuple[TopicPartition, int]]) -> Decisions:
+    """A broker answered a LeaderAndIsr (Kafka's LeaderAndIsrResponseReceived): partitions answered
+    KAFKA_STORAGE_ERROR are on a failed log directory there, those answered NONE are not. Replicas
+    that just went offline are handled as Kafka's OfflineReplica transition: a partition they led
+    elects another ISR member, the others drop them from the ISR (new leader epoch, LeaderAndIsr
+    to the remaining replicas, UpdateMetadata to everyone), and the broker is told to stop them.
+    The answer of an earlier registration of the broker (another broker epoch) is ignored."""
+    info = ctx.live_brokers.get(broker_id)
+    if info is None or broker_epoch != info.epoch:
+        return Decisions()
+    errors = list(partition_errors)
+    offline = {tp for tp, code in errors if code == ErrorCode.kafka_storage_error}
+    online = {tp for tp, code in errors if code == ErrorCode.none}
+    previous = ctx.replicas_on_offline_dirs.get(broker_id, set())
+    current = (previous - online) | offline
+    if current == previous:
+        return Decisions()
+    if _written_by_newer_controller(ctx):
+        return Decisions(deposed=True)
+    all_offline = {**ctx.replicas_on_offline_dirs, broker_id: current}
+    d = Decisions(replicas_on_offline_dirs=all_offline)
+    newly = sorted(tp for tp in current - previous if tp in ctx.partition_states and tp.topic not in ctx.topics_to_delete)
+    if not newly:
+        return d
+    decided = _with_offline(ctx, all_offline)
+    states = dict(ctx.partition_states)
+    _elect(decided, newly, ctx.replicas, set(ctx.live_brokers), states, d)
+    batch = RequestBatch(decided, ctx.live_brokers)
+    updates = {}
+    for w in d.state_writes:
+        replicas = ctx.replicas(w.tp)
+        batch.add_leader_and_isr(decided.online_replicas(w.tp, ctx.live_brokers) & set(replicas), w.tp, w.state, replicas)
+        updates[w.tp] = (w.state, replicas)
+    for tp in newly:
+        batch.add_stop_replica((broker_id,), tp, delete=False)
+    if updates:
+        batch.add_update_metadata(ctx.live_brokers, updates)
+    d.requests = batch.build()
     return d

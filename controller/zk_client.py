@@ -227,6 +227,35 @@ class ControllerZkClient:
     def delete_markers(self, watch: Watch = None) -> set[str]:
         return set(self.calls.get_children(z.DELETE_TOPICS, watch=watch))
 
+    def log_dir_events(self, watch: Watch = None) -> tuple[list[str], set[int]]:
+        """The children of /log_dir_event_notification (watched) and the brokers they name."""
+        children = [c for c in self.calls.get_children(z.LOG_DIR_EVENT_NOTIFICATION, watch=watch)
+                    if c.startswith(z.LOG_DIR_EVENT_PREFIX)]
+        found = self._get_many([z.log_dir_event_path(c) for c in children])
+        brokers = set()
+        for c in children:
+            got = found[z.log_dir_event_path(c)]
+            broker = None if got is None else z.decode_log_dir_event(got[0])
+            if broker is not None:
+                brokers.add(broker)
+            elif got is not None:
+                log.warning("ignoring %s: %r", z.log_dir_event_path(c), got[0][:200])
+        return children, brokers
+
+    def delete_log_dir_events(self, children: list[str], epoch_zk_version: int) -> None:
+        """Delete handled notifications, each in a transaction fenced by the controller epoch
+        (one already gone is not an error)."""
+        for c in children:
+            t = self.zk.transaction()
+            t.check(z.CONTROLLER_EPOCH, epoch_zk_version)
+            t.delete(z.log_dir_event_path(c))
+            failure = _failure(self.calls.commit(t))
+            if failure is None or isinstance(failure[1], NoNodeError):
+                continue
+            if failure[0] == 0:
+                raise ControllerMovedError(f"{z.CONTROLLER_EPOCH} moved on: {failure[1]!r}")
+            raise failure[1]
+
     def load_context(self, controller_id: int, epoch: int, epoch_zk_version: int, *, brokers_watch: Watch = None,
                      topics_watch: Watch = None, deletions_watch: Watch = None,
                      topic_watch: Callable[[str], Watch] | None = None) -> ControllerContext:

@@ -406,8 +406,13 @@ class LocalCluster:
     # --- broker logs on disk --------------------------------------------------------------------
 
     def partition_dir(self, broker: int, topic: str, partition: int) -> Path:
-        """Where broker `broker` keeps `topic`-`partition` (its single `log.dirs` entry)."""
-        return Path(self.brokers[broker].overrides["log.dirs"].split(",")[0]) / f"{topic}-{partition}"
+        """Where broker `broker` keeps `topic`-`partition`: in whichever of its `log.dirs` holds it
+        (the first when none does yet)."""
+        dirs = [Path(d.strip()) for d in self.brokers[broker].overrides["log.dirs"].split(",") if d.strip()]
+        for d in dirs:
+            if (d / f"{topic}-{partition}").is_dir():
+                return d / f"{topic}-{partition}"
+        return dirs[0] / f"{topic}-{partition}"
 
     def log_bytes(self, broker: int, topic: str, partition: int) -> bytes:
         """The partition's record batches as stored: every segment's .log file in offset order.

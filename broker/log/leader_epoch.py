@@ -123,13 +123,21 @@ class LeaderEpochFileCache:
             self._written = version
 
 
-async def write_in_worker(caches: list[LeaderEpochFileCache]) -> None:
+async def write_in_worker(caches: list[LeaderEpochFileCache]) -> dict[LeaderEpochFileCache, OSError]:
     """Write the caches' current snapshots (taken here, on the owner's thread) in one worker
-    thread: each is two fsyncs, which must not stall the event loop."""
-    if caches:
-        snapshots = [(cache, cache.snapshot()) for cache in caches]
-        def write_all() -> None:
-            for cache, snapshot in snapshots:
-                cache.write(snapshot)
+    thread: each is two fsyncs, which must not stall the event loop. Returns the caches whose
+    write failed, with the error (each is tried: one failed disk must not stop the others)."""
+    if not caches:
+        return {}
+    snapshots = [(cache, cache.snapshot()) for cache in caches]
 
-        await asyncio.to_thread(write_all)
+    def write_all() -> dict[LeaderEpochFileCache, OSError]:
+        failed = {}
+        for cache, snapshot in snapshots:
+            try:
+                cache.write(snapshot)
+            except OSError as e:
+                failed[cache] = e
+        return failed
+
+    return await asyncio.to_thread(write_all)

@@ -140,6 +140,8 @@ class Log:
         self._truncations = 0
         self.on_truncate: Callable[[Log], None] | None = None
         """Called after a truncation lowered the recovery point (LogManager checkpoints it)."""
+        self.on_storage_error: Callable[[Log, BaseException], None] | None = None
+        """Called when an I/O error hits this log's files (LogManager: the directory goes offline)."""
         self.closed = False
         self.dir.mkdir(parents=True, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE, lambda: self.log_end_offset)
@@ -306,8 +308,11 @@ class Log:
                 self.leader_epoch_cache.assign(leader_epoch, first)
             segment = self._maybe_roll(len(buf), max_ts, first, offset - 1, now)
             segment.append(buf, batches, bases, append_time)
+        except KafkaStorageError as exc:  # a segment write (it truncated what it had written)
+            self.storage_error(exc, "append")
+            raise
         except OSError as exc:
-            raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
+            raise self.storage_error(exc, "append") from exc
         self.log_end_offset = offset
         if producer_appends:
             self._index_aborts(self.producer_state, self.producer_state.update(producer_appends, offset))
@@ -396,8 +401,11 @@ class Log:
                                            chunk[-1].last_offset, now)
                 segment.append(view[start:end], chunk, [b.base_offset for b in chunk], None, position_base=start)
                 self.log_end_offset = chunk[-1].next_offset
+        except KafkaStorageError as exc:  # a segment write (it truncated what it had written)
+            self.storage_error(exc, "append")
+            raise
         except OSError as exc:
-            raise KafkaStorageError(f"append to {self.dir} failed: {exc}") from exc
+            raise self.storage_error(exc, "append") from exc
         self._replay_rows(self.producer_state, rows, expected)
         self._after_append()
         return LogAppendInfo(first, expected - 1, max_ts, offset_of_max, -1, count, valid_bytes)
@@ -477,7 +485,7 @@ class Log:
                     return FetchDataInfo([], 0, start_offset)
                 return FetchDataInfo([FileRegion(seg.file, first.position, size)], size, first.base_offset)
         except OSError as exc:
-            raise KafkaStorageError(f"read from {self.dir} failed: {exc}") from exc
+            raise self.storage_error(exc, "read") from exc
         return FetchDataInfo([], 0, start_offset)
 
     # --- transactions ---------------------------------------------------------------------
@@ -578,7 +586,7 @@ class Log:
                     seg.write_indexes(fsync=True)
                 seg.fsync()
         except OSError as exc:
-            raise KafkaStorageError(f"flush of {self.dir} failed: {exc}") from exc
+            raise self.storage_error(exc, "flush") from exc
         self.recovery_point = offset
         self._last_flush_ms = now_ms()
 
@@ -602,9 +610,13 @@ class Log:
 
         try:
             await asyncio.to_thread(fsync_all)
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:  # a file closed meanwhile (the log deleted or closed)
             log.warning("%s: background flush failed: %s", self.dir.name, exc)
             return
+        except OSError as exc:
+            if self.closed:
+                return
+            raise self.storage_error(exc, "flush") from exc
         if generation == self._truncations and not self.closed:
             self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
             self._last_flush_ms = now_ms()
@@ -714,12 +726,15 @@ class Log:
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
-        while len(self.segments) > 1 and self._bases[-1] > offset:
-            self._schedule_delete(self.segments.pop())
-            self._bases.pop()
-        self.log_end_offset = self.segments[-1].truncate_to(offset)
-        self._truncate_producer_state()
-        self._after_truncate()
+        try:
+            while len(self.segments) > 1 and self._bases[-1] > offset:
+                self._schedule_delete(self.segments.pop())
+                self._bases.pop()
+            self.log_end_offset = self.segments[-1].truncate_to(offset)
+            self._truncate_producer_state()
+            self._after_truncate()
+        except OSError as exc:
+            raise self.storage_error(exc, "truncation") from exc
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -811,6 +826,7 @@ class Log:
             write_snapshot(self.dir, state, fsync=fsync)
         except OSError as exc:
             log.warning("%s: cannot write a producer snapshot: %s", self.dir.name, exc)
+            self.storage_error(exc, "producer snapshot")
 
     def remove_expired_producers(self, now: int, expiration_ms: int) -> int:
         """producer.id.expiration.ms: forget producers idle that long; returns how many."""
@@ -831,6 +847,16 @@ class Log:
             seg.close()
         self.delete_pending_files(force=True)
         self.closed = True
+
+    def storage_error(self, exc: BaseException, what: str) -> KafkaStorageError:
+        """An I/O error on this log's disk: tell `on_storage_error` (the LogManager takes the whole
+        log directory offline, as Kafka does) and return the error to raise."""
+        if self.on_storage_error is not None:
+            try:
+                self.on_storage_error(self, exc)
+            except Exception:
+                log.exception("%s: storage error hook failed", self.dir.name)
+        return exc if isinstance(exc, KafkaStorageError) else KafkaStorageError(f"{what} in {self.dir} failed: {exc}")
 
     def _check_open(self) -> None:
         if self.closed:

@@ -2,6 +2,11 @@
 
 It owns the per-directory files Kafka keeps: the clean-shutdown marker (skip recovery when
 present) and `recovery-point-offset-checkpoint` (recover only what was not flushed).
+
+A log directory whose disk fails (any I/O error, ENOSPC included) goes offline as a whole, as in
+Kafka (KIP-112): its logs are dropped and never touched again until the broker restarts, new logs
+go to the other directories, and `log_dir_failure_listeners` hear of it (the ReplicaManager then
+answers KAFKA_STORAGE_ERROR for those partitions and tells the controller).
 """
 
 import asyncio
@@ -11,7 +16,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from odradek.common.config import BrokerConfig
@@ -28,6 +33,12 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 """Where DeleteRecords (and followers following it) moved a log's start inside its first segment."""
+
+
+class DuplicateLogError(KafkaStorageError):
+    """One partition in two log directories: a configuration error, not a disk failure."""
+
+
 _DELETE_DIR = re.compile(r"^(?P<name>.+-\d+)\.(?P<uuid>[0-9a-f]{32})-delete$")
 _MAX_TICK_MS = 1000
 _MIN_TICK_MS = 10
@@ -52,6 +63,11 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         """One recovery-point write at a time: the background pass writes from a worker thread
         while a deletion or truncation may write from the event loop (they share a temp file)."""
+        self.offline_dirs: set[Path] = set()
+        """Directories taken offline by an I/O error; they stay so until the broker restarts."""
+        self.log_dir_failure_listeners: list[Callable[[Path, list[tuple[str, int]]], None]] = []
+        """Callables(log_dir, [(topic, partition)]) run (on the event loop) when a directory goes
+        offline, with the partitions it held."""
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -67,47 +83,87 @@ class LogManager:
         return topics
 
     def startup(self, topic_overrides: Mapping[str, tuple[int, dict[str, str]]] | None = None) -> None:
-        """Load every partition directory, recovering what an unclean stop may have torn.
+        """Load every partition directory, recovering what an unclean stop may have torn. A
+        directory that cannot be loaded (an I/O error) starts offline; the others are served.
 
         `topic_overrides` (topic → (zxid, overrides), read from ZooKeeper before) gives each log
         its topic's config: a log never runs on the broker defaults alone after a restart."""
         for topic, (zxid, overrides) in (topic_overrides or {}).items():
             self.update_topic_config(topic, overrides, zxid)
         for log_dir in self.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean = marker.exists()
-            recovery_points = self._read_recovery_points(log_dir)
-            start_offsets = self._read_log_start_offsets(log_dir)
-            for path in sorted(log_dir.iterdir()):
-                if not path.is_dir():
-                    continue
-                if _DELETE_DIR.match(path.name):
-                    self._doomed_dirs.append((0, path, None))
-                    continue
-                key = parse_dir_name(path.name)
-                if key is None:
-                    log.warning("ignoring %s: not a <topic>-<partition> directory", path)
-                    continue
-                if key in self._logs:
-                    raise KafkaStorageError(f"{key[0]}-{key[1]} exists in both {self._dir_of[key]} and {log_dir}")
-                started = time.monotonic()
-                partition_log = Log(
-                    path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean,
-                    log_start_offset=start_offsets.get(key, 0),
-                )
-                self._add(key, log_dir, partition_log)
-                if not clean:
-                    log.info("recovered %r in %.3f s", partition_log, time.monotonic() - started)
-            if clean:
-                marker.unlink()
-                fsync_dir(log_dir)
-            self.checkpoint_recovery_points(log_dir)
-            self.checkpoint_log_start_offsets(log_dir)
-        log.info("loaded %d logs from %s", len(self._logs), ", ".join(map(str, self.log_dirs)))
+            try:
+                self._load_dir(log_dir)
+            except (OSError, KafkaStorageError) as exc:
+                if isinstance(exc, DuplicateLogError):
+                    raise
+                self.mark_offline(log_dir, exc)
+        if not self.online_dirs:
+            raise KafkaStorageError(f"no log directory could be loaded ({', '.join(map(str, self.log_dirs))})")
+        log.info("loaded %d logs from %s", len(self._logs), ", ".join(map(str, self.online_dirs)))
+
+    def _load_dir(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_recovery_points(log_dir)
+        start_offsets = self._read_log_start_offsets(log_dir)
+        for path in sorted(log_dir.iterdir()):
+            if not path.is_dir():
+                continue
+            if _DELETE_DIR.match(path.name):
+                self._doomed_dirs.append((0, path, None))
+                continue
+            key = parse_dir_name(path.name)
+            if key is None:
+                log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                continue
+            if key in self._logs:
+                raise DuplicateLogError(f"{key[0]}-{key[1]} exists in both {self._dir_of[key]} and {log_dir}")
+            started = time.monotonic()
+            partition_log = Log(
+                path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean,
+                log_start_offset=start_offsets.get(key, 0),
+            )
+            self._add(key, log_dir, partition_log)
+            if not clean:
+                log.info("recovered %r in %.3f s", partition_log, time.monotonic() - started)
+        if clean:
+            marker.unlink()
+            fsync_dir(log_dir)
+        self._write_recovery_points(log_dir, self._recovery_points_to_write(log_dir, True)[log_dir])
+        self.checkpoint_log_start_offsets(log_dir, force=True)
+
+    @property
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def mark_offline(self, log_dir: Path, cause: BaseException | str) -> None:
+        """Take `log_dir` offline after an I/O error (Kafka's LogDirFailureChannel): its logs are
+        closed to the API and forgotten, nothing is written there any more (not even at shutdown),
+        and the listeners hear which partitions went with it. Runs on the event loop."""
+        log_dir = Path(log_dir)
+        if log_dir in self.offline_dirs or log_dir not in self.log_dirs:
+            return
+        self.offline_dirs.add(log_dir)
+        keys = sorted(k for k, d in self._dir_of.items() if d == log_dir)
+        for key in keys:
+            self._dir_of.pop(key)
+            self._logs.pop(key).closed = True  # its files stay as they are for recovery at restart
+        self._written_checkpoints.pop(log_dir, None)
+        log.error("log directory %s is offline after an I/O error (%s); %d partitions with it%s",
+                  log_dir, cause, len(keys), "" if self.online_dirs else "; no log directory is left online")
+        for listener in list(self.log_dir_failure_listeners):
+            try:
+                listener(log_dir, keys)
+            except Exception:
+                log.exception("log dir failure listener failed")
+
+    def dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._dir_of.get((topic, partition))
 
     def shutdown(self) -> None:
-        """Flush and close every log, checkpoint, then mark each directory cleanly shut down."""
+        """Flush and close every log, checkpoint, then mark each online directory cleanly shut
+        down (an offline one is left as it is: its logs are recovered at the next start)."""
         failed: set[Path] = set()
         for key, partition_log in list(self._logs.items()):
             try:
@@ -117,7 +173,7 @@ class LogManager:
                 log.exception("flushing %r at shutdown failed", partition_log)
                 failed.add(self._dir_of[key])
         self._remove_doomed_dirs(force=True)
-        for log_dir in self.log_dirs:
+        for log_dir in self.online_dirs:
             if log_dir in failed:
                 continue
             try:
@@ -175,7 +231,12 @@ class LogManager:
         if existing is not None:
             return existing
         log_dir = self._least_loaded_dir()
-        return self._add((topic, partition), log_dir, self._new_log(log_dir, topic, partition, config))
+        try:
+            created = self._new_log(log_dir, topic, partition, config)
+        except KafkaStorageError as exc:
+            self.mark_offline(log_dir, exc)
+            raise
+        return self._add((topic, partition), log_dir, created)
 
     async def get_or_create_log_async(self, topic: str, partition: int, config: LogConfig) -> Log:
         """The same, with a new log's files made in a worker thread: a LeaderAndIsr for a topic of
@@ -185,7 +246,14 @@ class LogManager:
         if existing is not None:
             return existing
         log_dir = self._least_loaded_dir()
-        created = await asyncio.to_thread(self._new_log, log_dir, topic, partition, config)
+        try:
+            created = await asyncio.to_thread(self._new_log, log_dir, topic, partition, config)
+        except KafkaStorageError as exc:
+            self.mark_offline(log_dir, exc)
+            raise
+        if log_dir in self.offline_dirs:  # failed meanwhile: a log there would never be used
+            created.closed = True
+            raise KafkaStorageError(f"log directory {log_dir} went offline while creating {topic}-{partition}")
         raced = self._logs.get((topic, partition))
         if raced is not None:  # created by another caller meanwhile: keep that one
             created.close()
@@ -199,10 +267,13 @@ class LogManager:
         return existing
 
     def _least_loaded_dir(self) -> Path:
-        counts = dict.fromkeys(self.log_dirs, 0)
+        online = self.online_dirs
+        if not online:
+            raise KafkaStorageError("every log directory is offline")
+        counts = dict.fromkeys(online, 0)
         for d in self._dir_of.values():
-            counts[d] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+            counts[d] = counts.get(d, 0) + 1
+        return min(online, key=lambda d: counts[d])
 
     @staticmethod
     def _new_log(log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
@@ -244,6 +315,7 @@ class LogManager:
         self._logs[key] = partition_log
         self._dir_of[key] = log_dir
         partition_log.on_truncate = lambda _log, d=log_dir: self.checkpoint_recovery_points(d)
+        partition_log.on_storage_error = lambda _log, exc, d=log_dir: self.mark_offline(d, exc)
         return partition_log
 
     def _remove_doomed_dirs(self, now: int | None = None, force: bool = False) -> None:
@@ -274,7 +346,9 @@ class LogManager:
     def _recovery_points_to_write(self, log_dir: Path | None, force: bool) -> dict[Path, dict[tuple[str, int], int]]:
         """{dir: {(topic, partition): recovery point}} for the dirs whose points changed."""
         out = {}
-        for d in [log_dir] if log_dir is not None else self.log_dirs:
+        for d in [log_dir] if log_dir is not None else self.online_dirs:
+            if d in self.offline_dirs:
+                continue
             points = {k: lg.recovery_point for k, lg in self._logs.items() if self._dir_of[k] == d}
             if force or self._written_checkpoints.get(d) != points:
                 out[d] = points
@@ -286,14 +360,21 @@ class LogManager:
             self._written_checkpoints[log_dir] = points
 
     def checkpoint_recovery_points(self, log_dir: Path | None = None, force: bool = False) -> None:
-        """Write each dir's recovery points when they changed (all dirs if `log_dir` is None)."""
+        """Write each dir's recovery points when they changed (all dirs if `log_dir` is None); a
+        dir whose write fails goes offline."""
         for d, points in self._recovery_points_to_write(log_dir, force).items():
-            self._write_recovery_points(d, points)
+            try:
+                self._write_recovery_points(d, points)
+            except OSError as exc:
+                self.mark_offline(d, exc)
 
     async def checkpoint_recovery_points_async(self) -> None:
         """The periodic checkpoint, its fsyncs in a worker thread so the event loop keeps serving."""
         for d, points in self._recovery_points_to_write(None, False).items():
-            await asyncio.to_thread(self._write_recovery_points, d, points)
+            try:
+                await asyncio.to_thread(self._write_recovery_points, d, points)
+            except OSError as exc:
+                self.mark_offline(d, exc)
 
     # --- log start offsets ----------------------------------------------------------------
 
@@ -310,7 +391,7 @@ class LogManager:
         """{dir: {(topic, partition): log start offset}} for the dirs whose offsets changed; only
         starts inside a log's first segment are kept (Kafka's rule: the others need no file)."""
         out = {}
-        for d in [log_dir] if log_dir is not None else self.log_dirs:
+        for d in [log_dir] if log_dir is not None else self.online_dirs:
             offsets = {k: lg.log_start_offset for k, lg in self._logs.items()
                        if self._dir_of[k] == d and lg.log_start_offset > lg.segments[0].base_offset}
             if force or self._written_start_offsets.get(d) != offsets:
@@ -324,13 +405,19 @@ class LogManager:
 
     def checkpoint_log_start_offsets(self, log_dir: Path | None = None, force: bool = False) -> None:
         for d, offsets in self._log_start_offsets_to_write(log_dir, force).items():
-            self._write_log_start_offsets(d, offsets)
+            try:
+                self._write_log_start_offsets(d, offsets)
+            except OSError as exc:
+                self.mark_offline(d, exc)
 
     async def checkpoint_log_start_offsets_async(self) -> None:
         """Written at every background pass when changed (Kafka waits for
         log.flush.start.offset.checkpoint.interval.ms, a minute; a DeleteRecords is rare)."""
         for d, offsets in self._log_start_offsets_to_write(None, False).items():
-            await asyncio.to_thread(self._write_log_start_offsets, d, offsets)
+            try:
+                await asyncio.to_thread(self._write_log_start_offsets, d, offsets)
+            except OSError as exc:
+                self.mark_offline(d, exc)
 
     # --- background -----------------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 """Client-side helpers for the acceptance tests: create topics, generate records, produce and
 consume with the real clients (confluent-kafka/librdkafka and kafka-python). Every wait is bounded."""
 
+import asyncio
+import datetime
 import threading
 import time
 import uuid
@@ -8,6 +10,12 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from odradek.broker.log.record_batch import build_batch
+from odradek.common.client import NetworkClient
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _FILLER = (b"the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. " * 3)
@@ -397,3 +405,27 @@ def verify_acknowledged(bootstrap: str, producer: ContinuousProducer, timeout: f
                      if producer.acked.get(int(c.record.value.rsplit(b"-", 1)[1])) == (p, c.offset)]
         assert acked_ids == sorted(acked_ids), f"partition {p}: acknowledged records out of send order"
     return consumed
+
+
+def produce_error(port: int, topic: str, partition: int, value: bytes, host: str = "127.0.0.1") -> ErrorCode:
+    """One acks=1 Produce v8 straight to the broker at `host`:`port`, without a client's retries
+    or metadata: the error code it answers for the partition."""
+    request = ProduceRequest(
+        transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+        topic_data=(TopicProduceData(name=topic, partition_data=(
+            PartitionProduceData(index=i32(partition), records=build_batch([value])),)),),
+    )
+
+    async def send() -> ErrorCode:
+        client = NetworkClient(host, port, client_id="odradek-test", connect_attempts=1, connect_timeout=5)
+        try:
+            response = await client.send(request, timeout=10)
+            for t in response.responses:
+                for r in t.partition_responses:
+                    if t.name == topic and int(r.index) == partition:
+                        return ErrorCode(r.error_code)
+            raise AssertionError(f"no answer for {topic}-{partition} in {response}")
+        finally:
+            await client.close()
+
+    return asyncio.run(send())

@@ -9,7 +9,6 @@
 The outage tests run a ZooKeeper of their own (the session's is shared by every test).
 """
 
-import asyncio
 import signal
 import time
 
@@ -18,14 +17,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.record_batch import build_batch
 from odradek.common import zk_data
-from odradek.common.client import NetworkClient
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import free_port, free_ports
 
-from .kafka_helpers import ContinuousProducer, create_topic, verify_acknowledged, wait_isr_full
+from .kafka_helpers import ContinuousProducer, create_topic, produce_error, verify_acknowledged, wait_isr_full
 
 SESSION_TIMEOUT_MS = 6000
 SHUTDOWN_BOUND_S = 15.0
@@ -62,30 +59,6 @@ def registrations(zk: KazooClient) -> dict[int, tuple[int, int]]:
             continue
         out[int(child)] = (stat.czxid, stat.ephemeralOwner)
     return out
-
-
-def produce_error(port: int, topic: str, partition: int, value: bytes) -> ErrorCode:
-    """One acks=1 Produce v8 straight to the broker on `port`; the partition's error code."""
-    import datetime
-
-    from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
-    from kio.static.primitive import i16, i32, i32Timedelta
-
-    request = ProduceRequest(
-        transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
-        topic_data=(TopicProduceData(name=topic, partition_data=(
-            PartitionProduceData(index=i32(partition), records=build_batch([value])),)),),
-    )
-
-    async def send() -> ErrorCode:
-        client = NetworkClient("127.0.0.1", port, client_id="zk-faults-test", connect_attempts=1, connect_timeout=5)
-        try:
-            response = await client.send(request, timeout=10)
-            return ErrorCode(response.responses[0].partition_responses[0].error_code)
-        finally:
-            await client.close()
-
-    return asyncio.run(send())
 
 
 def test_sessions_outlive_a_20s_zookeeper_outage(own_zookeeper_cluster):

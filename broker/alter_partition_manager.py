@@ -78,6 +78,7 @@ class AlterPartitionManager:
         self.queued: dict[tuple, tuple[object, Callable]] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
 
     def submit(self, key: tuple, change, callback: Callable[[tuple, object, AlterPartitionAnswer], None]) -> None:
         """Queue `change` for `key` (replacing an older one); `callback(key, change, answer)`."""
@@ -88,18 +89,22 @@ class AlterPartitionManager:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="alter-partition-manager")
 
     async def shutdown(self) -> None:
+        """Stop sending. The flag as well as the cancel: a cancellation that races with a
+        wait_for's inner wait finishing is swallowed (Python 3.11), and the loop would then wait
+        for a wake-up that never comes."""
+        self._stopping = True
+        self._wakeup.set()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+            await asyncio.wait({task}, timeout=5)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await self._wakeup.wait()
             self._wakeup.clear()
+            if self._stopping:
+                return
             try:
                 sent = await self.send_queued()
             except asyncio.CancelledError:

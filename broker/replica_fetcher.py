@@ -417,9 +417,14 @@ class ReplicaFetcherManager:
         self.broker_id = int(config.broker_id)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._closing: set[asyncio.Task] = set()
+        self._closed = False
+        """Set by shutdown: a LeaderAndIsr still arriving then starts no fetcher (it would outlive
+        the broker's shutdown and keep the process from exiting)."""
 
     def add_fetchers(self, targets: dict) -> None:
         """`targets` = {(topic, p): (leader_id, host, port, leader_epoch)}; each restarts with truncation."""
+        if self._closed:
+            return
         self._remove(targets.keys())
         for key, (leader_id, host, port, epoch) in targets.items():
             fetcher = self.fetchers.get(leader_id)
@@ -453,5 +458,6 @@ class ReplicaFetcherManager:
         task.add_done_callback(self._closing.discard)
 
     async def shutdown(self) -> None:
+        self._closed = True
         fetchers, self.fetchers = list(self.fetchers.values()), {}
         await asyncio.gather(*(f.shutdown() for f in fetchers), *list(self._closing), return_exceptions=True)

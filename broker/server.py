@@ -46,6 +46,7 @@ from odradek.broker.transaction.transaction_state_manager import (
 from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, process_logging
+from odradek.common.bounded_exit import end_leftover_tasks, within
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
 from odradek.common.config_def import ConfigException
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
@@ -407,28 +408,25 @@ class KafkaServer:
             except Exception:
                 log.exception("controlled shutdown failed")
         if self.alter_partition_manager is not None:
-            await self.alter_partition_manager.shutdown()
+            await within(self.alter_partition_manager.shutdown(), 5, "stopping the AlterPartition sender", log)
         if self.config_manager is not None:
-            await self.config_manager.stop()
+            await within(self.config_manager.stop(), 5, "stopping the config change listener", log)
         for server in self.socket_servers:
             server.stop_accepting()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()  # waiting joins/syncs answer NOT_COORDINATOR
         if self.transaction_coordinator is not None:
-            await self.transaction_coordinator.shutdown()
+            await within(self.transaction_coordinator.shutdown(), 5, "stopping the transaction coordinator", log)
         if self.apis is not None and self.apis.transaction_verifier is not None:
-            await self.apis.transaction_verifier.close()
+            await within(self.apis.transaction_verifier.close(), 5, "closing the transaction verifier", log)
         self._stop_background.set()
         if self.replica_manager is not None:
-            try:
-                await asyncio.wait_for(self.replica_manager.shutdown_async(), 20)
-            except Exception:
-                log.exception("stopping the replica manager failed")
+            await within(self.replica_manager.shutdown_async(), 20, "stopping the replica manager", log)
         log.info("broker %d: replica manager stopped; closing connections", self.config.broker_id)
         for server in self.socket_servers:
-            await server.stop()
+            await within(server.stop(), 5, f"closing the connections of port {server.port}", log)
         if self.controller_channel is not None:
-            await self.controller_channel.close()
+            await within(self.controller_channel.close(), 5, "closing the controller channel", log)
         for task in list(self._announcements):
             task.cancel()
         if self.zk is not None:
@@ -438,12 +436,8 @@ class KafkaServer:
             except Exception:
                 log.exception("closing the ZooKeeper session failed")
         for task in (self._replica_background, self._background):
-            if task is None:
-                continue
-            try:
-                await asyncio.wait_for(task, 10)
-            except (TimeoutError, Exception):
-                log.warning("log background tasks did not stop cleanly", exc_info=True)
+            if task is not None:
+                await within(task, 10, f"background task {task.get_name()}", log)
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
         log.info("broker %d stopped", self.config.broker_id)
@@ -498,6 +492,7 @@ async def run(config: BrokerConfig) -> int:
         await stopper
     stopper.cancel()
     await server.shutdown()
+    await end_leftover_tasks(5, log)
     return code
 
 

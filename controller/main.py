@@ -8,9 +8,12 @@ import signal
 import sys
 
 from odradek.common import process_logging
+from odradek.common.bounded_exit import end_leftover_tasks
 from odradek.common.config import ControllerConfig, load_properties
 
 from .controller import KafkaController
+
+log = logging.getLogger(__name__)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -28,6 +31,7 @@ async def serve(config: ControllerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, controller.stop)
     await controller.run()
+    await end_leftover_tasks(5, log)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 # `make dev` (set up, then run a local cluster), `make lint` (set up, then ruff, mypy and
-# import-linter) and `make test` (set up, then the whole test suite). Set-up works on a fresh
+# import-linter), `make test` (set up, then the whole test suite) and `make nemesis` (set up, then
+# randomised fault runs for DURATION, e.g. `make nemesis DURATION=10m`). Set-up works on a fresh
 # Debian bookworm machine as root with python3 + venv.
 
 SHELL := /bin/bash
@@ -11,8 +12,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0
 DEV_ARGS ?= --brokers 3 --controllers 1 --data-dir ./data --port 9092
 PYTEST_ARGS ?=
+DURATION ?= 30m
 
-.PHONY: setup system-packages dev lint test
+.PHONY: setup system-packages dev lint test nemesis
 
 setup: system-packages $(STAMP)
 
@@ -48,3 +50,8 @@ lint: setup
 
 test: setup
 	$(BIN)/pytest tests/ -ra $(PYTEST_ARGS)
+
+# The nemesis soak: fresh 3-broker, 2-controller clusters under seeded random faults until
+# DURATION is spent; prints a table of the runs. Namespace and full-disk faults need root.
+nemesis: setup
+	$(BIN)/python tests/nemesis/soak.py --duration $(DURATION)

@@ -54,13 +54,16 @@ class ManagedProcess:
     log_settings: LogSettings = field(default_factory=LogSettings)
     popen: subprocess.Popen | None = field(default=None, repr=False)
     paused: bool = False
+    netns: str | None = None
+    """The network namespace it runs in (`ip netns exec`, which execs: the pid is the process's)."""
 
     @property
     def out_path(self) -> Path:
         return self.log_path.with_suffix(".out")
 
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "odradek.cli", self.role, "--log-level", self.log_settings.level,
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        args = [*prefix, sys.executable, "-m", "odradek.cli", self.role, "--log-level", self.log_settings.level,
                 "--log-file", str(self.log_path), "--log-file-max-bytes", str(self.log_settings.max_bytes),
                 "--log-file-backups", str(self.log_settings.backups)]
         for key, value in self.overrides.items():
@@ -152,14 +155,14 @@ class ManagedProcess:
         return "\n".join(out)
 
 
-def metadata_brokers(port: int, timeout: float = 2.0) -> set[int]:
+def metadata_brokers(port: int, timeout: float = 2.0, host: str = "127.0.0.1") -> set[int]:
     """The broker ids that the broker on `port` lists in its Metadata answer. Registration alone
     is not readiness: until the controller's first UpdateMetadata reaches it, a broker answers
     with no brokers and no controller, and clients (librdkafka's admin client) wait for one."""
     from kio.schema.metadata.v12.request import MetadataRequest
 
     async def ask() -> set[int]:
-        client = NetworkClient("127.0.0.1", port, client_id="odradek-dev", connect_attempts=1,
+        client = NetworkClient(host, port, client_id="odradek-dev", connect_attempts=1,
                                connect_timeout=timeout)
         try:
             response = await client.send(MetadataRequest(topics=(), allow_auto_topic_creation=False,
@@ -183,6 +186,10 @@ class LocalCluster:
     Broker i has `broker.id` i, listens on `broker_ports[i]` (default `port + i`) and keeps its log
     in `data_dir/broker-i`; controller j has `controller.id` 1000+j. Logs go to `data_dir/logs`
     (`<name>.log`, rotated by size; `<name>.out` for stray output).
+
+    `hosts` places processes in network namespaces (fault tests, dev/netns.py): process name
+    ("zookeeper", "broker-0", "controller-1") → (netns, address it listens on); the others run
+    on 127.0.0.1 in the caller's namespace.
     """
 
     def __init__(
@@ -198,7 +205,9 @@ class LocalCluster:
         broker_overrides: dict[str, object] | None = None,
         controller_overrides: dict[str, object] | None = None,
         log_settings: LogSettings | None = None,
+        hosts: dict[str, tuple[str, str]] | None = None,
     ):
+        self.hosts = dict(hosts or {})
         self.data_dir = Path(data_dir).absolute()
         self.log_dir = self.data_dir / "logs"
         self.broker_ports = list(broker_ports) if broker_ports else [port + i for i in range(brokers)]
@@ -207,7 +216,9 @@ class LocalCluster:
         self._external_zk = zookeeper_connect
         self.zookeeper: ZooKeeperServer | None = None
         if zookeeper_connect is None:
-            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", port=zookeeper_port or None)
+            netns, host = self.hosts.get("zookeeper", (None, "127.0.0.1"))
+            self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", port=zookeeper_port or None, host=host,
+                                             netns=netns)
         self._broker_overrides = {k: str(v) for k, v in (broker_overrides or {}).items()}
         self._controller_overrides = {k: str(v) for k, v in (controller_overrides or {}).items()}
         self.log_settings = log_settings or LogSettings()
@@ -225,30 +236,37 @@ class LocalCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports)
+        return ",".join(f"{self.broker_host(i)}:{p}" for i, p in enumerate(self.broker_ports))
+
+    def broker_host(self, i: int) -> str:
+        """The address broker `i` listens on."""
+        return self.hosts.get(f"broker-{i}", (None, "127.0.0.1"))[1]
 
     def _broker_process(self, i: int) -> ManagedProcess:
+        netns, host = self.hosts.get(f"broker-{i}", (None, "127.0.0.1"))
         overrides = {
             "broker.id": str(i),
             "zookeeper.connect": self.zookeeper_connect,
             # the control plane on a free port: advertised in the registration as bound
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]},CONTROLLER://127.0.0.1:0",
+            "listeners": f"PLAINTEXT://{host}:{self.broker_ports[i]},CONTROLLER://{host}:0",
             "log.dirs": str(self.data_dir / f"broker-{i}"),
         }
         overrides.update(self._broker_overrides)
-        return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log", self.log_settings)
+        return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log", self.log_settings,
+                              netns=netns)
 
     def _controller_process(self, j: int) -> ManagedProcess:
         # A free port per controller: two candidates on one host cannot share ControllerConfig's
         # default listener (9190).
+        netns, host = self.hosts.get(f"controller-{j}", (None, "127.0.0.1"))
         overrides = {
             "controller.id": str(CONTROLLER_ID_BASE + j),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+            "listeners": f"PLAINTEXT://{host}:{free_port()}",
         }
         overrides.update(self._controller_overrides)
         return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log",
-                              self.log_settings)
+                              self.log_settings, netns=netns)
 
     def broker(self, i: int) -> ManagedProcess:
         return self.brokers[i]
@@ -356,7 +374,8 @@ class LocalCluster:
                 controller = self.active_controller(zk)
                 missing = wanted - self.registered_brokers(zk)
                 unaware = [] if controller is None or missing else [
-                    i for i in sorted(wanted) if not metadata_brokers(self.broker_ports[i]) >= wanted]
+                    i for i in sorted(wanted)
+                    if not metadata_brokers(self.broker_ports[i], host=self.broker_host(i)) >= wanted]
                 if controller is not None and not missing and not unaware:
                     return
                 if time.monotonic() > deadline:

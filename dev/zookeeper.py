@@ -64,10 +64,13 @@ def four_letter(host: str, port: int, word: bytes = b"srvr", timeout: float = 1.
 class ZooKeeperServer:
     """One standalone server. `start()` returns when it serves; `stop()` always reaps it."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500, host: str = "127.0.0.1"):
+    def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500, host: str = "127.0.0.1",
+                 netns: str | None = None):
         self.data_dir = Path(data_dir)
         self.host = host
-        self.port = port or free_port(host)
+        self.netns = netns
+        """A network namespace to run in (fault tests); its `host` address must be reachable."""
+        self.port = port or free_port(host if netns is None else "127.0.0.1")
         self.tick_ms = tick_ms
         self.process: subprocess.Popen | None = None
 
@@ -103,6 +106,7 @@ class ZooKeeperServer:
         classpath = ":".join(j for j in CLASSPATH_JARS if Path(j).exists())
         self.process = subprocess.Popen(
             [
+                *(["ip", "netns", "exec", self.netns] if self.netns else []),
                 java, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 "-Dzookeeper.admin.enableServer=false",
                 "-Dzookeeper.4lw.commands.whitelist=*",

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.common import zk_data
 from odradek.dev.cluster import LocalCluster
+from odradek.dev.netns import NetworkLab, unavailable_reason
 from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import free_port, free_ports
 
@@ -167,3 +168,36 @@ def test_sigterm_during_a_zookeeper_outage_ends_in_bounded_time(own_zookeeper_cl
     finally:
         if fault == signal.SIGSTOP:
             cluster.zookeeper.kill(signal.SIGCONT)
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"needs network namespaces: {unavailable_reason()}")
+def test_leader_cut_from_zookeeper_stops_acting_as_leader(tmp_path):
+    """Finding 5's second half: a leader that only ZooKeeper cannot reach loses its session, and
+    the controller elects another replica. The deposed leader, still reachable by clients, must
+    stop taking writes (NOT_LEADER_OR_FOLLOWER) instead of appending for as long as the partition
+    lasts; once it can reach ZooKeeper again it registers anew and follows."""
+    with NetworkLab() as lab:
+        names = ["zookeeper", "broker-0", "broker-1", "broker-2", "controller-0"]
+        hosts = {name: (h.netns, h.ip) for name in names for h in [lab.add_host(name)]}
+        cluster = LocalCluster(
+            tmp_path / "cluster", brokers=3, controllers=1, broker_ports=free_ports(3), zookeeper_port=free_port(),
+            broker_overrides={"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS},
+            controller_overrides={"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS}, hosts=hosts,
+        ).start()
+        try:
+            create_topic(cluster.bootstrap, "deposed", 1, replication_factor=3)
+            wait_isr_full(cluster.bootstrap, "deposed", 1)
+            leader = cluster.partition_state("deposed", 0).leader
+            host, port = cluster.broker_host(leader), cluster.broker_ports[leader]
+            assert produce_error(port, "deposed", 0, b"before", host=host) == ErrorCode.none
+            lab.block(f"broker-{leader}", "zookeeper")
+            wait_until(lambda: cluster.partition_state("deposed", 0).leader not in (leader, -1),
+                       "another replica elected leader", timeout=30)
+            # It learns it may be deposed half a session timeout after losing ZooKeeper at most.
+            wait_until(lambda: produce_error(port, "deposed", 0, b"deposed", host=host)
+                       == ErrorCode.not_leader_or_follower,
+                       "the deposed leader refuses writes", timeout=SESSION_TIMEOUT_MS / 1000, interval=0.2)
+            lab.unblock(f"broker-{leader}", "zookeeper")
+            wait_isr_full(cluster.bootstrap, "deposed", 1, timeout=60)
+        finally:
+            cluster.stop()

@@ -1,0 +1,249 @@
+"""One nemesis run: a fresh cluster, the workload, a fault schedule, healing, then the checks.
+
+A run is reproducible from its seed: the schedule (which faults, when, for how long, and the
+`choice` each picks its target with) comes from it, and a failing run prints both.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .checker import StreamVerdict, changed_reads, check_stream
+from .cluster import NemesisCluster
+from .faults import ALL_KINDS, Active, Nemesis, Skip
+from .workload import Reader, Stream, StreamProducer, read_all
+
+PARTITIONS = 6
+STREAMS = (Stream("nemesis-idempotent", PARTITIONS, True), Stream("nemesis-plain", PARTITIONS, False))
+HEAL_BOUND_S = 90.0
+"""After the last fault ends, every ISR must be full again within this."""
+TICK_S = 0.2
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    at_s: float
+    kind: str
+    duration_s: float
+    choice: int
+
+    def __str__(self) -> str:
+        return f"{self.at_s:.0f}s {self.kind} {self.duration_s:.0f}s #{self.choice}"
+
+
+@dataclass
+class RunResult:
+    run: int
+    seed: int
+    schedule: list[Scheduled]
+    applied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    verdicts: list[StreamVerdict] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)
+    replica_mismatches: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    heal_s: float | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def acknowledged(self) -> int:
+        return sum(v.acknowledged for v in self.verdicts)
+
+    @property
+    def lost(self) -> int:
+        return sum(len(v.lost) for v in self.verdicts)
+
+    @property
+    def duplicates(self) -> int:
+        """Duplicated acknowledged records of the idempotent producer (a failure)."""
+        return sum(len(v.duplicates) for v in self.verdicts if v.idempotent)
+
+    @property
+    def duplicates_plain(self) -> int:
+        """Duplicated acknowledged records of the producer without idempotence (allowed)."""
+        return sum(len(v.duplicates) for v in self.verdicts if not v.idempotent)
+
+    @property
+    def ok(self) -> bool:
+        return (all(v.ok for v in self.verdicts) and len(self.verdicts) == len(STREAMS) and not self.changed
+                and not self.crashes and not self.replica_mismatches and not self.problems
+                and self.heal_s is not None)
+
+    def report(self) -> str:
+        """What a failing run needs to be understood and replayed."""
+        lines = [f"run {self.run} seed {self.seed}: {'ok' if self.ok else 'FAILED'}",
+                 "schedule: " + "; ".join(map(str, self.schedule))]
+        lines += [f"  applied: {a}" for a in self.applied]
+        lines += [f"  skipped: {s}" for s in self.skipped]
+        for v in self.verdicts:
+            lines.append(f"  {v.topic}: acknowledged {v.acknowledged}, lost {len(v.lost)} {v.lost[:10]}, "
+                         f"duplicates {len(v.duplicates)} {v.duplicates[:10]}, order {v.out_of_order[:3]}")
+        for label, items in (("changed reads", self.changed), ("crashes", self.crashes),
+                             ("replicas differ", self.replica_mismatches), ("problems", self.problems)):
+            if items:
+                lines.append(f"  {label}: {items[:10]}")
+        return "\n".join(lines)
+
+
+def random_schedule(rng: random.Random, kinds: tuple[str, ...] = ALL_KINDS, faults: int = 4,
+                    span_s: float = 60.0) -> list[Scheduled]:
+    """`faults` faults spread over `span_s` seconds, some overlapping (combined faults)."""
+    out = []
+    for _ in range(faults):
+        kind = rng.choice(kinds)
+        if kind.endswith("-zookeeper") and not kind.startswith("partition"):
+            duration = rng.uniform(5, 40)
+        elif kind in ("bad-input", "fuzz"):
+            duration = 0.0
+        else:
+            duration = rng.uniform(3, 20)
+        out.append(Scheduled(round(rng.uniform(0, span_s), 1), kind, round(duration, 1), rng.randrange(1 << 30)))
+    return sorted(out, key=lambda s: s.at_s)
+
+
+def _create_topics(bootstrap: str) -> None:
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    futures = client.create_topics(
+        [NewTopic(s.topic, num_partitions=s.partitions, replication_factor=3, config={"min.insync.replicas": "2"})
+         for s in STREAMS], operation_timeout=60, request_timeout=60)
+    for f in futures.values():
+        f.result(timeout=65)
+
+
+def _wait_acked(producers: list[StreamProducer], more: int, timeout: float, what: str, problems: list[str]) -> None:
+    targets = [p.acked_count() + more for p in producers]
+    deadline = time.monotonic() + timeout
+    while any(p.acked_count() < t for p, t in zip(producers, targets)):
+        if time.monotonic() > deadline:
+            problems.append(f"{what}: fewer than {more} records acknowledged per producer in {timeout:.0f}s "
+                            f"({[p.acked_count() for p in producers]} of {targets})")
+            return
+        time.sleep(0.1)
+
+
+def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, rate: float = 100.0,
+             use_netns: bool = True, use_disks: bool = True) -> RunResult:
+    result = RunResult(run, seed, schedule)
+    started = time.monotonic()
+    os.environ["PYTHONFAULTHANDLER"] = "1"  # processes stuck past a bound are aborted: their stacks land in the log
+    nc = NemesisCluster(workdir, use_netns=use_netns, use_disks=use_disks)
+    producers: list[StreamProducer] = []
+    reader: Reader | None = None
+    try:
+        nc.open()
+        _create_topics(nc.bootstrap)
+        topics = {s.topic: s.partitions for s in STREAMS}
+        nc.wait_healed(topics, 60)
+        producers = [StreamProducer(nc.bootstrap, s, rate).start() for s in STREAMS]
+        reader = Reader(nc.bootstrap, list(STREAMS)).start()
+        _wait_acked(producers, 100, 60, "warm-up", result.problems)
+        nemesis = Nemesis(nc, STREAMS[0].topic, PARTITIONS, result.problems)
+        _play(nemesis, schedule, result)
+        try:
+            result.heal_s = nc.wait_healed(topics, HEAL_BOUND_S)
+        except TimeoutError as e:
+            result.problems.append(str(e))
+        _wait_acked(producers, 100, 60, "after healing", result.problems)
+        for p in producers:
+            left = p.stop()
+            if left:
+                result.problems.append(f"{p.stream.topic}: {left} records without a delivery report")
+        reader.stop()
+        log = read_all(nc.bootstrap, list(STREAMS))
+        result.verdicts = [check_stream(p.stream, dict(p.stats.acked), log) for p in producers]
+        result.changed = changed_reads(dict(reader.seen), log)
+        _check_replicas(nc, result)
+    except Exception as e:
+        result.problems.append(f"run aborted: {e!r}")
+    finally:
+        for p in producers:
+            p.stop(flush_timeout=1)
+        if reader is not None:
+            reader.stop()
+        nc.close()
+        result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def _play(nemesis: Nemesis, schedule: list[Scheduled], result: RunResult) -> None:
+    """Begin and end the scheduled faults on time, watching for processes that die on their own."""
+    t0 = time.monotonic()
+    pending = list(schedule)
+    active: list[tuple[float, Active]] = []
+    horizon = max((s.at_s + s.duration_s for s in schedule), default=0.0) + 1.0
+    while pending or active:
+        now = time.monotonic() - t0
+        if now > horizon + 120:
+            result.problems.append("fault schedule overran its horizon by 120s")
+            break
+        for due, a in [x for x in active if x[0] <= now]:
+            active.remove((due, a))
+            try:
+                nemesis.end(a)
+            except Exception as e:
+                result.problems.append(f"ending {a.description}: {e!r}")
+        for s in [s for s in pending if s.at_s <= now]:
+            pending.remove(s)
+            try:
+                a = nemesis.begin(s.kind, s.choice)
+            except Skip as e:
+                result.skipped.append(f"{s}: {e}")
+                continue
+            result.applied.append(f"{now:.0f}s +{s.duration_s:.0f}s {a.description}")
+            active.append((now + s.duration_s, a))
+        _watch(nemesis, result)
+        time.sleep(TICK_S)
+
+
+def _watch(nemesis: Nemesis, result: RunResult) -> None:
+    """A process no fault stopped that is not running crashed: record it and start it again."""
+    for p in nemesis.nc.managed():
+        if p.popen is not None and not p.alive and p.name not in nemesis.expected_down:
+            result.crashes.append(f"{p.name} exited with {p.returncode}: {p.log_tail(5)}")
+            p.start()
+
+
+def _check_replicas(nc: NemesisCluster, result: RunResult) -> None:
+    """Replicas converge while running; after a clean stop (every process exits by itself with
+    code 0) every replica of a partition holds the same bytes."""
+    cluster = nc.cluster
+    for s in STREAMS:
+        for p in range(s.partitions):
+            try:
+                cluster.wait_logs_identical(s.topic, p, timeout=60)
+            except Exception as e:
+                result.replica_mismatches.append(f"running: {e}")
+    for group in (cluster.brokers, cluster.controllers):
+        for proc in group:
+            if proc.alive:
+                proc.popen.send_signal(signal.SIGTERM)
+        for proc in group:
+            if proc.popen is None:
+                continue
+            try:
+                code = proc.popen.wait(60)
+            except subprocess.TimeoutExpired:
+                result.problems.append(f"{proc.name} did not stop within 60s of SIGTERM (stacks in its log)")
+                proc.popen.send_signal(signal.SIGABRT)
+                try:
+                    proc.popen.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill(signal.SIGKILL)
+                continue
+            if code != 0:
+                result.problems.append(f"{proc.name} stopped with exit code {code}")
+    for s in STREAMS:
+        for p in range(s.partitions):
+            logs = {b: cluster.log_bytes(b, s.topic, p) for b in range(nc.n_brokers)}
+            if len(set(logs.values())) != 1:
+                sizes = {b: len(v) for b, v in logs.items()}
+                result.replica_mismatches.append(f"{s.topic}-{p} after a clean stop: bytes per broker {sizes}")

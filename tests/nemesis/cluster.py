@@ -8,6 +8,7 @@ second log directory on a small tmpfs (when mounting is allowed) for the full-di
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from odradek.common.config import CONTROLLER_ID_BASE
 from odradek.common.zk_connect import close_client, new_client
 from odradek.dev.cluster import LocalCluster, ManagedProcess
 from odradek.dev.netns import NetworkLab, unavailable_reason
-from odradek.dev.small_disk import SmallDisk, can_mount
+from odradek.dev.small_disk import FILLER, SmallDisk, can_mount
 from odradek.dev.zookeeper import free_port, free_ports
 
 SESSION_TIMEOUT_MS = 6000
@@ -80,8 +81,9 @@ class NemesisCluster:
             self.close()
             raise
 
-    def close(self) -> None:
-        """Stop every process (SIGTERM, then SIGKILL), unmount the disks, remove the namespaces."""
+    def close(self, save_disks: bool = False) -> None:
+        """Stop every process (SIGTERM, then SIGKILL), unmount the disks (their files copied to
+        `<disk>.saved` first if `save_disks`: a failed run's evidence), remove the namespaces."""
         try:
             if self._zk is not None:
                 close_client(self._zk)
@@ -90,6 +92,9 @@ class NemesisCluster:
                 self.cluster.stop(timeout=20)  # resumes paused processes (ZooKeeper too) first
         finally:
             for disk in self.disks.values():
+                if save_disks and disk.mounted:
+                    shutil.copytree(disk.path, disk.path.with_name(disk.path.name + ".saved"), dirs_exist_ok=True,
+                                    ignore=shutil.ignore_patterns(FILLER))
                 disk.unmount()
             if self.lab is not None:
                 self.lab.close()

@@ -84,21 +84,23 @@ class Nemesis:
         return set(names)
 
     def leader(self, choice: int) -> tuple[int, int]:
-        """(partition, leader broker) of partition `choice % partitions` (ZooKeeper's view)."""
+        """(partition, leader broker) of partition `choice % partitions` (ZooKeeper's view; while
+        ZooKeeper is unreachable, a broker drawn from `choice` instead)."""
         p = choice % self.partitions
         try:
             state = self.nc.partition_state(self.topic, p)
-        except TimeoutError as e:
-            raise Skip(f"ZooKeeper unreachable: {e}") from e
+        except TimeoutError:
+            return p, (choice // self.partitions) % self.nc.n_brokers
         if state is None or state.leader < 0:
             raise Skip(f"{self.topic}-{p} has no leader")
         return p, state.leader
 
-    def active_controller(self) -> int:
+    def active_controller(self, choice: int = 0) -> int:
+        """The active controller (a controller drawn from `choice` while ZooKeeper is unreachable)."""
         try:
             found = self.nc.active_controller()
-        except TimeoutError as e:
-            raise Skip(f"ZooKeeper unreachable: {e}") from e
+        except TimeoutError:
+            return choice % self.nc.n_controllers
         if found is None:
             raise Skip("no active controller")
         return found
@@ -123,7 +125,7 @@ class Nemesis:
             _, leader = self.leader(choice)
             return f"broker-{leader}", self.nc.process(f"broker-{leader}")
         if role == "controller":
-            j = self.active_controller()
+            j = self.active_controller(choice)
             return f"controller-{j}", self.nc.process(f"controller-{j}")
         return "zookeeper", None
 
@@ -201,11 +203,11 @@ class Nemesis:
             what = f"broker-{follower} (follower of {self.topic}-{p}) cut from its leader broker-{leader}"
             pairs = [(f"broker-{follower}", f"broker-{leader}")]
         elif kind == "partition-controller-zookeeper":
-            j = self.active_controller()
+            j = self.active_controller(choice)
             what = f"controller-{j} (active) cut from ZooKeeper"
             pairs = [(f"controller-{j}", "zookeeper")]
         else:
-            j = self.active_controller()
+            j = self.active_controller(choice)
             what = f"controller-{j} (active) cut from every broker"
             pairs = [(f"controller-{j}", f"broker-{b}") for b in range(self.nc.n_brokers)]
         for a, b in pairs:

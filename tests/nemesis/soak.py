@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if not r.ok]
     print(f"\n{len(results)} runs, {sum(r.acknowledged for r in results)} acknowledged, "
           f"{sum(r.lost for r in results)} lost, {sum(r.duplicates for r in results)} duplicated with "
-          f"idempotence ({sum(r.duplicates_plain for r in results)} without, allowed), "
+          f"idempotence ({sum(r.duplicates_plain for r in results)} without, allowed; "
+          f"{sum(r.reordered_plain for r in results)} partitions reordered without, allowed), "
           f"{len(failed)} failed" + (f": seeds {[r.seed for r in failed]}" if failed else ""))
     print("dups: acknowledged records stored twice by the idempotent producer; dups*: by the other one")
     if not failed and not args.keep:

@@ -2,7 +2,7 @@
 `make nemesis`). Each run is a fresh 3-broker, 2-controller cluster (each process and ZooKeeper on
 a network namespace of its own where the machine allows) under an acks=all workload with and
 without idempotence, and a fixed schedule of faults, alone and overlapping. It passes when no
-acknowledged record is lost, duplicated (with idempotence) or out of order, no record a reader saw
+acknowledged record is lost, duplicated or out of order (with idempotence), no record a reader saw
 changed, every ISR is full again within the bound, every replica holds the same bytes after a
 clean stop, and no process crashed."""
 

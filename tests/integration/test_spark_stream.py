@@ -294,10 +294,6 @@ def test_streaming_copy_topic_to_topic(spark, shared_cluster, tmp_path):
     assert read == sorted((r.key, r.value.upper(), r.headers) for r in records)
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"subscribe": "a", "endingOffsets": "latest"}, "ending offset not valid in streaming queries"),
-    ({"subscribe": "a", "kafka.group.id": "g", "kafka.enable.auto.commit": "false"}, "enable.auto.commit' is not supported"),
-])
 def _run_available_now(spark, bootstrap, tmp_path, options) -> None:
     """Start a query, wait for it to end; raises the query's error."""
     q = _memory_query(_stream(spark, bootstrap, **options), f"r_{uuid.uuid4().hex[:6]}", tmp_path, {"availableNow": True})
@@ -307,6 +303,10 @@ def _run_available_now(spark, bootstrap, tmp_path, options) -> None:
         q.stop()
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    ({"subscribe": "a", "endingOffsets": "latest"}, "ending offset not valid in streaming queries"),
+    ({"subscribe": "a", "kafka.group.id": "g", "kafka.enable.auto.commit": "false"}, "enable.auto.commit' is not supported"),
+])
 def test_stream_refusals(spark, shared_cluster, tmp_path, options, message):
     with pytest.raises(Exception, match=message):
         _run_available_now(spark, shared_cluster.bootstrap, tmp_path, options)

@@ -24,9 +24,12 @@ ViewSource = Callable[[dict], Awaitable[ClusterView]]
 
 
 async def metadata_view(body: dict) -> ClusterView:
-    """The cluster as its brokers report it, through the bootstrap Service (Kafka protocol)."""
+    """The cluster as its brokers report it, through the bootstrap Service (Kafka protocol);
+    topics without a min.insync.replicas answer get the one the operator renders."""
     host, port = builders.bootstrap_servers(body).rsplit(":", 1)
-    return await fetch_view([(host, int(port))], timeout=5.0)
+    rendered = builders.broker_properties(body, parse_spec(body.get("spec")))
+    return await fetch_view([(host, int(port))], timeout=5.0,
+                            default_min_insync=int(rendered.get("min.insync.replicas", 1)))
 
 
 def ready_replicas(obj: dict | None) -> int:

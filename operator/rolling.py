@@ -12,11 +12,45 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
+class PartitionView:
+    """One partition's replicas and in-sync replicas, as Metadata reports them."""
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class ClusterView:
-    """What one Metadata answer says about the brokers."""
+    """What one Metadata answer (and the topics' min.insync.replicas) says about the brokers."""
     registered: frozenset[int]
-    under_replicated: tuple[tuple[str, int], ...] = ()
-    replicas_by_broker: dict[int, int] = field(default_factory=dict)
+    partitions: tuple[PartitionView, ...] = ()
+    min_insync: dict[str, int] = field(default_factory=dict)  # per topic, as DescribeConfigs reports it
+    default_min_insync: int = 1  # for topics missing from min_insync (the cluster's rendered default)
+
+    @property
+    def under_replicated(self) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted((p.topic, p.partition) for p in self.partitions if len(p.isr) < len(p.replicas)))
+
+    @property
+    def replicas_by_broker(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for p in self.partitions:
+            for r in p.replicas:
+                counts[r] = counts.get(r, 0) + 1
+        return counts
+
+    def would_fall_under_min_isr(self, broker_id: int) -> tuple[tuple[str, int], ...]:
+        """Partitions left with fewer in-sync replicas than min.insync.replicas if `broker_id`
+        went down now. A partition with no more replicas than its minimum is left out: it cannot
+        stay writable with acks=all through any restart, so it would block every roll forever
+        (Strimzi's KafkaRoller makes the same exception)."""
+        out = []
+        for p in self.partitions:
+            minimum = self.min_insync.get(p.topic, self.default_min_insync)
+            if broker_id in p.isr and len(p.replicas) > minimum and len(p.isr) - 1 < minimum:
+                out.append((p.topic, p.partition))
+        return tuple(sorted(out))
 
 
 @dataclass(frozen=True)
@@ -83,21 +117,44 @@ def unregistered(brokers: list[BrokerState], view: ClusterView) -> str | None:
     return f"waiting for brokers {down} to register" if down else None
 
 
+def _shown(partitions: tuple[tuple[str, int], ...]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in partitions[:5])
+
+
 def next_roll_step(brokers: list[BrokerState], desired_hash: str, view: ClusterView) -> RollStep:
-    """Restart one stale broker, and only when every broker is up and registered and no
-    partition is under-replicated (so the previous restart has caught up)."""
+    """Restart one stale broker, as Strimzi's KafkaRoller orders it.
+
+    A stale broker that is down or unregistered (a crash loop, an image that cannot be pulled,
+    a config it cannot start with) goes first and without any health gate: it serves nothing,
+    so restarting it onto the fixed spec cannot lower availability, and waiting for it to come
+    up first is the deadlock a broken config would otherwise cause. A healthy stale broker is
+    restarted only when every broker is up and registered (the previous restart is back: a
+    broker that just went down still counts in the ISR until replica.lag.time.max.ms has passed,
+    so Metadata alone would let two go down at once) and no partition whose ISR it is in would
+    fall under min.insync.replicas."""
     pending = tuple(sorted(b.broker_id for b in brokers if b.config_hash != desired_hash))
     if not pending:
         return RollStep(None, None, ())
+    stale = set(pending)
+    # A broker without a pod (hash None) is being created by the StatefulSet: nothing to restart.
+    stuck = [b.broker_id for b in brokers if b.broker_id in stale and b.config_hash is not None
+             and (not b.running or b.broker_id not in view.registered)]
+    if stuck:
+        return RollStep(stuck[0], None, pending)
     if (waiting := unregistered(brokers, view)) is not None:
         return RollStep(None, waiting, pending)
-    if view.under_replicated:
-        shown = ", ".join(f"{t}-{p}" for t, p in view.under_replicated[:5])
-        return RollStep(None, f"waiting for {len(view.under_replicated)} under-replicated partitions ({shown})",
-                        pending)
+    blocked = []
     # The active controller's broker does not exist here (controllers are separate pods), so
     # the order is by id: predictable for operators reading the events.
-    return RollStep(pending[0], None, pending)
+    for broker_id in pending:
+        at_risk = view.would_fall_under_min_isr(broker_id)
+        if not at_risk:
+            return RollStep(broker_id, None, pending)
+        blocked.append((broker_id, at_risk))
+    broker_id, at_risk = blocked[0]
+    return RollStep(None, f"waiting for under-replicated partitions to catch up: restarting broker {broker_id} "
+                          f"would leave {len(at_risk)} partitions under min.insync.replicas ({_shown(at_risk)})",
+                    pending)
 
 
 def broker_count(desired: int, current: int, view: ClusterView) -> CountDecision:
@@ -142,23 +199,40 @@ async def reconcile_brokers(orchestrator: BrokerOrchestrator, desired_hash: str,
     return BrokerReconcile(waiting=waiting, refused=decision.refused, done=done, pending=step.pending)
 
 
-def view_from_metadata(response: Any) -> ClusterView:
+def view_from_metadata(response: Any, min_insync: dict[str, int] | None = None,
+                       default_min_insync: int = 1) -> ClusterView:
     """A kio MetadataResponse (any version with replica_nodes/isr_nodes) → ClusterView."""
-    replicas: dict[int, int] = {}
-    under = []
-    for topic in response.topics:
-        for p in topic.partitions:
-            for r in p.replica_nodes:
-                replicas[int(r)] = replicas.get(int(r), 0) + 1
-            if len(p.isr_nodes) < len(p.replica_nodes):
-                under.append((str(topic.name), int(p.partition_index)))
+    partitions = tuple(
+        PartitionView(str(topic.name), int(p.partition_index), tuple(int(r) for r in p.replica_nodes),
+                      tuple(int(r) for r in p.isr_nodes))
+        for topic in response.topics for p in topic.partitions)
     return ClusterView(registered=frozenset(int(b.node_id) for b in response.brokers),
-                       under_replicated=tuple(sorted(under)), replicas_by_broker=replicas)
+                       partitions=partitions, min_insync=dict(min_insync or {}),
+                       default_min_insync=default_min_insync)
 
 
-async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0) -> ClusterView:
-    """Ask the first broker that answers for Metadata of all topics (Kafka protocol)."""
+def min_insync_from(response: Any) -> dict[str, int]:
+    """min.insync.replicas per topic from a DescribeConfigs answer (topics in error left out)."""
+    found = {}
+    for result in response.results:
+        if int(result.error_code) != 0:
+            continue
+        for config in result.configs:
+            if config.name == "min.insync.replicas" and config.value is not None:
+                try:
+                    found[str(result.resource_name)] = int(config.value)
+                except ValueError:
+                    continue
+    return found
+
+
+async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0,
+                     default_min_insync: int = 1) -> ClusterView:
+    """Ask the first broker that answers for Metadata of all topics, then for their
+    min.insync.replicas (one DescribeConfigs; topics it cannot describe get the default)."""
+    from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
     from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.static.primitive import i8
 
     from odradek.common.client import NetworkClient
 
@@ -170,7 +244,15 @@ async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0) ->
             response = await client.send(
                 MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                 include_topic_authorized_operations=False), timeout=timeout)
-            return view_from_metadata(response)
+            names = [str(t.name) for t in response.topics if t.partitions]
+            min_insync: dict[str, int] = {}
+            if names:
+                described = await client.send(DescribeConfigsRequest(resources=tuple(
+                    DescribeConfigsResource(resource_type=i8(2), resource_name=n,
+                                            configuration_keys=("min.insync.replicas",)) for n in names)),
+                    timeout=timeout)
+                min_insync = min_insync_from(described)
+            return view_from_metadata(response, min_insync, default_min_insync)
         except (OSError, ConnectionError, TimeoutError) as e:
             errors.append(f"{host}:{port}: {e}")
         finally:

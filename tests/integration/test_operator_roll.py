@@ -157,6 +157,9 @@ def test_rolling_restart_under_acks_all_load(cluster_factory):
     topic = "rolled"
     create_topic(cluster.bootstrap, topic, PARTITIONS, TOPIC_CONFIG, timeout=60, replication_factor=3)
     wait_isr_full(cluster.bootstrap, topic, PARTITIONS)
+    # The roll's min.insync.replicas gate reads the topic's own value (DescribeConfigs).
+    view = asyncio.run(fetch_view([("127.0.0.1", p) for p in cluster.broker_ports], timeout=5.0))
+    assert view.min_insync[topic] == 2 and len(view.partitions) >= PARTITIONS
     checked: list[int] = []
 
     def before_restart(broker_id: int) -> None:

@@ -93,6 +93,8 @@ class Kubelet:
         # Ready pods the Deployment/StatefulSet controllers report; None = every desired pod.
         self.ready_controllers: int | None = None
         self.ready_zookeeper: int | None = None
+        # Config hashes a broker cannot start with (a broken config or image): never Ready.
+        self.broken: set[str] = set()
 
     def _report_ready(self, resource: str, name: str, ready: int | None) -> None:
         obj = self.server.live(resource, NS, name)
@@ -125,6 +127,8 @@ class Kubelet:
                     "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}})
                 continue
             self.ages[name] = self.ages.get(name, 0) + 1
+            if pod["metadata"].get("annotations", {}).get(builders.CONFIG_HASH) in self.broken:
+                continue
             if self.ages[name] == self.ready_after:
                 pod = copy.deepcopy(pod)
                 pod["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}

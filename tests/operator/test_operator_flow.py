@@ -27,11 +27,17 @@ from operator_harness import (
 from odradek.operator import builders
 from odradek.operator.kube import object_path
 from odradek.operator.models import GROUP, parse_spec
+from odradek.operator.rolling import PartitionView
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio]
 
 SPEC = {"zookeeper": {"connect": "zk-0.zk:2181/odradek"}}
 OWNED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets"}
+
+
+def holding(counts):
+    """Partitions of replication factor 1: `counts[b]` of them on broker b."""
+    return tuple(PartitionView(f"t{b}", i, (b,), (b,)) for b, n in counts.items() for i in range(n))
 
 
 def status_writes(server) -> int:
@@ -111,7 +117,10 @@ async def test_config_change_rolls_one_pod_at_a_time_only_while_healthy(env):
     await env.ready()
     old_hash = env.server.live(STS, NS, "demo-broker")["spec"]["template"]["metadata"]["annotations"][builders.CONFIG_HASH]
 
-    env.view.set(under_replicated=(("orders", 0),))  # the cluster is not healthy: no restart
+    # The cluster is not healthy: each broker is one of two in-sync replicas of a partition whose
+    # min.insync.replicas is 2, so no restart.
+    env.view.set(default_min_insync=2, partitions=(PartitionView("orders", 0, (0, 1, 2), (0, 1)),
+                                                   PartitionView("orders", 1, (0, 1, 2), (1, 2))))
     mark = len(list(env.server))
     await env.api.patch_spec({"brokers": {"config": {"log.retention.ms": 3600000}}})
     sts = await wait_for(lambda: (s := env.server.live(STS, NS, "demo-broker"))["spec"]["template"]["metadata"]
@@ -123,12 +132,42 @@ async def test_config_change_rolls_one_pod_at_a_time_only_while_healthy(env):
     assert progressing["status"] == "True" and progressing["reason"] == "RollingUpdate"
     assert "under-replicated" in progressing["message"] and progressing["observedGeneration"] == 2
 
-    env.view.set(under_replicated=())
+    env.view.set(partitions=())
     await wait_for(lambda: all(
         (env.server.live(PODS, NS, f"demo-broker-{i}") or {}).get("metadata", {}).get("annotations", {})
         .get(builders.CONFIG_HASH) == new_hash for i in range(3)), 30, "every pod on the new config")
     await env.ready()
     assert [w[2] for w in env.pod_deletes(mark)] == ["demo-broker-0", "demo-broker-1", "demo-broker-2"]
+    assert env.kubelet.max_down == 1, "never two brokers down at once"
+
+
+async def test_a_broker_stuck_on_a_broken_config_is_restarted_once_the_spec_is_fixed(env):
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await env.ready()
+
+    def template_hash():
+        return env.server.live(STS, NS, "demo-broker")["spec"]["template"]["metadata"]["annotations"][builders.CONFIG_HASH]
+
+    def pod_hash(i):
+        return ((env.server.live(PODS, NS, f"demo-broker-{i}") or {}).get("metadata", {})
+                .get("annotations", {}).get(builders.CONFIG_HASH))
+
+    old = template_hash()
+    mark = len(list(env.server))
+    await env.api.patch_spec({"brokers": {"config": {"num.io.threads": "many"}}})
+    broken = await wait_for(lambda: (h := template_hash()) != old and h, 20, "the broken template")
+    env.kubelet.broken.add(broken)
+    await wait_for(lambda: pod_hash(0) == broken, 20, "broker 0 restarted into the broken config")
+    await env.view.passes(4)
+    assert [w[2] for w in env.pod_deletes(mark)] == ["demo-broker-0"], "the roll stops at the broken broker"
+
+    await env.api.patch_spec({"brokers": {"config": {"num.io.threads": 8}}})
+    fixed = await wait_for(lambda: (h := template_hash()) not in (old, broken) and h, 20, "the fixed template")
+    await wait_for(lambda: all(pod_hash(i) == fixed for i in range(3)), 30, "every pod on the fixed config")
+    await env.ready()
+    assert [w[2] for w in env.pod_deletes(mark)] == [
+        "demo-broker-0", "demo-broker-0", "demo-broker-1", "demo-broker-2"], "the stuck broker went first"
     assert env.kubelet.max_down == 1, "never two brokers down at once"
 
 
@@ -143,13 +182,13 @@ async def test_replica_changes_restart_nothing_and_scale_down_is_refused_while_h
     await wait_for(lambda: env.cluster()["status"]["brokers"]["ready"] == 4, 20, "4 brokers ready")
     await env.ready()
 
-    env.view.set(replicas_by_broker={0: 3, 1: 3, 2: 3, 3: 1})
+    env.view.set(partitions=holding({0: 3, 1: 3, 2: 3, 3: 1}))
     await env.api.patch_spec({"brokers": {"replicas": 3}})
     await wait_for(lambda: condition(env.cluster(), "Degraded").get("reason") == "ScaleDownRefused", 20, "refusal")
     assert "[3]" in condition(env.cluster(), "Degraded")["message"]
     assert env.server.live(STS, NS, "demo-broker")["spec"]["replicas"] == 4
 
-    env.view.set(replicas_by_broker={0: 3, 1: 3, 2: 4})  # partitions moved off broker 3
+    env.view.set(partitions=holding({0: 3, 1: 3, 2: 4}))  # partitions moved off broker 3
     await wait_for(lambda: env.server.live(STS, NS, "demo-broker")["spec"]["replicas"] == 3, 20, "3 replicas")
     await env.ready()
     assert condition(env.cluster(), "Degraded")["status"] == "False"

@@ -5,12 +5,22 @@ from types import SimpleNamespace as NS
 from odradek.operator.rolling import (
     BrokerState,
     ClusterView,
+    PartitionView,
     broker_count,
     next_roll_step,
     view_from_metadata,
 )
 
 ALL = ClusterView(registered=frozenset({0, 1, 2}))
+
+
+def part(topic, p, replicas, isr):
+    return PartitionView(topic, p, tuple(replicas), tuple(isr))
+
+
+def holding(counts):
+    """Partitions of replication factor 1: `counts[b]` of them on broker b (they never block a roll)."""
+    return tuple(part(f"t{b}", i, (b,), (b,)) for b, n in counts.items() for i in range(n))
 
 
 def brokers(*hashes, running=(True, True, True)):
@@ -38,10 +48,52 @@ def test_waits_for_a_pod_that_is_down():
     assert step.restart is None and "register" in step.waiting
 
 
-def test_waits_while_partitions_are_under_replicated():
-    view = ClusterView(registered=frozenset({0, 1, 2}), under_replicated=(("t", 0), ("t", 3)))
+def test_waits_while_a_restart_would_leave_a_partition_under_min_isr():
+    # broker 0 is back but not yet in sync: taking 1 or 2 down leaves t-0 and t-3 one in-sync replica
+    view = ClusterView(registered=frozenset({0, 1, 2}), default_min_insync=2,
+                       partitions=(part("t", 0, (0, 1, 2), (1, 2)), part("t", 3, (0, 1, 2), (1, 2))))
     step = next_roll_step(brokers("new", "old", "old"), "new", view)
-    assert step.restart is None and "2 under-replicated" in step.waiting and "t-3" in step.waiting
+    assert step.restart is None and "under-replicated" in step.waiting and "t-3" in step.waiting
+    assert "min.insync.replicas" in step.waiting
+
+
+def test_an_under_replicated_partition_the_broker_is_not_in_sync_for_does_not_block():
+    view = ClusterView(registered=frozenset({0, 1, 2}), default_min_insync=2,
+                       partitions=(part("t", 0, (0, 1, 2), (0, 1)), part("u", 0, (0, 1, 2), (0, 1, 2))))
+    assert next_roll_step(brokers("new", "new", "old"), "new", view).restart == 2
+    # ...but broker 1 is in t-0's ISR of two: held back
+    assert next_roll_step(brokers("new", "old", "new"), "new", view).restart is None
+
+
+def test_min_isr_is_per_topic_and_partitions_that_can_never_stay_available_do_not_block():
+    # "pair" (2 replicas, min 2) and "single" (1 replica) are unwritable with acks=all during
+    # any restart of broker 1: they are not what holds a roll back
+    partitions = (part("strict", 0, (0, 1, 2), (1, 2)), part("single", 0, (1,), (1,)),
+                  part("pair", 0, (1, 2), (1, 2)))
+    lenient = ClusterView(registered=frozenset({0, 1, 2}), partitions=partitions, default_min_insync=1,
+                          min_insync={"pair": 2})
+    assert next_roll_step(brokers("new", "old", "new"), "new", lenient).restart == 1
+    strict = ClusterView(registered=frozenset({0, 1, 2}), partitions=partitions, default_min_insync=1,
+                         min_insync={"strict": 2, "pair": 2})
+    held = next_roll_step(brokers("new", "old", "new"), "new", strict)
+    assert held.restart is None and "strict-0" in held.waiting
+
+
+def test_a_stale_broker_that_is_down_is_restarted_first_whatever_the_health():
+    # broker 1 was restarted into a broken config and never came up; the spec is fixed now
+    view = ClusterView(registered=frozenset({0, 2}), default_min_insync=2,
+                       partitions=(part("t", 0, (0, 1, 2), (0, 2)),))
+    step = next_roll_step(brokers("old", "broken", "old", running=(True, False, True)), "fixed", view)
+    assert step.restart == 1 and step.waiting is None
+    # a running pod whose broker never registered (crash after start) is stuck too
+    step = next_roll_step(brokers("old", "broken", "old"), "fixed", view)
+    assert step.restart == 1
+
+
+def test_a_missing_pod_is_being_created_not_restarted():
+    step = next_roll_step(brokers("new", None, "old", running=(True, False, True)), "new",
+                          ClusterView(registered=frozenset({0, 2})))
+    assert step.restart is None and "[1]" in step.waiting
 
 
 def test_scale_up_is_immediate():
@@ -49,10 +101,10 @@ def test_scale_up_is_immediate():
 
 
 def test_scale_down_refused_while_removed_brokers_hold_replicas():
-    view = ClusterView(registered=frozenset(range(5)), replicas_by_broker={0: 4, 3: 2, 4: 0})
+    view = ClusterView(registered=frozenset(range(5)), partitions=holding({0: 4, 3: 2, 4: 0}))
     decision = broker_count(3, 5, view)
     assert decision.replicas == 4 and "[3]" in decision.refused
-    empty = ClusterView(registered=frozenset(range(5)), replicas_by_broker={0: 4, 1: 2})
+    empty = ClusterView(registered=frozenset(range(5)), partitions=holding({0: 4, 1: 2}))
     assert broker_count(3, 5, empty) == broker_count(3, 5, empty).__class__(3, None)
 
 
@@ -118,8 +170,10 @@ def step(orchestrator, count, view, desired="new"):
 
 
 def view_of(registered, under=(), replicas=None):
-    return ClusterView(registered=frozenset(registered), under_replicated=tuple(under),
-                       replicas_by_broker=dict(replicas or {}))
+    """`under`: partitions of three replicas whose ISR lacks broker 0 (min.insync.replicas 2)."""
+    lagging = tuple(part(t, p, (0, 1, 2), (1, 2)) for t, p in under)
+    return ClusterView(registered=frozenset(registered), partitions=lagging + holding(replicas or {}),
+                       default_min_insync=2)
 
 
 def test_reconcile_rolls_one_broker_per_step_and_waits_for_registration():
@@ -141,10 +195,16 @@ def test_reconcile_rolls_one_broker_per_step_and_waits_for_registration():
     assert step(fake, 3, view_of({0, 1, 2})).done and len(fake.calls) == 3
 
 
-def test_reconcile_never_restarts_while_a_broker_is_down():
-    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True])
+def test_reconcile_never_restarts_a_healthy_broker_while_another_is_down():
+    fake = FakeOrchestrator(["old", "new", "old"], running=[True, False, True])
     result = step(fake, 3, view_of({0, 1, 2}))
     assert result.restarted is None and "[1]" in result.waiting and fake.calls == []
+
+
+def test_reconcile_restarts_a_stale_broker_that_is_down_first():
+    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True])
+    result = step(fake, 3, view_of({0, 2}, under=[("t", 0)]))
+    assert result.restarted == 1 and fake.calls == [("restart", 1)]
 
 
 def test_reconcile_scales_up_before_rolling_and_waits_for_the_new_brokers():

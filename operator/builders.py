@@ -16,6 +16,7 @@ BROKER_CONTROL_PORT = 9091
 controller connects to it, as advertised in each broker's registration; no Service exposes it."""
 CONTROLLER_PORT = 9190  # the controller listener (ControllerConfig default), rendered explicitly
 ZK_CLIENT_PORT = 2181
+ZK_DATA = "/data"  # the ZooKeeper member's persistent volume
 CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"
 DATA_DIR = "/var/lib/odradek"
@@ -127,10 +128,16 @@ def zookeeper_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
     servers = " ".join(
         f"server.{i + 1}={n['zookeeper']}-{i}.{n['zookeeper_headless']}.{meta['namespace']}.svc"
         f":2888:3888;{ZK_CLIENT_PORT}" for i in range(zk.replicas))
-    config = _config_map(body, n["zookeeper"], "zookeeper", {
+    data = {
         "ZOO_SERVERS": servers, "ZOO_STANDALONE_ENABLED": "false",
-        "ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok", "ZOO_DATA_DIR": "/data",
-    })
+        "ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok",
+        # Snapshots and transaction logs both on the volume (the image's default dataLogDir,
+        # /datalog, is the container's own filesystem: a restarted member lost its log), and
+        # autopurge on (hourly, keeping 3 snapshots with their logs), else the volume fills.
+        "ZOO_DATA_DIR": ZK_DATA, "ZOO_DATA_LOG_DIR": f"{ZK_DATA}/datalog",
+        "ZOO_AUTOPURGE_PURGEINTERVAL": "1", "ZOO_AUTOPURGE_SNAPRETAINCOUNT": "3",
+    }
+    config = _config_map(body, n["zookeeper"], "zookeeper", data)
     container = {
         "name": "zookeeper", "image": zk.image,
         # ZooKeeper's myid is ordinal + 1 (ids start at 1).
@@ -142,7 +149,7 @@ def zookeeper_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
         "readinessProbe": {"exec": {"command": ["zkServer.sh", "status"]},
                            "periodSeconds": 10, "timeoutSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": ZK_CLIENT_PORT}, "initialDelaySeconds": 15},
-        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        "volumeMounts": [{"name": "data", "mountPath": ZK_DATA}],
     }
     if _resources(zk.resources):
         container["resources"] = _resources(zk.resources)
@@ -153,7 +160,11 @@ def zookeeper_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(meta["name"], "zookeeper")},
             "persistentVolumeClaimRetentionPolicy": _retention(zk.storage),
-            "template": {"metadata": {"labels": labels(meta["name"], "zookeeper")},
+            # The environment comes from the ConfigMap, read at start: its hash in the template
+            # makes the StatefulSet roll the members (one at a time, each Ready before the next).
+            "template": {"metadata": {"labels": labels(meta["name"], "zookeeper"),
+                                      "annotations": {CONFIG_HASH: config_hash(json.dumps(data, sort_keys=True),
+                                                                               zk.image)}},
                          "spec": {"containers": [container],
                                   "securityContext": {"fsGroup": 1000}}},
             "volumeClaimTemplates": [_claim(zk.storage)],

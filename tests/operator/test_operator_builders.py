@@ -148,3 +148,19 @@ def test_controller_port_is_the_controller_default_listener():
 
     default = ControllerConfig.model_fields["listeners"].default
     assert parse_listeners(default)[0][2] == builders.CONTROLLER_PORT
+
+
+def test_zookeeper_keeps_its_transaction_log_on_the_volume_and_purges_it():
+    body = resource({})
+    objs = by_kind_name(builders.desired_objects(body, parse_spec({})))
+    env = objs[("ConfigMap", "demo-zookeeper")]["data"]
+    sts = objs[("StatefulSet", "demo-zookeeper")]
+    mounts = {m["mountPath"] for m in sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+              if m["name"] == sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]}
+    for key in ("ZOO_DATA_DIR", "ZOO_DATA_LOG_DIR"):
+        assert any(env[key] == m or env[key].startswith(m + "/") for m in mounts), f"{key} is not on the volume"
+    assert int(env["ZOO_AUTOPURGE_PURGEINTERVAL"]) > 0 and int(env["ZOO_AUTOPURGE_SNAPRETAINCOUNT"]) >= 3
+    # a change of the environment reaches running members: it is in the pod template's hash
+    changed = builders.desired_objects(body, parse_spec({"zookeeper": {"image": "zookeeper:3.9"}}))
+    assert (by_kind_name(changed)[("StatefulSet", "demo-zookeeper")]["spec"]["template"]["metadata"]["annotations"]
+            != sts["spec"]["template"]["metadata"]["annotations"])

@@ -1,10 +1,16 @@
 """`odradek operator`: the kopf process that turns KafkaCluster resources into running clusters.
 
-Create, update and resume events and a periodic timer all run the same idempotent pass
+Create, update and resume events and a periodic resync all run the same idempotent pass
 (reconciler.reconcile) under a per-resource lock, then write the status only when it changed.
-The timer is what advances rolling restarts (one broker per pass, once the cluster is healthy)
+The resync is what advances rolling restarts (one broker per pass, once the cluster is healthy)
 and keeps the status current. Deletion needs no handler: every object carries an owner
 reference, so Kubernetes' garbage collector removes them with the resource.
+
+The resync is the operator's own task, not a kopf timer: kopf puts a finalizer on every resource
+that has a timer or daemon, so deleting a KafkaCluster waited for a running pass (and for its
+60 s re-check), and a resource deleted while the operator was gone (`helm uninstall` removes
+both) stayed Terminating. Without a timer, daemon or mandatory deletion handler kopf adds no
+finalizer and removes the one an older version added.
 """
 
 import argparse
@@ -41,6 +47,7 @@ class OperatorMemo:
     topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap
     topic_tuning: topics.Tuning = field(default_factory=topics.Tuning)
     topic_controller: topics.TopicController | None = None
+    resync_task: asyncio.Task | None = None
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
@@ -67,8 +74,15 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
 
     topics.register(registry)  # after `configure` (it needs the client), before `close`
 
+    @kopf.on.startup(registry=registry)
+    async def start_resync(memo: OperatorMemo, **_):
+        memo.resync_task = asyncio.get_running_loop().create_task(resync(memo, interval), name="kafkacluster-resync")
+
     @kopf.on.cleanup(registry=registry)
     async def close(memo: OperatorMemo, **_):
+        if memo.resync_task is not None:
+            memo.resync_task.cancel()
+            await asyncio.gather(memo.resync_task, return_exceptions=True)
         if memo.client is not None:
             await memo.client.close()
 
@@ -82,15 +96,28 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
     async def on_change(body, memo: OperatorMemo, logger, **_):
         await run_pass(body, memo, logger)
 
-    @kopf.timer(**resource, interval=interval, initial_delay=interval)
-    async def on_timer(body, memo: OperatorMemo, logger, **_):
-        await run_pass(body, memo, logger)
-
-    @kopf.on.delete(**resource, optional=True)
-    async def on_delete(name, namespace, logger, **_):
-        logger.info("KafkaCluster %s/%s deleted; owned objects go with it (ownerReferences)", namespace, name)
-
     return registry
+
+
+async def resync(memo: OperatorMemo, interval: float) -> None:
+    """Every `interval` seconds, one pass over every KafkaCluster in the watched namespaces (all
+    clusters at once; each pass holds its resource's lock). A failing pass or list is logged and
+    retried at the next round; only cancellation ends the loop."""
+    scopes: list[str | None] = [None] if memo.clusterwide else list(memo.namespaces)
+    while True:
+        await asyncio.sleep(interval)
+        bodies = []
+        for namespace in scopes:
+            try:
+                bodies += await memo.client.list("KafkaCluster", namespace, {})
+            except (ApiError, OSError, TimeoutError) as e:
+                log.warning("listing KafkaClusters in %s failed: %s", namespace or "every namespace", e)
+        bodies = [b for b in bodies if not (b.get("metadata") or {}).get("deletionTimestamp")]
+        results = await asyncio.gather(*(run_pass(b, memo, log) for b in bodies), return_exceptions=True)
+        for body, result in zip(bodies, results):
+            if isinstance(result, Exception):
+                meta = body["metadata"]
+                log.warning("reconcile of %s/%s failed: %s", meta.get("namespace"), meta.get("name"), result)
 
 
 async def run_pass(body, memo: OperatorMemo, logger) -> dict:

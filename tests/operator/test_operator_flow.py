@@ -212,15 +212,32 @@ async def test_invalid_spec_is_a_condition_not_a_crash(env):
     assert env.operator.thread.is_alive()
 
 
-async def test_delete_removes_owned_objects(env):
+async def test_delete_is_immediate_even_without_the_operator(env):
     env.start_operator()
     await env.api.create_cluster(SPEC)
     await env.ready()
+    await env.view.passes(3)
+    assert not env.cluster()["metadata"].get("finalizers"), "no finalizer holds the resource"
+    # `helm uninstall` removes the operator and the resource together: nothing may wait for it.
+    await env.stop_operator()
     status, _ = await env.api.delete_cluster()
     assert status == 200
-    await wait_for(lambda: env.cluster() is None, 20, "the resource gone (finalizer released)")
+    assert env.cluster() is None, "deleted at once"
     for res, name in ((STS, "demo-broker"), ("v1/services", "demo-bootstrap"), ("apps/v1/deployments", "demo-controller")):
         assert env.server.live(res, NS, name) is None
+
+
+async def test_the_finalizer_an_older_operator_added_is_removed(env):
+    status, body = await env.api.call("POST", f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters", {
+        "apiVersion": "odradek.io/v1alpha1", "kind": "KafkaCluster",
+        "metadata": {"name": "demo", "namespace": NS, "finalizers": ["kopf.zalando.org/KopfFinalizerMarker"]},
+        "spec": SPEC})
+    assert status in (200, 201), body
+    env.start_operator()
+    await wait_for(lambda: not env.cluster()["metadata"].get("finalizers"), 20, "the old finalizer removed")
+    await env.ready()
+    status, _ = await env.api.delete_cluster()
+    assert status == 200 and env.cluster() is None
 
 
 async def test_restart_mid_reconcile_and_upgrade_write_nothing_twice(env):

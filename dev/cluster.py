@@ -247,8 +247,9 @@ class LocalCluster:
         overrides = {
             "broker.id": str(i),
             "zookeeper.connect": self.zookeeper_connect,
-            # the control plane on a free port: advertised in the registration as bound
-            "listeners": f"PLAINTEXT://{host}:{self.broker_ports[i]},CONTROLLER://{host}:0",
+            # the control plane on a port of its own, fixed for the process's life: a restart
+            # that registered other endpoints would not be recognised as this broker's leftover
+            "listeners": f"PLAINTEXT://{host}:{self.broker_ports[i]},CONTROLLER://{host}:{free_port()}",
             "log.dirs": str(self.data_dir / f"broker-{i}"),
         }
         overrides.update(self._broker_overrides)

@@ -94,7 +94,7 @@ class BrokerProcess:
             f"broker.id={broker_id}",
             f"zookeeper.connect={zk_connect}",
             f"log.dirs={self.log_dir}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:0",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{free_port()}",
             "zookeeper.session.timeout.ms=6000",
             *overrides,
         ]

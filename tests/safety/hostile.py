@@ -273,7 +273,10 @@ def lying_batches() -> dict[str, tuple[bytes, str]]:
         "claims 2^31-1": (batch(records(3), 2**31 - 1), "invalid_record"),
         "duplicate offset deltas": (batch(record(0) + record(0) + record(2), 3), "invalid_record"),
         "garbage record bodies": (batch(random.Random(3).randbytes(200), 4), "invalid_record"),
-        "transactional without producer id": (batch(records(2), 2, attributes=0x10), "invalid_record"),
+        # Kafka refuses transactional records in a request without a transactional id before it
+        # looks at the batch (KafkaApis.handleProduceRequest)
+        "transactional without producer id": (batch(records(2), 2, attributes=0x10),
+                                              "transactional_id_authorization_failed"),
         "control batch": (batch(records(1), 1, attributes=0x20), "invalid_record"),
         "compressed, claims 10 holds 3": (batch(bytes(cramjam.zstd.compress(records(3))), 10, compression=4),
                                           "invalid_record"),

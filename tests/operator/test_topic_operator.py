@@ -379,6 +379,8 @@ async def test_cluster_gone_during_delete_releases_the_finalizer(env):
     status, _ = await env.api.delete_cluster(CLUSTER)
     assert status == 200
     await wait_for(lambda: env.server.live(KC, NS, CLUSTER) is None, 30, "the KafkaCluster gone")
+    # A KafkaCluster has no finalizer: it is gone before the operator saw it go; wait until it has.
+    await env.reason(name, "ClusterNotFound", generation=1)
     await env.delete(name)
     await env.gone(name)
     await env.kafka.wait_topic(name, {"partitions": 1, "replicas": 1}, timeout=15)  # nothing could be asked to delete it

@@ -120,10 +120,14 @@ def bootstrap_servers(body: dict) -> str:
 
 # --- ZooKeeper ----------------------------------------------------------------------------------
 
-def zookeeper_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
+def zookeeper_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict]:
+    """`replicas` overrides the spec's ensemble size (the operator keeps a running ensemble's size:
+    members read the server list once, at start)."""
     if not spec.zookeeper.managed:
         return []
     meta, zk = body["metadata"], spec.zookeeper
+    if replicas is not None:
+        zk = zk.model_copy(update={"replicas": replicas})
     n = names(meta["name"])
     servers = " ".join(
         f"server.{i + 1}={n['zookeeper']}-{i}.{n['zookeeper_headless']}.{meta['namespace']}.svc"
@@ -304,7 +308,8 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
     ]
 
 
-def desired_objects(body: dict, spec: KafkaClusterSpec, broker_replicas: int | None = None) -> list[dict]:
+def desired_objects(body: dict, spec: KafkaClusterSpec, broker_replicas: int | None = None,
+                    zookeeper_replicas: int | None = None) -> list[dict]:
     """Every object the cluster consists of, in the order to apply them."""
-    return [*zookeeper_objects(body, spec), *controller_objects(body, spec),
+    return [*zookeeper_objects(body, spec, zookeeper_replicas), *controller_objects(body, spec),
             *broker_objects(body, spec, broker_replicas)]

@@ -24,6 +24,8 @@ KINDS = {
     "StatefulSet": ("apis/apps/v1", "statefulsets"),
     "Deployment": ("apis/apps/v1", "deployments"),
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
+    "PersistentVolumeClaim": ("api/v1", "persistentvolumeclaims"),
+    "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),  # cluster-scoped
     "KafkaCluster": ("apis/odradek.io/v1alpha1", "kafkaclusters"),
     "Topic": ("apis/odradek.io/v1alpha1", "topics"),
 }
@@ -91,8 +93,8 @@ class KubeClient:
                                status.get("message", text[:200]))
             return json.loads(text) if text else {}
 
-    async def get(self, kind: str, namespace: str, name: str) -> dict | None:
-        """The object, or None when it does not exist."""
+    async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        """The object (namespace None: a cluster-scoped kind), or None when it does not exist."""
         try:
             return await self._call("GET", object_path(kind, namespace, name))
         except ApiError as e:

@@ -133,6 +133,14 @@ async def run_pass(body, memo: OperatorMemo, logger) -> dict:
                 await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
                                         subresource="status")
         except ApiError as e:
+            # The status says why nothing moved (a stale status would keep `kubectl wait` waiting).
+            failed = status_mod.error_status(body["status"], meta.get("generation"), f"Kubernetes API: {e}")
+            try:
+                if status_mod.changed(body["status"], failed):
+                    await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": failed},
+                                            subresource="status")
+            except ApiError as again:
+                logger.warning("status not written either: %s", again)
             raise kopf.TemporaryError(f"Kubernetes API: {e}", delay=5) from e
     if observation.invalid:
         logger.warning("invalid spec: %s", observation.invalid)

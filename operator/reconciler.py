@@ -13,10 +13,11 @@ from pydantic import ValidationError
 from odradek.operator import builders
 from odradek.operator.apply import apply
 from odradek.operator.kube import KubeClient
-from odradek.operator.models import parse_spec, spec_error_message
+from odradek.operator.models import KafkaClusterSpec, Storage, parse_spec, spec_error_message
 from odradek.operator.orchestrator import KubernetesBrokerOrchestrator, broker_states
 from odradek.operator.rolling import ClusterView, fetch_view, reconcile_brokers
 from odradek.operator.status import Observation
+from odradek.operator.storage import plan_resize
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,66 @@ async def support_readiness(client: KubeClient, body: dict, spec) -> dict:
     return found
 
 
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def claim_template(sts: dict | None) -> dict | None:
+    templates = ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []
+    return next((t for t in templates if (t.get("metadata") or {}).get("name") == "data"), None)
+
+
+def zookeeper_scaling(spec: KafkaClusterSpec, live: dict | None) -> tuple[int | None, tuple[str, str] | None]:
+    """The ensemble size to render and the refusal when the spec asks for another one. Members
+    read the server list once, at start: a new size would leave them on the old list (3 → 1
+    leaves the survivor waiting for a quorum), so a running ensemble keeps its size."""
+    if not spec.zookeeper.managed or live is None:
+        return None, None
+    current = int((live.get("spec") or {}).get("replicas") or 0)
+    if current == spec.zookeeper.replicas or current < 1:
+        return None, None
+    return current, ("ZooKeeperScalingRefused",
+                     f"zookeeper.replicas {current} → {spec.zookeeper.replicas}: a running ensemble keeps its "
+                     f"size (its members read the server list once, at start); it stays at {current}")
+
+
+async def storage_class_expandable(client: KubeClient, name: str) -> bool:
+    """Whether claims of this class (name "" = the cluster's default class) may grow."""
+    if name:
+        found = await client.get("StorageClass", None, name)
+    else:
+        classes = await client.list("StorageClass", None, {})
+        found = next((c for c in classes
+                      if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS) == "true"), None)
+    return bool((found or {}).get("allowVolumeExpansion"))
+
+
+async def resize_claims(client: KubeClient, namespace: str, sts: dict | None, storage: Storage) -> tuple[str, str] | None:
+    """Grow the StatefulSet's claims to the desired size (see odradek.operator.storage); the
+    refusal when that cannot be done."""
+    template = claim_template(sts)
+    if sts is None or template is None:
+        return None
+    name = sts["metadata"]["name"]
+    count = int(sts["spec"].get("replicas") or 0)
+    claims = [c for i in range(count) if (c := await client.get("PersistentVolumeClaim", namespace, f"data-{name}-{i}"))]
+    plan = plan_resize(storage.size, storage.storage_class, template, claims)
+    if plan.needs_class is not None:
+        plan = plan_resize(storage.size, storage.storage_class, template, claims,
+                           expandable=await storage_class_expandable(client, plan.needs_class))
+    for claim in plan.expand:
+        await client.patch("PersistentVolumeClaim", namespace, claim,
+                           {"spec": {"resources": {"requests": {"storage": storage.size}}}})
+        log.info("PersistentVolumeClaim %s/%s resized to %s", namespace, claim, storage.size)
+    return plan.refused
+
+
+def keep_claim_templates(obj: dict, live: dict | None) -> dict:
+    """A StatefulSet's volumeClaimTemplates cannot change: render the live ones."""
+    if obj["kind"] != "StatefulSet" or live is None or "volumeClaimTemplates" not in live.get("spec", {}):
+        return obj
+    return {**obj, "spec": {**obj["spec"], "volumeClaimTemplates": live["spec"]["volumeClaimTemplates"]}}
+
+
 async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = metadata_view) -> Observation:
     meta = body["metadata"]
     generation = meta.get("generation")
@@ -61,11 +122,21 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
 
     # The broker count is orchestrated (a scale-down may be refused), so the apply keeps the
     # live count; a new StatefulSet starts at the desired count.
+    n = builders.names(name)
+    live_sts = {k: await client.get("StatefulSet", namespace, n[k]) for k in ("broker", "zookeeper")}
     current = await orchestrator.replicas()
-    for obj in builders.desired_objects(body, spec, broker_replicas=current):
-        outcome = await apply(client, obj)
+    zk_replicas, zk_refused = zookeeper_scaling(spec, live_sts["zookeeper"])
+    stalled = [r for r in (zk_refused,) if r is not None]
+    for obj in builders.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas):
+        live = live_sts.get("broker") if obj["metadata"]["name"] == n["broker"] else (
+            live_sts.get("zookeeper") if obj["metadata"]["name"] == n["zookeeper"] else None)
+        outcome = await apply(client, keep_claim_templates(obj, live))
         if outcome != "unchanged":
             log.info("%s %s/%s %s", obj["kind"], namespace, obj["metadata"]["name"], outcome)
+    for key, storage in (("broker", spec.brokers.storage),
+                         ("zookeeper", spec.zookeeper.storage if spec.zookeeper.managed else None)):
+        if storage is not None and (refused := await resize_claims(client, namespace, live_sts[key], storage)):
+            stalled.append((refused[0], f"{n[key]}: {refused[1]}"))
 
     desired_hash = builders.broker_config_hash(body, spec)
     desired_count = spec.brokers.replicas
@@ -79,8 +150,9 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
             generation, desired_brokers=desired_count, running_brokers=len(states),
             ready_broker_ids=tuple(s.broker_id for s in states if s.running),
             bootstrap_servers=builders.bootstrap_servers(body),
-            pending_restarts=tuple(s.broker_id for s in states if s.config_hash != desired_hash),
-            unreachable=f"no broker answered Metadata: {e}", **support)
+            # A broker whose pod does not exist yet is being created, not waiting for a restart.
+            pending_restarts=tuple(s.broker_id for s in states if s.config_hash not in (None, desired_hash)),
+            unreachable=f"no broker answered Metadata: {e}", stalled=tuple(stalled), **support)
 
     step = await reconcile_brokers(orchestrator, desired_hash, desired_count, view)
     if step.restarted is not None:
@@ -95,4 +167,4 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
     return Observation(
         generation, desired_brokers=desired_count, running_brokers=count, ready_broker_ids=ready,
         bootstrap_servers=builders.bootstrap_servers(body),
-        waiting=step.waiting, refused=step.refused, pending_restarts=stale, **support)
+        waiting=step.waiting, refused=step.refused, pending_restarts=stale, stalled=tuple(stalled), **support)

@@ -3,6 +3,9 @@
 Conditions follow the Kubernetes convention: Ready, Progressing and Degraded, each with a reason,
 a message, the generation it describes, and a lastTransitionTime that moves only when the
 condition's status changes (so `kubectl wait` and alerting see real transitions, not churn).
+Reconciling and Stalled are the two kstatus reads (Flux, `helm --wait`, Argo CD's health check):
+Reconciling mirrors Progressing; Stalled is True when the operator cannot go on without a person
+(an invalid spec, a change it refuses, an API error).
 """
 
 from dataclasses import dataclass
@@ -13,6 +16,7 @@ Condition = dict[str, Any]
 """A Kubernetes status condition: type, status, reason, message, observedGeneration, lastTransitionTime."""
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+RECONCILING, STALLED = "Reconciling", "Stalled"
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class Observation:
     refused: str | None = None  # a requested change the operator will not make (why)
     pending_restarts: tuple[int, ...] = ()
     unreachable: str | None = None  # the cluster did not answer Metadata
+    stalled: tuple[tuple[str, str], ...] = ()  # (reason, message) of each change the operator refuses
 
 
 def now() -> str:
@@ -71,10 +76,15 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
     if o.invalid:
         return [cond(READY, False, "InvalidSpec", o.invalid),
                 cond(PROGRESSING, False, "InvalidSpec", "fix the spec to continue"),
-                cond(DEGRADED, True, "InvalidSpec", o.invalid)]
+                cond(DEGRADED, True, "InvalidSpec", o.invalid),
+                cond(RECONCILING, False, "InvalidSpec", "fix the spec to continue"),
+                cond(STALLED, True, "InvalidSpec", o.invalid)]
     ready = len(o.ready_broker_ids)
     brokers_ready = (ready >= o.desired_brokers and o.running_brokers == o.desired_brokers
                      and not o.pending_restarts and not o.unreachable)
+    # No broker pod ready yet (a new cluster, or all restarting): nothing to reach, not a fault.
+    unreachable = o.unreachable if o.ready_broker_ids else None
+    stalled = "; ".join(m for _, m in o.stalled)
     support = support_problem(o)
     all_ready = brokers_ready and support is None
     if o.pending_restarts:
@@ -87,12 +97,16 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
         progressing = (True, "WaitingForBrokers", o.waiting or f"{ready}/{o.desired_brokers} brokers ready")
     elif support is not None:
         progressing = (True, *support)
+    elif o.stalled:
+        progressing = (False, o.stalled[0][0], stalled)
     else:
         progressing = (False, "ReconcileComplete", "the cluster matches the spec")
-    if o.refused:
+    if o.stalled:
+        degraded = (True, o.stalled[0][0], stalled)
+    elif o.refused:
         degraded = (True, "ScaleDownRefused", o.refused)
-    elif o.unreachable:
-        degraded = (True, "ClusterUnreachable", o.unreachable)
+    elif unreachable:
+        degraded = (True, "ClusterUnreachable", unreachable)
     else:
         degraded = (False, "AsExpected", "")
     if all_ready:
@@ -101,7 +115,25 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
         ready_c = (False, progressing[1] if progressing[0] else degraded[1],
                    f"{ready}/{o.desired_brokers} brokers ready"
                    + (f"; {support[1]}" if support is not None else ""))
-    return [cond(READY, *ready_c), cond(PROGRESSING, *progressing), cond(DEGRADED, *degraded)]
+    stalled_c = (True, o.stalled[0][0], stalled) if o.stalled else (False, "AsExpected", "")
+    return [cond(READY, *ready_c), cond(PROGRESSING, *progressing), cond(DEGRADED, *degraded),
+            cond(RECONCILING, *progressing), cond(STALLED, *stalled_c)]
+
+
+def error_status(previous: dict[str, Any] | None, generation: int | None, message: str,
+                 at: str | None = None) -> dict[str, Any]:
+    """The status after a pass that the Kubernetes API failed: what was last observed stays, the
+    conditions say why nothing moved, for this generation (so `kubectl wait` and kstatus see it)."""
+    previous = dict(previous or {})
+    prev = {c.get("type"): c for c in previous.get("conditions") or []}
+    when = at or now()
+
+    def cond(type_: str, ok: bool) -> Condition:
+        return condition(type_, ok, "KubernetesApiError", message, generation, prev, when)
+
+    return {**previous, "observedGeneration": generation,
+            "conditions": [cond(READY, False), cond(PROGRESSING, False), cond(DEGRADED, True),
+                           cond(RECONCILING, False), cond(STALLED, True)]}
 
 
 def status(o: Observation, previous: dict[str, Any] | None = None, at: str | None = None) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def _merge(target, patch):
 class KubernetesServer(kmock.KubernetesEmulator):
     _versions: itertools.count = attrs.field(factory=lambda: itertools.count(1), init=False)
     _direct: dict = attrs.field(factory=dict, init=False)
+    # Plurals whose writes a test wants refused (403), as an API server missing an RBAC rule does.
+    forbidden_writes: set = attrs.field(factory=set, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -104,6 +106,8 @@ class KubernetesServer(kmock.KubernetesEmulator):
         if direct is None:
             return await super()._handle(request)
         if request.action in (enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE):
+            if request.resource.plural in self.forbidden_writes:
+                raise _error(403, "Forbidden", f"{request.resource.plural} is forbidden")
             async with self._lock:
                 if request.action == enums.action.CREATE:
                     await self._create(request)

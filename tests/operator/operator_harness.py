@@ -40,9 +40,12 @@ def new_server() -> KubernetesServer:
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "uid": "ns-" + NS}}
     for res, kind in ((STS, "StatefulSet"), ("apps/v1/deployments", "Deployment"), (PODS, "Pod"),
                       ("v1/services", "Service"), ("v1/configmaps", "ConfigMap"), ("v1/events", "Event"),
-                      ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget")):
+                      ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
+                      ("v1/persistentvolumeclaims", "PersistentVolumeClaim")):
         server.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True,
                                                    verbs={"get", "list", "create", "patch", "delete"})
+    server.resources["storage.k8s.io/v1/storageclasses"] = kmock.ResourceInfo(
+        kind="StorageClass", namespaced=False, verbs={"get", "list"})
     return server
 
 

@@ -89,7 +89,13 @@ def test_cluster_values_become_the_kafkacluster(helm):
 def test_namespaced_by_default_with_no_cluster(helm):
     docs = render(helm)
     assert not [d for d in docs if d["kind"] == "KafkaCluster"]
-    assert {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")} == {"Role", "RoleBinding"}
+    assert {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")} == {
+        "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    # The one cluster-wide grant of a namespaced operator: reading StorageClasses (cluster-scoped),
+    # to know whether a claim may grow.
+    cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    assert cluster_rules == [{"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
+                              "verbs": ["get", "list"]}]
 
 
 def test_topic_values_become_topics_the_operator_accepts(helm):

@@ -309,3 +309,71 @@ async def test_keys_no_longer_rendered_are_removed_and_a_restart_patches_nothing
     env.start_operator()
     await env.view.passes(3)
     assert [w for w in writes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []
+
+
+async def test_zookeeper_scaling_is_refused_with_a_condition(env):
+    env.start_operator()
+    await env.api.create_cluster({})  # a managed ensemble of 3
+    await env.ready()
+    servers = env.server.live("v1/configmaps", NS, "demo-zookeeper")["data"]["ZOO_SERVERS"]
+    await env.api.patch_spec({"zookeeper": {"replicas": 1}})
+    await wait_for(lambda: condition(env.cluster(), "Stalled").get("reason") == "ZooKeeperScalingRefused", 20,
+                   "the refusal")
+    assert condition(env.cluster(), "Stalled")["observedGeneration"] == 2
+    assert condition(env.cluster(), "Degraded")["status"] == "True"
+    assert env.server.live(STS, NS, "demo-zookeeper")["spec"]["replicas"] == 3
+    assert env.server.live("v1/configmaps", NS, "demo-zookeeper")["data"]["ZOO_SERVERS"] == servers
+    await env.api.patch_spec({"zookeeper": {"replicas": 3}})
+    await wait_for(lambda: condition(env.cluster(), "Stalled").get("status") == "False", 20, "no refusal")
+    await env.ready()
+
+
+async def test_a_larger_volume_resizes_the_claims_and_leaves_the_template(env):
+    pvcs = "v1/persistentvolumeclaims"
+    classes = "storage.k8s.io/v1/storageclasses"
+    env.server.put_raw(classes, None, {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                       "metadata": {"name": "standard"}, "allowVolumeExpansion": True})
+    env.server.put_raw(classes, None, {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                       "metadata": {"name": "fixed"}})
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await env.ready()
+    for i in range(3):  # what the StatefulSet controller creates (the default class filled in)
+        env.server.put_raw(pvcs, NS, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                      "metadata": {"name": f"data-demo-broker-{i}"},
+                                      "spec": {"storageClassName": "standard",
+                                               "resources": {"requests": {"storage": "10Gi"}}}})
+    template = env.server.live(STS, NS, "demo-broker")["spec"]["volumeClaimTemplates"]
+    mark = len(list(env.server))
+
+    await env.api.patch_spec({"brokers": {"storage": {"size": "20Gi"}}})
+    await wait_for(lambda: all(env.server.live(pvcs, NS, f"data-demo-broker-{i}")["spec"]["resources"]["requests"]
+                               ["storage"] == "20Gi" for i in range(3)), 20, "every claim resized")
+    await env.view.passes(2)
+    assert env.server.live(STS, NS, "demo-broker")["spec"]["volumeClaimTemplates"] == template
+    assert condition(env.cluster(), "Stalled")["status"] == "False"
+    assert env.pod_deletes(mark) == [], "a resize restarts no broker"
+
+    await env.api.patch_spec({"brokers": {"storage": {"size": "5Gi"}}})
+    await wait_for(lambda: condition(env.cluster(), "Stalled").get("reason") == "StorageShrinkRefused", 20,
+                   "the shrink refused")
+    for i in range(3):  # the class no longer allows expansion
+        claim = env.server.live(pvcs, NS, f"data-demo-broker-{i}")
+        env.server.put_raw(pvcs, NS, {**claim, "spec": {**claim["spec"], "storageClassName": "fixed"}})
+    await env.api.patch_spec({"brokers": {"storage": {"size": "40Gi"}}})
+    await wait_for(lambda: condition(env.cluster(), "Stalled").get("reason") == "StorageNotExpandable", 20,
+                   "the growth refused")
+    assert env.server.live(pvcs, NS, "data-demo-broker-0")["spec"]["resources"]["requests"]["storage"] == "20Gi"
+
+
+async def test_an_api_error_reaches_the_status(env):
+    env.server.forbidden_writes.add("poddisruptionbudgets")
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await wait_for(lambda: condition(env.cluster(), "Stalled").get("reason") == "KubernetesApiError", 20,
+                   "the error in the status")
+    assert env.cluster()["status"]["observedGeneration"] == 1
+    assert condition(env.cluster(), "Ready")["status"] == "False"
+    assert "403" in condition(env.cluster(), "Stalled")["message"]
+    env.server.forbidden_writes.clear()
+    await env.ready()

@@ -87,3 +87,38 @@ def test_last_applied_round_trip():
     assert last_applied(stamped) == {"metadata": {"annotations": {"k": "v"}}, "data": {"x": "1"}}
     assert with_last_applied(stamped) == stamped, "stamping is idempotent"
     assert last_applied({"metadata": {"annotations": {LAST_APPLIED: "not json"}}}) == {}
+
+
+def test_kstatus_conditions_follow_progress_and_refusals():
+    from odradek.operator.status import error_status
+
+    ready = by_type(conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                                           ready_controllers=1), at="T"))
+    assert (ready["Reconciling"]["status"], ready["Stalled"]["status"]) == ("False", "False")
+    rolling = by_type(conditions(Observation(2, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                                             ready_controllers=1, pending_restarts=(1, 2)), at="T"))
+    assert rolling["Reconciling"]["status"] == "True" and rolling["Reconciling"]["reason"] == "RollingUpdate"
+    stuck = by_type(conditions(Observation(3, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                                           ready_controllers=1,
+                                           stalled=(("ZooKeeperScalingRefused", "stays at 3"),)), at="T"))
+    assert stuck["Stalled"]["status"] == "True" and stuck["Stalled"]["reason"] == "ZooKeeperScalingRefused"
+    assert stuck["Degraded"]["reason"] == "ZooKeeperScalingRefused" and stuck["Progressing"]["status"] == "False"
+    invalid = by_type(conditions(Observation(4, invalid="spec.brokers.config: broker.id"), at="T"))
+    assert invalid["Stalled"]["status"] == "True"
+
+    previous = status(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                                  ready_controllers=1), at="T1")
+    failed = error_status(previous, 2, "Kubernetes API: 403 Forbidden", at="T2")
+    c = by_type(failed["conditions"])
+    assert failed["observedGeneration"] == 2 and all(x["observedGeneration"] == 2 for x in failed["conditions"])
+    assert c["Stalled"]["status"] == "True" and "403" in c["Stalled"]["message"]
+    assert c["Ready"]["status"] == "False" and failed["brokers"] == previous["brokers"], "what was seen stays"
+
+
+def test_a_new_cluster_is_not_degraded_while_no_broker_is_up_yet():
+    new = by_type(conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(),
+                                         unreachable="no broker answered Metadata"), at="T"))
+    assert new["Degraded"]["status"] == "False" and new["Progressing"]["status"] == "True"
+    lost = by_type(conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1),
+                                          unreachable="no broker answered Metadata"), at="T"))
+    assert lost["Degraded"]["status"] == "True" and lost["Degraded"]["reason"] == "ClusterUnreachable"

@@ -208,7 +208,9 @@ def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
         "env": _pod_env(),
         "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT}],
         "readinessProbe": probe,
-        "livenessProbe": {**probe, "initialDelaySeconds": 30, "failureThreshold": 6},
+        # Alive = the process serves its listener; the readiness probe's ZooKeeper check would
+        # restart every controller during a ZooKeeper outage.
+        "livenessProbe": {"tcpSocket": {"port": CONTROLLER_PORT}, "initialDelaySeconds": 30, "failureThreshold": 6},
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}],
     }
     if _resources(spec.controller.resources):
@@ -270,7 +272,10 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
         # Ready = registered in ZooKeeper under its own id and serving on its listener.
         "readinessProbe": {"exec": {"command": [*PROBE, "broker", "--config", f"{CONFIG_DIR}/server.properties"]},
                            "periodSeconds": 10, "timeoutSeconds": 5},
-        "livenessProbe": {"tcpSocket": {"port": BROKER_PORT}, "initialDelaySeconds": 30},
+        # Log recovery after an unclean stop can take long: liveness starts once the listener
+        # is up (startupProbe), allowing up to 30 minutes for that.
+        "startupProbe": {"tcpSocket": {"port": BROKER_PORT}, "periodSeconds": 10, "failureThreshold": 180},
+        "livenessProbe": {"tcpSocket": {"port": BROKER_PORT}, "periodSeconds": 10, "failureThreshold": 3},
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}, {"name": "data", "mountPath": DATA_DIR}],
     }
     if _resources(spec.brokers.resources):

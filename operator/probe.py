@@ -1,7 +1,7 @@
 """Pod probes and pod-derived ids, run inside the image (`python -m odradek.operator.probe`).
 
-- `broker --config F`: ready when `/brokers/ids/<ordinal>` exists in ZooKeeper and the listener
-  accepts connections (registered and serving).
+- `broker --config F`: ready when the listener accepts connections and `/brokers/ids/<ordinal>`
+  exists in ZooKeeper (registered and serving); serving is enough while ZooKeeper is unreachable.
 - `controller --config F`: ready when ZooKeeper is reachable and an active controller exists or
   this pod is it; prints "active" or "standby" (a healthy standby is ready).
 - `controller-id`: this pod's controller.id, derived from its name (stable across probe calls).
@@ -43,7 +43,9 @@ def broker_ready(connect: str, broker_id: int, port: int, timeout: float = 3.0) 
     try:
         zk = _zk(connect, timeout)
     except Exception as e:
-        return False, f"ZooKeeper unreachable: {e}"
+        # A ZooKeeper outage must not empty the bootstrap Service: the broker still serves its
+        # leaders' partitions. (The roll does not rely on this: it asks Metadata who is registered.)
+        return True, f"serving; ZooKeeper unreachable, registration not checked: {e}"
     try:
         if zk.exists(zk_data.broker_path(broker_id)) is None:
             return False, f"broker {broker_id} not registered"

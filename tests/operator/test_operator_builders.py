@@ -164,3 +164,14 @@ def test_zookeeper_keeps_its_transaction_log_on_the_volume_and_purges_it():
     changed = builders.desired_objects(body, parse_spec({"zookeeper": {"image": "zookeeper:3.9"}}))
     assert (by_kind_name(changed)[("StatefulSet", "demo-zookeeper")]["spec"]["template"]["metadata"]["annotations"]
             != sts["spec"]["template"]["metadata"]["annotations"])
+
+
+def test_liveness_never_depends_on_zookeeper_and_brokers_get_time_to_recover():
+    body = resource({})
+    objs = by_kind_name(builders.desired_objects(body, parse_spec({})))
+    broker = objs[("StatefulSet", "demo-broker")]["spec"]["template"]["spec"]["containers"][0]
+    controller = objs[("Deployment", "demo-controller")]["spec"]["template"]["spec"]["containers"][0]
+    startup = broker["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800, "30 minutes of log recovery"
+    for container in (broker, controller):
+        assert "exec" not in container["livenessProbe"], "a ZooKeeper outage would restart the pod"

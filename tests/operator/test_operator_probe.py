@@ -31,6 +31,9 @@ def test_broker_ready_needs_registration_and_listener(zk_connect):
         zk.create("/brokers/ids/3", b"{}", makepath=True, ephemeral=True)
         ok, message = probe.broker_ready(zk_connect, 3, port)
         assert ok, message
+        # ZooKeeper down: a serving broker stays in the bootstrap Service
+        ok, message = probe.broker_ready("127.0.0.1:1/none", 3, port, timeout=1.0)
+        assert ok and "ZooKeeper unreachable" in message
     finally:
         server.close()
         zk.stop()

@@ -102,3 +102,29 @@ async def apply(client: KubeClient, desired: dict) -> str:
         return "unchanged"
     await client.patch(desired["kind"], meta["namespace"], meta["name"], patch)
     return "patched"
+
+
+def orphans(live: list[dict], desired: list[dict], owner_uid: str) -> list[tuple[str, str]]:
+    """(kind, name) of the live objects this resource owns that are no longer rendered (a managed
+    ZooKeeper ensemble after a switch to an existing one). Only objects whose controller owner is
+    this resource qualify: a same-named object of anyone else is never touched."""
+    wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+    out = []
+    for obj in live:
+        meta = obj.get("metadata") or {}
+        owned = any(ref.get("uid") == owner_uid and ref.get("controller") for ref in meta.get("ownerReferences") or [])
+        if owned and (obj["kind"], meta.get("name")) not in wanted and not meta.get("deletionTimestamp"):
+            out.append((obj["kind"], meta["name"]))
+    return sorted(out)
+
+
+async def prune(client: KubeClient, namespace: str, labels: dict[str, str], kinds: list[str],
+                desired: list[dict], owner_uid: str) -> list[tuple[str, str]]:
+    """Delete what `orphans` finds among the objects of `kinds` carrying `labels`."""
+    live = []
+    for kind in kinds:
+        live += [{**o, "kind": kind} for o in await client.list(kind, namespace, labels)]
+    gone = orphans(live, desired, owner_uid)
+    for kind, name in gone:
+        await client.delete(kind, namespace, name)
+    return gone

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import ValidationError
 
 from odradek.operator import builders
-from odradek.operator.apply import apply
+from odradek.operator.apply import apply, prune
 from odradek.operator.kube import KubeClient
 from odradek.operator.models import KafkaClusterSpec, Storage, parse_spec, spec_error_message
 from odradek.operator.orchestrator import KubernetesBrokerOrchestrator, broker_states
@@ -51,6 +51,7 @@ async def support_readiness(client: KubeClient, body: dict, spec) -> dict:
 
 
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+OWNED_KINDS = ["StatefulSet", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget"]  # what builders render
 
 
 def claim_template(sts: dict | None) -> dict | None:
@@ -127,12 +128,16 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
     current = await orchestrator.replicas()
     zk_replicas, zk_refused = zookeeper_scaling(spec, live_sts["zookeeper"])
     stalled = [r for r in (zk_refused,) if r is not None]
-    for obj in builders.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas):
+    desired = builders.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas)
+    for obj in desired:
         live = live_sts.get("broker") if obj["metadata"]["name"] == n["broker"] else (
             live_sts.get("zookeeper") if obj["metadata"]["name"] == n["zookeeper"] else None)
         outcome = await apply(client, keep_claim_templates(obj, live))
         if outcome != "unchanged":
             log.info("%s %s/%s %s", obj["kind"], namespace, obj["metadata"]["name"], outcome)
+    owned = {"app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "odradek-operator"}
+    for kind, gone in await prune(client, namespace, owned, OWNED_KINDS, desired, meta["uid"]):
+        log.info("%s %s/%s deleted: no longer part of the cluster", kind, namespace, gone)
     for key, storage in (("broker", spec.brokers.storage),
                          ("zookeeper", spec.zookeeper.storage if spec.zookeeper.managed else None)):
         if storage is not None and (refused := await resize_claims(client, namespace, live_sts[key], storage)):

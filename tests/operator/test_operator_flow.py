@@ -377,3 +377,17 @@ async def test_an_api_error_reaches_the_status(env):
     assert "403" in condition(env.cluster(), "Stalled")["message"]
     env.server.forbidden_writes.clear()
     await env.ready()
+
+
+async def test_switching_to_an_existing_zookeeper_removes_the_managed_ensemble(env):
+    env.start_operator()
+    await env.api.create_cluster({})
+    await env.ready()
+    assert env.server.live(STS, NS, "demo-zookeeper") is not None
+    await env.api.patch_spec({"zookeeper": {"connect": "zk-0.zk:2181/odradek"}})
+    await wait_for(lambda: env.server.live(STS, NS, "demo-zookeeper") is None, 20, "the ensemble removed")
+    for res, name in (("v1/configmaps", "demo-zookeeper"), ("v1/services", "demo-zookeeper"),
+                      ("v1/services", "demo-zookeeper-headless"), ("policy/v1/poddisruptionbudgets", "demo-zookeeper")):
+        assert env.server.live(res, NS, name) is None, name
+    assert env.server.live(STS, NS, "demo-broker") is not None
+    await env.ready()

@@ -122,3 +122,16 @@ def test_a_new_cluster_is_not_degraded_while_no_broker_is_up_yet():
     lost = by_type(conditions(Observation(1, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1),
                                           unreachable="no broker answered Metadata"), at="T"))
     assert lost["Degraded"]["status"] == "True" and lost["Degraded"]["reason"] == "ClusterUnreachable"
+
+
+def test_orphans_are_owned_objects_no_longer_rendered():
+    from odradek.operator.apply import orphans
+
+    def obj(kind, name, uid="u1", **meta):
+        return {"kind": kind, "metadata": {"name": name, "ownerReferences": [{"uid": uid, "controller": True}], **meta}}
+
+    desired = [obj("Service", "demo-bootstrap"), obj("StatefulSet", "demo-broker")]
+    live = [obj("Service", "demo-bootstrap"), obj("StatefulSet", "demo-broker"), obj("StatefulSet", "demo-zookeeper"),
+            obj("Service", "demo-zookeeper"), obj("ConfigMap", "other", uid="u2"),
+            obj("ConfigMap", "going", deletionTimestamp="T"), {"kind": "ConfigMap", "metadata": {"name": "mine"}}]
+    assert orphans(live, desired, "u1") == [("Service", "demo-zookeeper"), ("StatefulSet", "demo-zookeeper")]

@@ -271,6 +271,18 @@ class BrokerConfig(ZkClientConfig):
     log_cleaner_min_cleanable_ratio: Annotated[float, Kafka(DOUBLE, between(0, 1))] = Field(
         0.5, alias="log.cleaner.min.cleanable.ratio")
     """Default of the topic config min.cleanable.dirty.ratio."""
+    log_cleaner_enable: bool = Field(True, alias="log.cleaner.enable")
+    """Run the log cleaner (compaction of cleanup.policy=compact topics, __consumer_offsets too)."""
+    log_cleaner_threads: Annotated[int, _ms(INT, 0)] = Field(1, alias="log.cleaner.threads")
+    """Logs cleaned at once, each in its own worker process."""
+    log_cleaner_dedupe_buffer_size: Annotated[int, _ms(LONG, 1024 * 1024)] = Field(
+        128 * 1024 * 1024, alias="log.cleaner.dedupe.buffer.size")
+    """Bytes of offset map (24 a key) shared by the cleaner threads: bounds the dirty section one cleaning covers."""
+    log_cleaner_io_max_bytes_per_second: Annotated[float, Kafka(DOUBLE)] = Field(
+        1.7976931348623157e308, alias="log.cleaner.io.max.bytes.per.second")
+    """Read and write throughput of the cleaner threads together."""
+    log_cleaner_backoff_ms: Annotated[int, _ms(LONG, 0)] = Field(15_000, alias="log.cleaner.backoff.ms")
+    """Sleep when no log needs cleaning."""
     log_local_retention_ms: Annotated[int, _ms(LONG, -2)] = Field(-2, alias="log.local.retention.ms")
     """Default of the topic config local.retention.ms (tiered storage)."""
     log_local_retention_bytes: Annotated[int, _ms(LONG, -2)] = Field(-2, alias="log.local.retention.bytes")

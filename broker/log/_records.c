@@ -52,7 +52,8 @@ static int skip_bytes(cursor *c, int nullable) {
 static PyObject *walk_records(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end, count;
-    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &end, &count)) return NULL;
+    int require_key = 0;
+    if (!PyArg_ParseTuple(args, "y*nnn|p", &view, &start, &end, &count, &require_key)) return NULL;
     PyObject *result = NULL;
     if (start < 0 || end > view.len || start > end || count < 0) {
         PyBuffer_Release(&view);
@@ -74,6 +75,9 @@ static PyObject *walk_records(PyObject *self, PyObject *args) {
         if (read_varint(&r, 10, &value)) { result = fail(i, "invalid timestamp delta"); goto done; }
         if (read_varint(&r, 5, &value)) { result = fail(i, "invalid offset delta"); goto done; }
         if (value != i) { result = fail(i, "offset delta does not match the record's position"); goto done; }
+        if (require_key && r.p < r.end && *r.p == 0x01) {
+            result = fail(i, "compacted topic cannot accept message without key"); goto done;
+        }
         if (skip_bytes(&r, 1)) { result = fail(i, "invalid key size"); goto done; }
         if (skip_bytes(&r, 1)) { result = fail(i, "invalid value size"); goto done; }
         int64_t headers;
@@ -95,7 +99,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"walk_records", walk_records, METH_VARARGS,
-     "walk_records(buffer, start, end, count) -> None | (record_index, message)"},
+     "walk_records(buffer, start, end, count, require_key=False) -> None | (record_index, message)"},
     {NULL, NULL, 0, NULL},
 };
 

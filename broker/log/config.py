@@ -7,7 +7,7 @@ accepts and refuses what it refuses, with Kafka's messages; CreateTopics and Alt
 before anything is written.
 
 Every key Kafka 3.9 lists is accepted and described. Those this broker does not act on yet are
-kept for Kafka tooling (Streams and Connect set several): compaction (no log cleaner yet),
+kept for Kafka tooling (Streams and Connect set several):
 compression.type and its levels (batches are stored as produced, never recompressed), preallocate,
 segment jitter, timestamp bounds, down-conversion, replication throttles, tiered storage.
 """
@@ -132,6 +132,11 @@ class LogConfig:
     def deletes(self) -> bool:
         """Whether retention deletes segments (cleanup.policy contains delete)."""
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy contains compact)."""
+        return "compact" in self.cleanup_policy.split(",")
 
     @property
     def log_append_time(self) -> bool:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from .checkpoint import fsync_dir
+from .cleaner import SegmentStats
 from .clock import now_ms
 from .config import LogConfig
 from .control_batch import TRANSACTIONAL_MASK, read_marker
@@ -42,16 +44,19 @@ from .producer_state import (
     write_snapshot,
 )
 from .record_batch import (
+    HEADER_SIZE,
     NO_TIMESTAMP,
     BatchInfo,
     Buffer,
     assign_offset,
     decode_records,
+    read_header,
     record_timestamps,
     set_log_append_time,
     validate_batches,
 )
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, file_name
+from .segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, complete_swaps, rename_suffix, write_swap_end
 from .transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -207,6 +212,7 @@ class Log:
         )
 
     def _load(self, had_clean_shutdown: bool) -> None:
+        complete_swaps(self.dir)
         bases: set[int] = set()
         indexes: list[tuple[int, Path]] = []
         for path in self.dir.iterdir():
@@ -268,8 +274,9 @@ class Log:
         config = self._config
         batches = validate_batches(buf, max_batch_bytes=config.max_message_bytes)
         if origin is AppendOrigin.CLIENT:  # the coordinators write markers and their own batches
+            compacted = config.compacts
             for info in batches:
-                validate_client_batch(buf, info)
+                validate_client_batch(buf, info, compacted)
         if not batches:
             return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
         if len(buf) > config.segment_bytes:
@@ -715,6 +722,68 @@ class Log:
                 keep.append((due, seg))
         self._pending_deletes = keep
         return count
+
+    # --- compaction -----------------------------------------------------------------------
+
+    def segment_stats(self) -> list[SegmentStats]:
+        """What the cleaner decides on, per segment (the active one last)."""
+        out = []
+        for i, seg in enumerate(self.segments):
+            next_offset = self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset
+            first_ts = -1
+            if seg.size >= HEADER_SIZE:
+                first_ts = read_header(seg.read_bytes(0, HEADER_SIZE), 0, 0).max_timestamp
+            mtime = int(os.fstat(seg.file.fileno()).st_mtime * 1000)
+            out.append(SegmentStats(seg.base_offset, next_offset, seg.size, seg.max_timestamp, first_ts, mtime))
+        return out
+
+    def last_data_offsets(self) -> dict[int, int]:
+        """producer id → the last offset of its last data batch: the cleaner keeps that batch."""
+        return {pid: entry.last_offset for pid, entry in self.producer_state.producers.items() if entry.batches}
+
+    @property
+    def truncation_count(self) -> int:
+        """Truncations so far: a cleaning planned before one is thrown away."""
+        return self._truncations
+
+    def discard_cleaned(self, base: int) -> None:
+        """Remove the cleaned files of `base` that will not be swapped in."""
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            (self.dir / (file_name(base, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
+
+    def replace_segments(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> bool:
+        """Swap the cleaned `<base>.*.cleaned` files in for the segments `old_bases` (crash-safe:
+        segment_swap). Refused (False, the cleaned files removed) when those segments are no
+        longer exactly what was cleaned: retention, a truncation or DeleteRecords got there first."""
+        i = bisect.bisect_left(self._bases, base)
+        j = i + len(old_bases)
+        current = self.segments[i:j]
+        unchanged = (
+            not self.closed
+            and j < len(self.segments)  # never the active segment
+            and self._bases[i:j] == old_bases
+            and [seg.size for seg in current] == old_sizes
+            and self._bases[j] == end
+        )
+        if not unchanged:
+            self.discard_cleaned(base)
+            return False
+        try:
+            swap_end = write_swap_end(self.dir, base, end)
+            rename_suffix(self.dir, base, CLEANED_SUFFIX, SWAP_SUFFIX)
+            fsync_dir(self.dir)
+            for seg in current:
+                self._schedule_delete(seg)
+            rename_suffix(self.dir, base, SWAP_SUFFIX, "", log_first=True)
+            fsync_dir(self.dir)
+            swap_end.unlink()
+            cleaned = self._new_segment(base)
+            cleaned.load(is_active=False)
+        except OSError as exc:
+            raise self.storage_error(exc, "segment swap") from exc
+        self.segments[i:j] = [cleaned]
+        self._bases[i:j] = [base]
+        return True
 
     # --- truncation -----------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ records, or set the transactional bit without a producer id. Stored, such a batc
 for consumers (two records at one offset) or makes them stall or fail (issue 11, finding 3).
 Before a leader appends, every batch from a client is checked here:
 
-- the header: record count == lastOffsetDelta + 1 (record_batch.check_header), attributes
+- the header: record count == lastOffsetDelta + 1 (stored batches may hold fewer), attributes
   consistent (`check_transactional`, `check_control`);
 - the records, decompressed first if the batch is compressed (broker/log/compression): exactly
   `count` records that parse to the end of the batch, record i with offset delta i, every length inside its record.
@@ -61,22 +61,26 @@ def check_control(info: BatchInfo) -> None:
         raise InvalidRecordError("clients are not allowed to write control records")
 
 
-def validate_client_batch(buf, info: BatchInfo) -> None:
-    """All checks of one whole batch at `info.position` in `buf` (CRC already checked)."""
+def validate_client_batch(buf, info: BatchInfo, compacted: bool = False) -> None:
+    """All checks of one whole batch at `info.position` in `buf` (CRC already checked); a
+    compacted topic's records must have keys (Kafka's validateKey)."""
     check_control(info)
     check_transactional(info)
+    if info.records_count != info.last_offset_delta + 1:
+        raise InvalidRecordError(f"record batch at position {info.position} has {info.records_count} records but "
+                                 f"lastOffsetDelta {info.last_offset_delta}")
     start = info.position + HEADER_SIZE
     end = info.position + info.size
     if info.compression:
         data = _inflate(info.compression, memoryview(buf)[start:end])
         try:
-            failure = walk_records(data, 0, len(data), info.records_count)
+            failure = walk_records(data, 0, len(data), info.records_count, compacted)
         finally:
             used = len(data)
             data.release()
             _release_scratch(used)
     else:
-        failure = walk_records(buf, start, end, info.records_count)
+        failure = walk_records(buf, start, end, info.records_count, compacted)
     if failure is not None:
         index, message = failure
         raise RecordValidationError(

@@ -139,9 +139,12 @@ def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True) -> 
 
 
 def check_header(pos: int, magic: int, last_delta: int, count: int) -> None:
+    """A stored or replicated batch may hold fewer records than its offset range (compaction keeps
+    lastOffsetDelta and may empty a producer's last batch); a client's must fill it
+    (log_validator)."""
     if magic != MAGIC:
         raise InvalidRecordError(f"record batch at position {pos} has magic {magic}, only v2 (magic 2) is supported")
-    if last_delta < 0 or count != last_delta + 1:
+    if last_delta < 0 or not 0 <= count <= last_delta + 1:
         raise InvalidRecordError(
             f"record batch at position {pos} has {count} records but lastOffsetDelta {last_delta}"
         )

@@ -48,14 +48,17 @@ def file_name(base_offset: int, suffix: str) -> str:
 
 
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_entries: int):
+    def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_entries: int,
+                 file_suffix: str = ""):
+        """`file_suffix` names a segment being written aside (the cleaner's `.cleaned`)."""
         self.base_offset = base_offset
-        self.log_path = directory / file_name(base_offset, LOG_SUFFIX)
-        self.index = OffsetIndex(directory / file_name(base_offset, INDEX_SUFFIX), base_offset, max_index_entries)
+        self.log_path = directory / (file_name(base_offset, LOG_SUFFIX) + file_suffix)
+        self.index = OffsetIndex(directory / (file_name(base_offset, INDEX_SUFFIX) + file_suffix), base_offset,
+                                 max_index_entries)
         self.time_index = TimeIndex(
-            directory / file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, max_index_entries
+            directory / (file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix), base_offset, max_index_entries
         )
-        self.txn_index = TransactionIndex(directory / file_name(base_offset, TXN_INDEX_SUFFIX))
+        self.txn_index = TransactionIndex(directory / (file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix))
         self.index_interval_bytes = index_interval_bytes
         fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.file = os.fdopen(fd, "r+b", buffering=0)

@@ -1,0 +1,269 @@
+"""One cleaning of one log, as files: read the segments, write the cleaned ones aside.
+
+The work is CPU-bound (every record of the log is parsed, compressed batches are inflated and
+compressed again), so the broker runs it in a child process (`python -m
+odradek.broker.log.cleaner_worker`, a CleanTask as JSON on stdin, a CleanResult as JSON on
+stdout): the GIL would otherwise take it from the event loop. The child only reads segments the
+broker no longer writes (never the active one) and only writes `<base>.*.cleaned` files; the
+broker swaps them in (Log.replace_segments) after checking that the log did not change meanwhile,
+and deletes leftovers of a child that died. log.cleaner.io.max.bytes.per.second throttles reads
+and writes together, as Kafka's Throttler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .cleaner import (
+    BatchContext,
+    CleanedTransactions,
+    OffsetMap,
+    SegmentStats,
+    add_batch_to_map,
+    clean_batch,
+    delete_horizon_ms,
+    group_segments,
+)
+from .control_batch import TRANSACTIONAL_MASK
+from .errors import CorruptRecordError
+from .record_batch import BatchInfo, check_batch
+from .segment import LOG_SUFFIX, LogSegment, file_name
+from .transaction_index import AbortedTxn
+
+CLEANED_SUFFIX = ".cleaned"
+_READ_CHUNK = 1 << 20
+_WRITE_CHUNK = 1 << 20
+
+
+@dataclass
+class CleanTask:
+    """Everything one cleaning needs, as plain data (it crosses a process boundary as JSON)."""
+
+    directory: str
+    segments: list[SegmentStats]
+    """The log's segments from its start up to the first uncleanable offset (never the active one)."""
+    log_start_offset: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    map_capacity: int
+    delete_retention_ms: int
+    last_data_offsets: dict[int, int]
+    aborted: list[AbortedTxn]
+    """The aborted transactions overlapping [log start, first uncleanable offset)."""
+    txn_entries: dict[int, list[AbortedTxn]]
+    """Each segment's transaction index, by base offset."""
+    max_segment_bytes: int
+    max_index_entries: int
+    index_interval_bytes: int
+    io_max_bytes_per_second: float = float("inf")
+    parent_pid: int = 0
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["io_max_bytes_per_second"] = min(self.io_max_bytes_per_second, 1e300)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> CleanTask:
+        data = json.loads(text)
+        data["segments"] = [SegmentStats(*s) for s in data["segments"]]
+        data["last_data_offsets"] = {int(k): v for k, v in data["last_data_offsets"].items()}
+        data["aborted"] = [AbortedTxn(*t) for t in data["aborted"]]
+        data["txn_entries"] = {int(k): [AbortedTxn(*t) for t in v] for k, v in data["txn_entries"].items()}
+        return cls(**data)
+
+
+@dataclass
+class CleanedGroup:
+    base_offset: int
+    old_bases: list[int]
+    old_sizes: list[int]
+    end_offset: int
+    """The base of the segment after the group: the swap replaces every segment in [base, end)."""
+    size: int
+
+
+@dataclass
+class CleanResult:
+    end_offset: int
+    """Where the next cleaning's dirty section starts (the cleaner-offset-checkpoint)."""
+    groups: list[CleanedGroup] = field(default_factory=list)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    map_size: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> CleanResult:
+        data = json.loads(text)
+        data["groups"] = [CleanedGroup(**g) for g in data["groups"]]
+        return cls(**data)
+
+
+class Throttler:
+    """Sleeps when more than `rate` bytes a second went by (Kafka's Throttler)."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self.start = time.monotonic()
+        self.done = 0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.rate == float("inf") or self.rate <= 0:
+            return
+        ahead = self.done / self.rate - (time.monotonic() - self.start)
+        if ahead > 0.001:
+            time.sleep(ahead)
+
+
+def read_batches(path: Path, size: int, throttle: Throttler) -> Iterator[tuple[bytes, BatchInfo]]:
+    """(bytes, header) of each batch of a segment's first `size` bytes, CRC checked: the cleaner
+    never rewrites a corrupt batch (CorruptRecordError stops the cleaning of the log)."""
+    with open(path, "rb", buffering=0) as f:
+        buf, offset, pos = b"", 0, 0  # buf holds the file from `offset`
+        while offset + pos < size:
+            info = check_batch(buf, pos, len(buf))
+            if info is None:
+                rest = buf[pos:]
+                want = max(_READ_CHUNK, len(rest) + 1)
+                chunk = os.pread(f.fileno(), min(want, size - offset - len(buf)), offset + len(buf))
+                if not chunk:
+                    raise CorruptRecordError(f"{path}: ends inside a batch at {offset + pos}")
+                throttle(len(chunk))
+                offset, buf, pos = offset + pos, rest + chunk, 0
+                continue
+            yield buf[pos : pos + info.size], info._replace(position=0)
+            pos += info.size
+
+
+def build_offset_map(task: CleanTask, throttle: Throttler) -> OffsetMap:
+    """The dirty section's keys, segment by segment until the map is full (Kafka's buildOffsetMap)."""
+    offset_map = OffsetMap(task.map_capacity, end=task.first_dirty_offset)
+    txns = CleanedTransactions(list(task.aborted))
+    directory = Path(task.directory)
+    for seg in task.segments:
+        if seg.next_offset <= task.first_dirty_offset:
+            continue
+        for data, info in read_batches(directory / file_name(seg.base_offset, LOG_SUFFIX), seg.size, throttle):
+            if info.next_offset <= task.first_dirty_offset:
+                continue
+            add_batch_to_map(offset_map, data, info, txns, task.first_dirty_offset,
+                             bool(info.attributes & TRANSACTIONAL_MASK))
+            if offset_map.full:
+                return offset_map
+        offset_map.end = max(offset_map.end, seg.next_offset)
+    offset_map.end = max(offset_map.end, task.first_uncleanable_offset)
+    return offset_map
+
+
+def clean(task: CleanTask) -> CleanResult:
+    """Clean the log's segments below the end of the offset map into `<base>.*.cleaned` files."""
+    throttle = Throttler(task.io_max_bytes_per_second)
+    directory = Path(task.directory)
+    offset_map = build_offset_map(task, throttle)
+    result = CleanResult(offset_map.end, map_size=len(offset_map))
+    horizon = delete_horizon_ms(task.segments, task.first_dirty_offset, task.delete_retention_ms)
+    to_clean = [s for s in task.segments if s.base_offset < offset_map.end]
+    txns = CleanedTransactions(list(task.aborted))
+    for group in group_segments(to_clean, task.max_segment_bytes, task.max_index_entries, task.index_interval_bytes):
+        result.groups.append(_clean_group(task, directory, group, offset_map, horizon, txns, throttle, result))
+    result.bytes_read = throttle.done - result.bytes_written
+    return result
+
+
+def _clean_group(task: CleanTask, directory: Path, group: list[SegmentStats], offset_map: OffsetMap, horizon: int,
+                 txns: CleanedTransactions, throttle: Throttler, result: CleanResult) -> CleanedGroup:
+    base = group[0].base_offset
+    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+        (directory / (file_name(base, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
+    out = LogSegment(directory, base, index_interval_bytes=task.index_interval_bytes,
+                     max_index_entries=task.max_index_entries, file_suffix=CLEANED_SUFFIX)
+    pending: list[bytes] = []
+    infos: list[BatchInfo] = []
+    pending_size = 0
+    markers_kept: set[int] = set()
+
+    def flush() -> None:
+        nonlocal pending, infos, pending_size
+        if pending:
+            out.append(b"".join(pending), infos, [i.base_offset for i in infos], None)
+            throttle(pending_size)
+            result.bytes_written += pending_size
+        pending, infos, pending_size = [], [], 0
+
+    try:
+        for seg in group:
+            ctx = BatchContext(offset_map, seg.last_modified_ms > horizon, task.last_data_offsets)
+            path = directory / file_name(seg.base_offset, LOG_SUFFIX)
+            for data, info in read_batches(path, seg.size, throttle):
+                if info.base_offset < task.log_start_offset and info.next_offset <= task.log_start_offset:
+                    result.records_removed += info.records_count  # below the log start: gone
+                    continue
+                outcome = clean_batch(data, info, ctx, txns, bool(info.attributes & TRANSACTIONAL_MASK))
+                result.records_removed += outcome.removed_records
+                if outcome.data is None:
+                    continue
+                if info.is_control:
+                    markers_kept.add(info.base_offset)
+                kept = info if outcome.data is data else check_batch(outcome.data, 0, len(outcome.data))
+                assert kept is not None
+                infos.append(kept._replace(position=pending_size))
+                pending.append(outcome.data)
+                pending_size += len(outcome.data)
+                if pending_size >= _WRITE_CHUNK:
+                    flush()
+        flush()
+        for seg in group:
+            for txn in task.txn_entries.get(seg.base_offset, []):
+                if txn.last_offset in markers_kept:
+                    out.txn_index.append(txn)
+        out.on_become_inactive()
+        out.write_indexes(fsync=True)
+        out.fsync()
+        size = out.size
+    finally:
+        out.file.close()
+        out.closed = True
+    mtime = group[-1].last_modified_ms / 1000
+    os.utime(out.log_path, (mtime, mtime))  # retention and the delete horizon go by the old segments' age
+    return CleanedGroup(base, [s.base_offset for s in group], [s.size for s in group], group[-1].next_offset, size)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A broker killed mid-cleaning must not leave a child writing into its log directory."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if parent_pid and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def main() -> int:
+    task = CleanTask.from_json(sys.stdin.read())
+    _die_with_parent(task.parent_pid)
+    try:
+        result = clean(task)
+    except (CorruptRecordError, OSError) as exc:
+        sys.stdout.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        return 1
+    sys.stdout.write(result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

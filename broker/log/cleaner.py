@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from crc32c import crc32c
 
+from ._records import record_keys
 from .compression import compress, decompress
 from .control_batch import read_marker
 from .errors import CorruptRecordError
@@ -46,7 +47,6 @@ from .record_batch import (
     LOG_OVERHEAD,
     BatchInfo,
     Buffer,
-    _read_varint,
 )
 from .transaction_index import AbortedTxn
 
@@ -183,41 +183,20 @@ def group_segments(segments: Sequence[SegmentStats], max_size: int, max_index_en
 # --- records ---------------------------------------------------------------------------------
 
 
-class RecordRef(NamedTuple):
-    """One record of a batch's (inflated) records section."""
-
-    offset_delta: int
-    key: bytes | None
-    has_value: bool
-    start: int
-    end: int
+RecordRef = tuple[int, bytes | None, bool, int, int]
+"""One record of a batch's (inflated) records section: offset delta, key, whether it has a value
+(not a tombstone), and where its bytes start and end (a plain tuple, made in C)."""
 
 
-def iter_records(data: Buffer, count: int) -> Iterator[RecordRef]:
-    """The records of an inflated records section, reading only lengths, offset delta and key.
-    CorruptRecordError when they do not parse (a stored batch is trusted, but never blindly)."""
-    pos, size = 0, len(data)
+def iter_records(data: Buffer, count: int) -> list[RecordRef]:
+    """The records of an inflated records section, reading only lengths, offset delta and key (in
+    C: _records.record_keys). CorruptRecordError when they do not parse (a stored batch is
+    trusted, but never blindly)."""
     try:
-        for _ in range(count):
-            length, body = _read_varint(data, pos)
-            end = body + length
-            if length < 0 or end > size:
-                raise CorruptRecordError("record length runs past its batch")
-            p = body + 1  # attributes
-            _, p = _read_varint(data, p)  # timestamp delta
-            delta, p = _read_varint(data, p)
-            key_len, p = _read_varint(data, p)
-            key = None
-            if key_len >= 0:
-                key = bytes(data[p : p + key_len])
-                p += key_len
-            value_len, p = _read_varint(data, p)
-            if p > end:
-                raise CorruptRecordError("record fields run past its length")
-            yield RecordRef(delta, key, value_len >= 0, pos, end)
-            pos = end
-    except IndexError:
-        raise CorruptRecordError("record runs past its batch") from None
+        records: list[RecordRef] = record_keys(data, 0, len(data), count)
+    except ValueError as exc:
+        raise CorruptRecordError(f"stored record batch does not parse: {exc}") from None
+    return records
 
 
 def records_section(batch: Buffer, info: BatchInfo) -> bytes | memoryview:
@@ -315,11 +294,10 @@ def add_batch_to_map(offset_map: OffsetMap, batch: Buffer, info: BatchInfo, txns
     if info.is_control:
         txns.on_control_batch(info, None)
     elif not txns.on_data_batch(info, transactional) and info.records_count:
-        offsets = offset_map.offsets
-        for rec in iter_records(records_section(batch, info), info.records_count):
-            offset = info.base_offset + rec.offset_delta
-            if rec.key is not None and offset >= first_dirty:
-                offsets[map_key(rec.key)] = offset
+        offsets, base = offset_map.offsets, info.base_offset
+        for delta, key, _, _, _ in iter_records(records_section(batch, info), info.records_count):
+            if key is not None and base + delta >= first_dirty:
+                offsets[key if len(key) <= 16 else hashlib.md5(key).digest()] = base + delta
     offset_map.end = max(offset_map.end, info.next_offset)
 
 
@@ -364,11 +342,13 @@ def clean_batch(batch: bytes, info: BatchInfo, ctx: BatchContext, txns: CleanedT
     kept: list[RecordRef] = []
     data = records_section(batch, info)
     if not discard:
-        offset_map, map_end, retain_deletes = ctx.offset_map, ctx.offset_map.end, ctx.retain_deletes
+        offsets, map_end, retain_deletes = ctx.offset_map.offsets, ctx.offset_map.end, ctx.retain_deletes
+        md5, base = hashlib.md5, info.base_offset
         for rec in iter_records(data, info.records_count):
-            offset = info.base_offset + rec.offset_delta
-            latest = rec.key is not None and offset >= offset_map.get(rec.key)
-            if offset >= map_end or (latest and (rec.has_value or retain_deletes)):
+            offset = base + rec[0]
+            key = rec[1]
+            latest = key is not None and offset >= offsets.get(key if len(key) <= 16 else md5(key).digest(), -1)
+            if offset >= map_end or (latest and (rec[2] or retain_deletes)):
                 kept.append(rec)
     removed = info.records_count - len(kept)
     if not removed:
@@ -384,7 +364,7 @@ def rebuild_batch(batch: bytes, info: BatchInfo, data: Buffer, kept: Sequence[Re
     compressed again with its codec; an empty batch when nothing is kept (Kafka's empty header,
     which keeps a producer's sequence)."""
     view = memoryview(data)
-    records = b"".join(view[r.start : r.end] for r in kept)
+    records = b"".join([view[r[3] : r[4]] for r in kept])
     codec = info.compression if kept else 0
     payload = compress(codec, records) if codec else records
     out = bytearray(batch[:HEADER_SIZE])

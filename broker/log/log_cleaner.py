@@ -148,6 +148,13 @@ class LogCleaner:
         except OSError as exc:
             self._dir_failed(log_dir, exc)
 
+    def truncate_checkpoint(self, log_dir: Path, key: tuple[str, int], end: int) -> None:
+        """A truncated log is dirty again from its new end (Kafka's maybeTruncateCheckpoint); the
+        file follows at the next cleaning."""
+        offsets = self._checkpoints.get(log_dir, {})
+        if offsets.get(key, -1) > end:
+            offsets[key] = end
+
     def _dir_failed(self, log_dir: Path, exc: BaseException) -> None:
         if self._on_dir_failure is not None:
             self._on_dir_failure(log_dir, exc)

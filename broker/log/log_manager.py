@@ -1,7 +1,8 @@
 """LogManager: every partition log in the broker's `log.dirs`, and the background work on them.
 
 It owns the per-directory files Kafka keeps: the clean-shutdown marker (skip recovery when
-present) and `recovery-point-offset-checkpoint` (recover only what was not flushed).
+present) and `recovery-point-offset-checkpoint` (recover only what was not flushed), and the
+log cleaner (which keeps `cleaner-offset-checkpoint`).
 
 A log directory whose disk fails (any I/O error, ENOSPC included) goes offline as a whole, as in
 Kafka (KIP-112): its logs are dropped and never touched again until the broker restarts, new logs
@@ -26,6 +27,7 @@ from .clock import now_ms
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .log import Log, parse_dir_name
+from .log_cleaner import CleanerConfig, LogCleaner
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ class LogManager:
         while a deletion or truncation may write from the event loop (they share a temp file)."""
         self.offline_dirs: set[Path] = set()
         """Directories taken offline by an I/O error; they stay so until the broker restarts."""
+        self.cleaner = LogCleaner(self.logs_with_dirs, CleanerConfig.from_broker(broker_config), self.mark_offline)
+        """Compaction of the cleanup.policy=compact logs (run by `run_background`)."""
         self.log_dir_failure_listeners: list[Callable[[Path, list[tuple[str, int]]], None]] = []
         """Callables(log_dir, [(topic, partition)]) run (on the event loop) when a directory goes
         offline, with the partitions it held."""
@@ -99,6 +103,7 @@ class LogManager:
                 self.mark_offline(log_dir, exc)
         if not self.online_dirs:
             raise KafkaStorageError(f"no log directory could be loaded ({', '.join(map(str, self.log_dirs))})")
+        self.cleaner.load_checkpoints(self.online_dirs)
         log.info("loaded %d logs from %s", len(self._logs), ", ".join(map(str, self.online_dirs)))
 
     def _load_dir(self, log_dir: Path) -> None:
@@ -219,6 +224,10 @@ class LogManager:
 
     # --- logs -----------------------------------------------------------------------------
 
+    def logs_with_dirs(self) -> list[tuple[Path, Log]]:
+        """(log dir, log) of every online log."""
+        return [(self._dir_of[key], lg) for key, lg in self._logs.items()]
+
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
@@ -314,9 +323,14 @@ class LogManager:
             partition_log.config = self._topic_configs[key[0]]
         self._logs[key] = partition_log
         self._dir_of[key] = log_dir
-        partition_log.on_truncate = lambda _log, d=log_dir: self.checkpoint_recovery_points(d)
+        partition_log.on_truncate = lambda lg, d=log_dir: self._on_truncate(d, lg)
         partition_log.on_storage_error = lambda _log, exc, d=log_dir: self.mark_offline(d, exc)
         return partition_log
+
+    def _on_truncate(self, log_dir: Path, partition_log: Log) -> None:
+        self.cleaner.truncate_checkpoint(log_dir, (partition_log.topic, partition_log.partition),
+                                         partition_log.log_end_offset)
+        self.checkpoint_recovery_points(log_dir)
 
     def _remove_doomed_dirs(self, now: int | None = None, force: bool = False) -> None:
         now = now_ms() if now is None else now
@@ -422,7 +436,16 @@ class LogManager:
     # --- background -----------------------------------------------------------------------
 
     async def run_background(self, stop: asyncio.Event) -> None:
-        """Retention, time-based and post-roll flushes, delayed file deletion; until `stop` is set."""
+        """Retention, time-based and post-roll flushes, delayed file deletion, and the log
+        cleaner; until `stop` is set."""
+        cleaner = asyncio.get_running_loop().create_task(self.cleaner.run(stop), name="log-cleaner")
+        try:
+            await self._run_background(stop)
+        finally:
+            stop.set()
+            await cleaner
+
+    async def _run_background(self, stop: asyncio.Event) -> None:
         retention_interval = self.broker_config.log_retention_check_interval_ms
         next_retention = now_ms() + retention_interval
         expiry_interval = self.broker_config.producer_id_expiration_check_interval_ms

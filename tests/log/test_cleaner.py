@@ -290,3 +290,52 @@ def test_a_truncation_meanwhile_throws_the_cleaning_away(compacted):
     assert not apply_result(compacted, result, truncations)
     assert records(compacted) == before[:-5]
     assert not [p for p in Path(compacted.dir).iterdir() if p.name.endswith(".cleaned")]
+
+
+# --- the background cleaner ------------------------------------------------------------------
+
+
+def test_the_log_managers_cleaner_cleans_in_a_worker_process_and_checkpoints(tmp_path):
+    import asyncio
+
+    from odradek.broker.log import LogManager
+    from odradek.broker.log.checkpoint import read_offsets
+    from odradek.broker.log.log_cleaner import CLEANER_OFFSET_CHECKPOINT
+    from odradek.common.config import BrokerConfig
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1",
+                                           "log.cleaner.backoff.ms": "50"})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    log = manager.get_or_create_log("t", 0, COMPACT)
+    plain = manager.get_or_create_log("u", 0, LogConfig(segment_bytes=2048))
+    fill(log, keys=20, versions=15)
+    for i in range(30):
+        plain.append_as_leader(keyed([("a", str(i))] * 5), leader_epoch=0)
+    plain.high_watermark = plain.log_end_offset
+    plain_rows = records(plain)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(manager.cleaner.run(stop))
+        try:
+            for _ in range(600):
+                if manager.cleaner.cleanings:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(run())
+    assert manager.cleaner.cleanings >= 1
+    end = log.active_segment.base_offset
+    cleaned = [k for o, k, _ in records(log) if o < end]
+    assert sorted(cleaned) == sorted(f"k{k}" for k in range(20))
+    assert records(plain) == plain_rows  # cleanup.policy=delete: never compacted
+    assert read_offsets(tmp_path / CLEANER_OFFSET_CHECKPOINT) == {("t", 0): end}
+    manager.shutdown()
+    again = LogManager([tmp_path], config)
+    again.startup()
+    assert again.cleaner.checkpoint(tmp_path, ("t", 0)) == end
+    again.shutdown()

@@ -545,6 +545,8 @@ class AdminManager:
         if not live:
             return ErrorCode.coordinator_not_available
         rf = max(1, min(replication_factor, len(live)))
+        if name == GROUP_METADATA_TOPIC_NAME:  # Kafka's offsets.topic.segment.bytes
+            config = {**config, "segment.bytes": str(self.config.offsets_topic_segment_bytes)}
         if rf < replication_factor:
             log.warning("creating %s with replication factor %d (configured %d, %d live brokers)",
                         name, rf, replication_factor, len(live))

@@ -358,6 +358,9 @@ class BrokerConfig(ZkClientConfig):
     """Partitions of __consumer_offsets."""
     offsets_topic_replication_factor: Annotated[int, _ms(SHORT, 1)] = Field(3, alias="offsets.topic.replication.factor")
     """Replication factor of __consumer_offsets."""
+    offsets_topic_segment_bytes: Annotated[int, _ms(INT, 1)] = Field(
+        104857600, alias="offsets.topic.segment.bytes")
+    """segment.bytes of __consumer_offsets: small segments are cleaned (compacted) sooner."""
     offsets_commit_timeout_ms: Annotated[int, _ms(INT, 1)] = Field(5000, alias="offsets.commit.timeout.ms")
     """How long an offset commit waits for its replication."""
     offsets_retention_minutes: Annotated[int, _ms(INT, 1)] = Field(7 * 24 * 60, alias="offsets.retention.minutes")

@@ -28,7 +28,14 @@ DYNAMIC_REPLICATION_CONFIGS = frozenset({
     "follower.replication.throttled.rate",
     "replica.alter.log.dirs.io.max.bytes.per.second",
 })
-DYNAMIC_CONFIGS = DYNAMIC_LOG_CONFIGS | DYNAMIC_REPLICATION_CONFIGS
+DYNAMIC_CLEANER_CONFIGS = frozenset({
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
+})
+"""Kafka's LogCleaner.ReconfigurableConfigs that take effect at the next cleaning (the thread
+count needs a restart here)."""
+DYNAMIC_CONFIGS = DYNAMIC_LOG_CONFIGS | DYNAMIC_REPLICATION_CONFIGS | DYNAMIC_CLEANER_CONFIGS
 """Every broker key AlterConfigs may set (Kafka's DynamicBrokerConfig.AllDynamicConfigs, the
 part this broker has)."""
 

@@ -339,3 +339,16 @@ def test_the_log_managers_cleaner_cleans_in_a_worker_process_and_checkpoints(tmp
     again.startup()
     assert again.cleaner.checkpoint(tmp_path, ("t", 0)) == end
     again.shutdown()
+
+
+def test_cleaner_settings_are_dynamic_from_the_next_cleaning(tmp_path):
+    from odradek.broker.dynamic_config import DYNAMIC_CONFIGS
+    from odradek.broker.log import LogManager
+    from odradek.common.config import BrokerConfig
+
+    props = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:1"}
+    manager = LogManager([tmp_path], BrokerConfig.from_properties(props))
+    assert manager.cleaner.config.io_max_bytes_per_second > 1e300
+    assert "log.cleaner.io.max.bytes.per.second" in DYNAMIC_CONFIGS and "log.cleaner.threads" not in DYNAMIC_CONFIGS
+    manager.reconfigure(BrokerConfig.from_properties({**props, "log.cleaner.io.max.bytes.per.second": "1000000"}))
+    assert manager.cleaner.config.io_max_bytes_per_second == 1_000_000

@@ -1,0 +1,225 @@
+"""The log cleaner (issue 16): its throughput against a plain read of the same segments, and
+produce latency while a big log is cleaned against the same broker not cleaning.
+
+1. Throughput, in this process: a compacted log of `--keys` keys x `--versions` versions (100-byte
+   values, 1 MiB segments) is written with the broker's Log, once uncompressed and once lz4. The
+   same segments are read sequentially (1 MiB preads: what any pass over them costs at least), then
+   cleaned by exactly what the broker's worker process runs (cleaner_worker.clean: offset map,
+   rewrite, fsync of the cleaned files). MB/s of dirty log and the ratio cleaning/read are printed.
+2. Latency, against a real 1-broker cluster (LocalCluster, default log.cleaner.* settings): a topic
+   of `--latency-mb` MB of keyed records is written with cleanup.policy=delete (nothing to clean);
+   a confluent-kafka producer sends at `--rate` records/s (acks=1, linger.ms=0) to another topic
+   for `--seconds`, and the p50/p99 of produce()->delivery are taken. Then the big topic is switched
+   to cleanup.policy=compact (IncrementalAlterConfigs), so the broker's cleaner starts on it, and the
+   same latency run is repeated while it cleans; the share of the run during which the cleaner was
+   busy is printed (from the broker's log lines).
+
+The machine is small (2 cores) and shared with other work: read ratios, not absolute numbers.
+Run: .venv/bin/python bench/cleaner.py [--keys N --versions N --latency-mb N --rate R --seconds S]
+"""
+
+import argparse
+import gc
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from odradek.broker.log import Log
+from odradek.broker.log.cleaner_worker import clean
+from odradek.broker.log.config import LogConfig
+from odradek.broker.log.log_cleaner import CleanerConfig, make_task, plan
+from odradek.broker.log.record_batch import build_batch
+
+SEGMENT = 1 << 20
+
+
+def write_log(directory: Path, keys: int, versions: int, codec: str | None) -> Log:
+    log = Log(directory, LogConfig(cleanup_policy="compact", segment_bytes=SEGMENT))
+    per_batch = 100
+    rng = random.Random(16)
+    for v in range(versions):
+        for k0 in range(0, keys, per_batch):
+            records = [(b"key-%08d" % k, b"%08d|" % v + rng.randbytes(45).hex().encode())
+                       for k in range(k0, min(keys, k0 + per_batch))]
+            log.append_as_leader(build_batch(records, compression=codec), leader_epoch=0)
+    log.high_watermark = log.log_end_offset
+    return log
+
+
+def sequential_read(log: Log) -> tuple[int, float]:
+    started, total = time.perf_counter(), 0
+    for seg in log.segments[:-1]:
+        with open(seg.log_path, "rb", buffering=0) as f:
+            position = 0
+            while True:
+                chunk = os.pread(f.fileno(), 1 << 20, position)
+                if not chunk:
+                    break
+                position += len(chunk)
+            total += position
+    return total, time.perf_counter() - started
+
+
+def throughput(work: Path, keys: int, versions: int) -> None:
+    for codec in (None, "lz4"):
+        directory = work / f"bench-{codec or 'none'}-0"
+        log = write_log(directory, keys, versions, codec)
+        dirty = sum(s.size for s in log.segments[:-1])
+        if not dirty:
+            raise SystemExit(f"codec={codec}: the log fits its active segment; use more --keys or --versions")
+        sequential_read(log)  # warm: both passes then read from the page cache
+        read_bytes, read_s = sequential_read(log)
+        task = make_task(log, plan(log, None, 0), CleanerConfig())
+        started = time.perf_counter()
+        result = clean(task)
+        clean_s = time.perf_counter() - started
+        read_rate, clean_rate = read_bytes / read_s / 1e6, dirty / clean_s / 1e6
+        print(f"throughput codec={codec or 'none'}: {dirty / 1e6:.1f} MB dirty, {keys * versions:,} records -> "
+              f"{result.bytes_written / 1e6:.2f} MB; sequential read {read_rate:,.0f} MB/s, "
+              f"cleaning {clean_rate:.1f} MB/s ({clean_s:.2f} s), ratio {clean_rate / read_rate:.4f}", flush=True)
+        log.close()
+        shutil.rmtree(directory)
+
+
+def latency(bootstrap: str, topic: str, rate: float, seconds: float) -> tuple[float, float, int]:
+    """p50 and p99 (ms) from produce() to delivery report, `rate` records/s for `seconds`."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "enable.idempotence": False,
+                         "message.timeout.ms": 30_000})
+    samples: list[float] = []
+    failures: list[str] = []
+
+    def report(sent_at):
+        def cb(err, _msg):
+            (failures.append(str(err)) if err is not None else samples.append(time.perf_counter() - sent_at))
+        return cb
+
+    value = b"x" * 100
+    producer.produce(topic, value=value)
+    if producer.flush(30):
+        raise RuntimeError("warm-up record not delivered")
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:
+            producer.poll(min(0.001, due - now))
+        producer.produce(topic, value=value, on_delivery=report(time.perf_counter()))
+        producer.poll(0)
+    if producer.flush(60) or failures:
+        raise RuntimeError(f"latency run: {len(failures)} failures {failures[:2]}")
+    samples.sort()
+    return samples[len(samples) // 2] * 1000, samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1000, total
+
+
+def wait_for_leaders(admin: AdminClient, topics: tuple[str, ...], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=10).topics
+        if all(t in metadata and metadata[t].error is None and all(p.leader >= 0 for p in metadata[t].partitions.values())
+               and metadata[t].partitions for t in topics):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topics}: no leaders after {timeout}s")
+        time.sleep(0.2)
+
+
+def fill_topic(bootstrap: str, topic: str, megabytes: int) -> int:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 512 * 1024,
+                         "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False,
+                         "message.timeout.ms": 300_000})
+    count = megabytes * 1_000_000 // 120
+    for i in range(count):
+        for _ in range(1000):
+            try:
+                producer.produce(topic, key=b"key-%06d" % (i % 20_000), value=b"%010d|" % i + b"v" * 89)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError("filling the big topic did not finish")
+    return count
+
+
+def cleaner_lines(log_path: Path) -> list[str]:
+    try:
+        return [line for line in log_path.read_text(errors="replace").splitlines() if "cleaned Log(" in line]
+    except OSError:
+        return []
+
+
+def latency_case(work: Path, megabytes: int, rate: float, seconds: float) -> None:
+    from odradek.dev.cluster import LocalCluster
+    from odradek.dev.zookeeper import free_ports
+
+    cluster = LocalCluster(work / "cluster", brokers=1, controllers=1, broker_ports=free_ports(1),
+                           broker_overrides={"log.cleaner.backoff.ms": "500"})
+    cluster.start()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    try:
+        big, probe = "big", "probe"
+        config = {"segment.bytes": str(16 * SEGMENT), "cleanup.policy": "delete", "retention.ms": "-1"}
+        for name, cfg in ((big, config), (probe, {})):
+            admin.create_topics([NewTopic(name, 1, 1, config=cfg)], operation_timeout=60)[name].result(timeout=65)
+        wait_for_leaders(admin, (big, probe))
+        count = fill_topic(cluster.bootstrap, big, megabytes)
+        print(f"latency: {big} holds {count:,} records ({megabytes} MB, 20,000 keys)", flush=True)
+        p50, p99, n = latency(cluster.bootstrap, probe, rate, seconds)
+        print(f"latency without cleaning: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({n} records at {rate:.0f}/s)",
+              flush=True)
+        broker_log = cluster.log_dir / "broker-0.log"
+        before = len(cleaner_lines(broker_log))
+        resource = ConfigResource(ConfigResource.Type.TOPIC, big, incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        started = time.monotonic()
+        p50c, p99c, n = latency(cluster.bootstrap, probe, rate, seconds)
+        ended = time.monotonic()
+        deadline = ended + 300
+        while len(cleaner_lines(broker_log)) <= before and time.monotonic() < deadline:
+            time.sleep(0.5)
+        lines = cleaner_lines(broker_log)[before:]
+        finished = time.monotonic() if lines else None
+        print(f"latency while cleaning: p50 {p50c:.2f} ms, p99 {p99c:.2f} ms ({n} records at {rate:.0f}/s); "
+              f"p99 ratio {p99c / p99:.2f}", flush=True)
+        if lines:
+            busy_until = min(finished, ended) - started
+            print(f"the cleaner finished {finished - started:.1f} s after the switch (busy for at least "
+                  f"{busy_until / (ended - started):.0%} of the run): {lines[0].split('cleaned ', 1)[1]}", flush=True)
+        else:
+            print("the cleaner had not finished 300 s after the run", flush=True)
+    finally:
+        del admin
+        gc.collect()
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--versions", type=int, default=25)
+    parser.add_argument("--latency-mb", type=int, default=150)
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--skip-latency", action="store_true")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="odradek-bench-cleaner-"))
+    try:
+        throughput(work, args.keys, args.versions)
+        if not args.skip_latency:
+            latency_case(work, args.latency_mb, args.rate, args.seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,7 +15,12 @@ produce latency while a big log is cleaned against the same broker not cleaning.
    busy is printed (from the broker's log lines).
 
 The machine is small (2 cores) and shared with other work: read ratios, not absolute numbers.
+3. With `--commits N`: N offset commits of one group to a 1-broker cluster whose __consumer_offsets
+   has `--offsets-segment-bytes` segments; the size of __consumer_offsets once cleaned, and how soon
+   a restarted broker answers the group's committed offset (loading the compacted log).
+
 Run: .venv/bin/python bench/cleaner.py [--keys N --versions N --latency-mb N --rate R --seconds S]
+     [--commits 1000000]
 """
 
 import argparse
@@ -28,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from odradek.broker.log import Log
@@ -202,6 +207,77 @@ def latency_case(work: Path, megabytes: int, rate: float, seconds: float) -> Non
         cluster.stop()
 
 
+def commits_case(work: Path, commits: int, segment_bytes: int) -> None:
+    """`commits` offset commits of one group (asynchronous, so many are in flight), then the size of
+    __consumer_offsets once cleaned, and the time a restarted broker takes to answer the group's
+    committed offset (it loads the group from the compacted log)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from odradek.broker.log.checkpoint import read_offsets
+    from odradek.dev.cluster import LocalCluster
+    from odradek.dev.zookeeper import free_ports
+
+    cluster = LocalCluster(work / "commits", brokers=1, controllers=1, broker_ports=free_ports(1), broker_overrides={
+        "log.cleaner.backoff.ms": "1000", "offsets.topic.num.partitions": "1",
+        "offsets.topic.segment.bytes": str(segment_bytes)})
+    cluster.start()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    consumer = None
+    try:
+        admin.create_topics([NewTopic("source", 1, 1)], operation_timeout=60)["source"].result(timeout=65)
+        wait_for_leaders(admin, ("source",))
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "bench-committer",
+                             "enable.auto.commit": False})
+        consumer.commit(offsets=[TopicPartition("source", 0, 0)], asynchronous=False)
+        started = time.perf_counter()
+        for i in range(1, commits):
+            for _ in range(1000):
+                try:
+                    consumer.commit(offsets=[TopicPartition("source", 0, i)], asynchronous=True)
+                    break
+                except KafkaException:  # the client is backed up: let it drain
+                    consumer.poll(0.01)
+            if i % 1000 == 0:
+                consumer.poll(0)
+        consumer.commit(offsets=[TopicPartition("source", 0, commits)], asynchronous=False)
+        elapsed = time.perf_counter() - started
+        print(f"commits: {commits:,} offset commits in {elapsed:.1f} s ({commits / elapsed:,.0f}/s)", flush=True)
+        directory = cluster.data_dir / "broker-0" / "__consumer_offsets-0"
+        checkpoint = cluster.data_dir / "broker-0" / "cleaner-offset-checkpoint"
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            active = max(int(p.name[:-4]) for p in directory.glob("*.log"))
+            try:
+                if read_offsets(checkpoint).get(("__consumer_offsets", 0)) == active:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.5)
+        size = sum(p.stat().st_size for p in directory.glob("*.log"))
+        print(f"commits: __consumer_offsets-0 holds {size / 1e6:.2f} MB in {len(list(directory.glob('*.log')))} "
+              f"segments once cleaned (segment.bytes {segment_bytes:,}; uncompacted it would hold about "
+              f"{commits * 0.1:,.0f} KB)", flush=True)
+        consumer.close()
+        consumer = None
+        cluster.broker(0).stop()
+        restarted = time.perf_counter()
+        cluster.broker(0).start()
+        cluster.wait_ready(timeout=120)
+        again = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "bench-committer"})
+        try:
+            offset = again.committed([TopicPartition("source", 0)], timeout=120)[0].offset
+        finally:
+            again.close()
+        print(f"commits: restarted broker answered the committed offset {offset:,} {time.perf_counter() - restarted:.1f} s "
+              f"after its start", flush=True)
+    finally:
+        if consumer is not None:
+            consumer.close()
+        del admin
+        gc.collect()
+        cluster.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=20_000)
@@ -210,12 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--commits", type=int, default=0, help="also run the offset-commit case (e.g. 1000000)")
+    parser.add_argument("--offsets-segment-bytes", type=int, default=1 << 20)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="odradek-bench-cleaner-"))
     try:
         throughput(work, args.keys, args.versions)
         if not args.skip_latency:
             latency_case(work, args.latency_mb, args.rate, args.seconds)
+        if args.commits:
+            commits_case(work, args.commits, args.offsets_segment_bytes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -21,14 +21,16 @@ from .kafka_helpers import (
 
 def produce_to_each(bootstrap: str, topic: str, partitions: int, per_partition: int, tag: str,
                     padding: int = 0) -> None:
-    """`per_partition` records to every partition by number (a fresh producer: fresh metadata);
-    batches stay below 16 KiB, so topics with small segments take them."""
+    """`per_partition` keyed records to every partition by number (a fresh producer: fresh
+    metadata; keys, as a compacted topic requires); batches stay below 16 KiB, so topics with small
+    segments take them."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
                          "message.timeout.ms": 30_000, "batch.size": 16384})
     failed = []
     for p in range(partitions):
         for i in range(per_partition):
-            producer.produce(topic, value=f"{tag}-{p}-{i}".encode() + b"." * padding, partition=p,
+            producer.produce(topic, key=f"{tag}-{p}-{i}".encode(), value=f"{tag}-{p}-{i}".encode() + b"." * padding,
+                             partition=p,
                              on_delivery=lambda err, msg: err is not None and failed.append(err))
     assert producer.flush(60) == 0
     assert not failed, failed[:3]

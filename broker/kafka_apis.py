@@ -186,13 +186,8 @@ class KafkaApis:
             self.handlers[INIT_PRODUCER_ID] = self.handle_init_producer_id
             self.versions[INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
         for apis in (metadata_apis, transaction_apis):
-            if apis is None:
-                continue
-            for key, handler in apis.handlers.items():
-                if key in self.handlers:
-                    raise ValueError(f"API {key} handled twice")
-                self.handlers[key] = handler
-                self.versions[key] = tuple(apis.versions[key])
+            if apis is not None:
+                self.add_apis(apis)
         self.legacy_requests: dict = {}
         """(api, version) → decoder(frame body) → (header, request, schema), for versions kio lacks."""
         if group_apis is not None:
@@ -215,6 +210,14 @@ class KafkaApis:
             now_ms,
         )
         """Incremental fetch sessions (KIP-227), used by Fetch v7+."""
+
+    def add_apis(self, apis) -> None:
+        """Merge another module's `handlers` and `versions` (before the first ApiVersions)."""
+        for key, handler in apis.handlers.items():
+            if key in self.handlers:
+                raise ValueError(f"API {key} handled twice")
+            self.handlers[key] = handler
+            self.versions[key] = tuple(apis.versions[key])
 
     # --- dispatch -------------------------------------------------------------------------------
 

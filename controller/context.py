@@ -13,6 +13,38 @@ from typing import NamedTuple
 from odradek.common.zk_data import BrokerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
 
 
+@dataclass(frozen=True)
+class ReplicaAssignment:
+    """Kafka's ReplicaAssignment: one partition's full replica set and what is moving."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+    def reassign_to(self, target: Iterable[int]) -> ReplicaAssignment:
+        """Towards `target` from this assignment's original replicas (a reassignment replacing an
+        ongoing one keeps the first one's originals, as in Kafka)."""
+        target = tuple(target)
+        origin = self.origin
+        return ReplicaAssignment(
+            tuple(dict.fromkeys(target + origin)),
+            tuple(r for r in target if r not in origin),
+            tuple(r for r in origin if r not in target),
+        )
+
+
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
@@ -41,6 +73,10 @@ class ControllerContext:
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
     """broker → its replicas on a failed log directory (Kafka's replicasOnOfflineDirs), learned
     from LeaderAndIsr answers (KAFKA_STORAGE_ERROR); forgotten when the broker re-registers."""
+
+    zk_reassignment: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
+    """The content of /admin/reassign_partitions (older tools' reassignments), as last read or
+    written: each listed partition leaves it when its reassignment completes or is refused."""
 
     def online_replicas(self, tp: TopicPartition, live: Iterable[int]) -> set[int]:
         """Of the brokers in `live`, those whose replica of `tp` is not on a failed log dir."""

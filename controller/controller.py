@@ -18,14 +18,23 @@ from kazoo.protocol.states import KazooState
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.network.socket_server import SocketServer
+from odradek.common import zk_data as z
 from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.zk_data import ControllerInfo, EndPoint
 
+from . import reassignment as ra
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
 from .context import ControllerContext, TopicPartition
-from .controller_apis import ALTER_PARTITION, CONTROLLED_SHUTDOWN, ControllerApis, isr_changes
+from .controller_apis import (
+    ALTER_PARTITION,
+    ALTER_PARTITION_REASSIGNMENTS,
+    CONTROLLED_SHUTDOWN,
+    LIST_PARTITION_REASSIGNMENTS,
+    ControllerApis,
+    isr_changes,
+)
 from .zk_client import ControllerMovedError, ControllerZkClient
 
 log = logging.getLogger(__name__)
@@ -42,8 +51,10 @@ PARTITION_MODIFICATION = "partitions"
 TOPIC_DELETION = "deletions"
 AUTO_REBALANCE = "rebalance"
 LOG_DIR_EVENT = "log_dir_events"
+ZK_REASSIGNMENT = "reassign_partitions"
+"""/admin/reassign_partitions was created, changed or deleted."""
 EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, PARTITION_MODIFICATION, TOPIC_DELETION, LOG_DIR_EVENT,
-               AUTO_REBALANCE)
+               ZK_REASSIGNMENT, AUTO_REBALANCE)
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
 
@@ -341,6 +352,8 @@ class KafkaController:
         log.info("controller %d: active with %d brokers, %d topics", self.controller_id,
                  len(ctx.live_brokers), len(ctx.assignments))
         await self._handle(zk, gen, LOG_DIR_EVENT)  # notifications left from before; sets the watch
+        await self._handle(zk, gen, ZK_REASSIGNMENT)  # likewise
+        await self._reassignment_progress(zk)  # reassignments the previous controller left
         rebalance = None
         if self.config.auto_leader_rebalance_enable:
             rebalance = asyncio.create_task(self._rebalance_timer(gen), name="controller-rebalance-timer")
@@ -395,15 +408,30 @@ class KafkaController:
         if request.api_key == ALTER_PARTITION:
             changes = isr_changes(p)
             d = await self._execute(zk, lambda ctx: sm.on_alter_partition(ctx, p.broker_id, p.broker_epoch, changes))
+            await self._reassignment_progress(zk, [c.tp for c in changes])
         elif request.api_key == CONTROLLED_SHUTDOWN:
             log.info("controlled shutdown of broker %d", p.broker_id)
             d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
             if d.answer is not None and d.answer.remaining:
                 log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in d.answer.remaining])
+        elif request.api_key == ALTER_PARTITION_REASSIGNMENTS:
+            d = await self._execute(zk, lambda ctx: ra.on_reassign(ctx, p))
+            for tp, result in sorted(d.answer.items()):
+                log.info("reassignment of %s to %s: %s", tp, p[tp], result.message or "started")
+            await self._reassignment_progress(zk, list(p))
+        elif request.api_key == LIST_PARTITION_REASSIGNMENTS:
+            d = sm.Decisions(answer=ra.list_reassignments(self.context, p))
         else:
             d = None
         if not request.future.done():
             request.future.set_result(None if d is None else d.answer)
+
+    async def _reassignment_progress(self, zk: ControllerZkClient, tps=None) -> None:
+        """Complete the reassignments (of `tps`, default all) whose targets are all in sync."""
+        if ra.ongoing(self.context):
+            d = await self._execute(zk, lambda ctx: ra.on_reassignment_progress(ctx, tps))
+            for w in d.final_assignment_writes:
+                log.info("reassignment of %s completed", w)
 
     async def _handle_response(self, zk: ControllerZkClient, r: _BrokerResponse) -> None:
         errors = [(TopicPartition(e.topic_name, int(e.partition_index)), int(e.error_code))
@@ -423,6 +451,7 @@ class KafkaController:
             live = await asyncio.to_thread(zk.live_brokers, self._watch(gen, BROKER_CHANGE))
             log.info("broker change: live brokers %s", sorted(live))
             await self._execute(zk, lambda ctx: sm.on_broker_change(ctx, live))
+            await self._reassignment_progress(zk)
         elif event == TOPIC_CHANGE:
             assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, TOPIC_CHANGE),
                                                   dict(self.context.assignments), self._topic_watch(gen))
@@ -445,6 +474,19 @@ class KafkaController:
                 log.warning("log directory failures announced by brokers %s", sorted(brokers))
                 await self._execute(zk, lambda ctx: sm.on_log_dir_event(ctx, brokers))
                 await asyncio.to_thread(zk.delete_log_dir_events, children, self.context.epoch_zk_version)
+        elif event == ZK_REASSIGNMENT:
+            data = await asyncio.to_thread(zk.reassign_partitions, self._watch(gen, ZK_REASSIGNMENT))
+            try:
+                wanted = {} if data is None else ra.decode_reassign_partitions(data)
+            except ValueError as e:
+                log.error("ignoring %s: unreadable (%s): %r", z.REASSIGN_PARTITIONS, e, data[:200])
+                return
+            self.context.zk_reassignment = wanted
+            if wanted:
+                d = await self._execute(zk, ra.on_zk_reassignment)
+                for tp, result in sorted(d.answer.items()):
+                    log.info("reassignment of %s (from %s): %s", tp, z.REASSIGN_PARTITIONS, result.message or "started")
+                await self._reassignment_progress(zk, list(wanted))
         elif event == AUTO_REBALANCE:
             pct = self.config.leader_imbalance_per_broker_percentage
             d = await self._execute(zk, lambda ctx: sm.on_auto_leader_rebalance(ctx, pct))
@@ -459,6 +501,8 @@ class KafkaController:
             d: sm.Decisions = decide(ctx)
             if d.deposed:
                 raise Deposed("a partition state was written by a newer controller")
+            if d.assignment_writes:  # a started reassignment is recorded before anything else
+                await asyncio.to_thread(zk.write_assignments, d.assignment_writes, ctx.epoch_zk_version)
             if d.state_writes:
                 result = await asyncio.to_thread(zk.write_states, d.state_writes, ctx.epoch_zk_version)
                 for w in result.applied:
@@ -475,8 +519,13 @@ class KafkaController:
             if d.live_brokers is not None:
                 self.channels.update_brokers(d.live_brokers)
             self._send(d.requests)
+            if d.final_assignment_writes:
+                await asyncio.to_thread(zk.write_assignments, d.final_assignment_writes, ctx.epoch_zk_version)
             for path in d.zk_deletes:
                 await asyncio.to_thread(zk.delete_recursive, path, ctx.epoch_zk_version)
+            if d.reassign_znode is not None and d.reassign_znode != ctx.zk_reassignment:
+                await asyncio.to_thread(zk.write_reassign_partitions, ra.encode_reassign_partitions(d.reassign_znode)
+                                        if d.reassign_znode else None, ctx.epoch_zk_version)
             self._send(d.final_requests)
             sm.apply_decisions(ctx, d)
             for t in d.added_topics:

@@ -25,7 +25,12 @@ Contract for brokers (the replica manager and the shutdown path):
   (no other ISR member). Retry until the list is empty or a bound, then stop anyway. Errors:
   NOT_CONTROLLER (retry at the new controller), STALE_BROKER_EPOCH.
 
-Both are answered only once the resulting ZooKeeper writes succeeded; requests it triggers
+- AlterPartitionReassignments v0 (45) and ListPartitionReassignments v0 (46), as clients sent them
+  to a broker, which forwards them here unchanged (the controller is no broker): answered from the
+  controller's decisions (controller/reassignment), NOT_CONTROLLER at the top level when this
+  controller is not active.
+
+All are answered only once the resulting ZooKeeper writes succeeded; requests it triggers
 (LeaderAndIsr, UpdateMetadata) are queued before the answer is sent.
 """
 
@@ -34,7 +39,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from kio.schema.alter_partition_reassignments.v0 import response as apr
 from kio.schema.errors import ErrorCode
+from kio.schema.list_partition_reassignments.v0 import response as lpr
 from kio.static.primitive import i32
 
 from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
@@ -51,6 +58,51 @@ log = logging.getLogger(__name__)
 
 ALTER_PARTITION = 56
 CONTROLLED_SHUTDOWN = 7
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
+
+
+def reassignment_targets(request) -> dict[TopicPartition, tuple[int, ...] | None]:
+    """AlterPartitionReassignments → partition → target replicas (None: cancel); a partition
+    named twice takes its last entry, as Kafka's map does."""
+    return {TopicPartition(t.name, int(p.partition_index)): None if p.replicas is None else tuple(int(r) for r in p.replicas)
+            for t in request.topics for p in t.partitions}
+
+
+def alter_reassignments_response(request, answer: dict | None) -> apr.AlterPartitionReassignmentsResponse:
+    """One entry per partition asked for; None → NOT_CONTROLLER at the top level."""
+    if answer is None:
+        return apr.AlterPartitionReassignmentsResponse(
+            throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.not_controller, error_message=None, responses=())
+    topics: dict[str, list] = {}
+    for tp in reassignment_targets(request):
+        result = answer.get(tp)
+        topics.setdefault(tp.topic, []).append(apr.ReassignablePartitionResponse(
+            partition_index=i32(tp.partition), error_code=ErrorCode(result.error if result else 0),
+            error_message=result.message if result else None))
+    return apr.AlterPartitionReassignmentsResponse(
+        throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+        responses=tuple(apr.ReassignableTopicResponse(name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+
+
+def listed_partitions(request) -> list[TopicPartition] | None:
+    if request.topics is None:
+        return None
+    return [TopicPartition(t.name, int(p)) for t in request.topics for p in t.partition_indexes]
+
+
+def list_reassignments_response(answer: dict | None) -> lpr.ListPartitionReassignmentsResponse:
+    if answer is None:
+        return lpr.ListPartitionReassignmentsResponse(
+            throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.not_controller, error_message=None, topics=())
+    topics: dict[str, list] = {}
+    for tp, ra in sorted(answer.items()):
+        topics.setdefault(tp.topic, []).append(lpr.OngoingPartitionReassignment(
+            partition_index=i32(tp.partition), replicas=tuple(i32(r) for r in ra.replicas),
+            adding_replicas=tuple(i32(r) for r in ra.adding), removing_replicas=tuple(i32(r) for r in ra.removing)))
+    return lpr.ListPartitionReassignmentsResponse(
+        throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+        topics=tuple(lpr.OngoingTopicReassignment(name=t, partitions=tuple(ps)) for t, ps in topics.items()))
 
 
 def isr_changes(request: m.AlterPartitionRequest) -> list[sm.IsrChange]:
@@ -116,6 +168,12 @@ class ControllerApis:
         elif api_key == CONTROLLED_SHUTDOWN:
             answer = await self.controller.submit(api_key, payload)
             response = controlled_shutdown_response(answer)
+        elif api_key == ALTER_PARTITION_REASSIGNMENTS:
+            answer = await self.controller.submit(api_key, reassignment_targets(payload))
+            response = alter_reassignments_response(payload, answer)
+        elif api_key == LIST_PARTITION_REASSIGNMENTS:
+            answer = await self.controller.submit(api_key, listed_partitions(payload))
+            response = list_reassignments_response(answer)
         else:
             self.bad_input.warning("unexpected-api", "controller listener: API %d is not served here", api_key)
             raise CloseConnection

@@ -32,7 +32,7 @@ from odradek.common.zk_data import (
     topic_path,
 )
 
-from .context import ControllerContext, TopicPartition
+from .context import ControllerContext, ReplicaAssignment, TopicPartition
 
 NO_LEADER = -1
 LeaderAndIsrEntry = tuple[LeaderIsrAndControllerEpoch, tuple[int, ...], bool]
@@ -79,6 +79,14 @@ class Decisions:
     """For events that are requests (AlterPartition, ControlledShutdown): what to answer, computed
     with the decision so that a re-decision after a conflict answers what was actually written."""
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] | None = None
+    assignment_writes: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
+    """Reassignment progress  written to
+    the topic znodes before the state writes (Kafka records a started reassignment first)."""
+    final_assignment_writes: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
+    """The same, written after `requests` (a completed reassignment is recorded last)."""
+    reassign_znode: dict[TopicPartition, tuple[int, ...]] | None = None
+    """The new content of /admin/reassign_partitions, written before `final_requests` (empty:
+    deleted); None leaves it alone."""
 
     def requests_to(self, broker_id: int, kind: type | None = None) -> list[object]:
         """The requests (both phases) for one broker, optionally of one type; for tests and logs."""
@@ -102,12 +110,31 @@ def apply_decisions(ctx: ControllerContext, d: Decisions) -> ControllerContext:
         ctx.shutting_down_brokers = set(d.shutting_down_brokers)
     if d.replicas_on_offline_dirs is not None:
         ctx.replicas_on_offline_dirs = {b: set(tps) for b, tps in d.replicas_on_offline_dirs.items() if tps}
+    for tp, ra in {**d.assignment_writes, **d.final_assignment_writes}.items():
+        a = ctx.assignments.get(tp.topic)
+        if a is not None:
+            ctx.assignments[tp.topic] = with_partition(a, tp.partition, ra.replicas, ra.adding, ra.removing)
+    if d.reassign_znode is not None:
+        ctx.zk_reassignment = dict(d.reassign_znode)
     for topic in d.removed_topics:
         ctx.assignments.pop(topic, None)
         ctx.topics_to_delete.discard(topic)
         for tp in [tp for tp in ctx.partition_states if tp.topic == topic]:
             del ctx.partition_states[tp]
     return ctx
+
+
+def with_partition(a: TopicAssignment, partition: int, replicas: tuple[int, ...], adding: tuple[int, ...],
+                   removing: tuple[int, ...]) -> TopicAssignment:
+    """`a` with one partition's replicas and reassignment progress replaced (empty AR/RR dropped)."""
+    def put(m: dict[int, tuple[int, ...]], value: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+        m = {p: r for p, r in m.items() if p != partition}
+        if value:
+            m[partition] = tuple(value)
+        return m
+
+    return TopicAssignment({**a.partitions, partition: tuple(replicas)}, a.topic_id,
+                           put(a.adding_replicas, adding), put(a.removing_replicas, removing))
 
 
 # --- leader election ------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from odradek.common.zk_connect import close_client, ensure_chroot, new_client, s
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
 
 from .context import ControllerContext, TopicPartition
-from .state_machine import StateWrite
+from .state_machine import StateWrite, with_partition
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +305,63 @@ class ControllerZkClient:
                 raise cause
             result.conflicts.append(chunk[index - 1].tp)
         return result
+
+    def write_assignments(self, writes: dict, epoch_zk_version: int, attempts: int = 10) -> None:
+        """Record reassignment progress (TopicPartition → reassignment.ReplicaAssignment) in the
+        topic znodes: read-modify-write with the znode version, fenced by the epoch, so that a
+        concurrent change of other partitions (CreatePartitions at a broker) is kept."""
+        by_topic: dict[str, dict[int, object]] = {}
+        for tp, ra in writes.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = ra
+        for topic, parts in sorted(by_topic.items()):
+            for _ in range(attempts):
+                try:
+                    data, stat = self.calls.get(z.topic_path(topic))
+                except NoNodeError:
+                    break  # deleted meanwhile: nothing left to record
+                a = z.decode_topic_assignment(data)
+                for p, ra in parts.items():
+                    a = with_partition(a, p, ra.replicas, ra.adding, ra.removing)
+                t = self.zk.transaction()
+                t.check(z.CONTROLLER_EPOCH, epoch_zk_version)
+                t.set_data(z.topic_path(topic), z.encode_topic_assignment(a), version=stat.version)
+                failure = _failure(self.calls.commit(t))
+                if failure is None:
+                    break
+                if failure[0] == 0:
+                    raise ControllerMovedError(f"{z.CONTROLLER_EPOCH} moved on: {failure[1]!r}")
+                if not isinstance(failure[1], (BadVersionError, NoNodeError)):
+                    raise failure[1]
+            else:
+                raise RuntimeError(f"could not write the assignment of {topic} in {attempts} attempts")
+
+    def reassign_partitions(self, watch: Watch = None) -> bytes | None:
+        """The content of /admin/reassign_partitions (None: absent), watching its creation,
+        change and deletion."""
+        if self.calls.exists(z.REASSIGN_PARTITIONS, watch=watch) is None:
+            return None
+        try:
+            data, _ = self.calls.get(z.REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return None
+        return data
+
+    def write_reassign_partitions(self, data: bytes | None, epoch_zk_version: int) -> None:
+        """Replace /admin/reassign_partitions (None: delete it), fenced by the epoch."""
+        t = self.zk.transaction()
+        t.check(z.CONTROLLER_EPOCH, epoch_zk_version)
+        if data is None:
+            t.delete(z.REASSIGN_PARTITIONS)
+        else:
+            t.set_data(z.REASSIGN_PARTITIONS, data)
+        failure = _failure(self.calls.commit(t))
+        if failure is None or (data is None and isinstance(failure[1], NoNodeError)):
+            return
+        if failure[0] == 0:
+            raise ControllerMovedError(f"{z.CONTROLLER_EPOCH} moved on: {failure[1]!r}")
+        if isinstance(failure[1], NoNodeError):
+            return  # deleted by an operator meanwhile: what it listed is no longer wanted
+        raise failure[1]
 
     def delete_recursive(self, path: str, epoch_zk_version: int, attempts: int = 5) -> None:
         """Delete a subtree, leaves first, in one transaction fenced by the epoch (gone = done)."""

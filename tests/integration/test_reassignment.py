@@ -1,0 +1,153 @@
+"""Acceptance for partition reassignment (issue 13): real ZooKeeper, two controllers and four
+brokers as processes, kafka-python's AdminClient (AlterPartitionReassignments and
+ListPartitionReassignments, sent to any broker, forwarded to the controller) and confluent-kafka
+producing acks=all. One cluster serves the module; each test uses topics of its own."""
+
+import json
+import signal
+import time
+
+import pytest
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KTP
+from kio.schema.errors import ErrorCode
+
+from odradek.common import zk_data
+
+from .conftest import new_cluster
+from .kafka_helpers import ContinuousProducer, verify_acknowledged, wait_for_partitions, wait_isr_full
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    c = new_cluster(zookeeper, tmp_path_factory.mktemp("reassign"), brokers=4, controllers=2,
+                    broker_overrides={"replica.lag.time.max.ms": 3000})
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def kadmin(cluster):
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    yield client
+    client.close()
+
+
+def wait_done(kadmin, cluster, topic: str, replicas: tuple[int, ...], timeout: float = 60.0) -> None:
+    """Until the controller lists no reassignment of `topic` and Metadata shows `replicas`, all in sync."""
+    deadline = time.monotonic() + timeout
+    while any(tp.topic == topic for tp in kadmin.list_partition_reassignments()):
+        assert time.monotonic() < deadline, f"{topic}: reassignment still listed after {timeout}s"
+        time.sleep(0.2)
+    wait_for_partitions(cluster.bootstrap, topic,
+                        lambda v: set(v[0].replicas) == set(replicas) and set(v[0].isr) == set(replicas),
+                        f"replicas {replicas}", max(1.0, deadline - time.monotonic()))
+
+
+def wait_gone(cluster, broker: int, topic: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while cluster.partition_dir(broker, topic, 0).exists():
+        assert time.monotonic() < deadline, f"broker {broker} still holds {topic}-0 after {timeout}s"
+        time.sleep(0.2)
+
+
+def create_on(cluster, kadmin, topic: str, replicas: list[int]) -> None:
+    from kafka.admin import NewTopic
+    kadmin.create_topics([NewTopic(topic, replica_assignments={0: replicas})])
+    wait_isr_full(cluster.bootstrap, topic, 1)
+
+
+def test_move_under_load(cluster, kadmin):
+    """{0,1,2} → {1,2,3} while acks=all records flow: completes, nothing acknowledged is lost,
+    broker 0's files are gone, broker 3's log is the leader's byte for byte."""
+    topic = "move-under-load"
+    create_on(cluster, kadmin, topic, [0, 1, 2])
+    producer = ContinuousProducer(cluster.bootstrap, topic, 1, rate=500).start()
+    try:
+        producer.wait_acked(500)
+        assert kadmin.alter_partition_reassignments({KTP(topic, 0): [1, 2, 3]}) == {KTP(topic, 0): None}
+        wait_done(kadmin, cluster, topic, (1, 2, 3))
+        producer.wait_acked(500)
+    finally:
+        producer.stop()
+    assert not producer.errors, producer.errors[:3]
+    verify_acknowledged(cluster.bootstrap, producer)
+    wait_gone(cluster, 0, topic)
+    cluster.wait_logs_identical(topic, 0, [1, 2, 3])
+
+
+def test_errors_and_replication_factor_changes(cluster, kadmin):
+    """Kafka's errors for bad targets; replication factor 1 → 3 through /admin/reassign_partitions
+    (older tools), then 3 → 2 through the API."""
+    topic = "rf-change"
+    create_on(cluster, kadmin, topic, [2])
+    answer = kadmin.alter_partition_reassignments({KTP(topic, 0): [2, 9], KTP(topic, 1): [1]})
+    assert answer[KTP(topic, 0)].errno == ErrorCode.invalid_replica_assignment
+    assert answer[KTP(topic, 1)].errno == ErrorCode.unknown_topic_or_partition
+    cancel = kadmin.alter_partition_reassignments({KTP(topic, 0): None})
+    assert cancel[KTP(topic, 0)].errno == ErrorCode.no_reassignment_in_progress
+
+    zk = cluster.zk_client()
+    try:
+        zk.create(zk_data.REASSIGN_PARTITIONS, json.dumps(
+            {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [2, 0, 1]}]}).encode())
+        wait_done(kadmin, cluster, topic, (2, 0, 1))
+        deadline = time.monotonic() + 30
+        while zk.exists(zk_data.REASSIGN_PARTITIONS):
+            assert time.monotonic() < deadline, "/admin/reassign_partitions left behind"
+            time.sleep(0.2)
+    finally:
+        zk.stop()
+        zk.close()
+    assert kadmin.alter_partition_reassignments({KTP(topic, 0): [0, 1]}) == {KTP(topic, 0): None}
+    wait_done(kadmin, cluster, topic, (0, 1))
+    wait_gone(cluster, 2, topic)
+    cluster.wait_logs_identical(topic, 0, [0, 1])
+
+
+def test_cancel_restores_the_original_replicas(cluster, kadmin):
+    """Broker 3 is hung (SIGSTOP) when it is added, so the reassignment stays in the middle;
+    cancelling it leaves the original replicas, and broker 3 deletes what it started."""
+    topic = "cancelled"
+    create_on(cluster, kadmin, topic, [0, 1])
+    b3 = cluster.broker(3)
+    b3.pause()
+    try:
+        assert kadmin.alter_partition_reassignments({KTP(topic, 0): [0, 1, 3]}) == {KTP(topic, 0): None}
+        listed = kadmin.list_partition_reassignments()
+        assert listed[KTP(topic, 0)] == {"replicas": [0, 1, 3], "adding_replicas": [3], "removing_replicas": []}
+        assert kadmin.alter_partition_reassignments({KTP(topic, 0): None}) == {KTP(topic, 0): None}
+    finally:
+        b3.resume()
+    wait_done(kadmin, cluster, topic, (0, 1))
+    wait_gone(cluster, 3, topic)
+
+
+def test_successor_controller_finishes(cluster, kadmin):
+    """The active controller is killed while broker 3 (hung) has not caught up: the standby takes
+    over and completes the reassignment from what ZooKeeper recorded."""
+    topic = "successor"
+    create_on(cluster, kadmin, topic, [1, 2])
+    producer = ContinuousProducer(cluster.bootstrap, topic, 1, rate=200).start()
+    zk = cluster.zk_client()
+    try:
+        producer.wait_acked(200)
+        b3 = cluster.broker(3)
+        b3.pause()
+        try:
+            assert kadmin.alter_partition_reassignments({KTP(topic, 0): [2, 3]}) == {KTP(topic, 0): None}
+            active = cluster.active_controller(zk)
+            cluster.controller_by_id(active).kill(signal.SIGKILL)
+        finally:
+            b3.resume()
+        wait_done(kadmin, cluster, topic, (2, 3), timeout=90)
+        assert cluster.active_controller(zk) not in (None, active)
+        producer.wait_acked(200)
+    finally:
+        producer.stop()
+        zk.stop()
+        zk.close()
+    verify_acknowledged(cluster.bootstrap, producer)
+    wait_gone(cluster, 1, topic)
+    cluster.wait_logs_identical(topic, 0, [2, 3])

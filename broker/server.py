@@ -23,6 +23,7 @@ from odradek.broker.config_manager import DynamicConfigManager
 from odradek.broker.control_plane import ControlPlaneGuard
 from odradek.broker.controller_channel import BrokerToControllerChannel
 from odradek.broker.dynamic_config import DynamicBrokerConfig
+from odradek.broker.forwarded_apis import ForwardedApis
 from odradek.broker.group import txn_offsets
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
@@ -33,7 +34,6 @@ from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.network.socket_server import ConnectionLimits, SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
-from odradek.broker.reassignment_apis import ReassignmentApis
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.transaction.marker_channel import TransactionMarkerChannel
 from odradek.broker.transaction.marker_writer import MarkerWriter
@@ -138,7 +138,7 @@ class KafkaServer:
                 config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
                 config.request_timeout_ms)
             self.group_apis.verify_txn_offsets = self.apis.transaction_verifier.verify_offsets
-        self.apis.add_apis(ReassignmentApis(self.controller_channel))
+        self.apis.add_apis(ForwardedApis(self.controller_channel))
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()

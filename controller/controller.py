@@ -23,6 +23,7 @@ from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.zk_data import ControllerInfo, EndPoint
 
+from . import elect_leaders as el
 from . import reassignment as ra
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
@@ -31,6 +32,7 @@ from .controller_apis import (
     ALTER_PARTITION,
     ALTER_PARTITION_REASSIGNMENTS,
     CONTROLLED_SHUTDOWN,
+    ELECT_LEADERS,
     LIST_PARTITION_REASSIGNMENTS,
     ControllerApis,
     isr_changes,
@@ -419,6 +421,12 @@ class KafkaController:
             for tp, result in sorted(d.answer.items()):
                 log.info("reassignment of %s to %s: %s", tp, p[tp], result.message or "started")
             await self._reassignment_progress(zk, list(p))
+        elif request.api_key == ELECT_LEADERS:
+            election_type, tps = p
+            d = await self._execute(zk, lambda ctx: el.on_elect_leaders(ctx, election_type, tps))
+            if d.state_writes:
+                log.info("%s leader election: moved %s", "unclean" if election_type == el.UNCLEAN else "preferred",
+                         [str(w.tp) for w in d.state_writes])
         elif request.api_key == LIST_PARTITION_REASSIGNMENTS:
             d = sm.Decisions(answer=ra.list_reassignments(self.context, p))
         else:

@@ -25,7 +25,8 @@ Contract for brokers (the replica manager and the shutdown path):
   (no other ISR member). Retry until the list is empty or a bound, then stop anyway. Errors:
   NOT_CONTROLLER (retry at the new controller), STALE_BROKER_EPOCH.
 
-- AlterPartitionReassignments v0 (45) and ListPartitionReassignments v0 (46), as clients sent them
+- ElectLeaders v0-2 (43), AlterPartitionReassignments v0 (45) and ListPartitionReassignments v0
+  (46), as clients sent them
   to a broker, which forwards them here unchanged (the controller is no broker): answered from the
   controller's decisions (controller/reassignment), NOT_CONTROLLER at the top level when this
   controller is not active.
@@ -50,6 +51,7 @@ from odradek.common import wire
 
 from . import state_machine as sm
 from .context import TopicPartition
+from .reassignment import Result as sm_result
 
 if TYPE_CHECKING:
     from .controller import KafkaController
@@ -58,8 +60,37 @@ log = logging.getLogger(__name__)
 
 ALTER_PARTITION = 56
 CONTROLLED_SHUTDOWN = 7
+ELECT_LEADERS = 43
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
+
+
+def election(request) -> tuple[int, list[TopicPartition] | None]:
+    """ElectLeaders → (election type, partitions or None for all); v0 is always preferred."""
+    tps = None if request.topic_partitions is None else [
+        TopicPartition(t.topic, int(p)) for t in request.topic_partitions for p in t.partitions]
+    return int(getattr(request, "election_type", 0)), tps
+
+
+def elect_leaders_response(request, answer: dict | None):
+    """The answer in the request's version; None → NOT_CONTROLLER (per partition in v0, which
+    has no top-level error code)."""
+    mod = wire.response_module(ELECT_LEADERS, int(request.__version__))
+    election_type, tps = election(request)
+    if answer is None:
+        answer = {tp: sm_result(int(ErrorCode.not_controller)) for tp in tps or ()}
+        top = ErrorCode.not_controller
+    else:
+        top = ErrorCode.none
+        if election_type not in (0, 1):
+            top = ErrorCode.invalid_request
+    topics: dict[str, list] = {}
+    for tp, result in sorted(answer.items()):
+        topics.setdefault(tp.topic, []).append(mod.PartitionResult(
+            partition_id=i32(tp.partition), error_code=ErrorCode(result.error), error_message=result.message))
+    return wire.make_entity(mod.ElectLeadersResponse, throttle_time=wire.NO_THROTTLE, error_code=top,
+                            replica_election_results=tuple(
+                                mod.ReplicaElectionResult(topic=t, partition_result=tuple(ps)) for t, ps in topics.items()))
 
 
 def reassignment_targets(request) -> dict[TopicPartition, tuple[int, ...] | None]:
@@ -168,6 +199,9 @@ class ControllerApis:
         elif api_key == CONTROLLED_SHUTDOWN:
             answer = await self.controller.submit(api_key, payload)
             response = controlled_shutdown_response(answer)
+        elif api_key == ELECT_LEADERS:
+            answer = await self.controller.submit(api_key, election(payload))
+            response = elect_leaders_response(payload, answer)
         elif api_key == ALTER_PARTITION_REASSIGNMENTS:
             answer = await self.controller.submit(api_key, reassignment_targets(payload))
             response = alter_reassignments_response(payload, answer)

@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTP
 from kio.schema.errors import ErrorCode
@@ -15,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from odradek.common import zk_data
 
 from .conftest import new_cluster
-from .kafka_helpers import ContinuousProducer, verify_acknowledged, wait_for_partitions, wait_isr_full
+from .kafka_helpers import ContinuousProducer, admin, verify_acknowledged, wait_for_partitions, wait_isr_full
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +123,23 @@ def test_cancel_restores_the_original_replicas(cluster, kadmin):
         b3.resume()
     wait_done(kadmin, cluster, topic, (0, 1))
     wait_gone(cluster, 3, topic)
+
+
+def test_reorder_then_preferred_election(cluster, kadmin):
+    """Kafka's way to move a leader: reorder the replicas (done at once: all in sync), then a
+    preferred election through confluent-kafka's AdminClient (ElectLeaders v2, forwarded)."""
+    topic = "preferred"
+    create_on(cluster, kadmin, topic, [0, 1])
+    assert kadmin.alter_partition_reassignments({KTP(topic, 0): [1, 0]}) == {KTP(topic, 0): None}
+    wait_done(kadmin, cluster, topic, (0, 1))
+    views = wait_for_partitions(cluster.bootstrap, topic, lambda v: v[0].replicas == (1, 0), "replicas (1, 0)")
+    assert views[0].leader == 0  # a reorder alone keeps the leader
+    client = admin(cluster.bootstrap)
+    result = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(timeout=30)
+    assert result == {TopicPartition(topic, 0): None}
+    wait_for_partitions(cluster.bootstrap, topic, lambda v: v[0].leader == 1, "leader 1")
+    again = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(timeout=30)
+    assert again[TopicPartition(topic, 0)].code() == KafkaError.ELECTION_NOT_NEEDED
 
 
 def test_successor_controller_finishes(cluster, kadmin):

@@ -30,6 +30,7 @@ from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from odradek.broker.kafka_apis import KafkaApis
 from odradek.broker.log import LogManager
+from odradek.broker.log_dirs_apis import LogDirsApis
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.network.socket_server import ConnectionLimits, SocketServer
@@ -139,6 +140,7 @@ class KafkaServer:
                 config.request_timeout_ms)
             self.group_apis.verify_txn_offsets = self.apis.transaction_verifier.verify_offsets
         self.apis.add_apis(ForwardedApis(self.controller_channel))
+        self.apis.add_apis(LogDirsApis(self.log_manager))
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()

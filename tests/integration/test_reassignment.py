@@ -75,7 +75,15 @@ def test_move_under_load(cluster, kadmin):
     assert not producer.errors, producer.errors[:3]
     verify_acknowledged(cluster.bootstrap, producer)
     wait_gone(cluster, 0, topic)
-    cluster.wait_logs_identical(topic, 0, [1, 2, 3])
+    stored = cluster.wait_logs_identical(topic, 0, [1, 2, 3])
+    # DescribeLogDirs (kafka-python) sees the same: the replica on 3, none left on 0
+    sizes = {}
+    for answer in kadmin.describe_log_dirs({topic: [0]}, brokers=[0, 3]):
+        for d in answer["log_dirs"]:
+            for t in d["topics"]:
+                for p in t["partitions"]:
+                    sizes[answer["broker"]] = p["partition_size"]
+    assert sizes == {3: len(stored)}
 
 
 def test_errors_and_replication_factor_changes(cluster, kadmin):

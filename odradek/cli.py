@@ -7,6 +7,7 @@ COMMANDS = {
     "controller": ("odradek.controller.main", "run a controller candidate"),
     "operator": ("odradek.operator.main", "run the Kubernetes operator (KafkaCluster resources)"),
     "dev": ("odradek.dev.cluster", "run a local cluster: ZooKeeper, controllers, brokers"),
+    "reassign": ("odradek.reassign", "move partitions between brokers (kafka-reassign-partitions.sh)"),
     "transactions": ("odradek.transactions", "list, describe and abort transactions (kafka-transactions.sh)"),
 }
 

@@ -5,12 +5,16 @@ producing acks=all. One cluster serves the module; each test uses topics of its 
 
 import json
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTP
+from kafka.admin import NewTopic
+from kafka.errors import KafkaConnectionError
 from kio.schema.errors import ErrorCode
 
 from odradek.common import zk_data
@@ -22,7 +26,8 @@ from .kafka_helpers import ContinuousProducer, admin, verify_acknowledged, wait_
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
     c = new_cluster(zookeeper, tmp_path_factory.mktemp("reassign"), brokers=4, controllers=2,
-                    broker_overrides={"replica.lag.time.max.ms": 3000})
+                    # paused brokers (the "in the middle" tests) must stay registered meanwhile
+                    broker_overrides={"replica.lag.time.max.ms": 3000, "zookeeper.session.timeout.ms": 15000})
     c.start()
     yield c
     c.stop()
@@ -38,7 +43,12 @@ def kadmin(cluster):
 def wait_done(kadmin, cluster, topic: str, replicas: tuple[int, ...], timeout: float = 60.0) -> None:
     """Until the controller lists no reassignment of `topic` and Metadata shows `replicas`, all in sync."""
     deadline = time.monotonic() + timeout
-    while any(tp.topic == topic for tp in kadmin.list_partition_reassignments()):
+    while True:
+        try:
+            if not any(tp.topic == topic for tp in kadmin.list_partition_reassignments()):
+                break
+        except KafkaConnectionError:
+            pass  # a connection to a broker that was paused: kafka-python reconnects on the next call
         assert time.monotonic() < deadline, f"{topic}: reassignment still listed after {timeout}s"
         time.sleep(0.2)
     wait_for_partitions(cluster.bootstrap, topic,
@@ -54,7 +64,6 @@ def wait_gone(cluster, broker: int, topic: str, timeout: float = 30.0) -> None:
 
 
 def create_on(cluster, kadmin, topic: str, replicas: list[int]) -> None:
-    from kafka.admin import NewTopic
     kadmin.create_topics([NewTopic(topic, replica_assignments={0: replicas})])
     wait_isr_full(cluster.bootstrap, topic, 1)
 
@@ -148,6 +157,63 @@ def test_reorder_then_preferred_election(cluster, kadmin):
     wait_for_partitions(cluster.bootstrap, topic, lambda v: v[0].leader == 1, "leader 1")
     again = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(timeout=30)
     assert again[TopicPartition(topic, 0)].code() == KafkaError.ELECTION_NOT_NEEDED
+
+
+def reassign_cli(cluster, *args, timeout: float = 90.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "odradek.cli", "reassign", "--bootstrap-server", cluster.bootstrap,
+                           *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_generate_execute_verify_cancel(cluster, kadmin, tmp_path):
+    """`odradek reassign` end to end: a generated plan moves a topic onto brokers 1-3 (--verify
+    exits 1 while moving, 0 when done); a plan stuck on a hung broker is cancelled."""
+    topic = "cli"
+    kadmin.create_topics([NewTopic(topic, replica_assignments={0: [0, 1], 1: [1, 0], 2: [0, 1]})])
+    wait_isr_full(cluster.bootstrap, topic, 3)
+    producer = ContinuousProducer(cluster.bootstrap, topic, 3, rate=300).start()
+    try:
+        producer.wait_acked(300)
+        topics_file = tmp_path / "topics.json"
+        topics_file.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+        done = reassign_cli(cluster, "--generate", "--topics-to-move-json-file", topics_file, "--broker-list", "1,2,3")
+        assert done.returncode == 0, done.stderr
+        current, proposed = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        plan = json.loads(proposed)
+        assert {p["partition"] for p in plan["partitions"]} == {0, 1, 2}
+        assert all(set(p["replicas"]) <= {1, 2, 3} and len(p["replicas"]) == 2 for p in plan["partitions"])
+        plan_file = tmp_path / "plan.json"
+        plan_file.write_text(proposed)
+        done = reassign_cli(cluster, "--execute", "--reassignment-json-file", plan_file)
+        assert done.returncode == 0, done.stderr
+        assert "Successfully started partition reassignments for" in done.stdout
+        assert json.loads(done.stdout.split("\n\n")[1]) == json.loads(current)  # the rollback plan
+        done = reassign_cli(cluster, "--verify", "--reassignment-json-file", plan_file, "--wait", 60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.count("is completed.") == 3
+        producer.wait_acked(300)
+    finally:
+        producer.stop()
+    verify_acknowledged(cluster.bootstrap, producer)
+    views = wait_for_partitions(cluster.bootstrap, topic, lambda v: all(set(x.replicas) <= {1, 2, 3} for x in v.values()),
+                                "replicas on 1-3")
+    assert {p: set(v.replicas) for p, v in views.items()} == {p["partition"]: set(p["replicas"]) for p in plan["partitions"]}
+
+    (spare,) = {1, 2, 3} - set(views[0].replicas)
+    stuck = tmp_path / "stuck.json"
+    stuck.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0,
+                                                               "replicas": [*views[0].replicas, spare]}]}))
+    hung = cluster.broker(spare)
+    hung.pause()
+    try:
+        assert reassign_cli(cluster, "--execute", "--reassignment-json-file", stuck, "--timeout", 2).returncode == 0
+        done = reassign_cli(cluster, "--verify", "--reassignment-json-file", stuck, "--timeout", 2)
+        assert done.returncode == 1 and "still in progress" in done.stdout
+        done = reassign_cli(cluster, "--cancel", "--reassignment-json-file", stuck, "--timeout", 2)
+        assert done.returncode == 0 and "Successfully cancelled partition reassignments for: cli-0" in done.stdout
+    finally:
+        hung.resume()
+    wait_done(kadmin, cluster, topic, views[0].replicas)
+    wait_gone(cluster, spare, topic)
 
 
 def test_successor_controller_finishes(cluster, kadmin):

@@ -26,7 +26,7 @@ from odradek.operator import status as status_mod
 from odradek.operator import topics
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.models import GROUP, PLURAL, VERSION
-from odradek.operator.reconciler import ViewSource, metadata_view, reconcile
+from odradek.operator.reconciler import DataMover, ViewSource, cluster_data_mover, metadata_view, reconcile
 
 log = logging.getLogger("odradek.operator")
 
@@ -40,6 +40,7 @@ class OperatorMemo:
     then kubeconfig)."""
     connection: kopf.ConnectionInfo | None = None
     view_source: ViewSource = metadata_view
+    data_mover: DataMover | None = cluster_data_mover
     client: KubeClient | None = None
     locks: dict = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
@@ -127,7 +128,7 @@ async def run_pass(body, memo: OperatorMemo, logger) -> dict:
     meta = body["metadata"]
     async with memo.lock(meta["uid"]):
         try:
-            observation = await reconcile(memo.client, body, memo.view_source)
+            observation = await reconcile(memo.client, body, memo.view_source, memo.data_mover)
             new = status_mod.status(observation, body["status"])
             if status_mod.changed(body["status"], new):
                 await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
@@ -148,13 +149,15 @@ async def run_pass(body, memo: OperatorMemo, logger) -> dict:
 
 
 def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.ConnectionInfo | None = None,
-        view_source: ViewSource = metadata_view, interval: float = DEFAULT_INTERVAL,
+        view_source: ViewSource = metadata_view, data_mover: DataMover | None = cluster_data_mover,
+        interval: float = DEFAULT_INTERVAL,
         liveness: str | None = None, stop_flag: threading.Event | None = None,
         ready_flag: threading.Event | None = None,
         topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap,
         topic_tuning: topics.Tuning | None = None) -> None:
     """Run the operator until stopped (SIGTERM/SIGINT, or stop_flag in tests)."""
-    memo = OperatorMemo(connection=connection, view_source=view_source, namespaces=list(namespaces),
+    memo = OperatorMemo(connection=connection, view_source=view_source, data_mover=data_mover,
+                        namespaces=list(namespaces),
                         clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
                         topic_tuning=topic_tuning or topics.Tuning())
     asyncio.run(kopf.operator(

@@ -60,6 +60,9 @@ class BrokersSpec(_Model):
         default_factory=dict, description="Kafka broker config keys (server.properties)."
     )
     rack: Rack | None = None
+    auto_rebalance: bool = Field(
+        True, description="Move existing partitions onto brokers added by a scale-up (balanced, few moves); "
+                          "a scale-down always drains the removed brokers first.")
 
     @field_validator("config")
     @classmethod

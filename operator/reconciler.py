@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from odradek.operator import builders
 from odradek.operator.apply import apply, prune
+from odradek.operator.data_movement import MovementStep, move_data
 from odradek.operator.kube import KubeClient
 from odradek.operator.models import KafkaClusterSpec, Storage, parse_spec, spec_error_message
 from odradek.operator.orchestrator import KubernetesBrokerOrchestrator, broker_states
@@ -22,6 +23,8 @@ from odradek.operator.storage import plan_resize
 log = logging.getLogger(__name__)
 
 ViewSource = Callable[[dict], Awaitable[ClusterView]]
+DataMover = Callable[[dict, ClusterView, int, int], Awaitable[MovementStep]]
+"""(resource, view, broker count running, desired) → the data movement started (data_movement)."""
 
 
 async def metadata_view(body: dict) -> ClusterView:
@@ -31,6 +34,13 @@ async def metadata_view(body: dict) -> ClusterView:
     rendered = builders.broker_properties(body, parse_spec(body.get("spec")))
     return await fetch_view([(host, int(port))], timeout=5.0,
                             default_min_insync=int(rendered.get("min.insync.replicas", 1)))
+
+
+async def cluster_data_mover(body: dict, view: ClusterView, current: int, desired: int) -> MovementStep:
+    """Drain or spread partitions through the bootstrap Service (data_movement.move_data)."""
+    host, port = builders.bootstrap_servers(body).rsplit(":", 1)
+    spec = parse_spec(body.get("spec"))
+    return await move_data([(host, int(port))], view, current, desired, spec.brokers.auto_rebalance, timeout=5.0)
 
 
 def ready_replicas(obj: dict | None) -> int:
@@ -111,7 +121,8 @@ def keep_claim_templates(obj: dict, live: dict | None) -> dict:
     return {**obj, "spec": {**obj["spec"], "volumeClaimTemplates": live["spec"]["volumeClaimTemplates"]}}
 
 
-async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = metadata_view) -> Observation:
+async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = metadata_view,
+                    data_mover: DataMover | None = cluster_data_mover) -> Observation:
     meta = body["metadata"]
     generation = meta.get("generation")
     try:
@@ -159,6 +170,12 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
             pending_restarts=tuple(s.broker_id for s in states if s.config_hash not in (None, desired_hash)),
             unreachable=f"no broker answered Metadata: {e}", stalled=tuple(stalled), **support)
 
+    movement = MovementStep()
+    if data_mover is not None:
+        try:
+            movement = await data_mover(body, view, current or 0, desired_count)
+        except (OSError, ConnectionError, TimeoutError) as e:
+            log.warning("%s/%s: no data movement this pass: %s", namespace, name, e)
     step = await reconcile_brokers(orchestrator, desired_hash, desired_count, view)
     if step.restarted is not None:
         log.info("broker %d of %s/%s restarted for the new configuration", step.restarted, namespace, name)
@@ -172,4 +189,7 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
     return Observation(
         generation, desired_brokers=desired_count, running_brokers=count, ready_broker_ids=ready,
         bootstrap_servers=builders.bootstrap_servers(body),
-        waiting=step.waiting, refused=step.refused, pending_restarts=stale, stalled=tuple(stalled), **support)
+        waiting=step.waiting,
+        # a drain under way is progress, not a refusal; a blocked one names what blocks it
+        refused=movement.blocked or (None if movement.draining is not None else step.refused),
+        moving=movement.waiting, pending_restarts=stale, stalled=tuple(stalled), **support)

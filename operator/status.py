@@ -37,6 +37,7 @@ class Observation:
     pending_restarts: tuple[int, ...] = ()
     unreachable: str | None = None  # the cluster did not answer Metadata
     stalled: tuple[tuple[str, str], ...] = ()  # (reason, message) of each change the operator refuses
+    moving: str | None = None  # partitions being moved (a drain before a scale-down, a rebalance)
 
 
 def now() -> str:
@@ -91,6 +92,8 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
         progressing = (True, "RollingUpdate",
                        f"brokers {list(o.pending_restarts)} to restart with the new configuration"
                        + (f"; {o.waiting}" if o.waiting else ""))
+    elif o.moving:
+        progressing = (True, "MovingData", o.moving)
     elif o.running_brokers != o.desired_brokers and not o.refused:
         progressing = (True, "Scaling", f"{o.running_brokers} broker pods, {o.desired_brokers} desired")
     elif not brokers_ready:

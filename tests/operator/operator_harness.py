@@ -170,7 +170,7 @@ class Kubelet:
 class OperatorThread:
     """`odradek.operator.main.run` in a thread, against the emulator, until stop()."""
 
-    def __init__(self, url: str, view, interval: float = 0.3, **run_kwargs):
+    def __init__(self, url: str, view, interval: float = 0.3, data_mover=None, **run_kwargs):
         import kopf
 
         from odradek.operator.main import run
@@ -181,7 +181,8 @@ class OperatorThread:
         def target():
             try:
                 run([NS], False, connection=kopf.ConnectionInfo(server=url, insecure=True),
-                    view_source=view, interval=interval, stop_flag=self.stop_flag, ready_flag=self.ready_flag,
+                    view_source=view, data_mover=data_mover, interval=interval, stop_flag=self.stop_flag,
+                    ready_flag=self.ready_flag,
                     **run_kwargs)
             except BaseException as e:
                 self.errors.append(e)

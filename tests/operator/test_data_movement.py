@@ -1,0 +1,59 @@
+"""Drain and spread decisions over a ClusterView (plain data, no cluster)."""
+
+from collections import Counter
+from math import ceil
+
+from odradek.operator.data_movement import MovementStep, plan_movement
+from odradek.operator.rolling import ClusterView, PartitionView
+
+
+def view(assignment: dict[str, dict[int, tuple[int, ...]]], registered=range(5)) -> ClusterView:
+    return ClusterView(frozenset(registered), tuple(
+        PartitionView(t, p, r, r) for t, parts in assignment.items() for p, r in parts.items()))
+
+
+def rr(partitions, rf, brokers):
+    return {p: tuple((p + i) % brokers for i in range(rf)) for p in range(partitions)}
+
+
+def apply(assignment, targets):
+    out = {t: dict(parts) for t, parts in assignment.items()}
+    for (t, p), r in targets.items():
+        out[t][p] = r
+    return out
+
+
+def test_drain_highest_first_one_at_a_time_then_nothing():
+    a = {"t": rr(10, 3, 5), "u": rr(4, 2, 5)}
+    step = plan_movement(view(a), 5, 3, [])
+    assert step.draining == 4 and step.targets and step.blocked is None
+    assert all(4 in a[t][p] for t, p in step.targets)
+    a = apply(a, step.targets)
+    assert not any(4 in r for parts in a.values() for r in parts.values())
+    assert all(set(r) <= {0, 1, 2} for (t, p), r in step.targets.items())
+    step = plan_movement(view(a), 5, 3, [])
+    assert step.draining == 3
+    a = apply(a, step.targets)
+    assert plan_movement(view(a), 5, 3, []) == MovementStep()
+    assert all(set(r) <= {0, 1, 2} for parts in a.values() for r in parts.values())
+
+
+def test_a_topic_wider_than_what_stays_blocks_and_names_it():
+    step = plan_movement(view({"ok": rr(2, 2, 5), "wide": rr(1, 5, 5)}), 5, 3, [])
+    assert step.blocked and "wide" in step.blocked and not step.targets
+
+
+def test_nothing_starts_while_a_reassignment_runs():
+    step = plan_movement(view({"t": rr(3, 3, 5)}), 5, 3, [("t", 1)])
+    assert not step.targets and "t-1" in step.waiting
+
+
+def test_scale_up_spreads_once_all_brokers_registered():
+    a = {"t": rr(10, 3, 3)}
+    assert not plan_movement(view(a, registered=range(4)), 5, 5, []).targets  # broker 4 not yet there
+    step = plan_movement(view(a), 5, 5, [])
+    a = apply(a, step.targets)
+    counts = Counter(b for r in a["t"].values() for b in r)
+    assert max(counts.values()) <= ceil(30 / 5) and set(counts) == set(range(5))
+    assert not plan_movement(view(a), 5, 5, []).targets  # balanced: nothing more
+    assert not plan_movement(view({"t": rr(10, 3, 3)}), 5, 5, [], auto_rebalance=False).targets

@@ -38,6 +38,7 @@ from odradek.broker.replica_fetch_codec import (
     decode_fetch_response,
     encode_fetch_request,
 )
+from odradek.broker.replication_quota import is_throttled
 from odradek.common.client import NetworkClient
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,11 @@ class ReplicaFetcher:
             return None
         return p
 
+    def _throttled(self, p) -> bool:
+        """A replica of ours out of the ISR that its topic's follower throttle names."""
+        return self.broker_id not in p.isr and is_throttled(
+            p.log.config.follower_replication_throttled_replicas, p.partition, self.broker_id)
+
     async def truncate(self, pending: dict) -> None:
         by_topic: dict[str, list] = {}
         for (topic, index), s in pending.items():
@@ -229,8 +235,14 @@ class ReplicaFetcher:
         """One Fetch of the `ready` partitions; it long-polls at most `wait_bound_s` (if given)."""
         partitions: dict[tuple[str, int], PartitionFetch] = {}
         max_bytes = self.config.replica_fetch_max_bytes
+        quota = self.replica_manager.follower_quota
+        exceeded = quota is not None and quota.is_exceeded()
         for key, s in ready.items():
             p = self.replica_manager.partitions.get(key)
+            if exceeded and p is not None and self._throttled(p):
+                # a moving replica waits (replication_quota), backing off as Kafka's fetcher does
+                s.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
+                continue
             if p is not None:
                 plog = p.log
                 partitions[key] = PartitionFetch(key[1], s.leader_epoch, plog.log_end_offset,
@@ -322,6 +334,8 @@ class ReplicaFetcher:
                 logs[id(cache)] = p.log
         for cache, error in (await write_in_worker(caches)).items():
             plog = logs[id(cache)]
+            if plog.closed:
+                continue  # deleted meanwhile (StopReplica of a moved replica): its files are gone on purpose
             plog.storage_error(error, "leader epoch checkpoint")  # its dir goes offline: the append fails
         return starting
 
@@ -362,6 +376,9 @@ class ReplicaFetcher:
                     log.warning("%s-%d: follower append failed: %s", *key, e)
                     state.delayed_until = now + self.backoff_s
                     return
+                quota = self.replica_manager.follower_quota
+                if quota is not None and self._throttled(p):
+                    quota.record(len(records))
             plog.high_watermark = min(int(r.high_watermark), plog.log_end_offset)
             self._follow_log_start(p, int(r.log_start_offset))
             state.retries = 0

@@ -23,6 +23,7 @@ from odradek.broker.log.leader_epoch import write_in_worker
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
+from odradek.broker.replication_quota import ReplicationQuota, is_throttled
 from odradek.common.messages import (
     LeaderAndIsrPartitionError,
     LeaderAndIsrRequest,
@@ -243,6 +244,10 @@ async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> N
 class ReplicaManager:
     def __init__(self, config, log_manager, metadata_cache, zk):
         self.config = config
+        self.leader_quota: ReplicationQuota | None = None
+        """Bounds what throttled followers out of the ISR are served (broker/replication_quota)."""
+        self.follower_quota: ReplicationQuota | None = None
+        """Bounds what this broker's fetchers take for throttled replicas."""
         self.broker_id = int(config.broker_id)
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
@@ -545,6 +550,8 @@ class ReplicaManager:
                   if p.log.leader_epoch_cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False)]
         for cache, error in (await write_in_worker(caches)).items():
             plog = logs[id(cache)]
+            if plog.closed:
+                continue  # deleted meanwhile: its files are gone on purpose
             plog.storage_error(error, "leader epoch checkpoint")  # its log dir goes offline; answered below
 
     async def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
@@ -729,6 +736,11 @@ class ReplicaManager:
             end = leo if replica_id >= 0 else (lso if read_committed else hw)
             if offset >= end:
                 continue
+            throttled = (replica_id >= 0 and self.leader_quota is not None and replica_id not in p.isr
+                         and is_throttled(plog.config.leader_replication_throttled_replicas, info.partition,
+                                          self.broker_id))
+            if throttled and self.leader_quota.is_exceeded():
+                continue  # a moving replica waits for the next window (replication_quota)
             limit = min(max(0, info.max_bytes), remaining)
             if limit <= 0 and not min_one:
                 continue
@@ -743,6 +755,8 @@ class ReplicaManager:
                 continue
             result.regions = list(data.regions)
             result.size = data.size
+            if throttled:
+                self.leader_quota.record(data.size)
             if read_committed and data.size:
                 result.aborted_transactions = plog.collect_aborted_transactions(offset, end)
             if data.size:

@@ -36,6 +36,7 @@ from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.network.socket_server import ConnectionLimits, SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
+from odradek.broker.replication_quota import ReplicationQuota
 from odradek.broker.transaction.marker_channel import TransactionMarkerChannel
 from odradek.broker.transaction.marker_writer import MarkerWriter
 from odradek.broker.transaction.transaction_apis import TransactionApis
@@ -103,6 +104,11 @@ class KafkaServer:
         self.metadata_cache = MetadataCache(config.broker_id)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
         self.replica_manager.load_high_watermarks()
+        dynamic = self.dynamic_config  # the rates are dynamic broker configs, read at every check
+        self.replica_manager.leader_quota = ReplicationQuota(
+            lambda: int(dynamic.current.leader_replication_throttled_rate))
+        self.replica_manager.follower_quota = ReplicationQuota(
+            lambda: int(dynamic.current.follower_replication_throttled_rate))
         self.zk.fencing_listeners.append(self._drop_connections_on_fencing)  # before the partitions change
         self.zk.fencing_listeners.append(self.replica_manager.set_fenced)
         self.replica_manager.log_dir_failure_listeners.append(self._on_log_dir_failure)

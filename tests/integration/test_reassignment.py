@@ -11,6 +11,7 @@ import time
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
@@ -20,7 +21,15 @@ from kio.schema.errors import ErrorCode
 from odradek.common import zk_data
 
 from .conftest import new_cluster
-from .kafka_helpers import ContinuousProducer, admin, verify_acknowledged, wait_for_partitions, wait_isr_full
+from .kafka_helpers import (
+    ContinuousProducer,
+    Record,
+    admin,
+    confluent_produce,
+    verify_acknowledged,
+    wait_for_partitions,
+    wait_isr_full,
+)
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +223,38 @@ def test_cli_generate_execute_verify_cancel(cluster, kadmin, tmp_path):
         hung.resume()
     wait_done(kadmin, cluster, topic, views[0].replicas)
     wait_gone(cluster, spare, topic)
+
+
+def alter(client, resource: ConfigResource, key: str, value: str | None) -> None:
+    op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+    resource = ConfigResource(resource.restype, resource.name,
+                              incremental_configs=[ConfigEntry(key, value or "", incremental_operation=op)])
+    client.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+def test_follower_throttle_holds_the_move_back_until_lifted(cluster, kadmin):
+    """follower.replication.throttled.rate (broker 3, dynamic) with the topic's
+    follower.replication.throttled.replicas naming 0:3: the new replica copies no more than one
+    fetch plus the rate, so the move stays in progress; lifting the rate lets it complete."""
+    topic = "throttled"
+    create_on(cluster, kadmin, topic, [0])
+    confluent_produce(cluster.bootstrap, topic, [Record(b"k%d" % i, bytes(1000), ()) for i in range(4000)])
+    client = admin(cluster.bootstrap)
+    rate = 50_000
+    alter(client, ConfigResource(ConfigResource.Type.BROKER, "3"), "follower.replication.throttled.rate", str(rate))
+    alter(client, ConfigResource(ConfigResource.Type.TOPIC, topic), "follower.replication.throttled.replicas", "0:3")
+    total = len(cluster.log_bytes(0, topic, 0))
+    assert kadmin.alter_partition_reassignments({KTP(topic, 0): [0, 3]}) == {KTP(topic, 0): None}
+    started = time.monotonic()
+    fetch_max = 1024 * 1024  # replica.fetch.max.bytes: what one fetch may bring before the check
+    while time.monotonic() - started < 3.0:
+        copied = len(cluster.log_bytes(3, topic, 0)) if cluster.partition_dir(3, topic, 0).exists() else 0
+        assert copied <= fetch_max + rate * (time.monotonic() - started + 1), (copied, total)
+        time.sleep(0.2)
+    assert copied < total and KTP(topic, 0) in kadmin.list_partition_reassignments()
+    alter(client, ConfigResource(ConfigResource.Type.BROKER, "3"), "follower.replication.throttled.rate", None)
+    wait_done(kadmin, cluster, topic, (0, 3))
+    cluster.wait_logs_identical(topic, 0, [0, 3])
 
 
 def test_successor_controller_finishes(cluster, kadmin):

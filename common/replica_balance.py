@@ -91,3 +91,29 @@ def moves(current: Mapping[str, Mapping[int, Iterable[int]]], proposed: Mapping[
     """(topic, partition) → new replicas, for the partitions whose replica list changes."""
     return {(t, p): r for t, parts in sorted(proposed.items()) for p, r in sorted(parts.items())
             if tuple(current[t][p]) != r}
+
+
+def change_replication_factor(topic: str, current: Mapping[int, Iterable[int]], replicas: int,
+                              brokers: Iterable[int]) -> Assignment:
+    """`current` with `replicas` replicas per partition: added ones go to the allowed brokers with
+    the fewest replicas of the topic, removed ones leave the most loaded brokers; the preferred
+    leader (first replica) stays unless its broker is not allowed."""
+    allowed = sorted(set(brokers))
+    if replicas < 1 or replicas > len(allowed):
+        raise BalanceError(f"topic {topic}: replication factor {replicas} needs between 1 and the "
+                           f"{len(allowed)} brokers {allowed}")
+    parts = {p: [b for b in dict.fromkeys(r) if b in allowed] for p, r in sorted(current.items())}
+    load = dict.fromkeys(allowed, 0)
+    for r in parts.values():
+        for b in r:
+            load[b] += 1
+    for r in parts.values():
+        while len(r) > replicas:
+            victim = max(r[1:], key=lambda b: (load[b], b))
+            r.remove(victim)
+            load[victim] -= 1
+        while len(r) < replicas:
+            choice = min((b for b in allowed if b not in r), key=lambda b: (load[b], b))
+            r.append(choice)
+            load[choice] += 1
+    return {p: tuple(r) for p, r in parts.items()}

@@ -19,13 +19,23 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from odradek.common import wire
 from odradek.common.client import NetworkClient
-from odradek.operator.topic_reconciler import ActionResult, AlterConfigs, CreatePartitions, CreateTopic, LiveTopic
+from odradek.common.replica_balance import BalanceError, change_replication_factor
+from odradek.operator.topic_reconciler import (
+    ActionResult,
+    AlterConfigs,
+    ChangeReplicationFactor,
+    CreatePartitions,
+    CreateTopic,
+    LiveTopic,
+)
 
 log = logging.getLogger(__name__)
 
 API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
+ALTER_PARTITION_REASSIGNMENTS = 45
 OUR_VERSIONS = {
+    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     METADATA: (1, 12),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),  # v6 names topics by id or name; names are all the operator has
@@ -35,7 +45,8 @@ OUR_VERSIONS = {
 }
 API_NAMES = {METADATA: "Metadata", CREATE_TOPICS: "CreateTopics", DELETE_TOPICS: "DeleteTopics",
              DESCRIBE_CONFIGS: "DescribeConfigs", CREATE_PARTITIONS: "CreatePartitions",
-             INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs"}
+             INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+             ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments"}
 
 RESOURCE_TOPIC = 2
 DYNAMIC_TOPIC_CONFIG = 1
@@ -255,6 +266,54 @@ class KafkaAdmin:
             return [_Named(r.resource_name, r.error_code, r.error_message) for r in response.responses]
 
         return await self._per_topic(INCREMENTAL_ALTER_CONFIGS, [a.topic for a in actions], build, results, 0.0)
+
+    async def change_replication_factors(self, actions: list[ChangeReplicationFactor], timeout: float = 30.0
+                                         ) -> dict[str, ActionResult]:
+        """Each topic to its replication factor by AlterPartitionReassignments (started, not
+        awaited: the controller completes it); the placement is computed from Metadata."""
+        names = [a.topic for a in actions]
+
+        def metadata(m, version):
+            topics = tuple(wire.make_entity(m.MetadataRequestTopic, topic_id=None, name=n) for n in names)
+            return wire.make_entity(m.MetadataRequest, topics=topics, allow_auto_topic_creation=False,
+                                    include_cluster_authorized_operations=False,
+                                    include_topic_authorized_operations=False)
+
+        meta = await self._send(METADATA, metadata)
+        brokers = [int(b.node_id) for b in meta.brokers]
+        current = {t.name: {int(p.partition_index): tuple(int(r) for r in p.replica_nodes) for p in t.partitions}
+                   for t in meta.topics if t.partitions}
+        out: dict[str, ActionResult] = {}
+        targets: dict[str, dict[int, tuple[int, ...]]] = {}
+        for a in actions:
+            if a.topic not in current:
+                out[a.topic] = ActionResult("unknown_topic_or_partition", "the topic does not exist")
+                continue
+            try:
+                targets[a.topic] = change_replication_factor(a.topic, current[a.topic], a.replicas, brokers)
+            except BalanceError as e:
+                out[a.topic] = ActionResult("invalid_replication_factor", str(e))
+        if not targets:
+            return out
+
+        def build(m, version):
+            topics = tuple(m.ReassignableTopic(name=t, partitions=tuple(
+                m.ReassignablePartition(partition_index=i32(p), replicas=tuple(i32(b) for b in r))
+                for p, r in sorted(parts.items()))) for t, parts in sorted(targets.items()))
+            return wire.make_entity(m.AlterPartitionReassignmentsRequest, topics=topics, timeout=_timeout(timeout))
+
+        def results(response):
+            if int(response.error_code) != 0:
+                return [_Named(t, response.error_code, response.error_message) for t in targets]
+            named = []
+            for t in response.responses:
+                failed = [p for p in t.partitions if int(p.error_code) != 0]
+                first = failed[0] if failed else None
+                named.append(_Named(t.name, first.error_code if first else 0, first.error_message if first else None))
+            return named
+
+        out.update(await self._per_topic(ALTER_PARTITION_REASSIGNMENTS, list(targets), build, results, timeout))
+        return out
 
     async def delete_topics(self, names: list[str], timeout: float = 30.0) -> dict[str, ActionResult]:
         """DeleteTopics; a topic that is already gone counts as deleted."""

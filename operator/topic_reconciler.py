@@ -188,11 +188,19 @@ class AlterConfigs:
 
 
 @dataclass(frozen=True)
+class ChangeReplicationFactor:
+    """By partition reassignment: replicas added on the least loaded brokers or removed from the
+    most loaded ones (common/replica_balance.change_replication_factor)."""
+    topic: str
+    replicas: int
+
+
+@dataclass(frozen=True)
 class DeleteTopic:
     topic: str
 
 
-Action = CreateTopic | CreatePartitions | AlterConfigs | DeleteTopic
+Action = CreateTopic | CreatePartitions | AlterConfigs | ChangeReplicationFactor | DeleteTopic
 
 
 @dataclass(frozen=True)
@@ -231,9 +239,7 @@ def plan(spec: TopicSpec, topic: str, live: LiveTopic | None) -> Plan:
                              f"topic {topic!r} has {live.partitions} partitions; Kafka cannot remove partitions "
                              f"({spec.partitions} desired)"))
     if spec.replicas is not None and spec.replicas != live.replicas:
-        refusals.append(("ReplicationFactorChangeNotSupported",
-                         f"topic {topic!r} has replication factor {live.replicas} ({spec.replicas} desired); "
-                         "changing it needs partition reassignment, which the operator does not do yet"))
+        actions.append(ChangeReplicationFactor(topic, spec.replicas))
     to_set, to_delete = config_changes(desired, live.config)
     if to_set or to_delete:
         actions.append(AlterConfigs(topic, to_set, to_delete))
@@ -252,6 +258,8 @@ def applied(live: LiveTopic | None, action: Action, result: "ActionResult") -> L
     if isinstance(action, AlterConfigs):
         config = {k: v for k, v in live.config.items() if k not in action.delete}
         return replace(live, config={**config, **action.set})
+    if isinstance(action, ChangeReplicationFactor):
+        return replace(live, replicas=action.replicas)  # started: the reassignment completes in the cluster
     return live
 
 

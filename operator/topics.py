@@ -30,6 +30,7 @@ from odradek.operator.topic_reconciler import (
     Action,
     ActionResult,
     AlterConfigs,
+    ChangeReplicationFactor,
     Cluster,
     CreatePartitions,
     CreateTopic,
@@ -96,6 +97,7 @@ class ClusterAdmin:
             "create": batcher("create", lambda a: admin.create_topics(a, t), lambda a: a.topic),
             "partitions": batcher("partitions", lambda a: admin.create_partitions(a, t), lambda a: a.topic),
             "configs": batcher("configs", admin.alter_configs, lambda a: a.topic),
+            "replicas": batcher("replicas", admin.change_replication_factors, lambda a: a.topic),
             "delete": batcher("delete", lambda n: admin.delete_topics(n, t), lambda n: n),
         })
 
@@ -105,7 +107,8 @@ class ClusterAdmin:
         await self.admin.close()
 
     async def act(self, action: Action) -> ActionResult:
-        name = {CreateTopic: "create", CreatePartitions: "partitions", AlterConfigs: "configs"}[type(action)]
+        name = {CreateTopic: "create", CreatePartitions: "partitions", AlterConfigs: "configs",
+                ChangeReplicationFactor: "replicas"}[type(action)]
         return await self.batchers[name].submit(action)
 
 

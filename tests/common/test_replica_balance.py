@@ -58,3 +58,17 @@ def test_moves_lists_only_changes():
     changed = moves(current, proposed)
     assert changed and all(proposed["t"][p] == r for (_, p), r in changed.items())
     assert all(tuple(current["t"][p]) != r for (_, p), r in changed.items())
+
+
+def test_replication_factor_changes_keep_the_leader_and_spread():
+    from odradek.common.replica_balance import change_replication_factor
+
+    grown = change_replication_factor("t", {0: (0,), 1: (1,), 2: (2,), 3: (0,)}, 3, range(4))
+    assert all(len(set(r)) == 3 for r in grown.values())
+    assert [r[0] for r in grown.values()] == [0, 1, 2, 0]
+    assert max(replica_counts(grown).values()) - min(replica_counts(grown).values()) <= 1
+    shrunk = change_replication_factor("t", round_robin(6, 3, 3), 2, range(3))
+    assert all(len(r) == 2 and r[0] == round_robin(6, 3, 3)[p][0] for p, r in shrunk.items())
+    assert max(replica_counts(shrunk).values()) == 4
+    with pytest.raises(BalanceError, match="topic t"):
+        change_replication_factor("t", {0: (0,)}, 4, range(3))

@@ -269,14 +269,27 @@ async def test_partition_decrease_is_refused_with_its_condition(env):
     env.start_operator()
     await env.apply(name, {"partitions": 3, "config": {"retention.ms": 60000}})
     await env.ready(name)
-    await env.patch(name, {"spec": {"partitions": 1, "replicas": 2}})
+    await env.patch(name, {"spec": {"partitions": 1}})
     body = await env.reason(name, "PartitionDecreaseNotSupported", generation=2)
     stalled = condition(body, "Stalled")
-    assert stalled["status"] == "True" and "ReplicationFactorChangeNotSupported" not in stalled["reason"]
-    assert "3 partitions" in stalled["message"] and "replication factor 1" in stalled["message"]
+    assert stalled["status"] == "True" and "3 partitions" in stalled["message"]
     assert condition(body, "Reconciling")["status"] == "False"
     assert body["status"]["partitions"] == 3 and body["status"]["observedGeneration"] == 2
     await env.kafka.wait_topic(name, {"partitions": 3, "replicas": 1}, timeout=15)  # nothing removed
+
+
+async def test_replication_factor_change_is_a_reassignment(env):
+    """spec.replicas 1 → 2 → 1: the operator reassigns the partitions (AlterPartitionReassignments,
+    carried out by the controller) and the cluster follows."""
+    name = unique()
+    await env.create_cluster()
+    env.start_operator()
+    await env.apply(name, {"partitions": 2, "replicas": 1})
+    await env.ready(name)
+    await env.patch(name, {"spec": {"replicas": 2}})
+    await env.kafka.wait_topic(name, {"partitions": 2, "replicas": 2}, timeout=30)
+    await env.patch(name, {"spec": {"replicas": 1}})
+    await env.kafka.wait_topic(name, {"partitions": 2, "replicas": 1}, timeout=30)
 
 
 async def test_invalid_config_and_unknown_cluster_are_conditions(env):

@@ -6,6 +6,7 @@ from odradek.operator.topic_models import FINALIZER, MANAGED_ANNOTATION
 from odradek.operator.topic_reconciler import (
     ActionResult,
     AlterConfigs,
+    ChangeReplicationFactor,
     Cluster,
     CreatePartitions,
     CreateTopic,
@@ -145,11 +146,11 @@ def test_plan_of_a_matching_topic_is_empty_values_compared_as_the_broker_reads_t
     assert config_changes({"cleanup.policy": "compact, delete"}, {"cleanup.policy": "compact,delete"}) == ({}, ())
 
 
-def test_plan_refuses_fewer_partitions_and_another_replication_factor_but_applies_the_rest():
+def test_plan_refuses_fewer_partitions_reassigns_for_another_replication_factor_and_applies_the_rest():
     r = resource(spec={"partitions": 2, "replicas": 1, "config": {"retention.ms": 5}})
     p = plan(r.spec, "orders", LiveTopic(4, 3, {}))
-    assert p.actions == (AlterConfigs("orders", {"retention.ms": "5"}, ()),)
-    assert [reason for reason, _ in p.refusals] == ["PartitionDecreaseNotSupported", "ReplicationFactorChangeNotSupported"]
+    assert p.actions == (ChangeReplicationFactor("orders", 1), AlterConfigs("orders", {"retention.ms": "5"}, ()))
+    assert [reason for reason, _ in p.refusals] == ["PartitionDecreaseNotSupported"]
 
 
 def test_unset_partitions_and_replicas_are_not_enforced():

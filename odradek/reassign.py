@@ -1,17 +1,20 @@
 """`odradek reassign`: move partitions between brokers (Kafka's kafka-reassign-partitions.sh).
 
     odradek reassign --bootstrap-server H:P --generate --topics-to-move-json-file F --broker-list 0,1,2
-    odradek reassign --bootstrap-server H:P --execute --reassignment-json-file F
+    odradek reassign --bootstrap-server H:P --execute --reassignment-json-file F [--throttle BYTES_PER_S]
     odradek reassign --bootstrap-server H:P --verify --reassignment-json-file F [--wait SECONDS]
     odradek reassign --bootstrap-server H:P --cancel --reassignment-json-file F
 
 Plans are Kafka's JSON (`{"version":1,"partitions":[{"topic","partition","replicas"}]}`), so
 plans made by Kafka's tool work too. --generate prints the current and a balanced proposed
 assignment (common/replica_balance: few moves); --execute starts the plan
-(AlterPartitionReassignments) and prints the current assignment to roll back to; --verify says
-per partition whether it is complete, shows the bytes moved so far (DescribeLogDirs) and exits 1
-while anything is still moving; with --wait it polls until done, printing partitions done, bytes,
-rate and time left. --cancel cancels the plan's reassignments. Every request is bounded by
+(AlterPartitionReassignments) and prints the current assignment to roll back to; with --throttle
+it first sets, as Kafka's tool does, leader/follower.replication.throttled.rate on the brokers
+involved and the moving partitions' leader/follower.replication.throttled.replicas (the current
+replicas as leaders, the added ones as followers). --verify says per partition whether it is
+complete, shows the bytes moved so far (DescribeLogDirs) and exits 1 while anything is still
+moving; once all is complete it removes those throttles. With --wait it polls until done,
+printing partitions done, bytes, rate and time left. --cancel cancels the plan's reassignments. Every request is bounded by
 --timeout.
 """
 
@@ -32,16 +35,25 @@ from kio.schema.alter_partition_reassignments.v0.request import (
 )
 from kio.schema.describe_log_dirs.v4.request import DescribableLogDirTopic, DescribeLogDirsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from odradek.common.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, balance
 
 Plan = dict[tuple[str, int], tuple[int, ...]]
 POLL_S = 1.0
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+OP_SET, OP_DELETE = 0, 1
+BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+TOPIC_THROTTLES = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
 
 class ToolError(Exception):
@@ -97,6 +109,25 @@ def propose(current: Plan, brokers: list[int]) -> Plan:
     except BalanceError as e:
         raise ToolError(str(e)) from e
     return {(t, p): r for t, parts in proposed.items() for p, r in parts.items()}
+
+
+def throttled_replicas(current: Plan, plan: Plan) -> tuple[dict[str, dict[str, str]], set[int]]:
+    """Kafka's throttle settings for a plan: per topic, the moving partitions' current replicas
+    as leaders and their added replicas as followers (`partition:broker,...`); and the brokers
+    whose rates to set (every replica of a moving partition, before and after)."""
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    brokers: set[int] = set()
+    for (t, p), target in sorted(plan.items()):
+        existing = current.get((t, p), ())
+        if tuple(existing) == tuple(target):
+            continue
+        leaders.setdefault(t, []).extend(f"{p}:{b}" for b in existing)
+        followers.setdefault(t, []).extend(f"{p}:{b}" for b in target if b not in existing)
+        brokers |= set(existing) | set(target)
+    topics = {t: {TOPIC_THROTTLES[0]: ",".join(leaders.get(t, [])), TOPIC_THROTTLES[1]: ",".join(followers.get(t, []))}
+              for t in sorted(set(leaders) | set(followers))}
+    return topics, brokers
 
 
 @dataclass(frozen=True)
@@ -252,6 +283,20 @@ class Cluster:
         return out
 
 
+    async def alter_configs(self, endpoint: tuple[str, int] | None, resource_type: int, name: str,
+                            changes: dict[str, str | None]) -> None:
+        """IncrementalAlterConfigs of one resource (None values are deleted); to `endpoint`, or
+        to a bootstrap server. ToolError on a refusal."""
+        request = IncrementalAlterConfigsRequest(resources=(AlterConfigsResource(
+            resource_type=i8(resource_type), resource_name=name, configs=tuple(
+                AlterableConfig(name=k, config_operation=i8(OP_DELETE if v is None else OP_SET), value=v)
+                for k, v in sorted(changes.items()))),), validate_only=False)
+        response = await (self.send(endpoint, request) if endpoint else self.send_any(request))
+        for r in response.responses:
+            if r.error_code != ErrorCode.none:
+                raise ToolError(f"{name}: {r.error_code.name.upper()}: {r.error_message or ''}")
+
+
 def _timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
@@ -285,14 +330,23 @@ async def generate(cluster: Cluster, topics_file: str, broker_list: str) -> int:
     return 0
 
 
-async def execute(cluster: Cluster, plan_file: str) -> int:
+async def execute(cluster: Cluster, plan_file: str, throttle: int | None = None) -> int:
     plan = parse_plan(_read(plan_file))
-    current, _ = await cluster.assignment(sorted({t for t, _ in plan}))
+    current, endpoints = await cluster.assignment(sorted({t for t, _ in plan}))
     print("Current partition replica assignment")
     print()
     print(format_plan({tp: current[tp] for tp in plan if tp in current}))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
+    if throttle is not None:
+        topics, brokers = throttled_replicas(current, plan)
+        for b in sorted(brokers & set(endpoints)):
+            await cluster.alter_configs(endpoints[b], RESOURCE_BROKER, str(b), dict.fromkeys(BROKER_THROTTLES, str(throttle)))
+        for t, values in topics.items():
+            await cluster.alter_configs(None, RESOURCE_TOPIC, t, dict(values))
+        print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+              "throttle is removed.")
+        print(f"The inter-broker throttle limit was set to {throttle} B/s")
     errors = {tp: e for tp, e in (await cluster.alter(dict(plan))).items() if e is not None}
     started = sorted(tp for tp in plan if tp not in errors)
     if started:
@@ -330,7 +384,24 @@ async def verify(cluster: Cluster, plan_file: str, wait_s: float) -> int:
     for s in statuses:
         print(s.line)
     print(progress_line(done, len(statuses), moved, to_move, None))
-    return 0 if done == len(statuses) else 1
+    if done != len(statuses):
+        return 1
+    await clear_throttles(cluster, sorted({t for t, _ in plan}))
+    return 0
+
+
+async def clear_throttles(cluster: Cluster, topics: list[str]) -> None:
+    """What --throttle set (Kafka's --verify removes it once everything is complete)."""
+    _, endpoints = await cluster.assignment(topics)
+    print(f"Clearing broker-level throttles on brokers {','.join(map(str, sorted(endpoints)))}")
+    for b, endpoint in sorted(endpoints.items()):
+        try:
+            await cluster.alter_configs(endpoint, RESOURCE_BROKER, str(b), dict.fromkeys(BROKER_THROTTLES))
+        except (ConnectionError, TimeoutError, OSError) as e:
+            print(f"broker {b} did not answer ({e!r}); its throttle rates stay", file=sys.stderr)
+    print(f"Clearing topic-level throttles on topics {','.join(topics)}")
+    for t in topics:
+        await cluster.alter_configs(None, RESOURCE_TOPIC, t, dict.fromkeys(TOPIC_THROTTLES))
 
 
 async def cancel(cluster: Cluster, plan_file: str) -> int:
@@ -354,6 +425,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--topics-to-move-json-file")
     parser.add_argument("--broker-list")
     parser.add_argument("--reassignment-json-file")
+    parser.add_argument("--throttle", type=int, help="--execute: replication bytes/s while moving")
     parser.add_argument("--wait", type=float, default=0.0, help="--verify: poll up to this many seconds")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     args = parser.parse_args(argv)
@@ -361,6 +433,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--generate needs --topics-to-move-json-file and --broker-list")
     if not args.generate and not args.reassignment_json_file:
         parser.error("--execute, --verify and --cancel need --reassignment-json-file")
+    if args.throttle is not None and (not args.execute or args.throttle < 1):
+        parser.error("--throttle goes with --execute and is a positive number of bytes per second")
     return args
 
 
@@ -370,7 +444,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.generate:
             return await generate(cluster, args.topics_to_move_json_file, args.broker_list)
         if args.execute:
-            return await execute(cluster, args.reassignment_json_file)
+            return await execute(cluster, args.reassignment_json_file, args.throttle)
         if args.verify:
             return await verify(cluster, args.reassignment_json_file, max(0.0, args.wait))
         return await cancel(cluster, args.reassignment_json_file)

@@ -48,3 +48,16 @@ def test_verify_wording_and_progress():
     assert "rather than [1, 2, 3]" in partition_status(tp, (1, 2, 3), (0, 1), None, {}).line
     assert not partition_status(tp, (1,), None, None, {}).done
     assert progress_line(1, 2, 512, 2048, 512.0) == "1/2 partitions done, 512 B of 2.0 KiB copied, 512 B/s, about 3s left"
+
+
+def test_throttles_name_current_replicas_as_leaders_and_added_ones_as_followers():
+    from odradek.reassign import throttled_replicas
+
+    current = {("t", 0): (0, 1), ("t", 1): (1, 2), ("u", 0): (2,)}
+    plan = {("t", 0): (1, 3), ("t", 1): (1, 2), ("u", 0): (0, 2)}
+    topics, brokers = throttled_replicas(current, plan)
+    assert topics == {
+        "t": {"leader.replication.throttled.replicas": "0:0,0:1", "follower.replication.throttled.replicas": "0:3"},
+        "u": {"leader.replication.throttled.replicas": "0:2", "follower.replication.throttled.replicas": "0:0"},
+    }
+    assert brokers == {0, 1, 2, 3}

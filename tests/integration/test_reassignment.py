@@ -173,6 +173,14 @@ def reassign_cli(cluster, *args, timeout: float = 90.0) -> subprocess.CompletedP
                            *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
+def throttle_configs(cluster, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    client = admin(cluster.bootstrap)  # must outlive the future
+    entries = client.describe_configs([resource])[resource].result(timeout=30)
+    return {k: entries[k].value or "" for k in ("leader.replication.throttled.replicas",
+                                                 "follower.replication.throttled.replicas")}
+
+
 def test_cli_generate_execute_verify_cancel(cluster, kadmin, tmp_path):
     """`odradek reassign` end to end: a generated plan moves a topic onto brokers 1-3 (--verify
     exits 1 while moving, 0 when done); a plan stuck on a hung broker is cancelled."""
@@ -192,13 +200,15 @@ def test_cli_generate_execute_verify_cancel(cluster, kadmin, tmp_path):
         assert all(set(p["replicas"]) <= {1, 2, 3} and len(p["replicas"]) == 2 for p in plan["partitions"])
         plan_file = tmp_path / "plan.json"
         plan_file.write_text(proposed)
-        done = reassign_cli(cluster, "--execute", "--reassignment-json-file", plan_file)
+        done = reassign_cli(cluster, "--execute", "--reassignment-json-file", plan_file, "--throttle", 50_000_000)
         assert done.returncode == 0, done.stderr
         assert "Successfully started partition reassignments for" in done.stdout
         assert json.loads(done.stdout.split("\n\n")[1]) == json.loads(current)  # the rollback plan
+        assert throttle_configs(cluster, topic)["follower.replication.throttled.replicas"]
         done = reassign_cli(cluster, "--verify", "--reassignment-json-file", plan_file, "--wait", 60)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert done.stdout.count("is completed.") == 3
+        assert done.stdout.count("is completed.") == 3 and "Clearing topic-level throttles" in done.stdout
+        assert not any(throttle_configs(cluster, topic).values())  # removed once complete
         producer.wait_acked(300)
     finally:
         producer.stop()

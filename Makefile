@@ -1,6 +1,7 @@
 # `make dev` (set up, then run a local cluster), `make lint` (set up, then ruff, mypy and
 # import-linter), `make test` (set up, then the whole test suite) and `make nemesis` (set up, then
-# randomised fault runs for DURATION, e.g. `make nemesis DURATION=10m`). Set-up works on a fresh
+# randomised fault runs for DURATION, e.g. `make nemesis DURATION=10m`) and `make eos-soak` (set up,
+# then the exactly-once copy at the transactions issue's full size). Set-up works on a fresh
 # Debian bookworm machine as root with python3 + venv.
 
 SHELL := /bin/bash
@@ -14,7 +15,7 @@ DEV_ARGS ?= --brokers 3 --controllers 1 --data-dir ./data --port 9092
 PYTEST_ARGS ?=
 DURATION ?= 30m
 
-.PHONY: setup system-packages dev lint test nemesis
+.PHONY: setup system-packages dev lint test nemesis eos-soak
 
 setup: system-packages $(STAMP)
 
@@ -55,3 +56,15 @@ test: setup
 # DURATION is spent; prints a table of the runs. Namespace and full-disk faults need root.
 nemesis: setup
 	$(BIN)/python tests/nemesis/soak.py --duration $(DURATION)
+
+# Kafka's transactions system test at full size, once per bounce form: 100,000 records copied by a
+# consume-transform-produce loop that is SIGKILLed 8 times while brokers (the transaction
+# coordinator and partition leaders) are bounced 8 times, hard (SIGKILL) then clean (SIGTERM).
+# `make test` runs the same test with 10,000 records and 4 + 4 mixed failures.
+EOS_RECORDS ?= 100000
+EOS_FAILURES ?= 8
+eos-soak: setup
+	for bounce in hard clean; do \
+		ODRADEK_EOS_RECORDS=$(EOS_RECORDS) ODRADEK_EOS_FAILURES=$(EOS_FAILURES) ODRADEK_EOS_BOUNCE=$$bounce \
+		$(BIN)/pytest tests/integration/test_transactions_eos.py -k copier -s -q -p no:warnings $(PYTEST_ARGS) || exit 1; \
+	done

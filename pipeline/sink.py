@@ -24,6 +24,7 @@ import uuid
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from . import progress
 from .options import AT_LEAST_ONCE, EXACTLY_ONCE, WriteOptions
 from .transactions import transactions_supported
 
@@ -155,8 +156,17 @@ def write_at_least_once(options: WriteOptions, batches, partition: int) -> Write
     return WriteResult(partition, rows)
 
 
-def transactional_id(query: str, partition: int) -> str:
-    return f"spark-odradek-{query}-{partition}"
+def _committed_offsets(options: WriteOptions, group: str) -> list[int]:
+    """Every offset the group has committed, on whatever partitions (KIP-447's stable offsets)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    conf = {k: v for k, v in options.kafka_params.items() if k.startswith(CONNECTION_KEYS)}
+    admin = AdminClient(conf)
+    futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], require_stable=True,
+                                                request_timeout=TRANSACTION_TIMEOUT)
+    result = futures[group].result(TRANSACTION_TIMEOUT)
+    return [tp.offset for tp in result.topic_partitions or [] if tp.error is None]
 
 
 def write_exactly_once(options: WriteOptions, batches, query: str, batch_id: int, partition: int) -> WriteResult:
@@ -169,25 +179,26 @@ def write_exactly_once(options: WriteOptions, batches, query: str, batch_id: int
     if first is None:
         return WriteResult(partition, 0)
     marker_topic = options.topic or _Rows(first, None).topics[0]
-    txn_id = transactional_id(query, partition)
+    txn_id = progress.transactional_id(query, partition)
     errors = _Errors()
     conf = options.producer_config()
     conf.update({"transactional.id": txn_id, "enable.idempotence": True, "on_delivery": errors})
     producer = Producer(conf)
-    producer.init_transactions(TRANSACTION_TIMEOUT)  # fences earlier attempts, ends their transaction
+    # fences every earlier attempt of this task and completes or aborts its transaction, so the
+    # marker read next is final
+    producer.init_transactions(TRANSACTION_TIMEOUT)
+    if progress.already_written(_committed_offsets(options, txn_id), batch_id):
+        log.warning("%s: batch %d was written by an earlier attempt; writing nothing", txn_id, batch_id)
+        return WriteResult(partition, 0, skipped=True)
     consumer_conf = {k: v for k, v in options.kafka_params.items() if k.startswith(CONNECTION_KEYS)}
-    consumer_conf.update({"group.id": txn_id, "enable.auto.commit": False, "isolation.level": "read_committed"})
-    consumer = Consumer(consumer_conf)
+    consumer_conf.update({"group.id": txn_id, "enable.auto.commit": False})
+    consumer = Consumer(consumer_conf)  # only for its group metadata: it joins nothing
     try:
-        marker = consumer.committed([TopicPartition(marker_topic, 0)], timeout=TRANSACTION_TIMEOUT)[0]
-        if marker.offset >= batch_id + 1:
-            log.info("%s: batch %d already written (marker %d); writing nothing", txn_id, batch_id, marker.offset)
-            return WriteResult(partition, 0, skipped=True)
         producer.begin_transaction()
         try:
             rows = _produce_all(producer, _chain(first, batches), options.topic)
             producer.send_offsets_to_transaction(
-                [TopicPartition(marker_topic, 0, batch_id + 1, metadata=f"{query} batch {batch_id}")],
+                [TopicPartition(marker_topic, 0, progress.marker_offset(batch_id), metadata=f"{query} batch {batch_id}")],
                 consumer.consumer_group_metadata(), TRANSACTION_TIMEOUT)
             producer.commit_transaction(TRANSACTION_TIMEOUT)
         except BaseException:

@@ -1,8 +1,10 @@
 """A PySpark driver for the tests: the session every test uses, and, run as a script, a streaming
-query from a topic to a Parquet table with a checkpoint, so a test can stop it, SIGKILL it, and
-start it again in a new process.
+query from a topic to a Parquet table (or, with --sink-topic, to another topic through the
+exactly-once sink) with a checkpoint, so a test can stop it, SIGKILL it, and start it again in a new
+process.
 
-    python spark_driver.py BOOTSTRAP TOPIC CHECKPOINT OUTPUT [--max-per-trigger N] [--available-now]
+    python spark_driver.py BOOTSTRAP TOPIC CHECKPOINT OUTPUT --stop-file F [--max-per-trigger N]
+        [--slow-seconds S [--stagger]] [--sink-topic T]
 """
 
 import argparse
@@ -54,12 +56,16 @@ def _args(argv):
     p.add_argument("--stop-file", required=True, help="the query stops gracefully once this file exists")
     p.add_argument("--max-per-trigger", type=int, default=None)
     p.add_argument("--slow-seconds", type=float, default=0.0, help="sleep per Arrow batch: makes batches last")
+    p.add_argument("--stagger", action="store_true",
+                   help="task partition p sleeps (p + 1) times as long: its tasks end one after another")
+    p.add_argument("--sink-topic", help="copy to this topic (exactly-once, partition kept) instead of Parquet")
     p.add_argument("--max-runtime", type=float, default=600.0)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    """topic → Parquet table (Spark's file sink: exactly-once through its _spark_metadata log)."""
+    """topic → Parquet table (Spark's file sink: exactly-once through its _spark_metadata log), or
+    topic → topic (the odradek sink: exactly-once through Kafka transactions)."""
     import time
 
     args = _args(argv)
@@ -72,18 +78,24 @@ def main(argv=None) -> int:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_per_trigger))
     df = reader.load().selectExpr("partition", "offset", "key", "value", "timestamp")
     if args.slow_seconds:
-        slow = args.slow_seconds
+        slow, stagger = args.slow_seconds, args.stagger
 
         def delay(batches):
+            from pyspark import TaskContext
+
+            pause = slow * (TaskContext.get().partitionId() + 1 if stagger else 1)
             for b in batches:
-                time.sleep(slow)
+                time.sleep(pause)
                 yield b
 
         df = df.mapInArrow(delay, df.schema)
-    writer = (df.writeStream.format("parquet")
-              .option("path", args.output)
-              .option("checkpointLocation", args.checkpoint)
-              .trigger(processingTime="200 milliseconds"))
+    if args.sink_topic:
+        writer = (df.select("key", "value", "partition").writeStream.format("odradek")
+                  .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.sink_topic)
+                  .option("deliveryGuarantee", "exactly-once"))
+    else:
+        writer = df.writeStream.format("parquet").option("path", args.output)
+    writer = writer.option("checkpointLocation", args.checkpoint).trigger(processingTime="200 milliseconds")
     deadline = time.monotonic() + args.max_runtime
     query = writer.start()
     for attempt in range(1, START_ATTEMPTS + 1):

@@ -77,7 +77,7 @@ class Driver:
         argv = [sys.executable, str(DRIVER), bootstrap, topic, str(tmp / "checkpoint"), str(tmp / "output"),
                 "--stop-file", str(self.stop_file)]
         for k, v in flags.items():
-            argv += [f"--{k.replace('_', '-')}", str(v)]
+            argv += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                      cwd=str(tmp))
 
@@ -176,6 +176,96 @@ def test_restart_sigkill_and_leader_failover_lose_and_repeat_nothing(spark, clus
     assert got == want
     by_position = {(r["partition"], r["offset"]): bytes(r["value"]) for r in rows}
     assert all(by_position[(d.partition, d.offset)] == rec.value for rec, d in zip(records, delivered))
+
+
+def _query_id(checkpoint: Path) -> str | None:
+    try:
+        return json.loads((checkpoint / "metadata").read_text())["id"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _markers(client, query: str, tasks: int) -> dict[int, int]:
+    """Each write task's newest committed batch, from its marker group (odradek.pipeline.progress)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    from odradek.pipeline.progress import last_written_batch, transactional_id
+
+    out = {}
+    for t in range(tasks):
+        group = transactional_id(query, t)
+        try:
+            result = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+        except Exception:  # the group coordinator loading or moving: no answer yet
+            continue
+        batch = last_written_batch(tp.offset for tp in result.topic_partitions or [])
+        if batch is not None:
+            out[t] = batch
+    return out
+
+
+def test_exactly_once_copy_killed_mid_batch_writes_each_record_once(spark, shared_cluster, tmp_path):
+    """topic → topic through the exactly-once sink, the driver SIGKILLed after some of a batch's
+    tasks committed their transactions and before the batch was done; more records arrive and a new
+    driver process continues: Spark runs the batch again, those tasks find their marker and write
+    nothing, the others write in new transactions (the killed attempts' are aborted), and
+    read_committed sees every input record once, in order per partition."""
+    from .test_transactions import read_all
+
+    bootstrap = shared_cluster.bootstrap
+    source, sink = (f"spark-eos-{x}-{uuid.uuid4().hex[:6]}" for x in ("in", "out"))
+    create_topic(bootstrap, source, 3)
+    create_topic(bootstrap, sink, 3)
+    checkpoint = tmp_path / "checkpoint"
+    delivered, records = [], []
+    client = admin(bootstrap)
+
+    def produce(n, tag):
+        batch = make_records(n, tag)
+        delivered.extend(confluent_produce(bootstrap, source, batch))
+        records.extend(batch)
+
+    def kill_after_a_task_committed(name: str, after_batch: int) -> int:
+        """Start a driver; SIGKILL it once a batch > after_batch has a task's marker but is not
+        done. Returns that batch."""
+        d = Driver(tmp_path, bootstrap, source, name, max_per_trigger=150, slow_seconds=0.4, stagger=True,
+                   sink_topic=sink)
+        try:
+            def torn():
+                query, planned, done = _query_id(checkpoint), _batches(checkpoint, "offsets"), _batches(checkpoint, "commits")
+                if query is None or not planned or planned[-1] <= after_batch or planned[-1] in done:
+                    return None
+                written = _markers(client, query, 3)
+                return planned[-1] if planned[-1] in written.values() else None
+
+            batch = _wait(torn, f"driver {name}: a batch with a committed task, not done", DRIVER_START_TIMEOUT,
+                          d.proc, interval=0.05)
+            os.killpg(d.proc.pid, signal.SIGKILL)
+            d.proc.wait(30)
+        finally:
+            d.kill()
+        assert batch not in _batches(checkpoint, "commits")
+        return batch
+
+    produce(600, "first")
+    kill_after_a_task_committed("a", -1)
+    produce(600, "second")
+    b = Driver(tmp_path, bootstrap, source, "b", max_per_trigger=300, sink_topic=sink)
+    try:
+        _wait(lambda: _reached(checkpoint, _end_offsets(delivered, source)), "driver b caught up",
+              DRIVER_START_TIMEOUT, b.proc)
+        assert b.stop() == 0, (tmp_path / "driver-b.log").read_text()[-3000:]
+    finally:
+        b.kill()
+
+    committed = read_all(bootstrap, sink, 3, "read_committed")
+    by_partition: dict[int, list[tuple[int, bytes]]] = {}
+    for rec, d in zip(records, delivered):
+        by_partition.setdefault(d.partition, []).append((d.offset, rec.value))
+    for p in range(3):
+        assert committed[p] == [v for _, v in sorted(by_partition[p])], f"partition {p}"
+    log = (tmp_path / "driver-b.log").read_text(errors="replace")
+    assert "was written by an earlier attempt; writing nothing" in log  # the re-run skipped a task
 
 
 # --- in-process queries (memory sink) -------------------------------------------------------------

@@ -76,7 +76,7 @@ def copied(bootstrap, group, topic, ends) -> bool:
 def bounce_plan(mode: str, n: int) -> list[tuple[str, str]]:
     """(how, whom) per bounce: hard (SIGKILL) or clean (SIGTERM), of the transaction coordinator
     and of an output partition's leader in turn; mixed runs hard/clean as 1, 0, 0, 1, ..."""
-    return [("hard" if mode == "hard" or mode == "mixed" and i % 4 in (0, 3) else "clean",
+    return [("hard" if mode == "hard" or (mode == "mixed" and i % 4 in (0, 3)) else "clean",
              "coordinator" if i % 2 == 0 else "leader") for i in range(n)]
 
 

@@ -161,12 +161,13 @@ def cleaner_lines(log_path: Path) -> list[str]:
         return []
 
 
-def latency_case(work: Path, megabytes: int, rate: float, seconds: float) -> None:
+def latency_case(work: Path, megabytes: int, rate: float, seconds: float, io_rate: float | None) -> None:
     from odradek.dev.cluster import LocalCluster
     from odradek.dev.zookeeper import free_ports
 
     cluster = LocalCluster(work / "cluster", brokers=1, controllers=1, broker_ports=free_ports(1),
-                           broker_overrides={"log.cleaner.backoff.ms": "500"})
+                           broker_overrides={"log.cleaner.backoff.ms": "500", **(
+                               {"log.cleaner.io.max.bytes.per.second": str(io_rate)} if io_rate else {})})
     cluster.start()
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     try:
@@ -286,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--cleaner-io", type=float, default=None,
+                        help="log.cleaner.io.max.bytes.per.second of the latency case's broker (default: unlimited)")
     parser.add_argument("--commits", type=int, default=0, help="also run the offset-commit case (e.g. 1000000)")
     parser.add_argument("--offsets-segment-bytes", type=int, default=1 << 20)
     args = parser.parse_args(argv)
@@ -293,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         throughput(work, args.keys, args.versions)
         if not args.skip_latency:
-            latency_case(work, args.latency_mb, args.rate, args.seconds)
+            latency_case(work, args.latency_mb, args.rate, args.seconds, args.cleaner_io)
         if args.commits:
             commits_case(work, args.commits, args.offsets_segment_bytes)
     finally:

@@ -755,35 +755,88 @@ class Log:
         """Swap the cleaned `<base>.*.cleaned` files in for the segments `old_bases` (crash-safe:
         segment_swap). Refused (False, the cleaned files removed) when those segments are no
         longer exactly what was cleaned: retention, a truncation or DeleteRecords got there first."""
+        if self._swap_range(base, old_bases, old_sizes, end) is None:
+            self.discard_cleaned(base)
+            return False
+        try:
+            swap_end = self._decide_swap(self.dir, base, end)
+        except OSError as exc:
+            raise self.storage_error(exc, "segment swap") from exc
+        self._finish_swap(base, old_bases, old_sizes, end)
+        try:
+            self._forget_swap(self.dir, swap_end)
+        except OSError as exc:
+            raise self.storage_error(exc, "segment swap") from exc
+        return True
+
+    async def replace_segments_async(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> bool:
+        """`replace_segments` with its fsyncs in a worker thread: on a disk busy writing back, each
+        costs tens of milliseconds the event loop would not serve requests."""
+        if self._swap_range(base, old_bases, old_sizes, end) is None:
+            self.discard_cleaned(base)
+            return False
+        try:
+            swap_end = await asyncio.to_thread(self._decide_swap, self.dir, base, end)
+        except OSError as exc:
+            raise self.storage_error(exc, "segment swap") from exc
+        if self._swap_range(base, old_bases, old_sizes, end) is None:  # changed meanwhile: undo, durably
+            if self.closed:  # deleted or offline: load completes the swap of the unchanged segments, if ever
+                return False
+            try:
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                    (self.dir / (file_name(base, suffix) + SWAP_SUFFIX)).unlink(missing_ok=True)
+                fsync_dir(self.dir)
+                swap_end.unlink(missing_ok=True)
+            except OSError as exc:
+                raise self.storage_error(exc, "segment swap") from exc
+            return False
+        self._finish_swap(base, old_bases, old_sizes, end)
+        try:
+            await asyncio.to_thread(self._forget_swap, self.dir, swap_end)
+        except OSError as exc:
+            raise self.storage_error(exc, "segment swap") from exc
+        return True
+
+    def _swap_range(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> tuple[int, int] | None:
+        """The index range of the segments a swap replaces, None when they are not exactly the
+        ones cleaned (or the log is closed)."""
         i = bisect.bisect_left(self._bases, base)
         j = i + len(old_bases)
-        current = self.segments[i:j]
         unchanged = (
             not self.closed
             and j < len(self.segments)  # never the active segment
             and self._bases[i:j] == old_bases
-            and [seg.size for seg in current] == old_sizes
+            and [seg.size for seg in self.segments[i:j]] == old_sizes
             and self._bases[j] == end
         )
-        if not unchanged:
-            self.discard_cleaned(base)
-            return False
+        return (i, j) if unchanged else None
+
+    @staticmethod
+    def _decide_swap(directory: Path, base: int, end: int) -> Path:
+        """Steps 1-2 of segment_swap: from here on a crash completes the swap."""
+        swap_end = write_swap_end(directory, base, end)
+        rename_suffix(directory, base, CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_dir(directory)
+        return swap_end
+
+    def _finish_swap(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> None:
+        """Steps 3-4 (renames only) and the swap in memory."""
+        i, j = self._swap_range(base, old_bases, old_sizes, end) or (0, 0)
         try:
-            swap_end = write_swap_end(self.dir, base, end)
-            rename_suffix(self.dir, base, CLEANED_SUFFIX, SWAP_SUFFIX)
-            fsync_dir(self.dir)
-            for seg in current:
+            for seg in self.segments[i:j]:
                 self._schedule_delete(seg)
             rename_suffix(self.dir, base, SWAP_SUFFIX, "", log_first=True)
-            fsync_dir(self.dir)
-            swap_end.unlink()
             cleaned = self._new_segment(base)
             cleaned.load(is_active=False)
         except OSError as exc:
             raise self.storage_error(exc, "segment swap") from exc
         self.segments[i:j] = [cleaned]
         self._bases[i:j] = [base]
-        return True
+
+    @staticmethod
+    def _forget_swap(directory: Path, swap_end: Path) -> None:
+        fsync_dir(directory)
+        swap_end.unlink()
 
     # --- truncation -----------------------------------------------------------------------
 

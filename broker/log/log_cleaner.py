@@ -93,6 +93,18 @@ def apply_result(partition_log: Log, result: CleanResult, truncations: int) -> b
     return swapped
 
 
+async def apply_result_async(partition_log: Log, result: CleanResult, truncations: int) -> bool:
+    """`apply_result` with the swaps' fsyncs off the event loop."""
+    swapped = True
+    for group in result.groups:
+        if swapped:
+            swapped = partition_log.truncation_count == truncations and await partition_log.replace_segments_async(
+                group.base_offset, group.old_bases, group.old_sizes, group.end_offset)
+        if not swapped:
+            partition_log.discard_cleaned(group.base_offset)
+    return swapped
+
+
 def clean_now(partition_log: Log, checkpoint: int | None = None, now: int | None = None,
               cleaner: CleanerConfig = CleanerConfig()) -> CleanResult | None:
     """One cleaning in this process, whatever the dirty ratio (tests, tools); None when there is
@@ -226,7 +238,7 @@ class LogCleaner:
         result = await self._run_worker(log_dir, partition_log, task)
         if result is None or partition_log.closed:
             return False
-        if not apply_result(partition_log, result, truncations):
+        if not await apply_result_async(partition_log, result, truncations):
             log.info("%r changed while it was cleaned; the cleaning was thrown away", partition_log)
             return False
         key = (partition_log.topic, partition_log.partition)

@@ -12,6 +12,10 @@ forwards them to the controller).
 - Scale-up (all brokers of the desired count registered): unless automatic rebalancing is off,
   topics whose replicas are unevenly spread are balanced over every broker (few moves: only a
   broker's excess replicas move; preferred leaders spread by reordering).
+- Once the replicas are spread and every partition is fully in sync, a preferred leader
+  election (ElectLeaders) moves leadership to each partition's first replica, so that leaders are
+  spread too (Kafka's kafka-leader-election after kafka-reassign-partitions); partitions already
+  led by their preferred replica are left alone.
 - While any reassignment is in progress nothing new is started (one step at a time, as a
   reassignment tool would).
 """
@@ -28,10 +32,11 @@ from kio.schema.alter_partition_reassignments.v0.request import (
     ReassignablePartition,
     ReassignableTopic,
 )
+from kio.schema.elect_leaders.v2.request import ElectLeadersRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from odradek.common.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, balance, balance_topic
@@ -52,6 +57,8 @@ class MovementStep:
     blocked: str | None = None
     """Why a drain cannot be done (names the topic): nothing is removed."""
     draining: int | None = None
+    elect_preferred: bool = False
+    """Replicas are where they belong and all in sync: move leaders to their preferred replicas."""
 
 
 def _by_topic(view: ClusterView) -> dict[str, dict[int, tuple[int, ...]]]:
@@ -96,7 +103,7 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
     targets = {(t, p): r for t, parts in spread.items() for p, r in parts.items()
                if set(r) != set(topics[t][p])}
     if not targets:
-        return MovementStep()
+        return MovementStep(elect_preferred=not view.under_replicated)
     return MovementStep(targets, f"rebalancing: moving {len(targets)} partitions onto brokers 0-{current - 1}")
 
 
@@ -140,6 +147,17 @@ async def start_reassignments(bootstrap: list[tuple[str, int]], targets: Targets
             for t in response.responses for p in t.partitions if p.error_code != ErrorCode.none}
 
 
+async def elect_preferred_leaders(bootstrap: list[tuple[str, int]], timeout: float = 10.0) -> int:
+    """ElectLeaders (preferred, every partition); how many partitions changed leader."""
+    response = await _send_any(bootstrap, ElectLeadersRequest(
+        election_type=i8(0), topic_partitions=None,
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout))), timeout)
+    if response.error_code != ErrorCode.none:
+        raise ConnectionError(f"ElectLeaders: {response.error_code.name}")
+    return sum(1 for t in response.replica_election_results for p in t.partition_result
+               if p.error_code == ErrorCode.none)
+
+
 async def move_data(bootstrap: list[tuple[str, int]], view: ClusterView, current: int, desired: int,
                     auto_rebalance: bool = True, timeout: float = 10.0) -> MovementStep:
     """One pass: decide from the cluster's word, start what is decided, report."""
@@ -149,4 +167,8 @@ async def move_data(bootstrap: list[tuple[str, int]], view: ClusterView, current
         for tp, error in sorted(refused.items()):
             log.warning("reassignment of %s-%d to %s refused: %s", *tp, list(step.targets[tp]), error)
         log.info("%s", step.waiting)
+    elif step.elect_preferred:
+        moved = await elect_preferred_leaders(bootstrap, timeout)
+        if moved:
+            log.info("preferred leader election: %d partitions changed leader", moved)
     return step

@@ -15,7 +15,14 @@ from kafka.admin import NewTopic
 from odradek.operator.data_movement import move_data
 from odradek.operator.rolling import reconcile_brokers
 
-from .kafka_helpers import ContinuousProducer, admin, partition_views, verify_acknowledged, wait_isr_full
+from .kafka_helpers import (
+    ContinuousProducer,
+    admin,
+    partition_views,
+    verify_acknowledged,
+    wait_for_partitions,
+    wait_isr_full,
+)
 from .test_operator_roll import BROKER_OVERRIDES, LocalBrokerOrchestrator, registered
 
 STEP_INTERVAL = 0.5
@@ -65,6 +72,12 @@ def test_scale_up_spreads_then_drain_blocked_then_scale_down_under_load(cluster_
             assert registered(cluster) == {0, 1, 2, 3, 4}
             counts = replicas_per_broker(cluster.bootstrap, topic)
             assert set(counts) == {0, 1, 2, 3, 4} and max(counts.values()) <= ceil(12 / 5) + 1, counts
+            # and leaders spread by the preferred leader election that follows
+            wait_for_partitions(cluster.bootstrap, topic,
+                                lambda v: (all(x.leader == x.replicas[0] for x in v.values())
+                                           and max(Counter(x.leader for x in v.values()).values()) <= ceil(6 / 5)
+                                           and {x.leader for x in v.values()} & {3, 4}),
+                                "preferred leaders, spread onto the new brokers too", 30)
             producer.wait_acked(300)
 
             # a topic with replication factor 5 blocks the drain, and nothing is removed

@@ -55,5 +55,7 @@ def test_scale_up_spreads_once_all_brokers_registered():
     a = apply(a, step.targets)
     counts = Counter(b for r in a["t"].values() for b in r)
     assert max(counts.values()) <= ceil(30 / 5) and set(counts) == set(range(5))
-    assert not plan_movement(view(a), 5, 5, []).targets  # balanced: nothing more
+    assert plan_movement(view(a), 5, 5, []) == MovementStep(elect_preferred=True)  # balanced: leaders next
+    lagging = ClusterView(frozenset(range(5)), (PartitionView("t", 0, (0, 1, 2), (0, 1)),))
+    assert plan_movement(lagging, 5, 5, []) == MovementStep()  # not while a replica is out of sync
     assert not plan_movement(view({"t": rr(10, 3, 3)}), 5, 5, [], auto_rebalance=False).targets

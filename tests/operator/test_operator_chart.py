@@ -82,6 +82,9 @@ def test_cluster_values_become_the_kafkacluster(helm):
     assert kc["spec"]["controller"]["replicas"] == 3
     assert kc["spec"]["zookeeper"] == {"connect": "zk:2181/odradek"}
     assert kc["spec"]["brokers"]["config"] == {"num.partitions": 6}
+    assert kc["spec"]["brokers"]["autoRebalance"] is True
+    off = next(d for d in render(helm, "cluster.enabled=true", "cluster.autoRebalance=false") if d["kind"] == "KafkaCluster")
+    assert off["spec"]["brokers"]["autoRebalance"] is False
     roles = {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")}
     assert roles == {"ClusterRole", "ClusterRoleBinding"}
 

@@ -33,8 +33,8 @@ system-packages:
 	fi
 
 # The virtualenv and the project (editable, with the test and spark extras); redone when pyproject
-# changes.
-$(STAMP): pyproject.toml
+# or a C extension's source changes (an editable install does not rebuild them by itself).
+$(STAMP): pyproject.toml $(wildcard setup.py) $(wildcard broker/log/*.c)
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[test,spark]'
 	touch $(STAMP)

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from odradek.common.config import BrokerConfig
 from odradek.common.zk_data import TopicAssignment, encode_topic_assignment
 
-from .group.group_metadata_manager import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
+from .group.offsets_topic import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache
 from .zk_client import AssignmentChangedError, BrokerZkClient, TopicExistsError, new_base64_uuid

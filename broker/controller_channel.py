@@ -14,7 +14,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ v5+ log_start_offset, aborted_transactions (nullable), v11+ preferred_read_repli
 v12 is flexible (compact lengths, a tagged-field section after every struct).
 """
 
-from odradek.broker.network.encoding import BodyWriter
+from odradek.common.network.encoding import BodyWriter
 
 MIN_VERSION = 4
 MAX_VERSION = 12

@@ -24,14 +24,14 @@ from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
 from odradek.broker.group.group_apis import CLIENT_HOST, JOIN_GROUP
-from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
-from odradek.broker.network.encoding import frame, response_header
-from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
 from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
 from odradek.common import wire
+from odradek.common.clock import now_ms
+from odradek.common.network.encoding import Body, frame, response_header
+from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +52,6 @@ DATA_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+ carry replica_id (followers truncating)
     DELETE_RECORDS: (0, 2),
 }
-
-
-class Body:
-    """A response body already encoded by hand: chunks (bytes and file regions) and their size."""
-
-    __slots__ = ("chunks", "size")
-
-    def __init__(self, chunks: list, size: int):
-        self.chunks = chunks
-        self.size = size
 
 
 # --- the generic error response -------------------------------------------------------------------

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from odradek.common import wire
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
+from odradek.common.network.encoding import Body, uvarint
 
 from . import config_helper as ch
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, PartitionsSpec, TopicSpec, topic_name_error
@@ -28,7 +29,6 @@ from .config_apis import ConfigApis
 from .dynamic_config import DynamicBrokerConfig
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError, broker_endpoint
-from .network.encoding import uvarint
 from .zk_client import BrokerZkClient, base64_to_uuid
 
 log = logging.getLogger(__name__)
@@ -86,10 +86,8 @@ def encode_metadata_response(
     return chunks
 
 
-def _body(chunks: list[bytes]):
+def _body(chunks: list[bytes]) -> Body:
     """broker-data's pre-encoded response body (KafkaApis frames it as is)."""
-    from .kafka_apis import Body  # imported here: kafka_apis is the dispatcher above us
-
     return Body(chunks, sum(len(c) for c in chunks))
 
 

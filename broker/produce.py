@@ -12,7 +12,7 @@ just enough of it to answer every partition with UNSUPPORTED_VERSION.
 
 import struct
 
-from odradek.broker.network.encoding import BodyWriter
+from odradek.common.network.encoding import BodyWriter
 
 MIN_VERSION = 0
 """Advertised (see above)."""

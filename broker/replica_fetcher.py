@@ -39,7 +39,7 @@ from odradek.broker.replica_fetch_codec import (
     encode_fetch_request,
 )
 from odradek.broker.replication_quota import is_throttled
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class ReplicaFetcher:
         """The local Partition if we still follow it on this source at the state's epoch."""
         if self.partitions.get(key) is not state:
             return None
-        p = self.replica_manager.partitions.get(key)
+        p = self.replica_manager.get_partition(key)
         if p is None or p.is_leader or p.leader_id != self.source_id or p.leader_epoch != state.leader_epoch:
             return None
         return p
@@ -191,7 +191,7 @@ class ReplicaFetcher:
     async def truncate(self, pending: dict) -> None:
         by_topic: dict[str, list] = {}
         for (topic, index), s in pending.items():
-            p = self.replica_manager.partitions.get((topic, index))
+            p = self.replica_manager.get_partition((topic, index))
             if p is None:
                 continue
             by_topic.setdefault(topic, []).append(OffsetForLeaderPartition(
@@ -238,7 +238,7 @@ class ReplicaFetcher:
         quota = self.replica_manager.follower_quota
         exceeded = quota is not None and quota.is_exceeded()
         for key, s in ready.items():
-            p = self.replica_manager.partitions.get(key)
+            p = self.replica_manager.get_partition(key)
             if exceeded and p is not None and self._throttled(p):
                 # a moving replica waits (replication_quota), backing off as Kafka's fetcher does
                 s.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
@@ -302,7 +302,7 @@ class ReplicaFetcher:
         for r in response.partitions:
             key = (r.topic, r.partition)
             state = ready.get(key)
-            p = None if state is None else self.replica_manager.partitions.get(key)
+            p = None if state is None else self.replica_manager.get_partition(key)
             if p is not None and still_ours(p, state):
                 answered.append((p, state, r))
         starting = await self._checkpoint_new_epochs(answered)
@@ -310,7 +310,7 @@ class ReplicaFetcher:
         for p, state, r in answered:
             if not starting or still_ours(p, state):
                 self._process(p, state, r, now)
-            elif p.key in starting and self.replica_manager.partitions.get(p.key) is p:
+            elif p.key in starting and self.replica_manager.get_partition(p.key) is p:
                 # not appended after all: its new epoch entries go (a rare synchronous write)
                 p.log.leader_epoch_cache.truncate_from_end(p.log.log_end_offset)
 

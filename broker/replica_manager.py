@@ -10,6 +10,7 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -17,13 +18,14 @@ from kio.schema.errors import ErrorCode
 from odradek.broker.admin_manager import INTERNAL_TOPICS
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
-from odradek.broker.log.clock import now_ms
 from odradek.broker.log.errors import KafkaStorageError, LogError
 from odradek.broker.log.leader_epoch import write_in_worker
+from odradek.broker.log.log import Log
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.broker.replication_quota import ReplicationQuota, is_throttled
+from odradek.common.clock import now_ms
 from odradek.common.messages import (
     LeaderAndIsrPartitionError,
     LeaderAndIsrRequest,
@@ -120,7 +122,7 @@ class DelayedProduce(DelayedOperation):
         for key, result in self.results.items():
             if not result.pending:
                 continue
-            partition = self.manager.partitions.get(key)
+            partition = self.manager.get_partition(key)
             if partition is not None and partition.is_leader and partition.fenced:
                 # appended, possibly replicated, not committed: possibly persisted, not refused
                 result.error = ErrorCode.request_timed_out
@@ -164,7 +166,7 @@ class DelayedFetch(DelayedOperation):
         # Checked on every append to any watched partition: a fetch session's idle partitions make
         # `infos` long, so the loop inlines leader_partition's checks.
         accumulated = 0
-        partitions = self.manager.partitions
+        partitions = self.manager._partitions
         follower = self.replica_id >= 0
         debugging = self.replica_id == DEBUGGING_REPLICA_ID
         for info in self.infos:
@@ -203,7 +205,7 @@ class DelayedDeleteRecords(DelayedOperation):
         for key, result in self.results.items():
             if not result.pending:
                 continue
-            partition = self.manager.partitions.get(key)
+            partition = self.manager.get_partition(key)
             if partition is None or not partition.is_leader or partition.fenced:
                 result.error, result.pending = ErrorCode.not_leader_or_follower, False
                 continue
@@ -252,7 +254,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
         self.zk = zk
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}
         self.controller_epoch = 0
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
@@ -291,9 +293,9 @@ class ReplicaManager:
         if fenced == self.fenced:
             return
         self.fenced = fenced
-        for p in self.partitions.values():
+        for p in self._partitions.values():
             p.fenced = fenced
-        for key in list(self.partitions):
+        for key in list(self._partitions):
             self.complete_delayed_requests(key)
 
     def _on_log_dir_failure(self, log_dir, keys) -> None:
@@ -319,7 +321,7 @@ class ReplicaManager:
         async with self._state_change_lock:
             self.remove_fetchers(keys)
             for key in keys:
-                self.partitions.pop(key, None)
+                self._partitions.pop(key, None)
                 self.offline_partitions.add(key)
                 self.complete_delayed_requests(key)
             log.error("%d partitions offline with log directory %s: %s", len(keys), log_dir,
@@ -329,6 +331,20 @@ class ReplicaManager:
                 listener(log_dir, keys)
             except Exception:
                 log.exception("log dir failure listener failed")
+
+    # --- the hosted partitions -------------------------------------------------------------------
+
+    def get_partition(self, key: tuple[str, int]) -> Partition | None:
+        """The partition hosted here (leader or follower), or None (Kafka's getPartition)."""
+        return self._partitions.get(key)
+
+    def all_partitions(self) -> Iterable[Partition]:
+        """Every partition hosted here (a live view: do not change the replica state meanwhile)."""
+        return self._partitions.values()
+
+    def local_log(self, key: tuple[str, int]) -> Log:
+        """The log of a partition hosted here; KeyError if it is not (Kafka's localLogOrException)."""
+        return self._partitions[key].log
 
     # --- high watermark checkpoints -------------------------------------------------------------
 
@@ -400,7 +416,7 @@ class ReplicaManager:
     ) -> tuple[Partition | None, ErrorCode]:
         """The hosted partition a request may use, or why not: not hosted, not the leader (debugging
         tools may read a follower), or the request's leader epoch fenced (-1: not checked)."""
-        p = self.partitions.get((topic, partition))
+        p = self._partitions.get((topic, partition))
         if p is None:
             return None, self._unknown_partition_error(topic, partition)
         if (not p.is_leader or p.fenced) and replica_id != DEBUGGING_REPLICA_ID:
@@ -454,7 +470,7 @@ class ReplicaManager:
                     if (topic, index) in self.offline_partitions:
                         answer(topic, index, ErrorCode.kafka_storage_error)  # its log dir failed
                         continue
-                    partition = self.partitions.get((topic, index))
+                    partition = self._partitions.get((topic, index))
                     if partition is not None and ps.leader_epoch <= partition.leader_epoch:
                         log.info(
                             "ignoring LeaderAndIsr for %s-%d: leader epoch %d not newer than %d",
@@ -486,7 +502,7 @@ class ReplicaManager:
                             answer(topic, index, ErrorCode.unknown_server_error)
                             continue
                         partition = Partition(topic, index, self.broker_id, plog, fenced=self.fenced)
-                        self.partitions[(topic, index)] = partition
+                        self._partitions[(topic, index)] = partition
                     changed.append((partition, ps))
                     answer(topic, index, ErrorCode.none)
 
@@ -565,9 +581,9 @@ class ReplicaManager:
             errors = []
             for topic, index in keys:
                 code = ErrorCode.none
-                partition = self.partitions.get((topic, index))
+                partition = self._partitions.get((topic, index))
                 if request.delete_partitions:
-                    self.partitions.pop((topic, index), None)
+                    self._partitions.pop((topic, index), None)
                     self.offline_partitions.discard((topic, index))  # its files stay on the failed disk
                     try:
                         if self.log_manager.get_log(topic, index) is not None:
@@ -788,7 +804,7 @@ class ReplicaManager:
 
     def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
         now = now_ms()
-        partitions = self.partitions
+        partitions = self._partitions
         for info, result in zip(infos, results):
             if result is None:
                 # caught up and nothing changed: only the time it was last seen caught up moves
@@ -822,7 +838,7 @@ class ReplicaManager:
             return
         now = now_ms()
         lag = int(self.config.replica_lag_time_max_ms)
-        for p in list(self.partitions.values()):
+        for p in list(self._partitions.values()):
             if not p.is_leader:
                 continue
             change = p.maybe_shrink_isr(now, lag)
@@ -834,13 +850,13 @@ class ReplicaManager:
         self.alter_partition_manager.submit(partition.key, change, self._on_isr_change_answer)
 
     def isr_change_still_wanted(self, key, change) -> bool:
-        p = self.partitions.get(key)
+        p = self._partitions.get(key)
         return p is not None and p.pending_isr_change is change
 
     def _on_isr_change_answer(self, key, change, answer) -> None:
         if not self.isr_change_still_wanted(key, change):
             return  # gone, or a LeaderAndIsr replaced the change
-        p = self.partitions[key]
+        p = self._partitions[key]
         p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,
                                     now_ms=now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
         # Committed or dropped, the maximal ISR changed: a shrink lets the HW pass a dead follower

@@ -27,13 +27,13 @@ from odradek.broker.forwarded_apis import ForwardedApis
 from odradek.broker.group import txn_offsets
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
-from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
+from odradek.broker.group.group_metadata_manager import GroupMetadataManager
+from odradek.broker.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from odradek.broker.kafka_apis import KafkaApis
 from odradek.broker.log import LogManager
 from odradek.broker.log_dirs_apis import LogDirsApis
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
-from odradek.broker.network.socket_server import ConnectionLimits, SocketServer
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.replication_quota import ReplicationQuota
@@ -52,6 +52,7 @@ from odradek.common import messages, process_logging
 from odradek.common.bounded_exit import end_leftover_tasks, within
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
 from odradek.common.config_def import ConfigException
+from odradek.common.network.socket_server import ConnectionLimits, SocketServer
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,7 @@ class KafkaServer:
         if response.error_code != 0:
             return
         failed = {(e.topic_name, int(e.partition_index)) for e in response.partition_errors if e.error_code != 0}
-        parts = self.replica_manager.partitions
+        rm = self.replica_manager
         coordinators = {GROUP_METADATA_TOPIC_NAME: self.group_coordinator,
                         TRANSACTION_STATE_TOPIC_NAME: self.transaction_coordinator}
         for ts in request.topic_states:
@@ -251,7 +252,7 @@ class KafkaServer:
                 continue
             for ps in ts.partition_states:
                 key = (ts.topic_name, int(ps.partition_index))
-                if key in failed or key not in parts:
+                if key in failed or rm.get_partition(key) is None:
                     continue
                 if int(ps.leader) == self.config.broker_id:
                     coordinator.on_election(key[1], int(ps.leader_epoch))
@@ -389,10 +390,10 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
         me = self.config.broker_id
-        parts = self.replica_manager.partitions
+        rm = self.replica_manager
 
         def unmovable(key) -> bool:
-            p = parts.get(key)
+            p = rm.get_partition(key)
             return p is not None and p.is_leader and set(p.isr) <= {me}
 
         while True:
@@ -407,7 +408,7 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
         multi = lambda p: p.is_leader and len(p.replicas) > 1  # noqa: E731 - single replicas cannot move
-        while loop.time() < deadline and any(multi(p) for p in self.replica_manager.partitions.values()):
+        while loop.time() < deadline and any(multi(p) for p in self.replica_manager.all_partitions()):
             await asyncio.sleep(0.05)
 
     async def shutdown(self) -> None:

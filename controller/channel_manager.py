@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.common.zk_data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)

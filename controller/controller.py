@@ -17,10 +17,10 @@ import threading
 from kazoo.protocol.states import KazooState
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.network.socket_server import SocketServer
 from odradek.common import zk_data as z
 from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
+from odradek.common.network.socket_server import SocketServer
 from odradek.common.zk_data import ControllerInfo, EndPoint
 
 from . import elect_leaders as el

@@ -4,7 +4,7 @@ Contract for brokers (the replica manager and the shutdown path):
 
 - Find the controller: read `/controller` (zk_data.decode_controller); its `endpoint` (host, port)
   is where the active controller listens. No endpoint or no znode → no controller yet: retry later.
-  Connect with common.client.NetworkClient and send with common.wire framing.
+  Connect with common.network.client.NetworkClient and send with common.wire framing.
 - AlterPartition, API 56 **version 1** (common.messages.AlterPartitionRequest, flexible: request
   header v2, response header v1): `broker_id`, `broker_epoch` (czxid of the broker's registration
   znode), topics[`topic_name`, partitions[`partition_index`, `leader_epoch`, `new_isr` (plain
@@ -38,23 +38,20 @@ All are answered only once the resulting ZooKeeper writes succeeded; requests it
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kio.schema.alter_partition_reassignments.v0 import response as apr
 from kio.schema.errors import ErrorCode
 from kio.schema.list_partition_reassignments.v0 import response as lpr
 from kio.static.primitive import i32
 
-from odradek.broker.network.socket_server import CloseConnection, RateLimitedLog
 from odradek.common import messages as m
 from odradek.common import wire
+from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 from . import state_machine as sm
 from .context import TopicPartition
 from .reassignment import Result as sm_result
-
-if TYPE_CHECKING:
-    from .controller import KafkaController
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +174,17 @@ def controlled_shutdown_response(answer: sm.ControlledShutdownAnswer | None) -> 
     )
 
 
+class Submitter(Protocol):
+    """Where the listener hands a broker's request: the controller's event loop (KafkaController)."""
+
+    async def submit(self, api_key: int, payload: object) -> object: ...
+
+
 class ControllerApis:
     """The listener's handler: decode, hand the request to the controller's event loop (which
     answers None unless it is the active controller), encode the answer."""
 
-    def __init__(self, controller: KafkaController):
+    def __init__(self, controller: Submitter):
         self.controller = controller
         self.bad_input = RateLimitedLog(log)
 

@@ -20,8 +20,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from odradek.common import process_logging, zk_data
-from odradek.common.client import NetworkClient
 from odradek.common.config import CONTROLLER_ID_BASE, load_properties
+from odradek.common.network.client import NetworkClient
 from odradek.common.zk_connect import ensure_chroot, new_client
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 

@@ -45,7 +45,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, balance
 
 Plan = dict[tuple[str, int], tuple[int, ...]]

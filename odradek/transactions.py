@@ -29,7 +29,7 @@ from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableT
 from kio.static.primitive import i8, i16, i32
 
 from odradek.common import wire
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 
 class ToolError(Exception):

@@ -38,7 +38,7 @@ from kio.schema.list_partition_reassignments.v0.request import ListPartitionReas
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, balance, balance_topic
 
 from .rolling import ClusterView

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from odradek.common import wire
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, change_replication_factor
 from odradek.operator.topic_reconciler import (
     ActionResult,

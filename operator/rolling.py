@@ -234,7 +234,7 @@ async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0,
     from kio.schema.metadata.v12.request import MetadataRequest
     from kio.static.primitive import i8
 
-    from odradek.common.client import NetworkClient
+    from odradek.common.network.client import NetworkClient
 
     errors = []
     for host, port in bootstrap:

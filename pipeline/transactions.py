@@ -12,7 +12,7 @@ import logging
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 log = logging.getLogger(__name__)
 

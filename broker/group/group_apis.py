@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from odradek.broker.auth_helper import ResourceType, authorized_operations
-from odradek.broker.log.clock import now_ms
+from odradek.common.clock import now_ms
 from odradek.common.wire import (
     NO_THROTTLE,
     make_entity,
@@ -27,7 +27,7 @@ from odradek.common.wire import (
 from . import records, txn_offsets
 from .group_coordinator import GroupCoordinator
 from .group_metadata import OffsetAndMetadata
-from .group_metadata_manager import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
+from .offsets_topic import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 

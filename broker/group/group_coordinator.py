@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.clock import now_ms
+from odradek.common.clock import now_ms
 
 from . import records
 from .consumer_protocol import CONSUMER_PROTOCOL_TYPE

@@ -12,14 +12,14 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.clock import now_ms
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK, read_marker
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.log.record_batch import build_batch, decode_records
+from odradek.common.clock import now_ms
 
 from . import records
 from .group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
-from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, append_error_to_commit_error
+from .offsets_topic import GROUP_METADATA_TOPIC_NAME, append_error_to_commit_error
 
 log = logging.getLogger(__name__)
 

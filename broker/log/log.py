@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from odradek.common.clock import now_ms
+
 from .checkpoint import fsync_dir
 from .cleaner import SegmentStats
-from .clock import now_ms
 from .config import LogConfig
 from .control_batch import TRANSACTIONAL_MASK, read_marker
 from .errors import (

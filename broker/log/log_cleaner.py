@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.common.clock import now_ms
 from odradek.common.config import BrokerConfig
 
 from .checkpoint import read_offsets, write_offsets
 from .cleaner import LogToClean, grab_filthiest, log_to_clean, map_capacity
 from .cleaner_worker import CleanResult, CleanTask
-from .clock import now_ms
 from .log import Log
 
 log = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from odradek.common.clock import now_ms
 from odradek.common.config import BrokerConfig
 
 from .checkpoint import fsync_dir, read_offsets, write_offsets
-from .clock import now_ms
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .log import Log, parse_dir_name

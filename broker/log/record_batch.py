@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from .clock import now_ms
+from odradek.common.clock import now_ms
+
 from .compression import CODEC_NAMES, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 

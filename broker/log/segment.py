@@ -13,7 +13,8 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from .clock import now_ms
+from odradek.common.clock import now_ms
+
 from .errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from .leader_epoch import LeaderEpochFileCache
 from .offset_index import IndexCorruptError, OffsetIndex, TimeIndex

@@ -18,7 +18,7 @@ from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
 from kio.static.primitive import i16, i32
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 from .marker_writer import MarkerWriter, TxnMarker
 

@@ -10,9 +10,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.clock import now_ms
 from odradek.broker.log.control_batch import build_marker
 from odradek.broker.log.producer_state import AppendOrigin
+from odradek.common.clock import now_ms
 
 log = logging.getLogger(__name__)
 

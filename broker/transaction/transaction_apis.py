@@ -161,7 +161,7 @@ class TransactionApis:
         if not request.group_id:
             code = ErrorCode.invalid_group_id
         else:
-            from odradek.broker.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
+            from odradek.broker.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 
             partition = (GROUP_METADATA_TOPIC_NAME, self.offsets_partition_for(request.group_id))
             code = await self.coordinator.add_partitions(request.transactional_id, int(request.producer_id),

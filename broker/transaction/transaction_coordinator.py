@@ -15,8 +15,8 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.clock import now_ms
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
+from odradek.common.clock import now_ms
 
 from .marker_channel import MarkersAbandoned, TransactionMarkerChannel
 from .marker_writer import TxnMarker

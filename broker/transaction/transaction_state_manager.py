@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.group.group_metadata_manager import partition_for
-from odradek.broker.log.clock import now_ms
+from odradek.broker.group.offsets_topic import partition_for
 from odradek.broker.log.record_batch import build_batch, decode_records, iter_batches
+from odradek.common.clock import now_ms
 
 from . import transaction_log
 from .transaction_metadata import TransactionMetadata, TransactionState, TxnTransit
@@ -113,7 +113,7 @@ class TransactionStateManager:
     # --- loading --------------------------------------------------------------------------------
 
     def _load(self, partition: int) -> dict[str, TransactionMetadata]:
-        plog = self.replica_manager.partitions[(TRANSACTION_STATE_TOPIC_NAME, partition)].log
+        plog = self.replica_manager.local_log((TRANSACTION_STATE_TOPIC_NAME, partition))
         offset, end = plog.log_start_offset, plog.log_end_offset
         loaded: dict[str, TransactionMetadata] = {}
         while offset < end:

@@ -24,7 +24,7 @@ from kio.static.primitive import i16, i32
 
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK
 from odradek.broker.log.record_batch import HEADER
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 
@@ -57,7 +57,7 @@ class TransactionVerifier:
     def needs_verification(self, key, producer_id: int) -> int | None:
         """The guard (last marker offset, -1 if none) when the producer has no transaction open
         at this partition we lead; None when no question is needed."""
-        p = self.replica_manager.partitions.get(key)
+        p = self.replica_manager.get_partition(key)
         if p is None or not p.is_leader:
             return None  # the append answers NOT_LEADER_OR_FOLLOWER
         entry = p.log.producer_state.last_entry(producer_id)
@@ -102,7 +102,7 @@ class TransactionVerifier:
         return code, guard if code == ErrorCode.none else None
 
     async def _ask(self, transactional_id: str, producer_id: int, epoch: int, partitions) -> dict:
-        from odradek.broker.group.group_metadata_manager import partition_for
+        from odradek.broker.group.offsets_topic import partition_for
 
         count = self.metadata_cache.partition_count(TRANSACTION_STATE_TOPIC_NAME)
         if not count:

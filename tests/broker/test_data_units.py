@@ -18,10 +18,10 @@ from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.kafka_apis import error_response
-from odradek.broker.network import encoding
-from odradek.broker.network.socket_server import CloseConnection, SocketServer
 from odradek.broker.replica_manager import FetchResult, ProduceResult
 from odradek.common import wire
+from odradek.common.network import encoding
+from odradek.common.network.socket_server import CloseConnection, SocketServer
 
 
 @dataclass

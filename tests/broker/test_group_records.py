@@ -9,12 +9,8 @@ import pytest
 from odradek.broker.group import records
 from odradek.broker.group.group_apis import decode_offset_commit_v1
 from odradek.broker.group.group_metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
-from odradek.broker.group.group_metadata_manager import (
-    GroupMetadataManager,
-    java_string_hash,
-    kafka_abs,
-    partition_for,
-)
+from odradek.broker.group.group_metadata_manager import GroupMetadataManager
+from odradek.broker.group.offsets_topic import java_string_hash, kafka_abs, partition_for
 from odradek.broker.log.record_batch import Record
 
 # --- partitioning -------------------------------------------------------------------------------

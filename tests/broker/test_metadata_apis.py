@@ -15,7 +15,6 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from odradek.broker.kafka_apis import Body
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.zk_client import BrokerZkClient, base64_to_uuid
@@ -29,6 +28,7 @@ from odradek.common.messages import (
     UpdateMetadataRequest,
     UpdateMetadataTopicState,
 )
+from odradek.common.network.encoding import Body
 
 BROKER_ID = 0
 

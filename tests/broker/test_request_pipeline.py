@@ -1,8 +1,8 @@
-"""broker/network/pipeline: the produce-pipelining policy, without sockets or sleeps."""
+"""common/network/pipeline: the produce-pipelining policy, without sockets or sleeps."""
 
 import pytest
 
-from odradek.broker.network.pipeline import RequestPipeline
+from odradek.common.network.pipeline import RequestPipeline
 
 
 class Req:

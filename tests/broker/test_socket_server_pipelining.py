@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from odradek.broker.network import socket_server
-from odradek.broker.network.socket_server import CloseConnection, SocketServer
+from odradek.common.network import socket_server
+from odradek.common.network.socket_server import CloseConnection, SocketServer
 
 PRODUCE, METADATA = 0, 3
 STEP_S = 5.0

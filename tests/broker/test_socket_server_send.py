@@ -12,8 +12,8 @@ import struct
 import pytest
 
 from odradek.broker.log import FileRegion
-from odradek.broker.network import socket_server
-from odradek.broker.network.socket_server import SocketServer
+from odradek.common.network import socket_server
+from odradek.common.network.socket_server import SocketServer
 
 STEP_S = 10.0
 """Bound on every single wait in these tests."""

@@ -1,11 +1,11 @@
-"""common/framing: frames out of a byte stream in any split, sizes checked, memory by arrival."""
+"""common/network/framing: frames out of a byte stream in any split, sizes checked, memory by arrival."""
 
 import random
 import struct
 
 import pytest
 
-from odradek.common.framing import GROWTH, FrameDecoder, FrameSizeError
+from odradek.common.network.framing import GROWTH, FrameDecoder, FrameSizeError
 
 
 def framed(body: bytes) -> bytes:

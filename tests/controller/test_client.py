@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.common import messages as m
 from odradek.common import wire
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.dev.zookeeper import free_port
 
 

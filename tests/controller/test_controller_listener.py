@@ -10,7 +10,7 @@ from kio.static.primitive import i32, i64
 
 from odradek.common import messages as m
 from odradek.common import zk_data as z
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 from .fake_broker import partition_states
 from .test_controller_process import (  # noqa: F401  (fixtures)

@@ -15,7 +15,7 @@ from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, 
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from odradek.broker.log.record_batch import build_batch
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _FILLER = (b"the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. " * 3)

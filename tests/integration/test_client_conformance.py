@@ -28,7 +28,7 @@ from odradek.broker.auth_helper import NOT_REQUESTED
 from odradek.broker.group import records
 from odradek.broker.metadata_apis import ZERO_UUID
 from odradek.common import wire
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from odradek.broker.group.group_metadata_manager import partition_for
+from odradek.broker.group.offsets_topic import partition_for
 from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster

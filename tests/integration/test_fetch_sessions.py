@@ -17,7 +17,7 @@ from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopi
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from odradek.broker.log.record_batch import iter_batches
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 from .kafka_helpers import ContinuousProducer, create_topic, end_offsets, leader_of
 

@@ -15,7 +15,7 @@ from kio.static.primitive import i8, i16, i32Timedelta, i64
 
 from odradek.broker.log.record_batch import iter_batches
 from odradek.common import wire, zk_data
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 from .kafka_helpers import create_topic, leader_of
 

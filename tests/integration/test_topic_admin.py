@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 
 from .kafka_helpers import (
     confluent_consume,

@@ -15,7 +15,7 @@ import uuid
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
-from odradek.common.client import NetworkClient
+from odradek.common.network.client import NetworkClient
 from odradek.dev.waiting import wait_until
 
 from .kafka_helpers import create_topic, wait_for_partitions, wait_isr_full

@@ -1,6 +1,6 @@
 """Kafka framing without I/O: bytes in, whole frames out (an int32 size prefix, then the body).
 
-One implementation for both ends (the socket server and common/client.py), in the style of
+One implementation for both ends (the socket server and common/network/client.py), in the style of
 h11's `receive_data` and kafka-python's KafkaProtocol: the decoder never touches a socket, so it is
 tested by feeding it bytes. Two ways in:
 - `receive_data(data)`: for transports that hand over bytes (and tests);

@@ -8,6 +8,16 @@ sendfile.
 
 import struct
 
+
+class Body:
+    """A response body already encoded by hand: chunks (bytes and file regions) and their size."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks: list, size: int):
+        self.chunks = chunks
+        self.size = size
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")

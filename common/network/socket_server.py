@@ -1,13 +1,13 @@
 """The broker's socket server: Kafka framing over asyncio.BufferedProtocol, answers in request order.
 
-Framing is common/framing's FrameDecoder (sans I/O, shared with the client): bytes are received
+Framing is common/network/framing's FrameDecoder (sans I/O, shared with the client): bytes are received
 straight into its buffers, so a 1 MiB produce request is copied once, by kio, and no more, and
 memory follows the bytes that arrived, never a claimed size.
 
 Like Kafka's "muted channel", a connection handles its requests in order and answers them in
 order; reading continues meanwhile into a bounded queue (reading pauses when it is full). One
 departure from Kafka, for acks=all throughput: Produce requests are pipelined (the policy is
-broker/network/pipeline.RequestPipeline). A Produce request is started while earlier Produce
+common/network/pipeline.RequestPipeline). A Produce request is started while earlier Produce
 requests of the connection still wait in the purgatory for replication (up to MAX_IN_FLIGHT of
 them), so a client with many requests in flight gets one replication round trip per window of
 requests rather than per request. Appends still happen in arrival order, because the handler
@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from odradek.common.framing import FrameDecoder, FrameSizeError
+from odradek.common.network.framing import FrameDecoder, FrameSizeError
 
 from .pipeline import RequestPipeline
 

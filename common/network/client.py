@@ -12,8 +12,8 @@ import asyncio
 import itertools
 import logging
 
-from . import wire
-from .framing import FrameDecoder, FrameSizeError
+from odradek.common import wire
+from odradek.common.network.framing import FrameDecoder, FrameSizeError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class _Pending:
 
 
 class _ClientProtocol(asyncio.BufferedProtocol):
-    """Splits the byte stream into frames (common/framing's FrameDecoder, shared with the
+    """Splits the byte stream into frames (common/network/framing's FrameDecoder, shared with the
     server) and completes the matching pending request.
 
     A large response (a replica fetch of megabytes) is received straight into a buffer of its

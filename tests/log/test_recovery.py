@@ -177,6 +177,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.integration  # a writer process, SIGKILLed
 def test_sigkill_mid_write_loses_nothing_flushed(tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

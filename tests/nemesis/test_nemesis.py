@@ -13,6 +13,8 @@ from odradek.dev.small_disk import can_mount
 
 from .runner import Scheduled, run_once
 
+pytestmark = pytest.mark.integration  # each run starts ZooKeeper, brokers and controllers itself
+
 PROCESS_FAULTS = [
     Scheduled(0, "kill-broker", 5, 0),          # the leader of partition 0
     Scheduled(7, "stop-controller", 8, 1),      # the active controller hangs ...

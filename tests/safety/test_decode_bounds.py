@@ -56,6 +56,7 @@ def test_every_huge_count_is_refused():
     assert refused > 500
 
 
+@pytest.mark.integration  # decodes in a child process, so an abort would not take pytest down
 def test_decoding_the_hostile_corpus_never_aborts():
     """wire.decode_request on the FINDINGS frame, every huge-count frame of the fuzz-found keys
     and a seeded fuzz over every key and version: each either decodes or raises ValueError; the

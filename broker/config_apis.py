@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 
 from odradek.common import wire, zk_data
+from odradek.common.api_key import ApiKey
 
 from . import config_admin as ca
 from . import config_helper as ch
@@ -24,7 +25,6 @@ from .zk_client import BrokerZkClient, ConfigChangedError
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 MAX_WRITE_ATTEMPTS = 5
 """Read-modify-write attempts of one resource while other writers keep changing it."""
 
@@ -42,14 +42,14 @@ class ConfigApis:
         self.metadata_cache = metadata_cache
         self.zk = zk
         self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
-            DESCRIBE_CONFIGS: self.handle_describe_configs,
-            ALTER_CONFIGS: self.handle_alter_configs,
-            INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
         }
         self.versions: dict[int, tuple[int, int]] = {
-            DESCRIBE_CONFIGS: (1, 4),
-            ALTER_CONFIGS: (0, 2),
-            INCREMENTAL_ALTER_CONFIGS: (0, 1),
+            ApiKey.DESCRIBE_CONFIGS: (1, 4),
+            ApiKey.ALTER_CONFIGS: (0, 2),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         }
 
     async def _topic_exists(self, topic: str) -> bool:
@@ -59,7 +59,7 @@ class ConfigApis:
     # --- DescribeConfigs (32) ------------------------------------------------------------------
 
     async def handle_describe_configs(self, header, request):
-        mod = wire.response_module(DESCRIBE_CONFIGS, int(request.__version__))
+        mod = wire.response_module(ApiKey.DESCRIBE_CONFIGS, int(request.__version__))
         synonyms = bool(getattr(request, "include_synonyms", False))
         docs = bool(getattr(request, "include_documentation", False))
         topics = {r.resource_name for r in request.resources
@@ -124,13 +124,13 @@ class ConfigApis:
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, ca.SET, c.value) for c in r.configs))
                    for r in request.resources]
-        return await self._answer(ALTER_CONFIGS, request, changes, incremental=False)
+        return await self._answer(ApiKey.ALTER_CONFIGS, request, changes, incremental=False)
 
     async def handle_incremental_alter_configs(self, header, request):
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, int(c.config_operation), c.value) for c in r.configs))
                    for r in request.resources]
-        return await self._answer(INCREMENTAL_ALTER_CONFIGS, request, changes, incremental=True)
+        return await self._answer(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, changes, incremental=True)
 
     async def _answer(self, api_key: int, request, changes: list[ca.ResourceChange], incremental: bool):
         mod = wire.response_module(api_key, int(request.__version__))
@@ -144,7 +144,7 @@ class ConfigApis:
             )
             for c, e in zip(changes, errors)
         )
-        response_cls = mod.AlterConfigsResponse if api_key == ALTER_CONFIGS else mod.IncrementalAlterConfigsResponse
+        response_cls = mod.AlterConfigsResponse if api_key == ApiKey.ALTER_CONFIGS else mod.IncrementalAlterConfigsResponse
         return wire.make_entity(response_cls, throttle_time=wire.NO_THROTTLE, responses=responses)
 
     async def alter(self, changes: list[ca.ResourceChange], validate_only: bool, incremental: bool) -> list[ApiError | None]:

@@ -28,11 +28,11 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 
 from odradek.common import messages as m
+from odradek.common.api_key import ApiKey
 
 log = logging.getLogger(__name__)
 
-LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
-CONTROL_PLANE_APIS = frozenset({LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA})
+CONTROL_PLANE_APIS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA})
 """Requests only the active controller may send a broker (Kafka's CLUSTER_ACTION requests)."""
 
 ACCEPT, STALE, CONFIRM = "accept", "stale", "confirm"
@@ -126,8 +126,8 @@ class ControlPlaneGuard:
 
 def refusal(api_key: int, code: ErrorCode):
     """The whole-request error answer to a refused controller request."""
-    if api_key == LEADER_AND_ISR:
+    if api_key == ApiKey.LEADER_AND_ISR:
         return m.LeaderAndIsrResponse(error_code=code, partition_errors=())
-    if api_key == STOP_REPLICA:
+    if api_key == ApiKey.STOP_REPLICA:
         return m.StopReplicaResponse(error_code=code, partition_errors=())
     return m.UpdateMetadataResponse(error_code=code)

@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 
 from odradek.common import wire
+from odradek.common.api_key import ApiKey
 
 from .controller_channel import BrokerToControllerChannel
 from .kafka_apis import error_response
 
 log = logging.getLogger(__name__)
 
-ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
 MIN_FORWARD_S, MAX_FORWARD_S = 1.0, 60.0
 """Bounds of the forwarding deadline taken from the request's own `timeout`."""
 
@@ -31,9 +31,9 @@ class ForwardedApis:
     def __init__(self, channel: BrokerToControllerChannel):
         self.channel = channel
         self.versions: dict[int, tuple[int, int]] = {
-            ELECT_LEADERS: (0, 2),
-            ALTER_PARTITION_REASSIGNMENTS: (0, 0),
-            LIST_PARTITION_REASSIGNMENTS: (0, 0),
+            ApiKey.ELECT_LEADERS: (0, 2),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         }
         self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = dict.fromkeys(
             self.versions, self.forward)
@@ -44,14 +44,14 @@ class ForwardedApis:
             return await self.channel.send(request, timeout_s)
         except (TimeoutError, ConnectionError, OSError) as e:
             log.warning("%s: not forwarded to the controller: %s", type(request).__name__, e)
-            if int(request.__api_key__) == ELECT_LEADERS:
+            if int(request.__api_key__) == ApiKey.ELECT_LEADERS:
                 return elect_leaders_error(request, ErrorCode.request_timed_out)
             return error_response(request, ErrorCode.request_timed_out)
 
 
 def elect_leaders_error(request, code: ErrorCode):
     """Every listed partition answered `code` (v0 has no top-level error code to carry it)."""
-    mod = wire.response_module(ELECT_LEADERS, int(request.__version__))
+    mod = wire.response_module(ApiKey.ELECT_LEADERS, int(request.__version__))
     results = tuple(
         mod.ReplicaElectionResult(topic=t.topic, partition_result=tuple(
             mod.PartitionResult(partition_id=p, error_code=code, error_message=None) for p in t.partitions))

@@ -23,34 +23,33 @@ from odradek.broker import control_plane
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
-from odradek.broker.group.group_apis import CLIENT_HOST, JOIN_GROUP
+from odradek.broker.group.group_apis import CLIENT_HOST
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
 from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
 from odradek.common import wire
+from odradek.common.api_key import ApiKey
 from odradek.common.clock import now_ms
 from odradek.common.network.encoding import Body, frame, response_header
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
 
-PRODUCE, FETCH, LIST_OFFSETS, LEADER_AND_ISR, STOP_REPLICA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 4, 5, 10, 18
-DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 21, 22, 23
 INIT_PRODUCER_ID_VERSIONS = (0, 5)
 """v0 for librdkafka (it wants exactly v0 advertised), up to v5 (KIP-890's error code, which we
 never send); v6 (KIP-939 two-phase commit) only means something to transactions."""
 
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
-    FETCH: (fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION),
-    LIST_OFFSETS: (1, 9),  # v1 for librdkafka; v7 MAX_TIMESTAMP, v8/v9 tiered-storage specs (replica_manager)
-    LEADER_AND_ISR: (2, 2),
-    STOP_REPLICA: (1, 1),
-    API_VERSIONS: (0, 3),
-    FIND_COORDINATOR: (0, 4),
-    OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+ carry replica_id (followers truncating)
-    DELETE_RECORDS: (0, 2),
+    ApiKey.PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
+    ApiKey.FETCH: (fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION),
+    ApiKey.LIST_OFFSETS: (1, 9),  # v1 for librdkafka; v7 MAX_TIMESTAMP, v8/v9 tiered-storage specs (replica_manager)
+    ApiKey.LEADER_AND_ISR: (2, 2),
+    ApiKey.STOP_REPLICA: (1, 1),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+ carry replica_id (followers truncating)
+    ApiKey.DELETE_RECORDS: (0, 2),
 }
 
 
@@ -161,20 +160,20 @@ class KafkaApis:
         self.transaction_verifier = None
         """A TransactionVerifier (KIP-890) when transaction.partition.verification.enable is on."""
         self.handlers: dict[int, Callable[..., Awaitable]] = {
-            PRODUCE: self.handle_produce,
-            FETCH: self.handle_fetch,
-            LIST_OFFSETS: self.handle_list_offsets,
-            LEADER_AND_ISR: self.handle_leader_and_isr,
-            STOP_REPLICA: self.handle_stop_replica,
-            API_VERSIONS: self.handle_api_versions,
-            FIND_COORDINATOR: self.handle_find_coordinator,
-            OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
-            DELETE_RECORDS: self.handle_delete_records,
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
+            ApiKey.STOP_REPLICA: self.handle_stop_replica,
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records,
         }
         self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
         if producer_id_manager is not None:
-            self.handlers[INIT_PRODUCER_ID] = self.handle_init_producer_id
-            self.versions[INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
+            self.handlers[ApiKey.INIT_PRODUCER_ID] = self.handle_init_producer_id
+            self.versions[ApiKey.INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
         for apis in (metadata_apis, transaction_apis):
             if apis is not None:
                 self.add_apis(apis)
@@ -183,7 +182,7 @@ class KafkaApis:
         if group_apis is not None:
             # The group coordinator's FindCoordinator replaces the placeholder below.
             for key, handler in group_apis.handlers.items():
-                if key in self.handlers and key != FIND_COORDINATOR:
+                if key in self.handlers and key != ApiKey.FIND_COORDINATOR:
                     raise ValueError(f"API {key} handled twice")
                 self.handlers[key] = handler
                 self.versions[key] = tuple(group_apis.versions[key])
@@ -219,7 +218,8 @@ class KafkaApis:
         except ValueError:
             self.bad_input.warning("truncated", "closing connection from %s: truncated request header", peer)
             raise CloseConnection() from None
-        if api_key == API_VERSIONS and not DATA_VERSIONS[API_VERSIONS][0] <= version <= DATA_VERSIONS[API_VERSIONS][1]:
+        lowest, highest = DATA_VERSIONS[ApiKey.API_VERSIONS]
+        if api_key == ApiKey.API_VERSIONS and not lowest <= version <= highest:
             return self._api_versions_unsupported(correlation_id)
         supported = self.versions.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
@@ -229,9 +229,9 @@ class KafkaApis:
                 peer, api_key, version,
             )
             raise CloseConnection()
-        if api_key == PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
+        if api_key == ApiKey.PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
             return self._produce_legacy(frame_body, version, correlation_id, peer)
-        if api_key == JOIN_GROUP and peer is not None:  # the member's client_host; no other API reads it
+        if api_key == ApiKey.JOIN_GROUP and peer is not None:  # the member's client_host; no other API reads it
             CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else str(peer))
         legacy = self.legacy_requests.get((api_key, version))
         try:
@@ -262,7 +262,7 @@ class KafkaApis:
                 f"handler-{api_key}", "API %d v%d from %s failed; answering %s", api_key, version, peer, code.name,
                 exc_info=True,
             )
-            if api_key == PRODUCE and request.acks == 0:
+            if api_key == ApiKey.PRODUCE and request.acks == 0:
                 raise CloseConnection() from None
             try:
                 result = error_response(request, code)
@@ -279,7 +279,7 @@ class KafkaApis:
     # --- ApiVersions ----------------------------------------------------------------------------
 
     def _api_versions_payload(self, version: int, error_code: ErrorCode):
-        mod = wire.response_module(API_VERSIONS, version)
+        mod = wire.response_module(ApiKey.API_VERSIONS, version)
         keys = tuple(
             mod.ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
             for k, (lo, hi) in sorted(self.versions.items())
@@ -403,7 +403,7 @@ class KafkaApis:
 
     async def handle_list_offsets(self, header, request):
         version = int(header.request_api_version)
-        mod = wire.response_module(LIST_OFFSETS, version)
+        mod = wire.response_module(ApiKey.LIST_OFFSETS, version)
         rm = self.replica_manager
         topics = []
         for t in request.topics:
@@ -438,7 +438,7 @@ class KafkaApis:
         assign partitions themselves work, and group members wait for the coordinator.
         """
         version = int(header.request_api_version)
-        mod = wire.response_module(FIND_COORDINATOR, version)
+        mod = wire.response_module(ApiKey.FIND_COORDINATOR, version)
         code, message = ErrorCode.coordinator_not_available, None
         none = dict(node_id=i32(-1), host="", port=i32(-1), error_code=code)
         if version >= 4:
@@ -461,7 +461,7 @@ class KafkaApis:
         cannot be claimed right now answers COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.x's
         producer-id manager does the same).
         """
-        mod = wire.response_module(INIT_PRODUCER_ID, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.INIT_PRODUCER_ID, int(header.request_api_version))
 
         def answer(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):
             return mod.InitProducerIdResponse(
@@ -489,7 +489,7 @@ class KafkaApis:
     async def handle_delete_records(self, header, request):
         """Move log start offsets at the leaders, answer once every live replica followed (or at
         the timeout). A partition named twice counts once, the last offset winning (Kafka's map)."""
-        mod = wire.response_module(DELETE_RECORDS, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.DELETE_RECORDS, int(header.request_api_version))
         offsets: dict[tuple[str, int], int] = {}
         for t in request.topics:
             for p in t.partitions:
@@ -505,7 +505,7 @@ class KafkaApis:
 
     async def handle_offset_for_leader_epoch(self, header, request):
         """Where each asked leader epoch ends in our log (followers truncate there)."""
-        mod = wire.response_module(OFFSET_FOR_LEADER_EPOCH, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, int(header.request_api_version))
         rm = self.replica_manager
         topics = []
         for t in request.topics:

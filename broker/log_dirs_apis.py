@@ -17,10 +17,10 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from odradek.common import wire
+from odradek.common.api_key import ApiKey
 
 from .log.log_manager import LogManager
 
-DESCRIBE_LOG_DIRS = 35
 UNKNOWN_VOLUME_BYTES = -1
 
 
@@ -65,7 +65,7 @@ def snapshot(log_manager: LogManager) -> list[LogDirView]:
 
 def describe(views: list[LogDirView], wanted: dict[str, set[int]] | None, version: int):
     """The response of `version` for `wanted` (topic → partitions; None: every replica)."""
-    mod = wire.response_module(DESCRIBE_LOG_DIRS, version)
+    mod = wire.response_module(ApiKey.DESCRIBE_LOG_DIRS, version)
     results = []
     for v in views:
         topics: dict[str, list] = {}
@@ -96,9 +96,9 @@ def wanted_partitions(request) -> dict[str, set[int]] | None:
 class LogDirsApis:
     def __init__(self, log_manager: LogManager):
         self.log_manager = log_manager
-        self.versions: dict[int, tuple[int, int]] = {DESCRIBE_LOG_DIRS: (1, 4)}
+        self.versions: dict[int, tuple[int, int]] = {ApiKey.DESCRIBE_LOG_DIRS: (1, 4)}
         self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
-            DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}
+            ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}
 
     async def handle_describe_log_dirs(self, header, request):
         return describe(snapshot(self.log_manager), wanted_partitions(request), int(request.__version__))

@@ -18,6 +18,7 @@ from dataclasses import fields
 from kio.schema.errors import ErrorCode
 
 from odradek.common import wire
+from odradek.common.api_key import ApiKey
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 from odradek.common.network.encoding import Body, uvarint
@@ -33,7 +34,6 @@ from .zk_client import BrokerZkClient, base64_to_uuid
 
 log = logging.getLogger(__name__)
 
-METADATA, UPDATE_METADATA, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DESCRIBE_CLUSTER = 3, 6, 19, 20, 37, 60
 ENDPOINT_TYPE_BROKER = 1
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -107,21 +107,21 @@ class MetadataApis:
         """Encoded Metadata pieces per (version, topic), valid for one MetadataCache generation."""
         self._topic_cache_generation = -1
         self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
-            METADATA: self.handle_metadata,
-            UPDATE_METADATA: self.handle_update_metadata,
-            CREATE_TOPICS: self.handle_create_topics,
-            DELETE_TOPICS: self.handle_delete_topics,
-            CREATE_PARTITIONS: self.handle_create_partitions,
-            DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            ApiKey.METADATA: self.handle_metadata,
+            ApiKey.UPDATE_METADATA: self.handle_update_metadata,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
             **self.config_apis.handlers,
         }
         self.versions: dict[int, tuple[int, int]] = {
-            METADATA: (0, 13),
-            UPDATE_METADATA: (5, 5),
-            CREATE_TOPICS: (2, 7),
-            DELETE_TOPICS: (1, 6),
-            CREATE_PARTITIONS: (0, 3),
-            DESCRIBE_CLUSTER: (0, 2),
+            ApiKey.METADATA: (0, 13),
+            ApiKey.UPDATE_METADATA: (5, 5),
+            ApiKey.CREATE_TOPICS: (2, 7),
+            ApiKey.DELETE_TOPICS: (1, 6),
+            ApiKey.CREATE_PARTITIONS: (0, 3),
+            ApiKey.DESCRIBE_CLUSTER: (0, 2),
             **self.config_apis.versions,
         }
 
@@ -171,7 +171,7 @@ class MetadataApis:
 
     async def handle_metadata(self, header, request):
         version = int(request.__version__)
-        mod = wire.response_module(METADATA, version)
+        mod = wire.response_module(ApiKey.METADATA, version)
         cache = self.metadata_cache
         requested = request.topics
         all_topics = requested is None or (version == 0 and not requested)
@@ -320,7 +320,7 @@ class MetadataApis:
 
     async def handle_create_topics(self, header, request):
         version = int(request.__version__)
-        mod = wire.response_module(CREATE_TOPICS, version)
+        mod = wire.response_module(ApiKey.CREATE_TOPICS, version)
         specs = [
             TopicSpec(
                 name=t.name,
@@ -371,7 +371,7 @@ class MetadataApis:
 
     async def handle_delete_topics(self, header, request):
         version = int(request.__version__)
-        mod = wire.response_module(DELETE_TOPICS, version)
+        mod = wire.response_module(ApiKey.DELETE_TOPICS, version)
         entries: list[tuple[str | None, uuid.UUID | None]] = []
         if version >= 6:
             by_id = None
@@ -408,7 +408,7 @@ class MetadataApis:
     # --- CreatePartitions (37) ----------------------------------------------------------------
 
     async def handle_create_partitions(self, header, request):
-        mod = wire.response_module(CREATE_PARTITIONS, int(request.__version__))
+        mod = wire.response_module(ApiKey.CREATE_PARTITIONS, int(request.__version__))
         specs = [
             PartitionsSpec(
                 t.name, int(t.count),
@@ -430,7 +430,7 @@ class MetadataApis:
 
     async def handle_describe_cluster(self, header, request):
         version = int(request.__version__)
-        mod = wire.response_module(DESCRIBE_CLUSTER, version)
+        mod = wire.response_module(ApiKey.DESCRIBE_CLUSTER, version)
         endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
         cluster_ops = authorized_operations(ResourceType.CLUSTER, bool(request.include_cluster_authorized_operations))
         cluster_id = await self.cluster_id() or ""

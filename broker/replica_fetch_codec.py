@@ -13,7 +13,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-FETCH = 1
+from odradek.common.api_key import ApiKey
+
 VERSION = 11
 
 _REQUEST_HEADER = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -54,7 +55,7 @@ def encode_fetch_request(
 ) -> bytes:
     """A whole request frame (size prefix, header v1, body); isolation READ_UNCOMMITTED, no rack."""
     client = client_id.encode()
-    parts = [b"", _REQUEST_HEADER.pack(FETCH, VERSION, correlation_id, len(client)), client,
+    parts = [b"", _REQUEST_HEADER.pack(ApiKey.FETCH, VERSION, correlation_id, len(client)), client,
              _REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch),
              _ARRAY.pack(len(topics))]
     for topic, partitions in topics.items():

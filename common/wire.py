@@ -20,11 +20,12 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i32Timedelta
 
+from odradek.common.api_key import ApiKey
+
 from . import message_bounds
 from .messages import INTER_BROKER_REQUESTS, INTER_BROKER_RESPONSES
 
 SIZE = struct.Struct(">i")
-API_VERSIONS_KEY = 18
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 """throttle_time of every response: this broker has no quotas."""
 
@@ -92,7 +93,7 @@ def decode_request(frame: bytes) -> tuple[object, object, type]:
 
 def response_header_flexible(api_key: int, request_flexible: bool) -> bool:
     """ApiVersions answers with header v0 always, so old clients can read the version list."""
-    return request_flexible and api_key != API_VERSIONS_KEY
+    return request_flexible and api_key != ApiKey.API_VERSIONS
 
 
 def encode_response(payload: object, correlation_id: int, *, flexible_header: bool) -> bytes:

@@ -18,6 +18,7 @@ from kazoo.protocol.states import KazooState
 from kio.schema.errors import ErrorCode
 
 from odradek.common import zk_data as z
+from odradek.common.api_key import ApiKey
 from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.network.socket_server import SocketServer
@@ -28,15 +29,7 @@ from . import reassignment as ra
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
 from .context import ControllerContext, TopicPartition
-from .controller_apis import (
-    ALTER_PARTITION,
-    ALTER_PARTITION_REASSIGNMENTS,
-    CONTROLLED_SHUTDOWN,
-    ELECT_LEADERS,
-    LIST_PARTITION_REASSIGNMENTS,
-    ControllerApis,
-    isr_changes,
-)
+from .controller_apis import ControllerApis, isr_changes
 from .zk_client import ControllerMovedError, ControllerZkClient
 
 log = logging.getLogger(__name__)
@@ -407,27 +400,27 @@ class KafkaController:
         if request.future.done():  # the broker gave up waiting
             return
         p = request.payload
-        if request.api_key == ALTER_PARTITION:
+        if request.api_key == ApiKey.ALTER_PARTITION:
             changes = isr_changes(p)
             d = await self._execute(zk, lambda ctx: sm.on_alter_partition(ctx, p.broker_id, p.broker_epoch, changes))
             await self._reassignment_progress(zk, [c.tp for c in changes])
-        elif request.api_key == CONTROLLED_SHUTDOWN:
+        elif request.api_key == ApiKey.CONTROLLED_SHUTDOWN:
             log.info("controlled shutdown of broker %d", p.broker_id)
             d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
             if d.answer is not None and d.answer.remaining:
                 log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in d.answer.remaining])
-        elif request.api_key == ALTER_PARTITION_REASSIGNMENTS:
+        elif request.api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
             d = await self._execute(zk, lambda ctx: ra.on_reassign(ctx, p))
             for tp, result in sorted(d.answer.items()):
                 log.info("reassignment of %s to %s: %s", tp, p[tp], result.message or "started")
             await self._reassignment_progress(zk, list(p))
-        elif request.api_key == ELECT_LEADERS:
+        elif request.api_key == ApiKey.ELECT_LEADERS:
             election_type, tps = p
             d = await self._execute(zk, lambda ctx: el.on_elect_leaders(ctx, election_type, tps))
             if d.state_writes:
                 log.info("%s leader election: moved %s", "unclean" if election_type == el.UNCLEAN else "preferred",
                          [str(w.tp) for w in d.state_writes])
-        elif request.api_key == LIST_PARTITION_REASSIGNMENTS:
+        elif request.api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
             d = sm.Decisions(answer=ra.list_reassignments(self.context, p))
         else:
             d = None

@@ -47,6 +47,7 @@ from kio.static.primitive import i32
 
 from odradek.common import messages as m
 from odradek.common import wire
+from odradek.common.api_key import ApiKey
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 from . import state_machine as sm
@@ -54,12 +55,6 @@ from .context import TopicPartition
 from .reassignment import Result as sm_result
 
 log = logging.getLogger(__name__)
-
-ALTER_PARTITION = 56
-CONTROLLED_SHUTDOWN = 7
-ELECT_LEADERS = 43
-ALTER_PARTITION_REASSIGNMENTS = 45
-LIST_PARTITION_REASSIGNMENTS = 46
 
 
 def election(request) -> tuple[int, list[TopicPartition] | None]:
@@ -72,7 +67,7 @@ def election(request) -> tuple[int, list[TopicPartition] | None]:
 def elect_leaders_response(request, answer: dict | None):
     """The answer in the request's version; None → NOT_CONTROLLER (per partition in v0, which
     has no top-level error code)."""
-    mod = wire.response_module(ELECT_LEADERS, int(request.__version__))
+    mod = wire.response_module(ApiKey.ELECT_LEADERS, int(request.__version__))
     election_type, tps = election(request)
     if answer is None:
         answer = {tp: sm_result(int(ErrorCode.not_controller)) for tp in tps or ()}
@@ -196,19 +191,19 @@ class ControllerApis:
             self.bad_input.warning("bad-request", "controller listener: closing on bad request: %s", e)
             raise CloseConnection from e
         api_key = int(schema.__api_key__)
-        if api_key == ALTER_PARTITION:
+        if api_key == ApiKey.ALTER_PARTITION:
             answer = await self.controller.submit(api_key, payload)
             response = alter_partition_response(payload, answer)
-        elif api_key == CONTROLLED_SHUTDOWN:
+        elif api_key == ApiKey.CONTROLLED_SHUTDOWN:
             answer = await self.controller.submit(api_key, payload)
             response = controlled_shutdown_response(answer)
-        elif api_key == ELECT_LEADERS:
+        elif api_key == ApiKey.ELECT_LEADERS:
             answer = await self.controller.submit(api_key, election(payload))
             response = elect_leaders_response(payload, answer)
-        elif api_key == ALTER_PARTITION_REASSIGNMENTS:
+        elif api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
             answer = await self.controller.submit(api_key, reassignment_targets(payload))
             response = alter_reassignments_response(payload, answer)
-        elif api_key == LIST_PARTITION_REASSIGNMENTS:
+        elif api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
             answer = await self.controller.submit(api_key, listed_partitions(payload))
             response = list_reassignments_response(answer)
         else:

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from odradek.common import wire
+from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, change_replication_factor
 from odradek.operator.topic_reconciler import (
@@ -31,22 +32,19 @@ from odradek.operator.topic_reconciler import (
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
-DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
-ALTER_PARTITION_REASSIGNMENTS = 45
 OUR_VERSIONS = {
-    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
-    METADATA: (1, 12),
-    CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 5),  # v6 names topics by id or name; names are all the operator has
-    DESCRIBE_CONFIGS: (1, 4),
-    CREATE_PARTITIONS: (0, 3),
-    INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 5),  # v6 names topics by id or name; names are all the operator has
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
-API_NAMES = {METADATA: "Metadata", CREATE_TOPICS: "CreateTopics", DELETE_TOPICS: "DeleteTopics",
-             DESCRIBE_CONFIGS: "DescribeConfigs", CREATE_PARTITIONS: "CreatePartitions",
-             INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
-             ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments"}
+API_NAMES = {ApiKey.METADATA: "Metadata", ApiKey.CREATE_TOPICS: "CreateTopics", ApiKey.DELETE_TOPICS: "DeleteTopics",
+             ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs", ApiKey.CREATE_PARTITIONS: "CreatePartitions",
+             ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments"}
 
 RESOURCE_TOPIC = 2
 DYNAMIC_TOPIC_CONFIG = 1
@@ -156,17 +154,17 @@ class KafkaAdmin:
             raise ConnectionError("no broker answered: " + "; ".join(errors))
 
     async def _api_versions(self, client: NetworkClient) -> dict[int, tuple[int, int]]:
-        request = _module(API_VERSIONS, 3).ApiVersionsRequest(
+        request = _module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest(
             client_software_name="odradek-operator", client_software_version="0.1.0")
         response = await client.send(request, timeout=min(5.0, self.request_timeout))
         if ErrorCode(int(response.error_code)) != ErrorCode.none:
             raise ValueError(f"ApiVersions answered {ErrorCode(int(response.error_code)).name}")
         return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
 
-    async def _send(self, api_key: int, build, extra_timeout: float = 0.0):
+    async def _send(self, api_key: ApiKey, build, extra_timeout: float = 0.0):
         """Build (with the agreed version's kio module) and send one request; a broken connection
         is dropped so the next call starts over with the next broker."""
-        lane = "look" if api_key in (METADATA, DESCRIBE_CONFIGS) else "change"
+        lane = "look" if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_CONFIGS) else "change"
         client = await self._connection(lane)
         version = agree(OUR_VERSIONS[api_key], self._versions.get(api_key))
         if version is None:
@@ -205,15 +203,15 @@ class KafkaAdmin:
                                         include_documentation=False)
             return build
 
-        meta = await self._send(METADATA, metadata)
+        meta = await self._send(ApiKey.METADATA, metadata)
         existing = [t.name for t in meta.topics if t.partitions]
-        described = await self._send(DESCRIBE_CONFIGS, describe(existing)) if existing else None
+        described = await self._send(ApiKey.DESCRIBE_CONFIGS, describe(existing)) if existing else None
         found = live_topics(meta, described)
         return {n: found.get(n) for n in names}
 
     # --- changing ------------------------------------------------------------------------------
 
-    async def _per_topic(self, api_key: int, names: list[str], build, results_of, timeout: float):
+    async def _per_topic(self, api_key: ApiKey, names: list[str], build, results_of, timeout: float):
         """{topic: ActionResult}; an API the cluster lacks fails every topic the same way. The
         broker's own `timeout` starts once it has written every topic's znodes, which for hundreds
         of topics on a busy machine took over 30 s: the answer is awaited that long again."""
@@ -238,7 +236,7 @@ class KafkaAdmin:
             ) for a in actions)
             return wire.make_entity(m.CreateTopicsRequest, topics=topics, timeout=_timeout(timeout), validate_only=False)
 
-        return await self._per_topic(CREATE_TOPICS, [a.topic for a in actions], build, lambda r: r.topics, timeout)
+        return await self._per_topic(ApiKey.CREATE_TOPICS, [a.topic for a in actions], build, lambda r: r.topics, timeout)
 
     async def create_partitions(self, actions: list[CreatePartitions], timeout: float = 30.0) -> dict[str, ActionResult]:
         def build(m, version):
@@ -246,7 +244,7 @@ class KafkaAdmin:
             return wire.make_entity(m.CreatePartitionsRequest, topics=topics, timeout=_timeout(timeout),
                                     validate_only=False)
 
-        return await self._per_topic(CREATE_PARTITIONS, [a.topic for a in actions], build, lambda r: r.results, timeout)
+        return await self._per_topic(ApiKey.CREATE_PARTITIONS, [a.topic for a in actions], build, lambda r: r.results, timeout)
 
     async def alter_configs(self, actions: list[AlterConfigs]) -> dict[str, ActionResult]:
         """IncrementalAlterConfigs: only the keys that change, so concurrent changes to other
@@ -265,7 +263,7 @@ class KafkaAdmin:
         def results(response):
             return [_Named(r.resource_name, r.error_code, r.error_message) for r in response.responses]
 
-        return await self._per_topic(INCREMENTAL_ALTER_CONFIGS, [a.topic for a in actions], build, results, 0.0)
+        return await self._per_topic(ApiKey.INCREMENTAL_ALTER_CONFIGS, [a.topic for a in actions], build, results, 0.0)
 
     async def change_replication_factors(self, actions: list[ChangeReplicationFactor], timeout: float = 30.0
                                          ) -> dict[str, ActionResult]:
@@ -279,7 +277,7 @@ class KafkaAdmin:
                                     include_cluster_authorized_operations=False,
                                     include_topic_authorized_operations=False)
 
-        meta = await self._send(METADATA, metadata)
+        meta = await self._send(ApiKey.METADATA, metadata)
         brokers = [int(b.node_id) for b in meta.brokers]
         current = {t.name: {int(p.partition_index): tuple(int(r) for r in p.replica_nodes) for p in t.partitions}
                    for t in meta.topics if t.partitions}
@@ -312,7 +310,7 @@ class KafkaAdmin:
                 named.append(_Named(t.name, first.error_code if first else 0, first.error_message if first else None))
             return named
 
-        out.update(await self._per_topic(ALTER_PARTITION_REASSIGNMENTS, list(targets), build, results, timeout))
+        out.update(await self._per_topic(ApiKey.ALTER_PARTITION_REASSIGNMENTS, list(targets), build, results, timeout))
         return out
 
     async def delete_topics(self, names: list[str], timeout: float = 30.0) -> dict[str, ActionResult]:
@@ -321,7 +319,7 @@ class KafkaAdmin:
         def build(m, version):
             return wire.make_entity(m.DeleteTopicsRequest, topic_names=tuple(names), timeout=_timeout(timeout))
 
-        results = await self._per_topic(DELETE_TOPICS, names, build, lambda r: r.responses, timeout)
+        results = await self._per_topic(ApiKey.DELETE_TOPICS, names, build, lambda r: r.responses, timeout)
         return {n: ActionResult() if r.error == "unknown_topic_or_partition" else r for n, r in results.items()}
 
 

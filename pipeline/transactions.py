@@ -12,12 +12,12 @@ import logging
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
 
 log = logging.getLogger(__name__)
 
-ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
-TRANSACTION_APIS = frozenset({ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT})
+TRANSACTION_APIS = frozenset({ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT})
 
 
 def _hosts(bootstrap: str) -> list[tuple[str, int]]:

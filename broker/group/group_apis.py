@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from odradek.broker.auth_helper import ResourceType, authorized_operations
+from odradek.common.api_key import ApiKey
 from odradek.common.clock import now_ms
 from odradek.common.wire import (
     NO_THROTTLE,
@@ -31,22 +32,19 @@ from .offsets_topic import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAM
 
 log = logging.getLogger(__name__)
 
-FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 8, 9, 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
-TXN_OFFSET_COMMIT = 28
 VERSIONS = {
-    FIND_COORDINATOR: (0, 4),
-    OFFSET_COMMIT: (1, 8),  # v9+ belong to the KIP-848 protocol
-    OFFSET_FETCH: (1, 8),
-    JOIN_GROUP: (0, 9),
-    HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5),
-    SYNC_GROUP: (0, 5),
-    DESCRIBE_GROUPS: (0, 5),
-    LIST_GROUPS: (0, 5),
-    DELETE_GROUPS: (0, 2),
-    OFFSET_DELETE: (0, 0),
-    TXN_OFFSET_COMMIT: (0, 3),  # v4+ belong to transaction version 2
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.OFFSET_COMMIT: (1, 8),  # v9+ belong to the KIP-848 protocol
+    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # v4+ belong to transaction version 2
 }
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 CLASSIC_GROUP_TYPE = "classic"
@@ -68,25 +66,25 @@ class GroupApis:
         self.offsets_replication_factor = offsets_replication_factor
         self.versions = dict(VERSIONS)
         self.handlers = {
-            FIND_COORDINATOR: self.handle_find_coordinator,
-            OFFSET_COMMIT: self.handle_offset_commit,
-            OFFSET_FETCH: self.handle_offset_fetch,
-            JOIN_GROUP: self.handle_join_group,
-            HEARTBEAT: self.handle_heartbeat,
-            LEAVE_GROUP: self.handle_leave_group,
-            SYNC_GROUP: self.handle_sync_group,
-            DESCRIBE_GROUPS: self.handle_describe_groups,
-            LIST_GROUPS: self.handle_list_groups,
-            DELETE_GROUPS: self.handle_delete_groups,
-            OFFSET_DELETE: self.handle_offset_delete,
-            TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
+            ApiKey.OFFSET_COMMIT: self.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: self.handle_offset_fetch,
+            ApiKey.JOIN_GROUP: self.handle_join_group,
+            ApiKey.HEARTBEAT: self.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: self.handle_leave_group,
+            ApiKey.SYNC_GROUP: self.handle_sync_group,
+            ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups,
+            ApiKey.LIST_GROUPS: self.handle_list_groups,
+            ApiKey.DELETE_GROUPS: self.handle_delete_groups,
+            ApiKey.OFFSET_DELETE: self.handle_offset_delete,
+            ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
         }
         self.find_transaction_coordinator = None
         """key → (error, node, host, port) for FindCoordinator's transaction key type (set by the server)."""
         self.verify_txn_offsets = None
         """TxnOffsetCommit's check with the transaction coordinator (txn_offsets.commit_txn_offsets)."""
         self._creating: asyncio.Task | None = None
-        self.legacy_requests = {(OFFSET_COMMIT, 1): decode_offset_commit_v1}
+        self.legacy_requests = {(ApiKey.OFFSET_COMMIT, 1): decode_offset_commit_v1}
         """Request versions kio lacks: (api, version) → decoder of the frame body."""
 
     # --- FindCoordinator ------------------------------------------------------------------------
@@ -130,7 +128,7 @@ class GroupApis:
 
     async def handle_find_coordinator(self, header, request):
         version = _version(header)
-        mod = response_module(FIND_COORDINATOR, version)
+        mod = response_module(ApiKey.FIND_COORDINATOR, version)
         key_type = int(getattr(request, "key_type", 0))
         if version >= 4:
             out = []
@@ -147,7 +145,7 @@ class GroupApis:
 
     async def handle_join_group(self, header, request):
         version = _version(header)
-        mod = response_module(JOIN_GROUP, version)
+        mod = response_module(ApiKey.JOIN_GROUP, version)
         session = ms(request.session_timeout)
         rebalance = ms(getattr(request, "rebalance_timeout", session)) if version >= 1 else session
         result = await self.coordinator.join_group(
@@ -168,7 +166,7 @@ class GroupApis:
 
     async def handle_sync_group(self, header, request):
         version = _version(header)
-        mod = response_module(SYNC_GROUP, version)
+        mod = response_module(ApiKey.SYNC_GROUP, version)
         code, assignment = await self.coordinator.sync_group(
             request.group_id, int(request.generation_id), request.member_id,
             getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
@@ -183,14 +181,14 @@ class GroupApis:
         )
 
     async def handle_heartbeat(self, header, request):
-        mod = response_module(HEARTBEAT, _version(header))
+        mod = response_module(ApiKey.HEARTBEAT, _version(header))
         code = self.coordinator.heartbeat(request.group_id, request.member_id,
                                           getattr(request, "group_instance_id", None), int(request.generation_id))
         return make_entity(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
 
     async def handle_leave_group(self, header, request):
         version = _version(header)
-        mod = response_module(LEAVE_GROUP, version)
+        mod = response_module(ApiKey.LEAVE_GROUP, version)
         if version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
@@ -214,7 +212,7 @@ class GroupApis:
         """Offsets of partitions the cluster does not have get UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
         KafkaApis answers before the coordinator sees them; the rest are committed."""
         version = _version(header)
-        mod = response_module(OFFSET_COMMIT, max(version, 2))
+        mod = response_module(ApiKey.OFFSET_COMMIT, max(version, 2))
         now = now_ms()
         offsets = {}
         results = {}
@@ -270,7 +268,7 @@ class GroupApis:
 
     async def handle_offset_fetch(self, header, request):
         version = _version(header)
-        mod = response_module(OFFSET_FETCH, version)
+        mod = response_module(ApiKey.OFFSET_FETCH, version)
         if version >= 8:
             groups = []
             for g in request.groups:
@@ -283,7 +281,7 @@ class GroupApis:
         return make_entity(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 
     async def handle_txn_offset_commit(self, header, request):
-        mod = response_module(TXN_OFFSET_COMMIT, _version(header))
+        mod = response_module(ApiKey.TXN_OFFSET_COMMIT, _version(header))
         now = now_ms()
         offsets = {
             (t.name, int(p.partition_index)): OffsetAndMetadata(
@@ -306,7 +304,7 @@ class GroupApis:
     # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
 
     async def handle_describe_groups(self, header, request):
-        mod = response_module(DESCRIBE_GROUPS, _version(header))
+        mod = response_module(ApiKey.DESCRIBE_GROUPS, _version(header))
         ops = authorized_operations(ResourceType.GROUP, bool(getattr(request, "include_authorized_operations", False)))
         out = []
         for gid in request.groups:
@@ -333,7 +331,7 @@ class GroupApis:
     async def handle_list_groups(self, header, request):
         """Every group here is a classic one: a types filter (v5) lists them only if it names
         "classic" (any case), as Kafka's old coordinator does."""
-        mod = response_module(LIST_GROUPS, _version(header))
+        mod = response_module(ApiKey.LIST_GROUPS, _version(header))
         states = set(getattr(request, "states_filter", ()) or ())
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         code, groups = self.coordinator.list_groups(states or None)
@@ -347,7 +345,7 @@ class GroupApis:
         return make_entity(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=code, groups=listed)
 
     async def handle_delete_groups(self, header, request):
-        mod = response_module(DELETE_GROUPS, _version(header))
+        mod = response_module(ApiKey.DELETE_GROUPS, _version(header))
         results = await self.coordinator.delete_groups(list(request.groups_names))
         return mod.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(
             mod.DeletableGroupResult(group_id=g, error_code=c) for g, c in results.items()))
@@ -358,7 +356,7 @@ class GroupApis:
         """Deletes a group's committed offsets. Partitions the cluster does not have get
         UNKNOWN_TOPIC_OR_PARTITION (as in OffsetCommit); a group error answers alone, with no topics
         (Kafka's getErrorResponse)."""
-        mod = response_module(OFFSET_DELETE, _version(header))
+        mod = response_module(ApiKey.OFFSET_DELETE, _version(header))
         results: dict[tuple[str, int], ErrorCode] = {}
         wanted = []
         for t in request.topics:
@@ -386,7 +384,7 @@ def decode_offset_commit_v1(body: bytes):
     """An OffsetCommitRequest v1 frame → (header, kio's v2 request, v2 schema); ValueError if malformed.
     The per-partition timestamps are dropped, as Kafka ignores them since 2.1; v1 and v2 responses
     are identical."""
-    req_cls = load_request_schema(OFFSET_COMMIT, 2)
+    req_cls = load_request_schema(ApiKey.OFFSET_COMMIT, 2)
     mod = sys.modules[req_cls.__module__]
     try:
         header, pos = read_request_header_v1(body, 0)

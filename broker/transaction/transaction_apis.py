@@ -13,6 +13,7 @@ import logging
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
+from odradek.common.api_key import ApiKey
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
 
 from .marker_writer import MarkerWriter, TxnMarker
@@ -21,16 +22,14 @@ from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS = 22, 24, 25, 26, 27
-DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 VERSIONS = {
-    ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 (KIP-1050 error codes) belongs to transaction version 2
-    ADD_OFFSETS_TO_TXN: (0, 3),
-    END_TXN: (0, 4),
-    WRITE_TXN_MARKERS: (1, 1),  # v0 is gone from Kafka 4; v2 adds the KIP-890 transaction version
-    DESCRIBE_PRODUCERS: (0, 0),
-    DESCRIBE_TRANSACTIONS: (0, 0),
-    LIST_TRANSACTIONS: (0, 1),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 (KIP-1050 error codes) belongs to transaction version 2
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is gone from Kafka 4; v2 adds the KIP-890 transaction version
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 KEY_TYPE_TRANSACTION = 1
 
@@ -59,13 +58,13 @@ class TransactionApis:
         """group id → its `__consumer_offsets` partition (AddOffsetsToTxn adds that partition)."""
         self.versions = dict(VERSIONS)
         self.handlers = {
-            ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
-            ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
-            END_TXN: self.handle_end_txn,
-            WRITE_TXN_MARKERS: self.handle_write_txn_markers,
-            DESCRIBE_PRODUCERS: self.handle_describe_producers,
-            DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
-            LIST_TRANSACTIONS: self.handle_list_transactions,
+            ApiKey.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: self.handle_end_txn,
+            ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+            ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
+            ApiKey.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
         }
 
     # --- FindCoordinator (key type 1, from GroupApis) -------------------------------------------
@@ -132,7 +131,7 @@ class TransactionApis:
 
     async def handle_add_partitions_to_txn(self, header, request):
         version = _version(header)
-        mod = response_module(ADD_PARTITIONS_TO_TXN, version)
+        mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, version)
 
         def topic_results(codes):
             return tuple(
@@ -157,7 +156,7 @@ class TransactionApis:
                                               results_by_transaction=tuple(results))
 
     async def handle_add_offsets_to_txn(self, header, request):
-        mod = response_module(ADD_OFFSETS_TO_TXN, _version(header))
+        mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, _version(header))
         if not request.group_id:
             code = ErrorCode.invalid_group_id
         else:
@@ -169,7 +168,7 @@ class TransactionApis:
         return mod.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=code)
 
     async def handle_end_txn(self, header, request):
-        mod = response_module(END_TXN, _version(header))
+        mod = response_module(ApiKey.END_TXN, _version(header))
         code = await self.coordinator.end_transaction(request.transactional_id, int(request.producer_id),
                                                       int(request.producer_epoch), bool(request.committed))
         return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
@@ -177,7 +176,7 @@ class TransactionApis:
     # --- WriteTxnMarkers (partition leaders) ----------------------------------------------------
 
     async def handle_write_txn_markers(self, header, request):
-        mod = response_module(WRITE_TXN_MARKERS, _version(header))
+        mod = response_module(ApiKey.WRITE_TXN_MARKERS, _version(header))
         markers = [
             TxnMarker(int(m.producer_id), int(m.producer_epoch), int(m.coordinator_epoch), bool(m.transaction_result),
                       [(t.name, int(p)) for t in m.topics for p in t.partition_indexes])
@@ -199,7 +198,7 @@ class TransactionApis:
 
     async def handle_describe_producers(self, header, request):
         """The producers a partition leader knows, with their open transactions."""
-        mod = response_module(DESCRIBE_PRODUCERS, _version(header))
+        mod = response_module(ApiKey.DESCRIBE_PRODUCERS, _version(header))
         topics = []
         for t in request.topics:
             partitions = []
@@ -219,7 +218,7 @@ class TransactionApis:
         return mod.DescribeProducersResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
     async def handle_describe_transactions(self, header, request):
-        mod = response_module(DESCRIBE_TRANSACTIONS, _version(header))
+        mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, _version(header))
         out = []
         for txn_id in request.transactional_ids:
             code, m = self.coordinator.describe(txn_id)
@@ -238,7 +237,7 @@ class TransactionApis:
         return mod.DescribeTransactionsResponse(throttle_time=NO_THROTTLE, transaction_states=tuple(out))
 
     async def handle_list_transactions(self, header, request):
-        mod = response_module(LIST_TRANSACTIONS, _version(header))
+        mod = response_module(ApiKey.LIST_TRANSACTIONS, _version(header))
         code, found, unknown = self.coordinator.list_transactions(
             set(request.state_filters), {int(p) for p in request.producer_id_filters},
             int(getattr(request, "duration_filter", -1)))

@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from odradek.common.api_key import ApiKey
 from odradek.common.network.framing import FrameDecoder, FrameSizeError
 
 from .pipeline import RequestPipeline
@@ -54,7 +55,6 @@ MAX_IN_FLIGHT = 32
 (5 with idempotence): with acks=all each request waits a replication round trip, so a deeper
 pipeline carries more batches per round trip. bench/replication.py-style runs, RF=3 acks=all:
 4 → 0.54M rec/s, 16 → 0.74M, 32 → 0.89M, 64 → 0.81M (2M records, alternated on one machine)."""
-PRODUCE = 0
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 """Most buffers one writev takes; a longer gather is joined first."""
 
@@ -419,7 +419,7 @@ class SocketServer:
     """Listens on one (host, port) and feeds each connection's frames to `handler`."""
 
     def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int,
-                 pipelined_apis: frozenset[int] = frozenset({PRODUCE}), *, listener: str = "PLAINTEXT",
+                 pipelined_apis: frozenset[int] = frozenset({ApiKey.PRODUCE}), *, listener: str = "PLAINTEXT",
                  limits: ConnectionLimits = ConnectionLimits()):
         self.pipelined_apis = pipelined_apis
         """API keys whose handlers may run while earlier ones of the same kind wait (see above):

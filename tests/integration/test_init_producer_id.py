@@ -15,16 +15,16 @@ from kio.static.primitive import i8, i16, i32Timedelta, i64
 
 from odradek.broker.log.record_batch import iter_batches
 from odradek.common import wire, zk_data
+from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
 
 from .kafka_helpers import create_topic, leader_of
 
-INIT_PRODUCER_ID, FIND_COORDINATOR, API_VERSIONS = 22, 10, 18
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=60))
 
 
 def init_producer_id(version: int, transactional_id: str | None, producer_id: int = -1, epoch: int = -1):
-    cls = wire.request_schema(INIT_PRODUCER_ID, version)
+    cls = wire.request_schema(ApiKey.INIT_PRODUCER_ID, version)
     fields = {"transactional_id": transactional_id, "transaction_timeout": TIMEOUT}
     if version >= 3:
         fields.update(producer_id=i64(producer_id), producer_epoch=i16(epoch))
@@ -50,10 +50,10 @@ def batch_producer_ids(log: bytes) -> list[tuple[int, int, int]]:
 
 
 def test_api_versions_advertise_init_producer_id_from_v0(shared_cluster):
-    cls = wire.request_schema(API_VERSIONS, 0)
+    cls = wire.request_schema(ApiKey.API_VERSIONS, 0)
     (response,) = ask(shared_cluster.broker_ports[0], [cls()])
     versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
-    assert versions[INIT_PRODUCER_ID] == (0, 5)  # librdkafka wants v0 exactly; Java/kafka-python newer
+    assert versions[ApiKey.INIT_PRODUCER_ID] == (0, 5)  # librdkafka wants v0 exactly; Java/kafka-python newer
 
 
 def test_idempotent_producer_ids_are_unique_across_brokers_with_epoch_zero(shared_cluster):
@@ -83,7 +83,7 @@ def test_transactional_ids_go_to_their_coordinator(shared_cluster):
     partition (created on first use); InitProducerId there gives epoch 0, then 1; elsewhere it
     is NOT_COORDINATOR; an empty id is an invalid request."""
     port = shared_cluster.broker_ports[0]
-    find_v4 = wire.request_schema(FIND_COORDINATOR, 4)(key_type=i8(1), coordinator_keys=("tx-1",))
+    find_v4 = wire.request_schema(ApiKey.FIND_COORDINATOR, 4)(key_type=i8(1), coordinator_keys=("tx-1",))
     deadline = time.monotonic() + 60
     while True:
         (found,) = ask(port, [find_v4])[0].coordinators

@@ -7,10 +7,10 @@ import struct
 
 import pytest
 
+from odradek.common.api_key import ApiKey
 from odradek.common.network import socket_server
 from odradek.common.network.socket_server import CloseConnection, SocketServer
 
-PRODUCE, METADATA = 0, 3
 STEP_S = 5.0
 """Bound on every single wait in these tests."""
 
@@ -94,7 +94,7 @@ def run(test_fn):
 
 def test_produce_requests_run_together_and_are_answered_in_request_order():
     async def scenario(h, reader, writer):
-        writer.write(b"".join(request(PRODUCE, c) for c in (1, 2, 3)))
+        writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in (1, 2, 3)))
         await h.wait_started(3)
         assert h.started == [1, 2, 3]  # all three waiting at once, started in arrival order
         h.finish(3)
@@ -103,7 +103,7 @@ def test_produce_requests_run_together_and_are_answered_in_request_order():
         h.finish(1)
         assert [await read_answer(reader) for _ in range(3)] == [1, 2, 3]
         # a silent (acks=0) request in the middle leaves no gap and no answer
-        writer.write(b"".join(request(PRODUCE, c) for c in (4, 5, 6)))
+        writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in (4, 5, 6)))
         await h.wait_started(6)
         h.finish(6)
         h.finish(5, "silent")
@@ -115,7 +115,8 @@ def test_produce_requests_run_together_and_are_answered_in_request_order():
 
 def test_a_non_produce_request_waits_for_earlier_answers_and_blocks_later_requests():
     async def scenario(h, reader, writer):
-        writer.write(request(PRODUCE, 1) + request(PRODUCE, 2) + request(METADATA, 3) + request(PRODUCE, 4))
+        writer.write(request(ApiKey.PRODUCE, 1) + request(ApiKey.PRODUCE, 2) + request(ApiKey.METADATA, 3)
+                     + request(ApiKey.PRODUCE, 4))
         await h.wait_started(2)
         assert h.started == [1, 2]
         h.finish(2)
@@ -141,7 +142,7 @@ def test_in_flight_produce_requests_are_bounded():
     total = bound + 4
 
     async def scenario(h, reader, writer):
-        writer.write(b"".join(request(PRODUCE, c) for c in range(total)))
+        writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in range(total)))
         await h.wait_started(bound)
         await asyncio.sleep(0.05)
         assert h.started == list(range(bound))
@@ -161,7 +162,7 @@ def test_in_flight_produce_requests_are_bounded():
 
 def test_close_from_a_pipelined_request_answers_earlier_ones_then_abandons_the_rest():
     async def scenario(h, reader, writer):
-        writer.write(b"".join(request(PRODUCE, c) for c in (1, 2, 3)))
+        writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in (1, 2, 3)))
         await h.wait_started(3)
         h.finish(2, "close")
         await asyncio.sleep(0.05)
@@ -178,7 +179,7 @@ def test_close_from_a_pipelined_request_answers_earlier_ones_then_abandons_the_r
 
 def test_a_peer_going_away_cancels_its_requests_in_flight():
     async def scenario(h, reader, writer):
-        writer.write(b"".join(request(PRODUCE, c) for c in (1, 2)))
+        writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in (1, 2)))
         await h.wait_started(2)
         writer.close()
         async with asyncio.timeout(STEP_S):
@@ -188,7 +189,7 @@ def test_a_peer_going_away_cancels_its_requests_in_flight():
     run(scenario)
 
 
-@pytest.mark.parametrize("api_key", [METADATA, PRODUCE])
+@pytest.mark.parametrize("api_key", [ApiKey.METADATA, ApiKey.PRODUCE])
 def test_server_without_pipelining_or_with_it_handles_quick_requests_in_order(api_key):
     """Requests that finish at once (acks=1 produce, metadata) stream through in order."""
 

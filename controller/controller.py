@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from kazoo.protocol.states import KazooState
 from kio.schema.errors import ErrorCode
@@ -37,38 +40,91 @@ log = logging.getLogger(__name__)
 MAX_DECISION_ATTEMPTS = 10
 """Compare-and-set conflicts tolerated per event before giving up the controllership (reload)."""
 
-# watch-driven events (coalesced: each handler re-reads the current children)
-CONTROLLER_CHANGE = "controller"
-BROKER_CHANGE = "brokers"
-TOPIC_CHANGE = "topics"
-PARTITION_MODIFICATION = "partitions"
-"""A topic's assignment znode changed (CreatePartitions); the topics are in `_modified_topics`."""
-TOPIC_DELETION = "deletions"
-AUTO_REBALANCE = "rebalance"
-LOG_DIR_EVENT = "log_dir_events"
-ZK_REASSIGNMENT = "reassign_partitions"
-"""/admin/reassign_partitions was created, changed or deleted."""
-EVENT_ORDER = (CONTROLLER_CHANGE, BROKER_CHANGE, TOPIC_CHANGE, PARTITION_MODIFICATION, TOPIC_DELETION, LOG_DIR_EVENT,
-               ZK_REASSIGNMENT, AUTO_REBALANCE)
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
 
-class _BrokerRequest:
+# --- events (Kafka's ControllerEvent): what the event loop takes, one at a time ----------------------
+# The watch-driven ones carry nothing and are coalesced (equal instances): each handler re-reads the
+# current children.
+
+
+@dataclass(frozen=True)
+class ControllerChange:
+    """/controller changed: are we still the one it names?"""
+
+
+@dataclass(frozen=True)
+class BrokerChange:
+    """/brokers/ids changed."""
+
+
+@dataclass(frozen=True)
+class TopicChange:
+    """/brokers/topics changed."""
+
+
+@dataclass(frozen=True)
+class PartitionModification:
+    """A topic's assignment znode changed (CreatePartitions); the topics are in `_modified_topics`."""
+
+
+@dataclass(frozen=True)
+class TopicDeletion:
+    """/admin/delete_topics changed."""
+
+
+@dataclass(frozen=True)
+class LogDirEvent:
+    """/log_dir_event_notification changed: brokers announced failed log directories."""
+
+
+@dataclass(frozen=True)
+class ZkReassignment:
+    """/admin/reassign_partitions was created, changed or deleted."""
+
+
+@dataclass(frozen=True)
+class AutoRebalance:
+    """leader.imbalance.check.interval.seconds passed."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """stop() was called."""
+
+
+@dataclass(frozen=True)
+class SessionLost:
+    """The ZooKeeper session is gone or presumed expired: stop acting."""
+
+
+@dataclass(frozen=True, eq=False)
+class BrokerRequest:
     """A broker's request waiting for the event loop; `future` gets the decision's answer."""
 
-    def __init__(self, api_key: int, payload: object, future: asyncio.Future):
-        self.api_key = api_key
-        self.payload = payload
-        self.future = future
+    api_key: int
+    payload: object
+    future: asyncio.Future[object]
 
 
-class _BrokerResponse:
+@dataclass(frozen=True, eq=False)
+class BrokerResponse:
     """A broker's answer to a LeaderAndIsr that tells about failed log directories."""
 
-    def __init__(self, broker_id: int, request: object, response: object):
-        self.broker_id = broker_id
-        self.request = request
-        self.response = response
+    broker_id: int
+    request: Any
+    response: Any
+
+
+WatchEvent = (ControllerChange | BrokerChange | TopicChange | PartitionModification | TopicDeletion | LogDirEvent
+              | ZkReassignment | AutoRebalance)
+Event = WatchEvent | Stop | SessionLost | BrokerRequest | BrokerResponse
+EVENT_ORDER: tuple[WatchEvent, ...] = (
+    ControllerChange(), BrokerChange(), TopicChange(), PartitionModification(), TopicDeletion(), LogDirEvent(),
+    ZkReassignment(), AutoRebalance(),
+)
+"""Coalesced watch events are handled in this order (Kafka's: the controller first, then brokers,
+topics, deletions)."""
 
 
 class Deposed(Exception):
@@ -90,7 +146,7 @@ class KafkaController:
         self._stopping = asyncio.Event()
         self._stopping_threads = threading.Event()
         """The same, for blocking ZooKeeper calls in worker threads."""
-        self._events: asyncio.Queue[str] = asyncio.Queue()
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._modified_topics: set[str] = set()
         self._connected = asyncio.Event()
         self._generation = 0
@@ -109,7 +165,7 @@ class KafkaController:
         """Ask run() to resign and return (safe from a signal handler)."""
         self._stopping.set()
         self._stopping_threads.set()
-        self._post(self._generation, "stop")
+        self._post(self._generation, Stop())
 
     async def start_listener(self) -> EndPoint | None:
         """Bind the first listener (port 0 → any free port); standbys answer NOT_CONTROLLER."""
@@ -129,7 +185,7 @@ class KafkaController:
             return None
         future = asyncio.get_running_loop().create_future()
         self._inflight.add(future)
-        self._events.put_nowait(_BrokerRequest(api_key, payload, future))
+        self._events.put_nowait(BrokerRequest(api_key, payload, future))
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
         except TimeoutError:
@@ -209,12 +265,11 @@ class KafkaController:
                 if won is not None:
                     await self._run_active(zk, gen, *won)
                     return  # deposed or stopping: a fresh session either way
-                holder = await asyncio.to_thread(zk.controller, self._watch(gen, CONTROLLER_CHANGE))
+                holder = await asyncio.to_thread(zk.controller, self._watch(gen, ControllerChange()))
                 if holder is None:
                     continue
                 log.info("controller %d: standby (active: %d)", self.controller_id, holder[0].controller_id)
-                event = await self._events.get()
-                if event == "lost":
+                if isinstance(await self._events.get(), SessionLost):
                     return
         finally:
             self._cancel_suspended_timer()
@@ -223,7 +278,7 @@ class KafkaController:
 
     # --- ZooKeeper callbacks (kazoo thread → loop) ------------------------------------------------
 
-    def _watch(self, gen: int, event: str):
+    def _watch(self, gen: int, event: WatchEvent) -> Callable[[object], None]:
         def watcher(_event) -> None:
             self._loop.call_soon_threadsafe(self._post, gen, event)
 
@@ -242,10 +297,10 @@ class KafkaController:
     def _post_modified(self, gen: int, topic: str) -> None:
         if gen == self._generation:
             self._modified_topics.add(topic)
-            self._events.put_nowait(PARTITION_MODIFICATION)
+            self._events.put_nowait(PartitionModification())
 
-    def _post(self, gen: int, event: str) -> None:
-        if gen == self._generation or event == "stop":
+    def _post(self, gen: int, event: WatchEvent | Stop | BrokerResponse) -> None:
+        if gen == self._generation or isinstance(event, Stop):
             self._events.put_nowait(event)
 
     def _on_zk_state(self, gen: int, state: str) -> None:
@@ -276,7 +331,7 @@ class KafkaController:
         ctx = self.context
         if any(e.error_code == ErrorCode.kafka_storage_error for e in response.partition_errors) or (
                 ctx is not None and broker_id in ctx.replicas_on_offline_dirs):
-            self._post(gen, _BrokerResponse(broker_id, request, response))
+            self._post(gen, BrokerResponse(broker_id, request, response))
 
     def _cancel_suspended_timer(self) -> None:
         if self._suspended_timer is not None:
@@ -296,7 +351,7 @@ class KafkaController:
             self.channels.abort()
         if cancel and self._acting is not None:
             self._acting.cancel()
-        self._events.put_nowait("lost")
+        self._events.put_nowait(SessionLost())
 
     # --- active ---------------------------------------------------------------------------------
 
@@ -334,20 +389,20 @@ class KafkaController:
     async def _act(self, zk: ControllerZkClient, gen: int, epoch: int, epoch_zk_version: int) -> None:
         ctx = await asyncio.to_thread(
             zk.load_context, self.controller_id, epoch, epoch_zk_version,
-            brokers_watch=self._watch(gen, BROKER_CHANGE), topics_watch=self._watch(gen, TOPIC_CHANGE),
-            deletions_watch=self._watch(gen, TOPIC_DELETION), topic_watch=self._topic_watch(gen),
+            brokers_watch=self._watch(gen, BrokerChange()), topics_watch=self._watch(gen, TopicChange()),
+            deletions_watch=self._watch(gen, TopicDeletion()), topic_watch=self._topic_watch(gen),
         )
         ctx.unclean_leader_election = self.config.unclean_leader_election_enable
         self.context = ctx
         self.channels.update_brokers(ctx.live_brokers)
         await self._execute(zk, sm.on_controller_failover)
-        if await asyncio.to_thread(zk.controller, self._watch(gen, CONTROLLER_CHANGE)) is None:
+        if await asyncio.to_thread(zk.controller, self._watch(gen, ControllerChange())) is None:
             raise Deposed("/controller vanished")
         self.active.set()
         log.info("controller %d: active with %d brokers, %d topics", self.controller_id,
                  len(ctx.live_brokers), len(ctx.assignments))
-        await self._handle(zk, gen, LOG_DIR_EVENT)  # notifications left from before; sets the watch
-        await self._handle(zk, gen, ZK_REASSIGNMENT)  # likewise
+        await self._handle(zk, gen, LogDirEvent())  # notifications left from before; sets the watch
+        await self._handle(zk, gen, ZkReassignment())  # likewise
         await self._reassignment_progress(zk)  # reassignments the previous controller left
         rebalance = None
         if self.config.auto_leader_rebalance_enable:
@@ -357,12 +412,12 @@ class KafkaController:
                 items = [await self._events.get()]
                 while not self._events.empty():
                     items.append(self._events.get_nowait())
-                pending = {e for e in items if isinstance(e, str)}
-                requests = [e for e in items if isinstance(e, _BrokerRequest)]
-                responses = [e for e in items if isinstance(e, _BrokerResponse)]
-                if "stop" in pending:
+                pending = {e for e in items if not isinstance(e, BrokerRequest | BrokerResponse)}
+                requests = [e for e in items if isinstance(e, BrokerRequest)]
+                responses = [e for e in items if isinstance(e, BrokerResponse)]
+                if Stop() in pending:
                     return
-                if "lost" in pending:
+                if SessionLost() in pending:
                     raise Deposed(self._deposed_reason or "session lost")
                 if not await self._until_connected():
                     return  # stopping while ZooKeeper is unreachable
@@ -394,36 +449,38 @@ class KafkaController:
         """Kafka's auto leader rebalance task: every leader.imbalance.check.interval.seconds."""
         while True:
             await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
-            self._post(gen, AUTO_REBALANCE)
+            self._post(gen, AutoRebalance())
 
-    async def _handle_request(self, zk: ControllerZkClient, request: _BrokerRequest) -> None:
+    async def _handle_request(self, zk: ControllerZkClient, request: BrokerRequest) -> None:
         if request.future.done():  # the broker gave up waiting
             return
-        p = request.payload
-        if request.api_key == ApiKey.ALTER_PARTITION:
-            changes = isr_changes(p)
-            d = await self._execute(zk, lambda ctx: sm.on_alter_partition(ctx, p.broker_id, p.broker_epoch, changes))
-            await self._reassignment_progress(zk, [c.tp for c in changes])
-        elif request.api_key == ApiKey.CONTROLLED_SHUTDOWN:
-            log.info("controlled shutdown of broker %d", p.broker_id)
-            d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
-            if d.answer is not None and d.answer.remaining:
-                log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in d.answer.remaining])
-        elif request.api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
-            d = await self._execute(zk, lambda ctx: ra.on_reassign(ctx, p))
-            for tp, result in sorted(d.answer.items()):
-                log.info("reassignment of %s to %s: %s", tp, p[tp], result.message or "started")
-            await self._reassignment_progress(zk, list(p))
-        elif request.api_key == ApiKey.ELECT_LEADERS:
-            election_type, tps = p
-            d = await self._execute(zk, lambda ctx: el.on_elect_leaders(ctx, election_type, tps))
-            if d.state_writes:
-                log.info("%s leader election: moved %s", "unclean" if election_type == el.UNCLEAN else "preferred",
-                         [str(w.tp) for w in d.state_writes])
-        elif request.api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
-            d = sm.Decisions(answer=ra.list_reassignments(self.context, p))
-        else:
-            d = None
+        p: Any = request.payload
+        d: sm.Decisions | None
+        match request.api_key:
+            case ApiKey.ALTER_PARTITION:
+                changes = isr_changes(p)
+                d = await self._execute(zk, lambda ctx: sm.on_alter_partition(ctx, p.broker_id, p.broker_epoch, changes))
+                await self._reassignment_progress(zk, [c.tp for c in changes])
+            case ApiKey.CONTROLLED_SHUTDOWN:
+                log.info("controlled shutdown of broker %d", p.broker_id)
+                d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
+                if d.answer is not None and d.answer.remaining:
+                    log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in d.answer.remaining])
+            case ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+                d = await self._execute(zk, lambda ctx: ra.on_reassign(ctx, p))
+                for tp, result in sorted(d.answer.items()):
+                    log.info("reassignment of %s to %s: %s", tp, p[tp], result.message or "started")
+                await self._reassignment_progress(zk, list(p))
+            case ApiKey.ELECT_LEADERS:
+                election_type, tps = p
+                d = await self._execute(zk, lambda ctx: el.on_elect_leaders(ctx, election_type, tps))
+                if d.state_writes:
+                    log.info("%s leader election: moved %s", "unclean" if election_type == el.UNCLEAN else "preferred",
+                             [str(w.tp) for w in d.state_writes])
+            case ApiKey.LIST_PARTITION_REASSIGNMENTS:
+                d = sm.Decisions(answer=ra.list_reassignments(self.context, p))
+            case _:
+                d = None
         if not request.future.done():
             request.future.set_result(None if d is None else d.answer)
 
@@ -434,7 +491,7 @@ class KafkaController:
             for w in d.final_assignment_writes:
                 log.info("reassignment of %s completed", w)
 
-    async def _handle_response(self, zk: ControllerZkClient, r: _BrokerResponse) -> None:
+    async def _handle_response(self, zk: ControllerZkClient, r: BrokerResponse) -> None:
         errors = [(TopicPartition(e.topic_name, int(e.partition_index)), int(e.error_code))
                   for e in r.response.partition_errors]
         d = await self._execute(zk, lambda ctx: sm.on_leader_and_isr_response(
@@ -443,56 +500,57 @@ class KafkaController:
             log.warning("broker %d: replicas on failed log directories: %s", r.broker_id,
                         sorted(str(tp) for tp in d.replicas_on_offline_dirs.get(r.broker_id, ())))
 
-    async def _handle(self, zk: ControllerZkClient, gen: int, event: str) -> None:
-        if event == CONTROLLER_CHANGE:
-            holder = await asyncio.to_thread(zk.controller, self._watch(gen, CONTROLLER_CHANGE))
-            if holder is None or holder[1] != zk.session_id:
-                raise Deposed("/controller is " + ("gone" if holder is None else f"held by {holder[0].controller_id}"))
-        elif event == BROKER_CHANGE:
-            live = await asyncio.to_thread(zk.live_brokers, self._watch(gen, BROKER_CHANGE))
-            log.info("broker change: live brokers %s", sorted(live))
-            await self._execute(zk, lambda ctx: sm.on_broker_change(ctx, live))
-            await self._reassignment_progress(zk)
-        elif event == TOPIC_CHANGE:
-            assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, TOPIC_CHANGE),
-                                                  dict(self.context.assignments), self._topic_watch(gen))
-            await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
-        elif event == PARTITION_MODIFICATION:
-            topics, self._modified_topics = self._modified_topics, set()
-            changed = await asyncio.to_thread(zk.assignments_of, sorted(topics), self._topic_watch(gen))
-            d = await self._execute(zk, lambda ctx: sm.on_partition_modification(ctx, changed))
-            for topic, assignment in d.updated_assignments.items():
-                log.info("topic %s: now %d partitions", topic, len(assignment.partitions))
-        elif event == TOPIC_DELETION:
-            marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, TOPIC_DELETION))
-            if marked - set(self.context.assignments):
-                # a topic created and marked at once: learn of it first, or its marker looks stray
-                await self._handle(zk, gen, TOPIC_CHANGE)
-            await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
-        elif event == LOG_DIR_EVENT:
-            children, brokers = await asyncio.to_thread(zk.log_dir_events, self._watch(gen, LOG_DIR_EVENT))
-            if children:
-                log.warning("log directory failures announced by brokers %s", sorted(brokers))
-                await self._execute(zk, lambda ctx: sm.on_log_dir_event(ctx, brokers))
-                await asyncio.to_thread(zk.delete_log_dir_events, children, self.context.epoch_zk_version)
-        elif event == ZK_REASSIGNMENT:
-            data = await asyncio.to_thread(zk.reassign_partitions, self._watch(gen, ZK_REASSIGNMENT))
-            try:
-                wanted = {} if data is None else ra.decode_reassign_partitions(data)
-            except ValueError as e:
-                log.error("ignoring %s: unreadable (%s): %r", z.REASSIGN_PARTITIONS, e, data[:200])
-                return
-            self.context.zk_reassignment = wanted
-            if wanted:
-                d = await self._execute(zk, ra.on_zk_reassignment)
-                for tp, result in sorted(d.answer.items()):
-                    log.info("reassignment of %s (from %s): %s", tp, z.REASSIGN_PARTITIONS, result.message or "started")
-                await self._reassignment_progress(zk, list(wanted))
-        elif event == AUTO_REBALANCE:
-            pct = self.config.leader_imbalance_per_broker_percentage
-            d = await self._execute(zk, lambda ctx: sm.on_auto_leader_rebalance(ctx, pct))
-            if d.state_writes:
-                log.info("preferred leader election: moved %s", [str(w.tp) for w in d.state_writes])
+    async def _handle(self, zk: ControllerZkClient, gen: int, event: WatchEvent) -> None:
+        match event:
+            case ControllerChange():
+                holder = await asyncio.to_thread(zk.controller, self._watch(gen, event))
+                if holder is None or holder[1] != zk.session_id:
+                    raise Deposed("/controller is " + ("gone" if holder is None else f"held by {holder[0].controller_id}"))
+            case BrokerChange():
+                live = await asyncio.to_thread(zk.live_brokers, self._watch(gen, event))
+                log.info("broker change: live brokers %s", sorted(live))
+                await self._execute(zk, lambda ctx: sm.on_broker_change(ctx, live))
+                await self._reassignment_progress(zk)
+            case TopicChange():
+                assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, event),
+                                                      dict(self.context.assignments), self._topic_watch(gen))
+                await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
+            case PartitionModification():
+                topics, self._modified_topics = self._modified_topics, set()
+                changed = await asyncio.to_thread(zk.assignments_of, sorted(topics), self._topic_watch(gen))
+                d = await self._execute(zk, lambda ctx: sm.on_partition_modification(ctx, changed))
+                for topic, assignment in d.updated_assignments.items():
+                    log.info("topic %s: now %d partitions", topic, len(assignment.partitions))
+            case TopicDeletion():
+                marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, event))
+                if marked - set(self.context.assignments):
+                    # a topic created and marked at once: learn of it first, or its marker looks stray
+                    await self._handle(zk, gen, TopicChange())
+                await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
+            case LogDirEvent():
+                children, brokers = await asyncio.to_thread(zk.log_dir_events, self._watch(gen, event))
+                if children:
+                    log.warning("log directory failures announced by brokers %s", sorted(brokers))
+                    await self._execute(zk, lambda ctx: sm.on_log_dir_event(ctx, brokers))
+                    await asyncio.to_thread(zk.delete_log_dir_events, children, self.context.epoch_zk_version)
+            case ZkReassignment():
+                data = await asyncio.to_thread(zk.reassign_partitions, self._watch(gen, event))
+                try:
+                    wanted = {} if data is None else ra.decode_reassign_partitions(data)
+                except ValueError as e:
+                    log.error("ignoring %s: unreadable (%s): %r", z.REASSIGN_PARTITIONS, e, data[:200])
+                    return
+                self.context.zk_reassignment = wanted
+                if wanted:
+                    d = await self._execute(zk, ra.on_zk_reassignment)
+                    for tp, result in sorted(d.answer.items()):
+                        log.info("reassignment of %s (from %s): %s", tp, z.REASSIGN_PARTITIONS, result.message or "started")
+                    await self._reassignment_progress(zk, list(wanted))
+            case AutoRebalance():
+                pct = self.config.leader_imbalance_per_broker_percentage
+                d = await self._execute(zk, lambda ctx: sm.on_auto_leader_rebalance(ctx, pct))
+                if d.state_writes:
+                    log.info("preferred leader election: moved %s", [str(w.tp) for w in d.state_writes])
 
     async def _execute(self, zk: ControllerZkClient, decide) -> sm.Decisions:
         """Decide, write with compare-and-set, re-read and re-decide on conflicts, then apply the

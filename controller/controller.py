@@ -492,7 +492,7 @@ class KafkaController:
                 log.info("reassignment of %s completed", w)
 
     async def _handle_response(self, zk: ControllerZkClient, r: BrokerResponse) -> None:
-        errors = [(TopicPartition(e.topic_name, int(e.partition_index)), int(e.error_code))
+        errors = [(TopicPartition(e.topic_name, int(e.partition_index)), e.error_code)
                   for e in r.response.partition_errors]
         d = await self._execute(zk, lambda ctx: sm.on_leader_and_isr_response(
             ctx, r.broker_id, int(r.request.broker_epoch), errors))

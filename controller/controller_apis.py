@@ -140,17 +140,17 @@ def alter_partition_response(
     request: m.AlterPartitionRequest, answer: sm.AlterPartitionAnswer | None
 ) -> m.AlterPartitionResponse:
     """None → NOT_CONTROLLER (standby, deposed, or no decision in time)."""
-    if answer is None or answer.error:
-        code = ErrorCode.not_controller if answer is None else ErrorCode(answer.error)
+    if answer is None or answer.error != ErrorCode.none:
+        code = ErrorCode.not_controller if answer is None else answer.error
         return m.AlterPartitionResponse(throttle_time_ms=i32(0), error_code=code, topics=())
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
             code, state = answer.partitions.get(TopicPartition(t.topic_name, int(p.partition_index)),
-                                                (int(ErrorCode.unknown_topic_or_partition), None))
+                                                (ErrorCode.unknown_topic_or_partition, None))
             parts.append(m.AlterPartitionResponsePartition(
-                partition_index=p.partition_index, error_code=ErrorCode(code),
+                partition_index=p.partition_index, error_code=code,
                 leader_id=i32(state.leader if state else -1), leader_epoch=i32(state.leader_epoch if state else -1),
                 isr=tuple(i32(b) for b in state.isr) if state else (),
                 partition_epoch=i32(state.zk_version if state else -1),
@@ -163,7 +163,7 @@ def controlled_shutdown_response(answer: sm.ControlledShutdownAnswer | None) -> 
     if answer is None:
         return m.ControlledShutdownResponse(error_code=ErrorCode.not_controller, remaining_partitions=())
     return m.ControlledShutdownResponse(
-        error_code=ErrorCode(answer.error),
+        error_code=answer.error,
         remaining_partitions=tuple(m.RemainingPartition(topic_name=tp.topic, partition_index=i32(tp.partition))
                                    for tp in answer.remaining),
     )

@@ -586,42 +586,45 @@ class IsrChange:
 
 @dataclass(frozen=True)
 class AlterPartitionAnswer:
-    error: int
+    error: ErrorCode
     """Top-level error (NONE, STALE_BROKER_EPOCH); partition results are empty unless NONE."""
-    partitions: dict[TopicPartition, tuple[int, LeaderIsrAndControllerEpoch | None]] = field(default_factory=dict)
+    partitions: dict[TopicPartition, tuple[ErrorCode, LeaderIsrAndControllerEpoch | None]] = field(default_factory=dict)
     """Per partition: (error code, state to report: the new one, or the current one if any)."""
 
 
-def _broker_epoch_error(ctx: ControllerContext, broker_id: int, broker_epoch: int) -> int:
+def _broker_epoch_error(ctx: ControllerContext, broker_id: int, broker_epoch: int) -> ErrorCode:
     info = ctx.live_brokers.get(broker_id)
     if info is None:
-        return int(ErrorCode.broker_not_available)
+        return ErrorCode.broker_not_available
     if broker_epoch != -1 and broker_epoch != info.epoch:
-        return int(ErrorCode.stale_broker_epoch)
-    return 0
+        return ErrorCode.stale_broker_epoch
+    return ErrorCode.none
 
 
-def _check_isr_change(ctx: ControllerContext, broker_id: int, c: IsrChange) -> tuple[int, LeaderIsrAndControllerEpoch | None]:
-    """Kafka's AlterPartition checks, in its order; (0, new state) when the change is valid."""
+def _check_isr_change(
+    ctx: ControllerContext, broker_id: int, c: IsrChange
+) -> tuple[ErrorCode, LeaderIsrAndControllerEpoch | None]:
+    """Kafka's AlterPartition checks, in its order; (NONE, new state) when the change is valid."""
     state = ctx.partition_states.get(c.tp)
     replicas = ctx.replicas(c.tp)
     if state is None or not replicas or c.tp.topic in ctx.topics_to_delete:
-        return int(ErrorCode.unknown_topic_or_partition), None
+        return ErrorCode.unknown_topic_or_partition, None
     if state.leader != broker_id:
-        return int(ErrorCode.not_leader_or_follower), state
+        return ErrorCode.not_leader_or_follower, state
     if c.leader_epoch != state.leader_epoch:
-        return int(ErrorCode.fenced_leader_epoch), state
+        return ErrorCode.fenced_leader_epoch, state
     new_isr = tuple(c.new_isr)
     if tuple(state.isr) == new_isr:
-        return 0, state  # already so (a retry after a lost answer): idempotent
+        return ErrorCode.none, state  # already so (a retry after a lost answer): idempotent
     if c.partition_epoch != state.zk_version:
-        return int(ErrorCode.invalid_update_version), state
+        return ErrorCode.invalid_update_version, state
     added = set(new_isr) - set(state.isr)
     online = ctx.online_replicas(c.tp, ctx.live_brokers)
     if (broker_id not in new_isr or len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(replicas)
             or any(b not in online or b in ctx.shutting_down_brokers for b in added)):
-        return int(ErrorCode.invalid_request), state
-    return 0, LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch, new_isr, ctx.epoch, state.zk_version + 1)
+        return ErrorCode.invalid_request, state
+    return ErrorCode.none, LeaderIsrAndControllerEpoch(state.leader, state.leader_epoch, new_isr, ctx.epoch,
+                                                       state.zk_version + 1)
 
 
 def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int, changes: Iterable[IsrChange]) -> Decisions:
@@ -633,7 +636,7 @@ def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int
     if _written_by_newer_controller(ctx):
         return Decisions(deposed=True)
     error = _broker_epoch_error(ctx, broker_id, broker_epoch)
-    if error:
+    if error != ErrorCode.none:
         return Decisions(answer=AlterPartitionAnswer(error))
     d = Decisions()
     results = {}
@@ -641,20 +644,20 @@ def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int
     for c in changes:
         code, state = _check_isr_change(ctx, broker_id, c)
         results[c.tp] = (code, state)
-        if code == 0 and state is not None and state is not ctx.partition_states[c.tp]:
+        if code == ErrorCode.none and state is not None and state is not ctx.partition_states[c.tp]:
             d.state_writes.append(StateWrite(c.tp, state, ctx.partition_states[c.tp].zk_version))
             updates[c.tp] = (state, ctx.replicas(c.tp))
     if updates:
         batch = RequestBatch(ctx, ctx.live_brokers)
         batch.add_update_metadata(ctx.live_brokers, updates)
         d.requests = batch.build()
-    d.answer = AlterPartitionAnswer(0, results)
+    d.answer = AlterPartitionAnswer(ErrorCode.none, results)
     return d
 
 
 @dataclass(frozen=True)
 class ControlledShutdownAnswer:
-    error: int
+    error: ErrorCode
     remaining: tuple[TopicPartition, ...] = ()
 
 
@@ -673,7 +676,7 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
     if _written_by_newer_controller(ctx):
         return Decisions(deposed=True)
     error = _broker_epoch_error(ctx, broker_id, broker_epoch)
-    if error:
+    if error != ErrorCode.none:
         return Decisions(answer=ControlledShutdownAnswer(error))
     shutting = ctx.shutting_down_brokers | {broker_id}
     d = Decisions(shutting_down_brokers=set(shutting))
@@ -705,7 +708,7 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
     d.requests = batch.build()
-    d.answer = ControlledShutdownAnswer(0, tuple(remaining))
+    d.answer = ControlledShutdownAnswer(ErrorCode.none, tuple(remaining))
     return d
 
 
@@ -789,7 +792,7 @@ def on_log_dir_event(ctx: ControllerContext, broker_ids: Iterable[int]) -> Decis
 
 
 def on_leader_and_isr_response(ctx: ControllerContext, broker_id: int, broker_epoch: int,
-                               partition_errors: Iterable[tuple[TopicPartition, int]]) -> Decisions:
+                               partition_errors: Iterable[tuple[TopicPartition, ErrorCode]]) -> Decisions:
     """A broker answered a LeaderAndIsr (Kafka's LeaderAndIsrResponseReceived): partitions answered
     KAFKA_STORAGE_ERROR are on a failed log directory there, those answered NONE are not. Replicas
     that just went offline are handled as Kafka's OfflineReplica transition: a partition they led

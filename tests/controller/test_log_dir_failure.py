@@ -20,7 +20,7 @@ from odradek.controller.state_machine import (
 
 from .test_state_machine import broker, brokers, context
 
-STORAGE = int(ErrorCode.kafka_storage_error)
+STORAGE = ErrorCode.kafka_storage_error
 
 
 def cluster():

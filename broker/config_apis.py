@@ -9,11 +9,13 @@ concurrent change of the same entity makes the read-modify-write start over (a f
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from odradek.common import wire, zk_data
 from odradek.common.api_key import ApiKey
+from odradek.common.network.request_context import RequestContext
 
 from . import config_admin as ca
 from . import config_helper as ch
@@ -41,7 +43,7 @@ class ConfigApis:
         self.broker_id = dynamic.broker_id
         self.metadata_cache = metadata_cache
         self.zk = zk
-        self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
+        self.handlers: dict[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
@@ -58,7 +60,7 @@ class ConfigApis:
 
     # --- DescribeConfigs (32) ------------------------------------------------------------------
 
-    async def handle_describe_configs(self, header, request):
+    async def handle_describe_configs(self, context: RequestContext, request):
         mod = wire.response_module(ApiKey.DESCRIBE_CONFIGS, int(request.__version__))
         synonyms = bool(getattr(request, "include_synonyms", False))
         docs = bool(getattr(request, "include_documentation", False))
@@ -120,13 +122,13 @@ class ConfigApis:
 
     # --- AlterConfigs (33), IncrementalAlterConfigs (44) --------------------------------------
 
-    async def handle_alter_configs(self, header, request):
+    async def handle_alter_configs(self, context: RequestContext, request):
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, ca.SET, c.value) for c in r.configs))
                    for r in request.resources]
         return await self._answer(ApiKey.ALTER_CONFIGS, request, changes, incremental=False)
 
-    async def handle_incremental_alter_configs(self, header, request):
+    async def handle_incremental_alter_configs(self, context: RequestContext, request):
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, int(c.config_operation), c.value) for c in r.configs))
                    for r in request.resources]

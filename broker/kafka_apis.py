@@ -23,7 +23,6 @@ from odradek.broker import control_plane
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
-from odradek.broker.group.group_apis import CLIENT_HOST
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
@@ -32,6 +31,7 @@ from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.clock import now_ms
 from odradek.common.network.encoding import Body, frame, response_header
+from odradek.common.network.request_context import DEFAULT_LISTENER, RequestContext, client_host
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -213,6 +213,7 @@ class KafkaApis:
     async def handle(self, frame_body, conn) -> list | None:
         """Answers one request frame (without its size prefix): response chunks, or None."""
         peer = getattr(conn, "peer", None)
+        listener = getattr(getattr(conn, "server", None), "listener", None)  # None: no server (tests)
         try:
             api_key, version, correlation_id = wire.peek_api(frame_body)
         except ValueError:
@@ -231,8 +232,6 @@ class KafkaApis:
             raise CloseConnection()
         if api_key == ApiKey.PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
             return self._produce_legacy(frame_body, version, correlation_id, peer)
-        if api_key == ApiKey.JOIN_GROUP and peer is not None:  # the member's client_host; no other API reads it
-            CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else str(peer))
         legacy = self.legacy_requests.get((api_key, version))
         try:
             header, request, schema = (legacy or wire.decode_request)(frame_body)
@@ -243,7 +242,6 @@ class KafkaApis:
             )
             raise CloseConnection() from None
         if api_key in control_plane.CONTROL_PLANE_APIS:
-            listener = getattr(getattr(conn, "server", None), "listener", None)
             guard = self.control_plane_guard
             code = (ErrorCode.cluster_authorization_failed if guard is None
                     else await guard.admit(request, listener))
@@ -253,7 +251,8 @@ class KafkaApis:
                 return [wire.encode_response(control_plane.refusal(api_key, code), correlation_id,
                                              flexible_header=False)]
         try:
-            result = await self.handlers[api_key](header, request)
+            context = RequestContext(header, client_host(peer), listener or DEFAULT_LISTENER)
+            result = await self.handlers[api_key](context, request)
         except CloseConnection:
             raise
         except Exception as e:
@@ -289,8 +288,8 @@ class KafkaApis:
             fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ApiVersionsResponse(**fields)
 
-    async def handle_api_versions(self, header, request) -> Body:
-        version = int(header.request_api_version)
+    async def handle_api_versions(self, context: RequestContext, request) -> Body:
+        version = context.api_version
         body = self._api_versions_bodies.get(version)
         if body is None:
             data = wire.encode_entity(self._api_versions_payload(version, ErrorCode.none))
@@ -318,8 +317,8 @@ class KafkaApis:
         )
         return frame(response_header(correlation_id, False), chunks, size)
 
-    async def handle_produce(self, header, request) -> Body | None:
-        version = int(header.request_api_version)
+    async def handle_produce(self, context: RequestContext, request) -> Body | None:
+        version = context.api_version
         acks = int(request.acks)
         untagged_transaction = request.transactional_id is None and any(
             produce_codec.is_transactional(p.records) for t in request.topic_data for p in t.partition_data)
@@ -357,14 +356,14 @@ class KafkaApis:
 
     # --- Fetch ----------------------------------------------------------------------------------
 
-    async def handle_fetch(self, header, request) -> Body:
+    async def handle_fetch(self, context: RequestContext, request) -> Body:
         """Fetch, sessionless or in a fetch session (KIP-227, v7+; rules in broker/fetch_session).
 
         The FetchManager decides what is read (an incremental request reads every partition of its
         session, listed or not: the long poll waits on them all, and a follower's fetch state sees
         them all) and what the response carries (incremental: only partitions with something to
         say). v4–v6 have no session fields: they are sessionless, as (session 0, FINAL epoch) is."""
-        version = int(header.request_api_version)
+        version = context.api_version
         replica_id = int(request.replica_id)
         infos = [
             FetchInfo(
@@ -401,8 +400,8 @@ class KafkaApis:
 
     # --- ListOffsets ----------------------------------------------------------------------------
 
-    async def handle_list_offsets(self, header, request):
-        version = int(header.request_api_version)
+    async def handle_list_offsets(self, context: RequestContext, request):
+        version = context.api_version
         mod = wire.response_module(ApiKey.LIST_OFFSETS, version)
         rm = self.replica_manager
         topics = []
@@ -430,14 +429,14 @@ class KafkaApis:
 
     # --- FindCoordinator ------------------------------------------------------------------------
 
-    async def handle_find_coordinator(self, header, request):
+    async def handle_find_coordinator(self, context: RequestContext, request):
         """COORDINATOR_NOT_AVAILABLE for every key until the group coordinator exists.
 
         Advertised anyway because librdkafka (up to 2.11) enables lz4 and other features only when
         FindCoordinator v0 is in the ApiVersions list; clients retry this error, so consumers that
         assign partitions themselves work, and group members wait for the coordinator.
         """
-        version = int(header.request_api_version)
+        version = context.api_version
         mod = wire.response_module(ApiKey.FIND_COORDINATOR, version)
         code, message = ErrorCode.coordinator_not_available, None
         none = dict(node_id=i32(-1), host="", port=i32(-1), error_code=code)
@@ -452,7 +451,7 @@ class KafkaApis:
 
     # --- InitProducerId -------------------------------------------------------------------------
 
-    async def handle_init_producer_id(self, header, request):
+    async def handle_init_producer_id(self, context: RequestContext, request):
         """A fresh producer id with epoch 0 for an idempotent producer (null transactional id), as
         Kafka's TransactionCoordinator.handleInitProducerId does: the id and epoch a v3+ request
         carries are only checked for shape (both or neither); the producer gets a new id either way.
@@ -461,7 +460,7 @@ class KafkaApis:
         cannot be claimed right now answers COORDINATOR_LOAD_IN_PROGRESS (retriable; Kafka 3.x's
         producer-id manager does the same).
         """
-        mod = wire.response_module(ApiKey.INIT_PRODUCER_ID, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.INIT_PRODUCER_ID, context.api_version)
 
         def answer(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):
             return mod.InitProducerIdResponse(
@@ -486,10 +485,10 @@ class KafkaApis:
 
     # --- DeleteRecords --------------------------------------------------------------------------
 
-    async def handle_delete_records(self, header, request):
+    async def handle_delete_records(self, context: RequestContext, request):
         """Move log start offsets at the leaders, answer once every live replica followed (or at
         the timeout). A partition named twice counts once, the last offset winning (Kafka's map)."""
-        mod = wire.response_module(ApiKey.DELETE_RECORDS, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.DELETE_RECORDS, context.api_version)
         offsets: dict[tuple[str, int], int] = {}
         for t in request.topics:
             for p in t.partitions:
@@ -503,9 +502,9 @@ class KafkaApis:
                        for name, parts in by_topic.items())
         return mod.DeleteRecordsResponse(throttle_time=wire.NO_THROTTLE, topics=topics)
 
-    async def handle_offset_for_leader_epoch(self, header, request):
+    async def handle_offset_for_leader_epoch(self, context: RequestContext, request):
         """Where each asked leader epoch ends in our log (followers truncate there)."""
-        mod = wire.response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, int(header.request_api_version))
+        mod = wire.response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, context.api_version)
         rm = self.replica_manager
         topics = []
         for t in request.topics:
@@ -522,12 +521,12 @@ class KafkaApis:
 
     # --- controller requests --------------------------------------------------------------------
 
-    async def handle_leader_and_isr(self, header, request):
+    async def handle_leader_and_isr(self, context: RequestContext, request):
         response = await self.replica_manager.become_leader_or_follower(request)
         self._notify(self.leader_and_isr_listeners, request, response)
         return response
 
-    async def handle_stop_replica(self, header, request):
+    async def handle_stop_replica(self, context: RequestContext, request):
         response = await self.replica_manager.stop_replicas(request)
         self._notify(self.stop_replica_listeners, request, response)
         return response

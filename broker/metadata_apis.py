@@ -2,7 +2,7 @@
 DescribeCluster, and the config APIs (config_apis: DescribeConfigs, AlterConfigs,
 IncrementalAlterConfigs).
 
-Each handler takes (header, request) and returns the kio response of the request's version. One
+Each handler takes (context, request) and returns the kio response of the request's version. One
 builder per API fills whatever fields that version's classes have (`_make` drops the rest), so
 every version comes from the same code. broker-data's KafkaApis merges `handlers`/`versions` into
 its dispatch table and ApiVersions answer.
@@ -22,6 +22,7 @@ from odradek.common.api_key import ApiKey
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 from odradek.common.network.encoding import Body, uvarint
+from odradek.common.network.request_context import RequestContext
 
 from . import config_helper as ch
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, PartitionsSpec, TopicSpec, topic_name_error
@@ -169,7 +170,7 @@ class MetadataApis:
 
     # --- Metadata (3) --------------------------------------------------------------------------
 
-    async def handle_metadata(self, header, request):
+    async def handle_metadata(self, context: RequestContext, request):
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.METADATA, version)
         cache = self.metadata_cache
@@ -301,7 +302,7 @@ class MetadataApis:
 
     # --- UpdateMetadata (6) --------------------------------------------------------------------
 
-    async def handle_update_metadata(self, header, request):
+    async def handle_update_metadata(self, context: RequestContext, request):
         request_epoch = int(request.broker_epoch)
         if request_epoch != -1 and request_epoch < self.zk.broker_epoch:
             log.info("UpdateMetadata with stale broker epoch %d < %d", request_epoch, self.zk.broker_epoch)
@@ -318,7 +319,7 @@ class MetadataApis:
 
     # --- CreateTopics (19) ---------------------------------------------------------------------
 
-    async def handle_create_topics(self, header, request):
+    async def handle_create_topics(self, context: RequestContext, request):
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.CREATE_TOPICS, version)
         specs = [
@@ -369,7 +370,7 @@ class MetadataApis:
 
     # --- DeleteTopics (20) ---------------------------------------------------------------------
 
-    async def handle_delete_topics(self, header, request):
+    async def handle_delete_topics(self, context: RequestContext, request):
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.DELETE_TOPICS, version)
         entries: list[tuple[str | None, uuid.UUID | None]] = []
@@ -407,7 +408,7 @@ class MetadataApis:
 
     # --- CreatePartitions (37) ----------------------------------------------------------------
 
-    async def handle_create_partitions(self, header, request):
+    async def handle_create_partitions(self, context: RequestContext, request):
         mod = wire.response_module(ApiKey.CREATE_PARTITIONS, int(request.__version__))
         specs = [
             PartitionsSpec(
@@ -428,7 +429,7 @@ class MetadataApis:
 
     # --- DescribeCluster (60) ------------------------------------------------------------------
 
-    async def handle_describe_cluster(self, header, request):
+    async def handle_describe_cluster(self, context: RequestContext, request):
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.DESCRIBE_CLUSTER, version)
         endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))

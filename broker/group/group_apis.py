@@ -6,7 +6,6 @@ fields a version has. KafkaApis merges `handlers`/`versions` like MetadataApis'.
 """
 
 import asyncio
-import contextvars
 import logging
 import sys
 
@@ -17,6 +16,7 @@ from kio.static.primitive import i32, i64
 from odradek.broker.auth_helper import ResourceType, authorized_operations
 from odradek.common.api_key import ApiKey
 from odradek.common.clock import now_ms
+from odradek.common.network.request_context import RequestContext
 from odradek.common.wire import (
     NO_THROTTLE,
     make_entity,
@@ -49,11 +49,6 @@ VERSIONS = {
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 CLASSIC_GROUP_TYPE = "classic"
 """The only group type of the classic protocol (KIP-848 adds "consumer"): ListGroups v5's group_type."""
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="/127.0.0.1")
-
-
-def _version(header) -> int:
-    return int(header.request_api_version)
 
 
 class GroupApis:
@@ -126,8 +121,8 @@ class GroupApis:
         node, host, port = endpoint
         return ErrorCode.none, None, node, host, port
 
-    async def handle_find_coordinator(self, header, request):
-        version = _version(header)
+    async def handle_find_coordinator(self, context: RequestContext, request):
+        version = context.api_version
         mod = response_module(ApiKey.FIND_COORDINATOR, version)
         key_type = int(getattr(request, "key_type", 0))
         if version >= 4:
@@ -143,14 +138,14 @@ class GroupApis:
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
 
-    async def handle_join_group(self, header, request):
-        version = _version(header)
+    async def handle_join_group(self, context: RequestContext, request):
+        version = context.api_version
         mod = response_module(ApiKey.JOIN_GROUP, version)
         session = ms(request.session_timeout)
         rebalance = ms(getattr(request, "rebalance_timeout", session)) if version >= 1 else session
         result = await self.coordinator.join_group(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None), version >= 4,
-            header.client_id or "", CLIENT_HOST.get(), rebalance, session, request.protocol_type,
+            context.client_id, context.client_host, rebalance, session, request.protocol_type,
             [(p.name, bytes(p.metadata)) for p in request.protocols],
         )
         members = tuple(
@@ -164,8 +159,8 @@ class GroupApis:
             leader=result.leader_id, skip_assignment=False, member_id=result.member_id, members=members,
         )
 
-    async def handle_sync_group(self, header, request):
-        version = _version(header)
+    async def handle_sync_group(self, context: RequestContext, request):
+        version = context.api_version
         mod = response_module(ApiKey.SYNC_GROUP, version)
         code, assignment = await self.coordinator.sync_group(
             request.group_id, int(request.generation_id), request.member_id,
@@ -180,14 +175,14 @@ class GroupApis:
             assignment=assignment,
         )
 
-    async def handle_heartbeat(self, header, request):
-        mod = response_module(ApiKey.HEARTBEAT, _version(header))
+    async def handle_heartbeat(self, context: RequestContext, request):
+        mod = response_module(ApiKey.HEARTBEAT, context.api_version)
         code = self.coordinator.heartbeat(request.group_id, request.member_id,
                                           getattr(request, "group_instance_id", None), int(request.generation_id))
         return make_entity(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
 
-    async def handle_leave_group(self, header, request):
-        version = _version(header)
+    async def handle_leave_group(self, context: RequestContext, request):
+        version = context.api_version
         mod = response_module(ApiKey.LEAVE_GROUP, version)
         if version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
@@ -208,10 +203,10 @@ class GroupApis:
     def _known_partition(self, topic: str, partition: int) -> bool:
         return self.metadata_cache.partition_state(topic, partition) is not None
 
-    async def handle_offset_commit(self, header, request):
+    async def handle_offset_commit(self, context: RequestContext, request):
         """Offsets of partitions the cluster does not have get UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
         KafkaApis answers before the coordinator sees them; the rest are committed."""
-        version = _version(header)
+        version = context.api_version
         mod = response_module(ApiKey.OFFSET_COMMIT, max(version, 2))
         now = now_ms()
         offsets = {}
@@ -266,8 +261,8 @@ class GroupApis:
                     part_cls, partition_index=i32(p), committed_offset=i64(-1), metadata="", error_code=code))
         return code, tuple(topic_cls(name=n, partitions=tuple(ps)) for n, ps in per_topic.items())
 
-    async def handle_offset_fetch(self, header, request):
-        version = _version(header)
+    async def handle_offset_fetch(self, context: RequestContext, request):
+        version = context.api_version
         mod = response_module(ApiKey.OFFSET_FETCH, version)
         if version >= 8:
             groups = []
@@ -280,8 +275,8 @@ class GroupApis:
                                          mod.OffsetFetchResponsePartition, bool(getattr(request, "require_stable", False)))
         return make_entity(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 
-    async def handle_txn_offset_commit(self, header, request):
-        mod = response_module(ApiKey.TXN_OFFSET_COMMIT, _version(header))
+    async def handle_txn_offset_commit(self, context: RequestContext, request):
+        mod = response_module(ApiKey.TXN_OFFSET_COMMIT, context.api_version)
         now = now_ms()
         offsets = {
             (t.name, int(p.partition_index)): OffsetAndMetadata(
@@ -303,8 +298,8 @@ class GroupApis:
 
     # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
 
-    async def handle_describe_groups(self, header, request):
-        mod = response_module(ApiKey.DESCRIBE_GROUPS, _version(header))
+    async def handle_describe_groups(self, context: RequestContext, request):
+        mod = response_module(ApiKey.DESCRIBE_GROUPS, context.api_version)
         ops = authorized_operations(ResourceType.GROUP, bool(getattr(request, "include_authorized_operations", False)))
         out = []
         for gid in request.groups:
@@ -328,10 +323,10 @@ class GroupApis:
                              authorized_operations=ops))
         return make_entity(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
 
-    async def handle_list_groups(self, header, request):
+    async def handle_list_groups(self, context: RequestContext, request):
         """Every group here is a classic one: a types filter (v5) lists them only if it names
         "classic" (any case), as Kafka's old coordinator does."""
-        mod = response_module(ApiKey.LIST_GROUPS, _version(header))
+        mod = response_module(ApiKey.LIST_GROUPS, context.api_version)
         states = set(getattr(request, "states_filter", ()) or ())
         types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
         code, groups = self.coordinator.list_groups(states or None)
@@ -344,19 +339,19 @@ class GroupApis:
         )
         return make_entity(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=code, groups=listed)
 
-    async def handle_delete_groups(self, header, request):
-        mod = response_module(ApiKey.DELETE_GROUPS, _version(header))
+    async def handle_delete_groups(self, context: RequestContext, request):
+        mod = response_module(ApiKey.DELETE_GROUPS, context.api_version)
         results = await self.coordinator.delete_groups(list(request.groups_names))
         return mod.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(
             mod.DeletableGroupResult(group_id=g, error_code=c) for g, c in results.items()))
 
     # --- OffsetDelete (KIP-496) -----------------------------------------------------------------
 
-    async def handle_offset_delete(self, header, request):
+    async def handle_offset_delete(self, context: RequestContext, request):
         """Deletes a group's committed offsets. Partitions the cluster does not have get
         UNKNOWN_TOPIC_OR_PARTITION (as in OffsetCommit); a group error answers alone, with no topics
         (Kafka's getErrorResponse)."""
-        mod = response_module(ApiKey.OFFSET_DELETE, _version(header))
+        mod = response_module(ApiKey.OFFSET_DELETE, context.api_version)
         results: dict[tuple[str, int], ErrorCode] = {}
         wanted = []
         for t in request.topics:

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
 from odradek.common.api_key import ApiKey
+from odradek.common.network.request_context import RequestContext
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
 
 from .marker_writer import MarkerWriter, TxnMarker
@@ -32,10 +33,6 @@ VERSIONS = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 KEY_TYPE_TRANSACTION = 1
-
-
-def _version(header) -> int:
-    return int(header.request_api_version)
 
 
 def _by_topic(pairs) -> dict[str, list]:
@@ -129,8 +126,8 @@ class TransactionApis:
         code = await self.coordinator.add_partitions(transactional_id, producer_id, epoch, partitions)
         return dict.fromkeys(partitions, code)
 
-    async def handle_add_partitions_to_txn(self, header, request):
-        version = _version(header)
+    async def handle_add_partitions_to_txn(self, context: RequestContext, request):
+        version = context.api_version
         mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, version)
 
         def topic_results(codes):
@@ -155,8 +152,8 @@ class TransactionApis:
         return mod.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                                               results_by_transaction=tuple(results))
 
-    async def handle_add_offsets_to_txn(self, header, request):
-        mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, _version(header))
+    async def handle_add_offsets_to_txn(self, context: RequestContext, request):
+        mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, context.api_version)
         if not request.group_id:
             code = ErrorCode.invalid_group_id
         else:
@@ -167,16 +164,16 @@ class TransactionApis:
                                                          int(request.producer_epoch), [partition])
         return mod.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=code)
 
-    async def handle_end_txn(self, header, request):
-        mod = response_module(ApiKey.END_TXN, _version(header))
+    async def handle_end_txn(self, context: RequestContext, request):
+        mod = response_module(ApiKey.END_TXN, context.api_version)
         code = await self.coordinator.end_transaction(request.transactional_id, int(request.producer_id),
                                                       int(request.producer_epoch), bool(request.committed))
         return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
 
     # --- WriteTxnMarkers (partition leaders) ----------------------------------------------------
 
-    async def handle_write_txn_markers(self, header, request):
-        mod = response_module(ApiKey.WRITE_TXN_MARKERS, _version(header))
+    async def handle_write_txn_markers(self, context: RequestContext, request):
+        mod = response_module(ApiKey.WRITE_TXN_MARKERS, context.api_version)
         markers = [
             TxnMarker(int(m.producer_id), int(m.producer_epoch), int(m.coordinator_epoch), bool(m.transaction_result),
                       [(t.name, int(p)) for t in m.topics for p in t.partition_indexes])
@@ -196,9 +193,9 @@ class TransactionApis:
 
     # --- tooling (KIP-664) ----------------------------------------------------------------------
 
-    async def handle_describe_producers(self, header, request):
+    async def handle_describe_producers(self, context: RequestContext, request):
         """The producers a partition leader knows, with their open transactions."""
-        mod = response_module(ApiKey.DESCRIBE_PRODUCERS, _version(header))
+        mod = response_module(ApiKey.DESCRIBE_PRODUCERS, context.api_version)
         topics = []
         for t in request.topics:
             partitions = []
@@ -217,8 +214,8 @@ class TransactionApis:
             topics.append(mod.TopicResponse(name=t.name, partitions=tuple(partitions)))
         return mod.DescribeProducersResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
-    async def handle_describe_transactions(self, header, request):
-        mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, _version(header))
+    async def handle_describe_transactions(self, context: RequestContext, request):
+        mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, context.api_version)
         out = []
         for txn_id in request.transactional_ids:
             code, m = self.coordinator.describe(txn_id)
@@ -236,8 +233,8 @@ class TransactionApis:
                 producer_id=i64(m.producer_id), producer_epoch=i16(max(m.producer_epoch, -1)), topics=topics))
         return mod.DescribeTransactionsResponse(throttle_time=NO_THROTTLE, transaction_states=tuple(out))
 
-    async def handle_list_transactions(self, header, request):
-        mod = response_module(ApiKey.LIST_TRANSACTIONS, _version(header))
+    async def handle_list_transactions(self, context: RequestContext, request):
+        mod = response_module(ApiKey.LIST_TRANSACTIONS, context.api_version)
         code, found, unknown = self.coordinator.list_transactions(
             set(request.state_filters), {int(p) for p in request.producer_id_filters},
             int(getattr(request, "duration_filter", -1)))

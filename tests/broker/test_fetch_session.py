@@ -30,6 +30,7 @@ from odradek.broker.fetch_session import (
 from odradek.broker.kafka_apis import KafkaApis
 from odradek.broker.replica_manager import FetchInfo, FetchResult
 from odradek.common import wire
+from odradek.common.network.request_context import RequestContext
 
 
 class Clock:
@@ -377,7 +378,7 @@ def fetch(apis, session_id, epoch, partitions, forget=(), replica_id=-1):
         topics=tuple(FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         forgotten_topics_data=tuple(ForgottenTopic(topic=t, partitions=tuple(ps)) for t, ps in forgotten.items()),
     )
-    body = asyncio.run(apis.handle_fetch(SimpleNamespace(request_api_version=11), request))
+    body = asyncio.run(apis.handle_fetch(RequestContext(SimpleNamespace(request_api_version=11)), request))
     data = b"".join(body.chunks)
     response, _ = entity_reader(wire.response_schema(1, 11))(data, 0)
     return response

@@ -29,6 +29,7 @@ from odradek.common.messages import (
     UpdateMetadataTopicState,
 )
 from odradek.common.network.encoding import Body
+from odradek.common.network.request_context import RequestContext
 
 BROKER_ID = 0
 
@@ -81,7 +82,7 @@ class Harness:
         assert api_key in self.apis.handlers
         low, high = self.apis.versions[api_key]
         assert low <= int(schema.__version__) <= high
-        response = await self.apis.handlers[api_key](header, decoded)
+        response = await self.apis.handlers[api_key](RequestContext(header), decoded)
         flexible = wire.response_header_flexible(api_key, schema.__flexible__)
         if isinstance(response, Body):  # pre-encoded: frame it as KafkaApis does
             body = b"".join(response.chunks)

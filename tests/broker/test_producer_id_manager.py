@@ -18,6 +18,7 @@ from odradek.broker.producer_id_manager import (
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import zk_data
 from odradek.common.config import BrokerConfig
+from odradek.common.network.request_context import RequestContext
 from odradek.common.zk_data import ProducerIdsBlock
 
 # --- pure ------------------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def test_init_producer_id_answers_a_retriable_error_while_no_block_can_be_claime
 
     async def answer(zk):
         apis = SimpleNamespace(producer_id_manager=ZkProducerIdManager(0, zk))
-        return await KafkaApis.handle_init_producer_id(apis, header, request)
+        return await KafkaApis.handle_init_producer_id(apis, RequestContext(header), request)
 
     down = asyncio.run(answer(FakeZk(fail=True)))
     assert (down.error_code, int(down.producer_id), int(down.producer_epoch)) == (

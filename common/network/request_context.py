@@ -1,0 +1,39 @@
+"""RequestContext: who sent a request and where (Kafka's RequestContext), handed to every handler.
+
+Handlers need more than the request: the header (version, client id, correlation id), the client's
+address (JoinGroup reports it as the member's client host), the listener it arrived on and the
+principal (always User:ANONYMOUS until authentication exists).
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+ANONYMOUS = "User:ANONYMOUS"
+DEFAULT_LISTENER = "PLAINTEXT"
+UNKNOWN_HOST = "/127.0.0.1"
+"""The client host of a request without a peer address (a handler called in-process)."""
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    header: Any
+    """The request header (kio's RequestHeader, any version)."""
+    client_host: str = UNKNOWN_HOST
+    """The client's address as Kafka prints it: "/" + IP."""
+    listener: str = DEFAULT_LISTENER
+    principal: str = ANONYMOUS
+
+    @property
+    def api_version(self) -> int:
+        return int(self.header.request_api_version)
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+
+def client_host(peer: object) -> str:
+    """A socket's peer address (host, port[, ...]) as Kafka prints a client host."""
+    if peer is None:
+        return UNKNOWN_HOST
+    return f"/{peer[0]}" if isinstance(peer, tuple) else str(peer)

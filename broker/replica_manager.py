@@ -10,7 +10,7 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -244,8 +244,10 @@ async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> N
 
 
 class ReplicaManager:
-    def __init__(self, config, log_manager, metadata_cache, zk):
+    def __init__(self, config, log_manager, metadata_cache, zk, *, clock: Callable[[], int] = now_ms):
         self.config = config
+        self.clock = clock
+        """Wall-clock milliseconds for ISR lag, leader epochs and back-offs (injectable for tests)."""
         self.leader_quota: ReplicationQuota | None = None
         """Bounds what throttled followers out of the ISR are served (broker/replication_quota)."""
         self.follower_quota: ReplicationQuota | None = None
@@ -515,7 +517,7 @@ class ReplicaManager:
                     continue
                 if ps.leader == self.broker_id:
                     try:
-                        became = partition.make_leader(ps, now_ms())
+                        became = partition.make_leader(ps, self.clock())
                     except OSError as e:  # the leader epoch checkpoint could not be written
                         partition.log.storage_error(e, "leader epoch checkpoint")
                         errors[partition.key] = ErrorCode.kafka_storage_error
@@ -803,7 +805,7 @@ class ReplicaManager:
         return self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
 
     def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
-        now = now_ms()
+        now = self.clock()
         partitions = self._partitions
         for info, result in zip(infos, results):
             if result is None:
@@ -836,7 +838,7 @@ class ReplicaManager:
         """Propose removing lagging followers from every partition we lead."""
         if self.alter_partition_manager is None:
             return
-        now = now_ms()
+        now = self.clock()
         lag = int(self.config.replica_lag_time_max_ms)
         for p in list(self._partitions.values()):
             if not p.is_leader:
@@ -858,7 +860,7 @@ class ReplicaManager:
             return  # gone, or a LeaderAndIsr replaced the change
         p = self._partitions[key]
         p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,
-                                    now_ms=now_ms(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
+                                    now_ms=self.clock(), retry_after_ms=int(self.config.replica_lag_time_max_ms) // 2)
         # Committed or dropped, the maximal ISR changed: a shrink lets the HW pass a dead follower
         # (completing acks=all produces), a dropped expansion may too.
         p.maybe_increment_high_watermark()

@@ -129,7 +129,7 @@ class KafkaServer:
             config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
         )
         self.producer_id_manager = ZkProducerIdManager(config.broker_id, self.zk)
-        self.marker_writer = MarkerWriter(self.replica_manager, config.request_timeout_ms)
+        self.marker_writer = MarkerWriter(self.replica_manager, config.request_timeout_ms, clock=self.replica_manager.clock)
         self.transaction_coordinator = self._transaction_coordinator()
         self.transaction_apis = TransactionApis(
             self.transaction_coordinator, self.marker_writer, self.metadata_cache, self.replica_manager,
@@ -227,9 +227,9 @@ class KafkaServer:
         def partition_count() -> int:
             return cache.partition_count(TRANSACTION_STATE_TOPIC_NAME) or tconfig.num_partitions
 
-        state = TransactionStateManager(self.replica_manager, partition_count, tconfig)
+        state = TransactionStateManager(self.replica_manager, partition_count, tconfig, clock=self.replica_manager.clock)
         channel = TransactionMarkerChannel(c.broker_id, cache, self.marker_writer, c.request_timeout_ms)
-        return TransactionCoordinator(state, self.producer_id_manager, channel, tconfig)
+        return TransactionCoordinator(state, self.producer_id_manager, channel, tconfig, clock=self.replica_manager.clock)
 
     def _on_txn_marker(self, marker, written) -> None:
         """Markers on `__consumer_offsets` partitions complete transactional offset commits."""

@@ -15,7 +15,6 @@ from kio.schema.errors import ErrorCode
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK, read_marker
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.log.record_batch import build_batch, decode_records
-from odradek.common.clock import now_ms
 
 from . import records
 from .group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
@@ -51,7 +50,7 @@ async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch
         return all_(error)
     group = manager.groups.get(group_id)
     if group is None:
-        group = manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=now_ms())
+        group = manager.groups[group_id] = GroupMetadata(group_id, state_timestamp=coordinator.clock_ms())
     if group.state == GroupState.DEAD:
         return all_(ErrorCode.coordinator_not_available)
     if generation_id >= 0 or member_id:
@@ -69,7 +68,7 @@ async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch
         accepted[key] = om
         entries.append((records.offset_key(group_id, *key), records.offset_value(om)))
     if entries:
-        batch = build_batch(entries, base_timestamp=now_ms(), producer_id=producer_id, producer_epoch=epoch,
+        batch = build_batch(entries, base_timestamp=coordinator.clock_ms(), producer_id=producer_id, producer_epoch=epoch,
                             base_sequence=-1, attributes=TRANSACTIONAL_MASK)
         p = manager.partition_for(group_id)
         key = (GROUP_METADATA_TOPIC_NAME, p)

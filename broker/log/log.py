@@ -133,7 +133,10 @@ class Log:
         recovery_point: int = 0,
         had_clean_shutdown: bool = False,
         log_start_offset: int = 0,
+        clock: Callable[[], int] = now_ms,
     ):
+        self.clock = clock
+        """Wall-clock milliseconds (injectable: tests move time by hand)."""
         self.dir = Path(directory)
         parsed = parse_dir_name(self.dir.name)
         if parsed is None:
@@ -153,7 +156,7 @@ class Log:
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE, lambda: self.log_end_offset)
         self.log_end_offset = 0
         self.recovery_point = recovery_point
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = self.clock()
         self._replay_at_most_from: int | None = None
         """After an unclean stop, producer state (and the transaction indexes) is replayed from
         no later than the first recovered segment (Kafka's recoverSegment)."""
@@ -285,7 +288,7 @@ class Log:
                 f"message set of {len(buf)} bytes exceeds segment.bytes {config.segment_bytes}"
             )
         if now is None:
-            now = now_ms()
+            now = self.clock()
         append_time = now if config.log_append_time else None
         first = offset = self.log_end_offset
         producer_appends = None
@@ -402,7 +405,7 @@ class Log:
             for info in batches:
                 if info.partition_leader_epoch > cache.latest_epoch:
                     cache.assign(info.partition_leader_epoch, info.base_offset)
-            now = now_ms()
+            now = self.clock()
             for chunk in _segment_chunks(batches, self._config.segment_bytes):
                 start, end = chunk[0].position, chunk[-1].position + chunk[-1].size
                 segment = self._maybe_roll(end - start, max(b.max_timestamp for b in chunk), chunk[0].base_offset,
@@ -596,7 +599,7 @@ class Log:
         except OSError as exc:
             raise self.storage_error(exc, "flush") from exc
         self.recovery_point = offset
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = self.clock()
 
     async def flush_async(self, offset: int | None = None) -> None:
         """`flush` with the fsyncs in a worker thread, so the event loop keeps serving."""
@@ -627,7 +630,7 @@ class Log:
             raise self.storage_error(exc, "flush") from exc
         if generation == self._truncations and not self.closed:
             self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
-            self._last_flush_ms = now_ms()
+            self._last_flush_ms = self.clock()
 
     def needs_time_flush(self, now: int) -> bool:
         return self.unflushed_messages > 0 and now - self._last_flush_ms >= self._config.flush_ms
@@ -643,7 +646,7 @@ class Log:
         self._check_open()
         if not self._config.deletes:
             return 0
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         deleted = 0
         retention_ms = self._config.retention_ms
         if retention_ms >= 0:
@@ -677,7 +680,7 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(offset)
         next_base = dict(zip(self._bases, self._bases[1:]))
         self._delete_segments(lambda seg: next_base.get(seg.base_offset, offset + 1) <= offset,
-                              now_ms() if now is None else now)
+                              self.clock() if now is None else now)
         log.info("%s: log start offset now %d", self.dir.name, offset)
         return True
 
@@ -708,12 +711,12 @@ class Log:
 
     def _schedule_delete(self, seg: LogSegment, now: int | None = None) -> None:
         seg.rename_to_deleted()
-        due = (now_ms() if now is None else now) + self._config.file_delete_delay_ms
+        due = (self.clock() if now is None else now) + self._config.file_delete_delay_ms
         self._pending_deletes.append((due, seg))
 
     def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:
         """Close and unlink segments whose file.delete.delay.ms has passed (all with `force`)."""
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         keep, count = [], 0
         for due, seg in self._pending_deletes:
             if force or due <= now:

@@ -111,7 +111,7 @@ def clean_now(partition_log: Log, checkpoint: int | None = None, now: int | None
     nothing to clean or it was thrown away."""
     from .cleaner_worker import clean
 
-    to_clean = plan(partition_log, checkpoint, now_ms() if now is None else now)
+    to_clean = plan(partition_log, checkpoint, partition_log.clock() if now is None else now)
     if to_clean.first_uncleanable_offset <= to_clean.first_dirty_offset:
         return None
     truncations = partition_log.truncation_count
@@ -123,7 +123,10 @@ class LogCleaner:
     """The background cleaner of one broker's logs."""
 
     def __init__(self, logs: Callable[[], list[tuple[Path, Log]]], config: CleanerConfig,
-                 on_dir_failure: Callable[[Path, BaseException], None] | None = None):
+                 on_dir_failure: Callable[[Path, BaseException], None] | None = None, *,
+                 clock: Callable[[], int] = now_ms):
+        self.clock = clock
+        """Wall-clock milliseconds for the compaction lag (injectable for tests)."""
         self._logs = logs
         """(log dir, log) of every online log."""
         self.config = config
@@ -220,7 +223,7 @@ class LogCleaner:
 
     async def clean_filthiest(self) -> bool:
         """Clean the dirtiest log once; False when no log needed it."""
-        chosen = self.grab_filthiest(now_ms())
+        chosen = self.grab_filthiest(self.clock())
         if chosen is None:
             return False
         log_dir, partition_log, to_clean = chosen

@@ -47,9 +47,11 @@ _MIN_TICK_MS = 10
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], broker_config: BrokerConfig):
+    def __init__(self, log_dirs: list[Path], broker_config: BrokerConfig, *, clock: Callable[[], int] = now_ms):
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
+        self.clock = clock
+        """Wall-clock milliseconds for the logs and the background work (injectable for tests)."""
         self.log_dirs = [Path(d) for d in log_dirs]
         self.broker_config = broker_config
         self.default_config = LogConfig.from_broker(broker_config, {})
@@ -67,7 +69,8 @@ class LogManager:
         while a deletion or truncation may write from the event loop (they share a temp file)."""
         self.offline_dirs: set[Path] = set()
         """Directories taken offline by an I/O error; they stay so until the broker restarts."""
-        self.cleaner = LogCleaner(self.logs_with_dirs, CleanerConfig.from_broker(broker_config), self.mark_offline)
+        self.cleaner = LogCleaner(self.logs_with_dirs, CleanerConfig.from_broker(broker_config), self.mark_offline,
+                                  clock=self.clock)
         """Compaction of the cleanup.policy=compact logs (run by `run_background`)."""
         self.log_dir_failure_listeners: list[Callable[[Path, list[tuple[str, int]]], None]] = []
         """Callables(log_dir, [(topic, partition)]) run (on the event loop) when a directory goes
@@ -127,7 +130,7 @@ class LogManager:
             started = time.monotonic()
             partition_log = Log(
                 path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean,
-                log_start_offset=start_offsets.get(key, 0),
+                log_start_offset=start_offsets.get(key, 0), clock=self.clock,
             )
             self._add(key, log_dir, partition_log)
             if not clean:
@@ -286,10 +289,9 @@ class LogManager:
             counts[d] = counts.get(d, 0) + 1
         return min(online, key=lambda d: counts[d])
 
-    @staticmethod
-    def _new_log(log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
+    def _new_log(self, log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
         try:
-            partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True)
+            partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True, clock=self.clock)
         except OSError as exc:
             raise KafkaStorageError(f"cannot create log {topic}-{partition} in {log_dir}: {exc}") from exc
         log.info("created log %s-%d in %s", topic, partition, log_dir)
@@ -312,7 +314,7 @@ class LogManager:
             fsync_dir(log_dir)
         except OSError as exc:
             raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
-        due = now_ms() + partition_log.config.file_delete_delay_ms
+        due = self.clock() + partition_log.config.file_delete_delay_ms
         self._doomed_dirs.append((due, target, partition_log))
         if not any(t == topic for t, _ in self._logs):
             self._topic_overrides.pop(topic, None)
@@ -335,7 +337,7 @@ class LogManager:
         self.checkpoint_recovery_points(log_dir)
 
     def _remove_doomed_dirs(self, now: int | None = None, force: bool = False) -> None:
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         keep = []
         for due, path, partition_log in self._doomed_dirs:
             if not force and due > now:
@@ -449,11 +451,11 @@ class LogManager:
 
     async def _run_background(self, stop: asyncio.Event) -> None:
         retention_interval = self.broker_config.log_retention_check_interval_ms
-        next_retention = now_ms() + retention_interval
+        next_retention = self.clock() + retention_interval
         expiry_interval = self.broker_config.producer_id_expiration_check_interval_ms
-        next_expiry = now_ms() + expiry_interval
+        next_expiry = self.clock() + expiry_interval
         while not stop.is_set():
-            now = now_ms()
+            now = self.clock()
             try:
                 await self._background_pass(now, run_retention=now >= next_retention)
             except Exception:

@@ -26,8 +26,10 @@ class TxnMarker(NamedTuple):
 
 
 class MarkerWriter:
-    def __init__(self, replica_manager, timeout_ms: int):
+    def __init__(self, replica_manager, timeout_ms: int, *, clock: Callable[[], int] = now_ms):
         self.replica_manager = replica_manager
+        self.clock = clock
+        """Wall-clock milliseconds for the markers' timestamps (injectable for tests)."""
         self.timeout_ms = timeout_ms
         self.listeners: list[Callable[[TxnMarker, list[tuple[str, int]]], None]] = []
         """Called with (marker, partitions written) once a marker is replicated."""
@@ -35,7 +37,7 @@ class MarkerWriter:
     async def write(self, marker: TxnMarker) -> dict[tuple[str, int], ErrorCode]:
         """Appends `marker` to its partitions; {partition: error code}."""
         batch = build_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.commit,
-                             now_ms())
+                             self.clock())
         entries = [(topic, index, bytearray(batch)) for topic, index in dict.fromkeys(marker.partitions)]
         results = await self.replica_manager.append_records(self.timeout_ms, -1, entries, AppendOrigin.COORDINATOR)
         codes = {key: r.error for key, r in results.items()}

@@ -12,6 +12,7 @@ into each version's response.
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -37,8 +38,10 @@ COMPLETE_RETRY_BACKOFF_S = 0.2
 
 class TransactionCoordinator:
     def __init__(self, state_manager: TransactionStateManager, producer_id_manager, marker_channel: TransactionMarkerChannel,
-                 config: TransactionConfig):
+                 config: TransactionConfig, *, clock: Callable[[], int] = now_ms):
         self.state = state_manager
+        self.clock = clock
+        """Wall-clock milliseconds for timeouts and timestamps (injectable: tests move time by hand)."""
         self.producer_id_manager = producer_id_manager
         self.markers = marker_channel
         self.config = config
@@ -63,7 +66,7 @@ class TransactionCoordinator:
         while True:
             await asyncio.sleep(max(10, interval_ms) / 1000)
             try:
-                await action(now_ms())
+                await action(self.clock())
             except Exception:
                 log.exception("%s failed", action.__name__)
 
@@ -109,7 +112,7 @@ class TransactionCoordinator:
                 return (error, *fail)
             if m is None:
                 m = TransactionMetadata(transactional_id, producer_id, txn_timeout_ms=timeout_ms,
-                                        txn_last_update_timestamp=now_ms())
+                                        txn_last_update_timestamp=self.clock())
                 self.state.transactions[transactional_id] = m
         if m.pending is not None or m.state.is_prepare or m.state in (S.DEAD, S.PREPARE_EPOCH_FENCE):
             return (ErrorCode.concurrent_transactions, *fail)
@@ -132,7 +135,7 @@ class TransactionCoordinator:
                 return (ErrorCode.coordinator_not_available, *fail)
             if m.pending is not None or self.state.transactions.get(transactional_id) is not m:
                 return (ErrorCode.concurrent_transactions, *fail)
-        transit = m.prepare_init(timeout_ms, now_ms(), new_producer_id, expected)
+        transit = m.prepare_init(timeout_ms, self.clock(), new_producer_id, expected)
         if transit is None:
             return (ErrorCode.producer_fenced, *fail)
         code = await self.state.append(transactional_id, transit, coordinator_epoch)
@@ -165,7 +168,7 @@ class TransactionCoordinator:
         partitions = set(partitions)
         if m.state == S.ONGOING and partitions <= m.partitions:
             return ErrorCode.none
-        transit = m.prepare_add_partitions(partitions, now_ms())
+        transit = m.prepare_add_partitions(partitions, self.clock())
         code = await self.state.append(transactional_id, transit, coordinator_epoch)
         if code != ErrorCode.none:
             m.abort_pending()
@@ -217,7 +220,7 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions if same else ErrorCode.invalid_txn_state
         if state != S.ONGOING:
             return ErrorCode.invalid_txn_state
-        transit = m.prepare_end(commit, now_ms())
+        transit = m.prepare_end(commit, self.clock())
         code = await self.state.append(m.transactional_id, transit, coordinator_epoch)
         if code != ErrorCode.none:
             m.abort_pending()
@@ -243,7 +246,7 @@ class TransactionCoordinator:
             return
         backoff = COMPLETE_RETRY_BACKOFF_S
         while still_ours():
-            transit = m.prepare_complete(now_ms())
+            transit = m.prepare_complete(self.clock())
             code = await self.state.append(txn_id, transit, coordinator_epoch)
             if code == ErrorCode.none:
                 m.complete(transit)
@@ -309,7 +312,7 @@ class TransactionCoordinator:
         if self.state.loading:
             return ErrorCode.coordinator_load_in_progress, [], unknown
         wanted = {s.lower() for s in states}
-        now = now_ms() if now is None else now
+        now = self.clock() if now is None else now
         out = []
         for m, _ in self.state.owned_transactions():
             if m.state == S.DEAD or (wanted and m.state.title.lower() not in wanted):

@@ -9,6 +9,7 @@ resignation its ids are forgotten. Like the GroupMetadataManager for `__consumer
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -55,8 +56,11 @@ def append_error_to_coordinator_error(code: ErrorCode) -> ErrorCode:
 
 
 class TransactionStateManager:
-    def __init__(self, replica_manager, partition_count, config: TransactionConfig):
+    def __init__(self, replica_manager, partition_count, config: TransactionConfig, *,
+                 clock: Callable[[], int] = now_ms):
         """`partition_count`: an int, or a callable giving the topic's current partition count."""
+        self.clock = clock
+        """Wall-clock milliseconds for the records' timestamps (injectable for tests)."""
         self.replica_manager = replica_manager
         self._partition_count = partition_count
         self.config = config
@@ -98,7 +102,7 @@ class TransactionStateManager:
     async def _append(self, transactional_id: str, transit: TxnTransit, coordinator_epoch: int) -> ErrorCode:
         p = self.partition_for(transactional_id)
         record_value = None if transit.state == TransactionState.DEAD else transaction_log.value(transit)
-        batch = build_batch([(transaction_log.key(transactional_id), record_value)], base_timestamp=now_ms())
+        batch = build_batch([(transaction_log.key(transactional_id), record_value)], base_timestamp=self.clock())
         try:
             results = await self.replica_manager.append_records(
                 self.config.request_timeout_ms, -1, [(TRANSACTION_STATE_TOPIC_NAME, p, batch)])

@@ -20,6 +20,15 @@ E = ErrorCode
 PROTOS = [("range", b"sub")]
 
 
+async def until(predicate, what: str, timeout: float = 5.0) -> None:
+    """Let the scheduled joins run until `predicate` holds (bounded: fails after `timeout`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
+
+
 class StubReplicaManager:
     """Accepts every append (or fails them with `error`) and keeps the batches."""
 
@@ -39,12 +48,27 @@ class StubReplicaManager:
         return [r for b in self.batches for r in decode_records(b)]
 
 
-def make(**cfg) -> tuple[GroupCoordinator, StubReplicaManager]:
+def make(clock=None, **cfg) -> tuple[GroupCoordinator, StubReplicaManager]:
     rm = StubReplicaManager()
     mgr = GroupMetadataManager(0, rm, partition_count=1)
     mgr.owned[0] = 0
     config = GroupConfig(min_session_timeout_ms=10, initial_rebalance_delay_ms=0, **cfg)
-    return GroupCoordinator(mgr, config), rm
+    return (GroupCoordinator(mgr, config) if clock is None else GroupCoordinator(mgr, config, clock_ms=clock)), rm
+
+
+def test_times_come_from_the_injected_clock():
+    now = [1_000_000]
+    gc, _ = make(clock=lambda: now[0])
+
+    async def scenario():
+        m1, _ = await stable_single(gc)
+        group = gc.manager.groups["g"]
+        assert group.state_timestamp == 1_000_000
+        now[0] += 500
+        gc.heartbeat("g", m1, None, group.generation_id)
+        assert group.members[m1].heartbeat_deadline_ms == 1_000_500 + group.members[m1].session_timeout_ms
+
+    run(scenario)
 
 
 def run(coro_fn, timeout=10):
@@ -141,7 +165,7 @@ def test_second_member_triggers_rebalance_and_old_generation_is_refused():
         m1, gen1 = await stable_single(gc)
         group = gc.manager.groups["g"]
         j2 = asyncio.ensure_future(join(gc))
-        await asyncio.sleep(0.05)
+        await until(lambda: group.state == GroupState.PREPARING_REBALANCE, "the second member's join")
         assert group.state == GroupState.PREPARING_REBALANCE
         assert gc.heartbeat("g", m1, None, gen1) == E.rebalance_in_progress
         offsets = {("t", 0): OffsetAndMetadata(5)}
@@ -555,7 +579,7 @@ def test_group_max_size_refuses_a_new_member_of_a_full_group():
         # Existing members still rejoin; a member that left makes room for a new one.
         assert gc.leave_group("g", [(m2, None)]) == (E.none, [E.none])
         j3 = asyncio.ensure_future(join(gc))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(group.members) == 2, "the newcomer's join")
         r1 = await join(gc, member=m1)
         r3 = await j3
         assert r1.error == r3.error == E.none and r1.generation_id == r3.generation_id == gen + 1
@@ -573,10 +597,10 @@ def test_group_max_size_while_preparing_counts_the_members_waiting():
         m1, m2, gen = await stable_pair(gc)
         group = gc.manager.groups["g"]
         j1 = asyncio.ensure_future(join(gc, member=m1))
-        await asyncio.sleep(0.05)
+        await until(lambda: group.num_awaiting_join() == 1, "m1's rejoin")
         assert group.state == GroupState.PREPARING_REBALANCE and group.num_awaiting_join() == 1
         j3 = asyncio.ensure_future(join(gc))  # one waiting < 2: accepted although the group has 2 members
-        await asyncio.sleep(0.05)
+        await until(lambda: len(group.members) == 3, "the newcomer's join")
         assert len(group.members) == 3 and group.num_awaiting_join() == 2
         late = await join(gc, member=m2)
         assert (late.error, late.member_id) == (E.group_max_size_reached, "")

@@ -18,7 +18,7 @@ Kafka's rules (FetchSession.scala), as data and decisions without I/O:
 """
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, cast
 
 from kio.schema.errors import ErrorCode
@@ -45,6 +45,10 @@ class PartitionFetch(Protocol):
     def max_bytes(self) -> int: ...
     @property
     def current_leader_epoch(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int:
+        """The fetcher's own log start offset (followers; -1 from consumers)."""
+        ...
 
 
 class PartitionFetchResult(Protocol):
@@ -292,12 +296,12 @@ class FetchContext:
     [(info, result)] to send), with results in `infos` order."""
 
     error = ErrorCode.none
-    infos: list[PartitionFetch]
+    infos: Sequence[PartitionFetch]
     unchanged: Unchanged | None = None
     """Optional: True for a partition whose empty answer would say nothing new; the reader may
     skip it (see IncrementalFetchContext)."""
 
-    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         raise NotImplementedError
 
 
@@ -308,17 +312,17 @@ class SessionErrorContext(FetchContext):
         self.error = error
         self.infos = []
 
-    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         return self.error, INVALID_SESSION_ID, []
 
 
 class SessionlessFetchContext(FetchContext):
     """The request's partitions, all of them answered, no session."""
 
-    def __init__(self, infos: list[PartitionFetch]):
+    def __init__(self, infos: Sequence[PartitionFetch]):
         self.infos = infos
 
-    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         return ErrorCode.none, INVALID_SESSION_ID, _answered(self.infos, results)
 
 
@@ -326,14 +330,14 @@ class FullFetchContext(FetchContext):
     """Every requested partition answered; afterwards a session of them is created if the cache
     has room, remembering what this response told the fetcher."""
 
-    def __init__(self, infos: list[PartitionFetch], cache: FetchSessionCache, privileged: bool,
+    def __init__(self, infos: Sequence[PartitionFetch], cache: FetchSessionCache, privileged: bool,
                  clock: Callable[[], int]):
         self.infos = infos
         self.cache = cache
         self.privileged = privileged
         self.clock = clock
 
-    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         pairs = _answered(self.infos, results)
 
         def create_partitions() -> dict[tuple[str, int], CachedPartition]:
@@ -369,7 +373,7 @@ class IncrementalFetchContext(FetchContext):
         return (cached.high_watermark == high_watermark and cached.local_log_start_offset == log_start_offset
                 and cached not in self.listed)
 
-    def response(self, results: list[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
         session = self.session
         if session.epoch != next_epoch(self.request_epoch):
             # Another request of this session was served meanwhile (a duplicate or a retry).
@@ -392,7 +396,7 @@ class FetchManager:
         self.cache = cache
         self.clock = clock
 
-    def new_context(self, session_id: int, epoch: int, infos: list[PartitionFetch], to_forget: list[tuple[str, int]],
+    def new_context(self, session_id: int, epoch: int, infos: Sequence[PartitionFetch], to_forget: list[tuple[str, int]],
                     is_follower: bool) -> FetchContext:
         """`infos`: the request's partitions (FetchInfo-like); `to_forget`: [(topic, partition)]."""
         if is_full(epoch):
@@ -415,6 +419,6 @@ class FetchManager:
         return IncrementalFetchContext(session, epoch, listed)
 
 
-def _answered(infos: list[PartitionFetch], results: list[PartitionFetchResult | None]) -> list[Answer]:
+def _answered(infos: Sequence[PartitionFetch], results: Sequence[PartitionFetchResult | None]) -> list[Answer]:
     """Without `unchanged` the reader answers every partition: no result is None."""
     return cast(list[Answer], list(zip(infos, results)))

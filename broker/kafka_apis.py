@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import typing
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
@@ -23,15 +23,20 @@ from odradek.broker import control_plane
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
+from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
-from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError
+from odradek.broker.metadata_apis import MetadataApis
+from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
 from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
+from odradek.broker.transaction.transaction_apis import TransactionApis
+from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.clock import now_ms
+from odradek.common.config import BrokerConfig
 from odradek.common.network.encoding import Body, frame, response_header
-from odradek.common.network.request_context import DEFAULT_LISTENER, RequestContext, client_host
+from odradek.common.network.request_context import DEFAULT_LISTENER, Handler, RequestContext, client_host
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -93,7 +98,7 @@ def _strip_optional(tp):
 
 
 def _build(cls, code: ErrorCode, source):
-    kwargs = {}
+    kwargs: dict[str, typing.Any] = {}
     for f in dataclasses.fields(cls):
         kafka_type = f.metadata.get("kafka_type")
         if kafka_type == "error_code":
@@ -147,8 +152,9 @@ def error_response(request, error_code: ErrorCode):
 
 
 class KafkaApis:
-    def __init__(self, config, replica_manager: ReplicaManager, metadata_apis, group_apis=None,
-                 producer_id_manager=None, transaction_apis=None,
+    def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager, metadata_apis: MetadataApis | None,
+                 group_apis: GroupApis | None = None, producer_id_manager: ZkProducerIdManager | None = None,
+                 transaction_apis: TransactionApis | None = None,
                  control_plane_guard: control_plane.ControlPlaneGuard | None = None):
         self.config = config
         self.control_plane_guard = control_plane_guard
@@ -157,9 +163,9 @@ class KafkaApis:
         self.producer_id_manager = producer_id_manager
         """ZkProducerIdManager; without one InitProducerId is not advertised."""
         self.transaction_apis = transaction_apis
-        self.transaction_verifier = None
+        self.transaction_verifier: TransactionVerifier | None = None
         """A TransactionVerifier (KIP-890) when transaction.partition.verification.enable is on."""
-        self.handlers: dict[int, Callable[..., Awaitable]] = {
+        self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets,
@@ -185,7 +191,8 @@ class KafkaApis:
                 if key in self.handlers and key != ApiKey.FIND_COORDINATOR:
                     raise ValueError(f"API {key} handled twice")
                 self.handlers[key] = handler
-                self.versions[key] = tuple(group_apis.versions[key])
+                lowest, highest = group_apis.versions[key]
+                self.versions[key] = (lowest, highest)
             self.legacy_requests.update(getattr(group_apis, "legacy_requests", {}))
         self.leader_and_isr_listeners: list[Callable] = []
         """Called with (request, response) after each LeaderAndIsr (the group coordinator's election hook)."""
@@ -335,7 +342,8 @@ class KafkaApis:
             topics = [(t.name, [(int(p.index), failed) for p in t.partition_data]) for t in request.topic_data]
         else:
             entries = [(t.name, int(p.index), p.records) for t in request.topic_data for p in t.partition_data]
-            refused, verified = {}, None
+            refused: dict[tuple[str, int], ErrorCode] = {}
+            verified: dict | None = None
             if request.transactional_id is not None and self.transaction_verifier is not None:
                 refused, verified = await self.transaction_verifier.verify(request.transactional_id, entries)
                 entries = [e for e in entries if (e[0], e[1]) not in refused]
@@ -385,14 +393,14 @@ class KafkaApis:
             to_forget = [(t.topic, int(p)) for t in request.forgotten_topics_data for p in t.partitions]
         else:
             session_id, epoch, to_forget = INVALID_SESSION_ID, FINAL_EPOCH, []
-        context = self.fetch_manager.new_context(session_id, epoch, infos, to_forget, replica_id >= 0)
+        fetch_context = self.fetch_manager.new_context(session_id, epoch, infos, to_forget, replica_id >= 0)
         results = []
-        if context.infos:
+        if fetch_context.infos:
             results = await self.replica_manager.fetch_messages(
-                replica_id, max_wait_ms, min_bytes, max_bytes, context.infos, context.unchanged,
+                replica_id, max_wait_ms, min_bytes, max_bytes, fetch_context.infos, fetch_context.unchanged,
                 int(request.isolation_level),
             )
-        error, session_id, pairs = context.response(results)
+        error, session_id, pairs = fetch_context.response(results)
         chunks, size = fetch_codec.encode_fetch_response(
             version, fetch_codec.group_by_topic(pairs), error_code=int(error), session_id=session_id
         )
@@ -475,6 +483,7 @@ class KafkaApis:
             if self.transaction_apis is None:
                 return answer(ErrorCode.coordinator_not_available)
             return answer(*await self.transaction_apis.init_producer_id(request))
+        assert self.producer_id_manager is not None, "registered only with a producer id manager"
         try:
             producer_id = await self.producer_id_manager.generate_producer_id()
         except ProducerIdBlockUnavailableError:

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import struct
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import fields
 
 from kio.schema.errors import ErrorCode
@@ -22,7 +21,7 @@ from odradek.common.api_key import ApiKey
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 from odradek.common.network.encoding import Body, uvarint
-from odradek.common.network.request_context import RequestContext
+from odradek.common.network.request_context import Handler, RequestContext
 
 from . import config_helper as ch
 from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, PartitionsSpec, TopicSpec, topic_name_error
@@ -107,7 +106,7 @@ class MetadataApis:
         self._topic_cache: dict[tuple, object] = {}
         """Encoded Metadata pieces per (version, topic), valid for one MetadataCache generation."""
         self._topic_cache_generation = -1
-        self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
+        self.handlers: dict[int, Handler] = {
             ApiKey.METADATA: self.handle_metadata,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata,
             ApiKey.CREATE_TOPICS: self.handle_create_topics,

@@ -11,6 +11,7 @@ just enough of it to answer every partition with UNSUPPORTED_VERSION.
 """
 
 import struct
+from collections.abc import Sequence
 
 from odradek.common.network.encoding import BodyWriter
 
@@ -34,7 +35,9 @@ def is_transactional(records) -> bool:
         _I16.unpack_from(records, _ATTRIBUTES_POS)[0] & _TRANSACTIONAL)
 
 
-def encode_produce_response(version: int, topics: list[tuple[str, list[tuple[int, object]]]]) -> tuple[list, int]:
+def encode_produce_response(
+    version: int, topics: Sequence[tuple[str, Sequence[tuple[int, object]]]]
+) -> tuple[list, int]:
     """(chunks, size) of a ProduceResponse body; `topics` = [(name, [(index, ProduceResult)])]."""
     w = BodyWriter(flexible=version >= 9)
     w.array(len(topics))

@@ -10,24 +10,33 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from odradek.broker.admin_manager import INTERNAL_TOPICS
+from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
+from odradek.broker.fetch_session import PartitionFetch, Unchanged
+from odradek.broker.log import LogManager
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.errors import KafkaStorageError, LogError
 from odradek.broker.log.leader_epoch import write_in_worker
 from odradek.broker.log.log import Log
 from odradek.broker.log.producer_state import AppendOrigin
+from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.broker.replication_quota import ReplicationQuota, is_throttled
+from odradek.broker.zk_client import BrokerZkClient
 from odradek.common.clock import now_ms
+from odradek.common.config import BrokerConfig
 from odradek.common.messages import (
     LeaderAndIsrPartitionError,
+    LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     StopReplicaPartitionError,
@@ -244,7 +253,8 @@ async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> N
 
 
 class ReplicaManager:
-    def __init__(self, config, log_manager, metadata_cache, zk, *, clock: Callable[[], int] = now_ms):
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, metadata_cache: MetadataCache,
+                 zk: BrokerZkClient | None, *, clock: Callable[[], int] = now_ms):
         self.config = config
         self.clock = clock
         """Wall-clock milliseconds for ISR lag, leader epochs and back-offs (injectable for tests)."""
@@ -266,7 +276,7 @@ class ReplicaManager:
         self._written_hw: dict = {}
         self._checkpoint_lock = asyncio.Lock()
         """One HW checkpoint write at a time (they share a temp file)."""
-        self.alter_partition_manager = None
+        self.alter_partition_manager: AlterPartitionManager | None = None
         """An AlterPartitionManager (set by the server); without one ISRs never change here."""
         self.fenced = False
         """Set while the broker's ZooKeeper registration is lost (see set_fenced)."""
@@ -362,9 +372,9 @@ class ReplicaManager:
         for plog in self.log_manager.all_logs():
             plog.high_watermark = checkpoints.get((plog.topic, plog.partition), 0)
 
-    def _high_watermarks_to_write(self, force: bool) -> dict:
+    def _high_watermarks_to_write(self, force: bool) -> dict[Path, dict[tuple[str, int], int]]:
         """{log dir: {(topic, partition): HW}} for the dirs whose HWs changed since written."""
-        by_dir = {d: {} for d in self.log_manager.online_dirs}
+        by_dir: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_manager.online_dirs}
         for plog in self.log_manager.all_logs():
             if plog.dir.parent in by_dir:
                 by_dir[plog.dir.parent][(plog.topic, plog.partition)] = plog.high_watermark
@@ -456,7 +466,7 @@ class ReplicaManager:
                 return LeaderAndIsrResponse(error_code=error, partition_errors=())
             self.controller_epoch = int(request.controller_epoch)
             errors: dict[tuple[str, int], ErrorCode] = {}
-            changed: list[tuple[Partition, object]] = []
+            changed: list[tuple[Partition, LeaderAndIsrPartitionState]] = []
 
             def answer(topic, index, code):
                 errors[(topic, index)] = code
@@ -532,7 +542,7 @@ class ReplicaManager:
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
             return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(
-                LeaderAndIsrPartitionError(topic_name=t, partition_index=i, error_code=code)
+                LeaderAndIsrPartitionError(topic_name=t, partition_index=i32(i), error_code=code)
                 for (t, i), code in errors.items()))
 
     async def _read_topic_configs(self, request: LeaderAndIsrRequest) -> set[str]:
@@ -546,6 +556,7 @@ class ReplicaManager:
         if not topics:
             return set()
         try:
+            assert self.zk is not None, "creating logs needs ZooKeeper's topic configs"
             reads = await self.zk.get_topic_configs(topics)
         except Exception:
             log.exception("cannot read the configs of topics %s", sorted(topics))
@@ -597,7 +608,7 @@ class ReplicaManager:
                 elif partition is not None:
                     partition.make_offline()
                 self.complete_delayed_requests((topic, index))
-                errors.append(StopReplicaPartitionError(topic_name=topic, partition_index=index, error_code=code))
+                errors.append(StopReplicaPartitionError(topic_name=topic, partition_index=i32(index), error_code=code))
             return StopReplicaResponse(error_code=ErrorCode.none, partition_errors=tuple(errors))
 
     # --- replica fetchers (issue 3) -------------------------------------------------------------
@@ -712,7 +723,7 @@ class ReplicaManager:
     # --- fetch ----------------------------------------------------------------------------------
 
     def read_from_local_log(
-        self, replica_id: int, fetch_max_bytes: int, infos: list[FetchInfo], unchanged=None,
+        self, replica_id: int, fetch_max_bytes: int, infos: Sequence[PartitionFetch], unchanged: Unchanged | None = None,
         isolation_level: int = READ_UNCOMMITTED,
     ) -> list[FetchResult | None]:
         """Reads each partition in order within the byte limits (Kafka's readFromLocalLog).
@@ -725,7 +736,7 @@ class ReplicaManager:
         """
         remaining = max(0, fetch_max_bytes)
         min_one = True
-        out = []
+        out: list[FetchResult | None] = []
         read_committed = isolation_level == READ_COMMITTED and replica_id < 0
         for info in infos:
             p, error = self.leader_partition(info.topic, info.partition, info.current_leader_epoch, replica_id)
@@ -754,10 +765,11 @@ class ReplicaManager:
             end = leo if replica_id >= 0 else (lso if read_committed else hw)
             if offset >= end:
                 continue
-            throttled = (replica_id >= 0 and self.leader_quota is not None and replica_id not in p.isr
-                         and is_throttled(plog.config.leader_replication_throttled_replicas, info.partition,
-                                          self.broker_id))
-            if throttled and self.leader_quota.is_exceeded():
+            quota = self.leader_quota if replica_id >= 0 and replica_id not in p.isr else None
+            if quota is not None and not is_throttled(plog.config.leader_replication_throttled_replicas,
+                                                      info.partition, self.broker_id):
+                quota = None  # only the throttled replicas count against the quota
+            if quota is not None and quota.is_exceeded():
                 continue  # a moving replica waits for the next window (replication_quota)
             limit = min(max(0, info.max_bytes), remaining)
             if limit <= 0 and not min_one:
@@ -773,8 +785,8 @@ class ReplicaManager:
                 continue
             result.regions = list(data.regions)
             result.size = data.size
-            if throttled:
-                self.leader_quota.record(data.size)
+            if quota is not None:
+                quota.record(data.size)
             if read_committed and data.size:
                 result.aborted_transactions = plog.collect_aborted_transactions(offset, end)
             if data.size:
@@ -783,8 +795,8 @@ class ReplicaManager:
         return out
 
     async def fetch_messages(
-        self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, infos: list[FetchInfo],
-        unchanged=None, isolation_level: int = READ_UNCOMMITTED,
+        self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, infos: Sequence[PartitionFetch],
+        unchanged: Unchanged | None = None, isolation_level: int = READ_UNCOMMITTED,
     ) -> list[FetchResult | None]:
         """Reads `infos` (see read_from_local_log, also for `unchanged`), long-polling up to
         `max_wait_ms` for `min_bytes`; a follower's fetch offsets update its replica state."""
@@ -804,9 +816,12 @@ class ReplicaManager:
             await op.wait()
         return self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
 
-    def _update_follower_fetch_state(self, replica_id, infos, results) -> None:
+    def _update_follower_fetch_state(
+        self, replica_id: int, infos: Sequence[PartitionFetch], results: Sequence[FetchResult | None]
+    ) -> None:
         now = self.clock()
         partitions = self._partitions
+        p: Partition | None
         for info, result in zip(infos, results):
             if result is None:
                 # caught up and nothing changed: only the time it was last seen caught up moves
@@ -849,6 +864,7 @@ class ReplicaManager:
 
     def _submit_isr_change(self, partition: Partition, change: PendingIsrChange) -> None:
         # The maximal ISR may have grown (an expansion): HW and acks=all count it from now on.
+        assert self.alter_partition_manager is not None, "callers check it is set"
         self.alter_partition_manager.submit(partition.key, change, self._on_isr_change_answer)
 
     def isr_change_still_wanted(self, key, change) -> bool:
@@ -919,6 +935,7 @@ class ReplicaManager:
             last_fetchable = plog.last_stable_offset
         else:
             last_fetchable = plog.high_watermark
+        found: tuple[int, ...] | None
         try:
             # No tiered storage: the local log is the whole log, and nothing is tiered (Kafka's
             # UnifiedLog answers -4 like -2, and -5 with offset -1 and epoch -1).

@@ -11,6 +11,7 @@ import struct
 import sys
 from dataclasses import fields
 from functools import cache
+from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -71,7 +72,7 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
     return api_key, version, correlation_id
 
 
-def decode_request(frame: bytes) -> tuple[object, object, type]:
+def decode_request(frame: bytes) -> tuple[Any, Any, Any]:
     """(header, payload, schema) of a request frame body (without the size prefix).
 
     Raises KeyError for an unknown (api_key, version) and ValueError for a malformed body. Every

@@ -23,7 +23,7 @@ from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 
 log = logging.getLogger(__name__)
 
-VERSIONS = {
+VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 (KIP-1050 error codes) belongs to transaction version 2
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 4),

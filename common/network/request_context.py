@@ -5,6 +5,7 @@ address (JoinGroup reports it as the member's client host), the listener it arri
 principal (always User:ANONYMOUS until authentication exists).
 """
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,3 +38,7 @@ def client_host(peer: object) -> str:
     if peer is None:
         return UNKNOWN_HOST
     return f"/{peer[0]}" if isinstance(peer, tuple) else str(peer)
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+"""An API's handler: (context, the decoded kio request) → the response (or a pre-encoded Body)."""

@@ -11,12 +11,12 @@ forwarding answers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
+from odradek.common.network.request_context import Handler, RequestContext
 
 from .controller_channel import BrokerToControllerChannel
 from .kafka_apis import error_response
@@ -35,10 +35,10 @@ class ForwardedApis:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
             ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         }
-        self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = dict.fromkeys(
+        self.handlers: dict[int, Handler] = dict.fromkeys(
             self.versions, self.forward)
 
-    async def forward(self, header, request):
+    async def forward(self, context: RequestContext, request):
         timeout_s = min(MAX_FORWARD_S, max(MIN_FORWARD_S, wire.ms(request.timeout) / 1000))
         try:
             return await self.channel.send(request, timeout_s)

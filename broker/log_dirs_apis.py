@@ -10,7 +10,6 @@ v0 is not served: the kio release in use has no v0 classes (Kafka 4 dropped it).
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +17,7 @@ from kio.static.primitive import i32, i64
 
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
+from odradek.common.network.request_context import Handler, RequestContext
 
 from .log.log_manager import LogManager
 
@@ -97,8 +97,8 @@ class LogDirsApis:
     def __init__(self, log_manager: LogManager):
         self.log_manager = log_manager
         self.versions: dict[int, tuple[int, int]] = {ApiKey.DESCRIBE_LOG_DIRS: (1, 4)}
-        self.handlers: dict[int, Callable[[object, object], Awaitable[object]]] = {
+        self.handlers: dict[int, Handler] = {
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}
 
-    async def handle_describe_log_dirs(self, header, request):
+    async def handle_describe_log_dirs(self, context: RequestContext, request):
         return describe(snapshot(self.log_manager), wanted_partitions(request), int(request.__version__))

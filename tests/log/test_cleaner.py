@@ -295,6 +295,7 @@ def test_a_truncation_meanwhile_throws_the_cleaning_away(compacted):
 # --- the background cleaner ------------------------------------------------------------------
 
 
+@pytest.mark.integration  # the cleaner works in a worker process
 def test_the_log_managers_cleaner_cleans_in_a_worker_process_and_checkpoints(tmp_path):
     import asyncio
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from odradek.broker.log import Log
 from odradek.broker.log.cleaner_worker import clean
 from odradek.broker.log.config import LogConfig
@@ -131,6 +133,7 @@ def _run_cleaner(directory: pathlib.Path, kill_after: float | None) -> tuple[flo
         proc.stdout.close()
 
 
+@pytest.mark.integration  # a real SIGKILL of a cleaning child process
 def test_sigkill_at_spread_out_moments_of_a_cleaning(tmp_path):
     template = tmp_path / "template" / "t-0"
     before = build(template, keys=200, versions=60)

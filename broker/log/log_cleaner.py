@@ -238,6 +238,8 @@ class LogCleaner:
         started = time.monotonic()
         truncations = partition_log.truncation_count
         task = make_task(partition_log, to_clean, self.config)
+        log.info("cleaning %r from %d to %d (dirty ratio %.2f)", partition_log, to_clean.first_dirty_offset,
+                 to_clean.first_uncleanable_offset, to_clean.cleanable_ratio)
         result = await self._run_worker(log_dir, partition_log, task)
         if result is None or partition_log.closed:
             return False

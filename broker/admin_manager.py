@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from odradek.common.config import BrokerConfig
+from odradek.common.errors import KafkaError
 from odradek.common.zk_data import TopicAssignment, encode_topic_assignment
 
 from .group.offsets_topic import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAME
@@ -42,7 +43,7 @@ def check_assignment_size(topic: str, assignment: TopicAssignment) -> None:
                        f"ZooKeeper, more than {MAX_ASSIGNMENT_BYTES}: fewer partitions or replicas.")
 
 
-class ApiError(Exception):
+class ApiError(KafkaError):
     """A Kafka error code with a message, the result of a failed admin step."""
 
     def __init__(self, error_code: ErrorCode, message: str | None = None):
@@ -489,7 +490,7 @@ class AdminManager:
         try:
             await self.zk.create_topic(plan.name, assignment, plan.config)
         except TopicExistsError as e:
-            raise ApiError(ErrorCode.topic_already_exists, str(e)) from e
+            raise ApiError(e.error_code, str(e)) from e
         log.info(
             "created topic %s: %d partitions, assignment %s, config %s",
             plan.name, plan.num_partitions, plan.assignment, plan.config,

@@ -24,7 +24,6 @@ from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
 from odradek.broker.group.group_apis import GroupApis
-from odradek.broker.log.errors import LogError
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
@@ -35,6 +34,7 @@ from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.clock import now_ms
 from odradek.common.config import BrokerConfig
+from odradek.common.errors import KafkaError
 from odradek.common.network.encoding import Body, frame, response_header
 from odradek.common.network.request_context import DEFAULT_LISTENER, Handler, RequestContext, client_host
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
@@ -263,7 +263,7 @@ class KafkaApis:
         except CloseConnection:
             raise
         except Exception as e:
-            code = e.error_code if isinstance(e, LogError) else ErrorCode.unknown_server_error
+            code = e.error_code if isinstance(e, KafkaError) else ErrorCode.unknown_server_error
             self.bad_input.warning(
                 f"handler-{api_key}", "API %d v%d from %s failed; answering %s", api_key, version, peer, code.name,
                 exc_info=True,
@@ -486,8 +486,8 @@ class KafkaApis:
         assert self.producer_id_manager is not None, "registered only with a producer id manager"
         try:
             producer_id = await self.producer_id_manager.generate_producer_id()
-        except ProducerIdBlockUnavailableError:
-            return answer(ErrorCode.coordinator_load_in_progress)
+        except ProducerIdBlockUnavailableError as e:
+            return answer(e.error_code)
         return answer(ErrorCode.none, producer_id, 0)
 
     # --- OffsetForLeaderEpoch -------------------------------------------------------------------

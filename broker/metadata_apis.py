@@ -310,7 +310,7 @@ class MetadataApis:
             deleted = self.metadata_cache.update(request)
         except StaleControllerEpochError as e:
             log.info("rejected UpdateMetadata: %s", e)
-            return UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch)
+            return UpdateMetadataResponse(error_code=e.error_code)
         for topic in {t for t, _ in deleted}:
             if not self.metadata_cache.contains(topic):
                 self._topic_ids.pop(topic, None)

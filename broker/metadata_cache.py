@@ -9,6 +9,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from kio.schema.errors import ErrorCode
+
+from odradek.common.errors import KafkaError
 from odradek.common.messages import (
     LEADER_DURING_DELETE,
     UpdateMetadataBroker,
@@ -19,8 +22,10 @@ from odradek.common.messages import (
 log = logging.getLogger(__name__)
 
 
-class StaleControllerEpochError(Exception):
+class StaleControllerEpochError(KafkaError):
     """An UpdateMetadata from a controller older than one already heard from."""
+
+    error_code = ErrorCode.stale_controller_epoch
 
     def __init__(self, request_epoch: int, current_epoch: int):
         super().__init__(f"controller epoch {request_epoch} is older than {current_epoch}")

@@ -14,6 +14,9 @@ calls, which live in BrokerZkClient.claim_producer_id_block.
 import asyncio
 import logging
 
+from kio.schema.errors import ErrorCode
+
+from odradek.common.errors import KafkaError
 from odradek.common.zk_data import PRODUCER_ID_BLOCK_SIZE, ProducerIdsBlock
 
 log = logging.getLogger(__name__)
@@ -22,12 +25,14 @@ MAX_PRODUCER_ID = 2**63 - 1
 """Producer ids are int64 on the wire."""
 
 
-class ProducerIdsExhaustedError(Exception):
+class ProducerIdsExhaustedError(KafkaError):
     """Every int64 producer id has been handed out (Kafka treats this as fatal too)."""
 
 
-class ProducerIdBlockUnavailableError(Exception):
+class ProducerIdBlockUnavailableError(KafkaError):
     """No block could be claimed right now (ZooKeeper unreachable or too contended); retriable."""
+
+    error_code = ErrorCode.coordinator_load_in_progress
 
 
 # --- the pure part ---------------------------------------------------------------------------------

@@ -20,9 +20,11 @@ import uuid
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kio.schema.errors import ErrorCode
 
 from odradek.common import zk_data
 from odradek.common.config import ZkClientConfig
+from odradek.common.errors import KafkaError
 from odradek.common.zk_calls import BoundedCalls
 from odradek.common.zk_connect import (
     CLOSE_TIMEOUT_S,
@@ -49,9 +51,11 @@ class BrokerIdTakenError(Exception):
     """`/brokers/ids/<id>` belongs to another live session (another broker with our id)."""
 
 
-class TopicExistsError(Exception):
+class TopicExistsError(KafkaError):
     """`/brokers/topics/<t>` is already there, or the topic is being deleted (Kafka's
     AdminZkClient answers both with TopicExistsException)."""
+
+    error_code = ErrorCode.topic_already_exists
 
 
 CONFIG_WRITE_ATTEMPTS = 3

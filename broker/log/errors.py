@@ -1,12 +1,12 @@
-"""Storage errors, each carrying the Kafka error code the broker answers with."""
+"""Storage errors, each carrying the Kafka error code the broker answers with (common/errors)."""
 
 from kio.schema.errors import ErrorCode
 
+from odradek.common.errors import KafkaError
 
-class LogError(Exception):
+
+class LogError(KafkaError):
     """Base of every storage error; `error_code` is what a Produce/Fetch response carries."""
-
-    error_code: ErrorCode = ErrorCode.unknown_server_error
 
 
 class CorruptRecordError(LogError):

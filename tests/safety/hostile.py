@@ -263,6 +263,12 @@ def batch(payload: bytes, count: int, *, compression: int = 0, attributes: int =
     return out
 
 
+BROKER_ANSWERS = {"transactional without producer id": "transactional_id_authorization_failed"}
+"""Where a broker answers a Produce of the lying batch otherwise than the batch validator: Kafka
+refuses transactional records in a request without a transactional id before it reads the batch
+(KafkaApis.handleProduceRequest)."""
+
+
 def lying_batches() -> dict[str, tuple[bytes, str]]:
     """name → (batch, Kafka error name) for every lie issue 11 found stored."""
     import cramjam
@@ -273,10 +279,7 @@ def lying_batches() -> dict[str, tuple[bytes, str]]:
         "claims 2^31-1": (batch(records(3), 2**31 - 1), "invalid_record"),
         "duplicate offset deltas": (batch(record(0) + record(0) + record(2), 3), "invalid_record"),
         "garbage record bodies": (batch(random.Random(3).randbytes(200), 4), "invalid_record"),
-        # Kafka refuses transactional records in a request without a transactional id before it
-        # looks at the batch (KafkaApis.handleProduceRequest)
-        "transactional without producer id": (batch(records(2), 2, attributes=0x10),
-                                              "transactional_id_authorization_failed"),
+        "transactional without producer id": (batch(records(2), 2, attributes=0x10), "invalid_record"),
         "control batch": (batch(records(1), 1, attributes=0x20), "invalid_record"),
         "compressed, claims 10 holds 3": (batch(bytes(cramjam.zstd.compress(records(3))), 10, compression=4),
                                           "invalid_record"),

@@ -74,6 +74,10 @@ class ControllerContext:
     """broker → its replicas on a failed log directory (Kafka's replicasOnOfflineDirs), learned
     from LeaderAndIsr answers (KAFKA_STORAGE_ERROR); forgotten when the broker re-registers."""
 
+    stray_replicas: dict[int, set[TopicPartition]] = field(default_factory=dict)
+    """broker → replicas a reassignment removed while the broker was down: the StopReplica(delete)
+    it missed goes to it when it registers again (this controller's memory only, as Kafka's
+    replica deletion retries)."""
     zk_reassignment: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
     """The content of /admin/reassign_partitions (older tools' reassignments), as last read or
     written: each listed partition leaves it when its reassignment completes or is refused."""

@@ -144,6 +144,7 @@ def _start(ctx: ControllerContext, tp: TopicPartition, new: ReplicaAssignment, d
         batch.add_leader_and_isr((r,), tp, restated, new.replicas, is_new=r in new.adding and r not in current.replicas)
     for r in dropped:
         batch.add_stop_replica((r,), tp, delete=True)
+    _remember_strays(ctx, tp, dropped, d)
     updates[tp] = (restated, new.replicas)
     return Result()
 
@@ -163,9 +164,20 @@ def _complete(ctx: ControllerContext, tp: TopicPartition, ra: ReplicaAssignment,
     batch.add_leader_and_isr(target, tp, restated, target)
     for r in ra.removing:
         batch.add_stop_replica((r,), tp, delete=True)
+    _remember_strays(ctx, tp, ra.removing, d)
     d.final_assignment_writes[tp] = ReplicaAssignment(target)
     updates[tp] = (restated, target)
     return True
+
+
+def _remember_strays(ctx: ControllerContext, tp: TopicPartition, removed: Iterable[int], d: Decisions) -> None:
+    """Removed replicas on brokers that are down miss their StopReplica: keep it for their return."""
+    down = [b for b in removed if b not in ctx.live_brokers]
+    if down:
+        strays = {b: set(tps) for b, tps in (d.stray_replicas or ctx.stray_replicas).items()}
+        for b in down:
+            strays.setdefault(b, set()).add(tp)
+        d.stray_replicas = strays
 
 
 def _zk_reassignment_after(ctx: ControllerContext, done: Iterable[TopicPartition]) -> dict | None:

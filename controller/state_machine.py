@@ -84,6 +84,8 @@ class Decisions:
     the topic znodes before the state writes (Kafka records a started reassignment first)."""
     final_assignment_writes: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
     """The same, written after `requests` (a completed reassignment is recorded last)."""
+    stray_replicas: dict[int, set[TopicPartition]] | None = None
+    """The new ControllerContext.stray_replicas, when it changes."""
     reassign_znode: dict[TopicPartition, tuple[int, ...]] | None = None
     """The new content of /admin/reassign_partitions, written before `final_requests` (empty:
     deleted); None leaves it alone."""
@@ -116,6 +118,8 @@ def apply_decisions(ctx: ControllerContext, d: Decisions) -> ControllerContext:
             ctx.assignments[tp.topic] = with_partition(a, tp.partition, ra.replicas, ra.adding, ra.removing)
     if d.reassign_znode is not None:
         ctx.zk_reassignment = dict(d.reassign_znode)
+    if d.stray_replicas is not None:
+        ctx.stray_replicas = {b: set(tps) for b, tps in d.stray_replicas.items() if tps}
     for topic in d.removed_topics:
         ctx.assignments.pop(topic, None)
         ctx.topics_to_delete.discard(topic)
@@ -476,6 +480,12 @@ def on_broker_change(ctx: ControllerContext, live_brokers: dict[int, BrokerInfo]
     batch.add_update_metadata(sorted(set(live_brokers) - born), partial)
     batch.add_update_metadata(sorted(born), full)
     _progress_deletions(ctx, set(marked), set(), live_brokers, batch, d)
+    for b in sorted(born):
+        for tp in sorted(ctx.stray_replicas.get(b, ())):
+            if b not in ctx.replicas(tp):  # removed by a reassignment while it was down
+                batch.add_stop_replica((b,), tp, delete=True)
+    if any(b in ctx.stray_replicas for b in born):
+        d.stray_replicas = {b: gone for b, gone in ctx.stray_replicas.items() if b not in born}
     d.live_brokers = dict(live_brokers)
     d.requests = batch.build()
     return d

@@ -202,3 +202,22 @@ def test_unreadable_reassign_znode(data):
 def test_reassign_znode_round_trip():
     entries = {T0: (1, 2), TP("u", 3): (0,)}
     assert ra.decode_reassign_partitions(ra.encode_reassign_partitions(entries)) == entries
+
+
+def test_a_replica_removed_while_its_broker_is_down_is_deleted_when_it_returns():
+    from odradek.controller.state_machine import on_broker_change
+
+    from .test_state_machine import brokers
+
+    ctx = cluster(live=(1, 2, 3))  # broker 0, an original replica, is down
+    ctx.partition_states[T0] = State(1, 3, (1, 2), 4, 7)
+    apply_decisions(ctx, ra.on_reassign(ctx, {T0: (1, 2, 3)}))
+    isr_grows(ctx, (1, 2, 3))
+    d = ra.on_reassignment_progress(ctx)
+    assert not stop_deletes(d, 0)  # nowhere to send it
+    apply_decisions(ctx, d)
+    assert ctx.stray_replicas == {0: {T0}}
+    back = on_broker_change(ctx, brokers(0, 1, 2, 3))
+    assert stop_deletes(back, 0) == [("t", 0)]
+    apply_decisions(ctx, back)
+    assert ctx.stray_replicas == {}

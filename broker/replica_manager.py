@@ -28,6 +28,7 @@ from odradek.broker.log.leader_epoch import write_in_worker
 from odradek.broker.log.log import Log
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.metadata_cache import MetadataCache
+from odradek.broker.metrics import BrokerTopicStats
 from odradek.broker.partition import Partition, PendingIsrChange
 from odradek.broker.replica_fetcher import ReplicaFetcherManager
 from odradek.broker.replication_quota import ReplicationQuota, is_throttled
@@ -267,6 +268,7 @@ class ReplicaManager:
         self.metadata_cache = metadata_cache
         self.zk = zk
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self.stats = BrokerTopicStats()
         self.controller_epoch = 0
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
@@ -699,6 +701,8 @@ class ReplicaManager:
             if isinstance(info, ErrorCode):
                 results[key] = ProduceResult(error=info)
                 continue
+            if not info.duplicate:
+                self.stats.record_in(topic, info.num_records, info.valid_bytes)
             plog = partition.log
             result = ProduceResult(
                 base_offset=info.first_offset,
@@ -804,17 +808,20 @@ class ReplicaManager:
         if replica_id >= 0:
             self._update_follower_fetch_state(replica_id, infos, results)
         total = sum(r.size for r in results if r is not None)
-        if (
+        if not (
             max_wait_ms <= 0
             or not infos
             or total >= min_bytes
             or any(r is not None and r.error != ErrorCode.none for r in results)
         ):
-            return results
-        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos, isolation_level)
-        if not self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos]):
-            await op.wait()
-        return self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
+            op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos, isolation_level)
+            if not self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos]):
+                await op.wait()
+            results = self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
+        for info, result in zip(infos, results):
+            if result is not None and result.size:
+                self.stats.record_out(info.topic, result.size, replica_id >= 0)
+        return results
 
     def _update_follower_fetch_state(
         self, replica_id: int, infos: Sequence[PartitionFetch], results: Sequence[FetchResult | None]
@@ -845,6 +852,7 @@ class ReplicaManager:
             if self.alter_partition_manager is not None and replica_id not in p.isr:
                 change = p.maybe_expand_isr(replica_id, now)
                 if change is not None:
+                    self.stats.isr_expands += 1
                     self._submit_isr_change(p, change)
 
     # --- ISR changes (AlterPartition) -----------------------------------------------------------
@@ -860,6 +868,7 @@ class ReplicaManager:
                 continue
             change = p.maybe_shrink_isr(now, lag)
             if change is not None:
+                self.stats.isr_shrinks += 1
                 self._submit_isr_change(p, change)
 
     def _submit_isr_change(self, partition: Partition, change: PendingIsrChange) -> None:

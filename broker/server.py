@@ -34,6 +34,7 @@ from odradek.broker.log import LogManager
 from odradek.broker.log_dirs_apis import LogDirsApis
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
+from odradek.broker.metrics import RequestStats, metered, state_families
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.replication_quota import ReplicationQuota
@@ -53,6 +54,7 @@ from odradek.common.bounded_exit import end_leftover_tasks, within
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
 from odradek.common.config_def import ConfigException
 from odradek.common.network.socket_server import ConnectionLimits, SocketServer
+from odradek.common.metrics import MetricsServer, Registry
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,9 @@ class KafkaServer:
         self.alter_partition_manager: AlterPartitionManager | None = None
         self._announcements: set[asyncio.Task] = set()
         """Log directory failure notifications being written (retried while ZooKeeper is down)."""
+        self.request_stats = RequestStats()
+        self.metrics = Registry()
+        self.metrics_server: MetricsServer | None = None
 
     async def startup(self) -> None:
         config = self.config
@@ -157,14 +162,15 @@ class KafkaServer:
         limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                   config.connections_max_idle_ms, config.queued_max_request_bytes)
         for name, host, port in listeners:
-            server = SocketServer(host, port, self.apis.handle, config.socket_request_max_bytes, listener=name,
-                                  limits=limits)
+            server = SocketServer(host, port, metered(self.apis.handle, self.request_stats),
+                                  config.socket_request_max_bytes, listener=name, limits=limits)
             bound_port = await server.start()
             bound[name] = (host, bound_port)
             self.socket_servers.append(server)
             log.info("listening on %s://%s:%d", name, host, bound_port)
 
         self.endpoints = self._advertised_endpoints(bound)
+        await self._start_metrics()
         epoch = await self.zk.register_broker(BrokerInfo(config.broker_id, tuple(self.endpoints), config.broker_rack))
         if self.log_manager.offline_dirs:  # failed to load: the controller must not lead from them
             self._announce_log_dir_failure()
@@ -175,6 +181,17 @@ class KafkaServer:
             self.replica_manager.run_background(self._stop_background)
         )
         log.info("broker %d started (epoch %d)", config.broker_id, epoch)
+
+    async def _start_metrics(self) -> None:
+        """The Prometheus endpoint (metrics.port), before registration: scraped from the start."""
+        rm = self.replica_manager
+        self.metrics.register(rm.stats.families)
+        self.metrics.register(self.request_stats.families)
+        self.metrics.register(lambda: state_families(self))
+        if self.config.metrics_port >= 0:
+            self.metrics_server = MetricsServer(self.metrics, self.config.metrics_host, self.config.metrics_port)
+            await self.metrics_server.start()
+            log.info("metrics on %s", self.metrics_server.url)
 
     async def _load_dynamic_configs(self) -> None:
         """The cluster's and this broker's dynamic configs, before anything uses the config."""
@@ -449,6 +466,8 @@ class KafkaServer:
         for task in (self._replica_background, self._background):
             if task is not None:
                 await within(task, 10, f"background task {task.get_name()}", log)
+        if self.metrics_server is not None:
+            await within(self.metrics_server.stop(), 5, "closing the metrics endpoint", log)
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
         log.info("broker %d stopped", self.config.broker_id)

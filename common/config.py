@@ -163,6 +163,11 @@ class ZkClientConfig(_KafkaKeys):
     """ZooKeeper session timeout: a silent broker loses its registration after this long."""
     zookeeper_connection_timeout_ms: Int = Field(18000, alias="zookeeper.connection.timeout.ms")
     """How long to wait for a connection to ZooKeeper."""
+    metrics_port: Int = Field(-1, alias="metrics.port")
+    """Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port. Kafka has no
+    such key (it exposes JMX, read by an exporter agent); here the process serves the metrics."""
+    metrics_host: str = Field("127.0.0.1", alias="metrics.host")
+    """Address the Prometheus endpoint binds (0.0.0.0 in a pod)."""
 
 
 def _ms(ctype: ConfigType, minimum: int | None = None):

@@ -26,6 +26,7 @@ from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.network.socket_server import SocketServer
 from odradek.common.zk_data import ControllerInfo, EndPoint
+from odradek.controller.metrics import ControllerStats
 
 from . import elect_leaders as el
 from . import reassignment as ra
@@ -158,6 +159,7 @@ class KafkaController:
         self._listener_endpoint: EndPoint | None = None
         """Published in /controller: where brokers find the active controller's listener."""
         self._inflight: set[asyncio.Future] = set()
+        self.stats = ControllerStats()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -357,6 +359,7 @@ class KafkaController:
 
     async def _run_active(self, zk: ControllerZkClient, gen: int, epoch: int, epoch_zk_version: int) -> None:
         log.info("controller %d: elected, epoch %d", self.controller_id, epoch)
+        self.stats.controller_elections += 1
         self.channels = ControllerChannelManager(
             self.controller_id, listener=self.config.control_plane_listener_name, request_timeout=self.request_timeout,
             gate=self._connected,
@@ -455,6 +458,7 @@ class KafkaController:
         if request.future.done():  # the broker gave up waiting
             return
         p: Any = request.payload
+        self.stats.event("".join(w.capitalize() for w in request.api_key.name.split("_")))
         d: sm.Decisions | None
         match request.api_key:
             case ApiKey.ALTER_PARTITION:
@@ -501,6 +505,7 @@ class KafkaController:
                         sorted(str(tp) for tp in d.replicas_on_offline_dirs.get(r.broker_id, ())))
 
     async def _handle(self, zk: ControllerZkClient, gen: int, event: WatchEvent) -> None:
+        self.stats.event(type(event).__name__)
         match event:
             case ControllerChange():
                 holder = await asyncio.to_thread(zk.controller, self._watch(gen, event))
@@ -565,6 +570,11 @@ class KafkaController:
             if d.state_writes:
                 result = await asyncio.to_thread(zk.write_states, d.state_writes, ctx.epoch_zk_version)
                 for w in result.applied:
+                    old = ctx.partition_states.get(w.tp)
+                    if w.state.leader >= 0 and (old is None or old.leader != w.state.leader):
+                        self.stats.leader_elections += 1
+                        if w.state.leader not in (old.isr if old is not None else (w.state.leader,)):
+                            self.stats.unclean_leader_elections += 1
                     ctx.partition_states[w.tp] = w.state
                 if result.conflicts:
                     log.info("partition state conflicts on %s; re-reading", [str(tp) for tp in result.conflicts])

@@ -11,8 +11,10 @@ import sys
 from odradek.common import process_logging
 from odradek.common.bounded_exit import end_leftover_tasks
 from odradek.common.config import ControllerConfig, load_properties
+from odradek.common.metrics import MetricsServer, Registry
 
 from .controller import KafkaController
+from .metrics import families
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,18 @@ async def serve(config: ControllerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, controller.stop)
-    await controller.run()
+    server = None
+    if config.metrics_port >= 0:
+        registry = Registry()
+        registry.register(lambda: families(controller))
+        server = MetricsServer(registry, config.metrics_host, config.metrics_port)
+        await server.start()
+        log.info("metrics on %s", server.url)
+    try:
+        await controller.run()
+    finally:
+        if server is not None:
+            await server.stop()
     await end_leftover_tasks(5, log)
 
 

@@ -206,8 +206,12 @@ class LocalCluster:
         controller_overrides: dict[str, object] | None = None,
         log_settings: LogSettings | None = None,
         hosts: dict[str, tuple[str, str]] | None = None,
+        metrics: bool = False,
     ):
         self.hosts = dict(hosts or {})
+        self.metrics = metrics
+        self.metrics_urls: dict[str, str] = {}
+        """Process name → its Prometheus endpoint (with `metrics`: each process on a free port)."""
         self.data_dir = Path(data_dir).absolute()
         self.log_dir = self.data_dir / "logs"
         self.broker_ports = list(broker_ports) if broker_ports else [port + i for i in range(brokers)]
@@ -252,6 +256,7 @@ class LocalCluster:
             "listeners": f"PLAINTEXT://{host}:{self.broker_ports[i]},CONTROLLER://{host}:{free_port()}",
             "log.dirs": str(self.data_dir / f"broker-{i}"),
         }
+        self._metrics_port(f"broker-{i}", host, overrides)
         overrides.update(self._broker_overrides)
         return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log", self.log_settings,
                               netns=netns)
@@ -265,9 +270,16 @@ class LocalCluster:
             "zookeeper.connect": self.zookeeper_connect,
             "listeners": f"PLAINTEXT://{host}:{free_port()}",
         }
+        self._metrics_port(f"controller-{j}", host, overrides)
         overrides.update(self._controller_overrides)
         return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log",
                               self.log_settings, netns=netns)
+
+    def _metrics_port(self, name: str, host: str, overrides: dict[str, str]) -> None:
+        if self.metrics:
+            port = free_port()
+            overrides.update({"metrics.port": str(port), "metrics.host": host})
+            self.metrics_urls[name] = f"http://{host}:{port}/metrics"
 
     def broker(self, i: int) -> ManagedProcess:
         return self.brokers[i]
@@ -519,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         broker_overrides=_pairs(args.broker_override),
         controller_overrides=_pairs(args.controller_override),
         log_settings=LogSettings(args.log_level, args.log_file_max_bytes, args.log_file_backups),
+        metrics=True,
     )
     log = lambda msg: print(f"odradek dev: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -529,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         log(f"ZooKeeper {cluster.zookeeper_connect}; logs in {cluster.log_dir}; Ctrl-C stops")
         print(f"bootstrap.servers={cluster.bootstrap}", flush=True)
+        for name, url in cluster.metrics_urls.items():
+            print(f"metrics {name} {url}", flush=True)
         reported: set[str] = set()
         while not stopping.is_set():
             for p in cluster.dead_processes():

@@ -15,6 +15,8 @@ import pytest
 from odradek.dev.cluster import ClusterError, LocalCluster
 from odradek.dev.zookeeper import free_port
 
+from .metrics_scrape import scrape, value
+
 pytestmark = pytest.mark.integration  # runs `odradek dev`, which starts its own ZooKeeper
 
 
@@ -116,6 +118,13 @@ def test_odradek_dev_serves_stops_and_keeps_data(tmp_path):
         kcat("-b", bootstrap, "-P", "-t", "dev-topic", "-K", ":", input=b"\n".join(b"k:" + rec for rec in lines) + b"\n")
         out = kcat("-b", bootstrap, "-C", "-t", "dev-topic", "-o", "beginning", "-e", "-f", "%k:%s\n")
         assert sorted(out.splitlines()) == sorted(b"k:" + rec for rec in lines)
+        # one line per process with its Prometheus endpoint; the brokers counted what kcat sent
+        metrics = dict(dev.read_line(timeout=10).split(" ", 2)[1:] for _ in range(3))
+        assert set(metrics) == {"broker-0", "broker-1", "controller-0"}
+        assert all(url.startswith("http://127.0.0.1:") and url.endswith("/metrics") for url in metrics.values())
+        assert sum(value(scrape(metrics[b]), "kafka_server_brokertopicmetrics_messagesinpersec", topic="dev-topic")
+                   for b in ("broker-0", "broker-1")) == len(lines)
+        assert value(scrape(metrics["controller-0"]), "kafka_controller_kafkacontroller_activecontrollercount") == 1
 
         children = children_of(dev.proc.pid)
         assert len(children) >= 4, f"expected ZooKeeper, a controller and 2 brokers, got {children}"

@@ -1,0 +1,47 @@
+"""The controller's metrics, named as Kafka's controller JMX metrics through the common exporters.
+
+Counters are plain ints bumped by the controller's event loop; partition counts are read from
+its context at scrape time (only the active controller has one).
+"""
+
+from collections.abc import Iterable
+
+from odradek.common.metrics import Family
+
+
+class ControllerStats:
+    def __init__(self):
+        self.events: dict[str, int] = {}
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
+        self.controller_elections = 0
+
+    def event(self, name: str) -> None:
+        self.events[name] = self.events.get(name, 0) + 1
+
+
+def families(controller) -> Iterable[Family]:
+    stats: ControllerStats = controller.stats
+    active = controller.active.is_set()
+    yield Family("kafka_controller_kafkacontroller_activecontrollercount", "gauge",
+                 "1 on the active controller, 0 on a standby.").add(1 if active else 0)
+    ctx = controller.context if active else None
+    offline = 0 if ctx is None else sum(1 for s in ctx.partition_states.values() if s.leader < 0)
+    total = 0 if ctx is None else sum(len(a.partitions) for a in ctx.assignments.values())
+    yield Family("kafka_controller_kafkacontroller_offlinepartitionscount", "gauge",
+                 "Partitions without a leader (active controller only).").add(offline)
+    yield Family("kafka_controller_kafkacontroller_globalpartitioncount", "gauge",
+                 "Partitions in the cluster (active controller only).").add(total)
+    yield Family("kafka_controller_kafkacontroller_activebrokercount", "gauge",
+                 "Registered brokers (active controller only).").add(0 if ctx is None else len(ctx.live_brokers))
+    yield Family("kafka_controller_controllerstats_leaderelectionrateandtimems", "counter",
+                 "Partition leader changes this controller wrote.").add(stats.leader_elections)
+    yield Family("kafka_controller_controllerstats_uncleanleaderelectionspersec", "counter",
+                 "Leaders elected from outside the ISR.").add(stats.unclean_leader_elections)
+    yield Family("kafka_controller_controllerstats_controllerelectionspersec", "counter",
+                 "Times this process became the active controller.").add(stats.controller_elections)
+    events = Family("kafka_controller_controllereventmanager_eventspersec", "counter",
+                    "Controller events handled, per event.")
+    for name, count in sorted(stats.events.items()):
+        events.add(count, (("event", name),))
+    yield events

@@ -1,0 +1,82 @@
+"""The Prometheus core: text format, latency quantiles, the endpoint's refusals (pure or loopback)."""
+
+import asyncio
+import math
+
+from odradek.broker.metrics import RequestStats, api_name, metered
+from odradek.common.metrics import Family, Latency, MetricsServer, Registry, render
+
+
+def test_text_format_escapes_labels_and_types_each_family():
+    text = render([Family("a_total", "counter", "A.").add(3, (("topic", 'x"y\\z'),)).add(1),
+                   Family("b", "gauge", "B.").add(float("nan"))])
+    assert text == ('# HELP a_total A.\n# TYPE a_total counter\na_total{topic="x\\"y\\\\z"} 3\na_total 1\n'
+                    '# HELP b B.\n# TYPE b gauge\nb NaN\n')
+
+
+def test_latency_quantiles_are_bucket_bounds_within_a_fifth():
+    lat = Latency()
+    for ms in range(1, 101):
+        lat.observe(ms / 1000)
+    assert 0.050 <= lat.quantile(0.5) <= 0.050 * 1.2
+    assert 0.099 <= lat.quantile(0.99) <= 0.099 * 1.2
+    assert lat.total == 100 and math.isclose(lat.sum_s, 5.05)
+    assert math.isnan(Latency().quantile(0.5))
+    tiny, huge = Latency(), Latency()
+    tiny.observe(0.0)
+    huge.observe(1e9)
+    assert tiny.quantile(0.5) > 0 and huge.total == 1
+
+
+def test_metered_counts_every_request_by_api_and_ignores_garbage_keys():
+    stats = RequestStats()
+
+    async def handle(frame, conn):
+        if frame[:2] == b"\x00\x03":
+            raise ValueError("refused")
+        return ["answer"]
+
+    wrapped = metered(handle, stats)
+
+    async def run():
+        assert await wrapped(b"\x00\x00rest", None) == ["answer"]
+        try:
+            await wrapped(b"\x00\x03", None)
+        except ValueError:
+            pass
+        await wrapped(b"\xff\xff", None)
+        await wrapped(b"", None)
+    asyncio.run(run())
+    assert {k: v.total for k, v in stats.latency.items()} == {0: 1, 3: 1}
+    assert stats.in_flight == 0
+    assert api_name(0) == "Produce" and api_name(3) == "Metadata"
+    text = render(stats.families())
+    assert 'kafka_network_requestmetrics_requestspersec{request="Produce"} 1' in text
+
+
+def test_endpoint_serves_get_metrics_only():
+    registry = Registry()
+    registry.register(lambda: [Family("up", "gauge", "Up.").add(1)])
+    registry.register(lambda: 1 / 0)  # a broken collector leaves the others served
+
+    async def ask(server, raw: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(raw)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return data
+
+    async def run():
+        server = MetricsServer(registry, "127.0.0.1", 0)
+        await server.start()
+        try:
+            ok = await ask(server, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert ok.startswith(b"HTTP/1.1 200 OK") and ok.endswith(b"up 1\n")
+            assert (await ask(server, b"GET / HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
+            assert (await ask(server, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
+            assert (await ask(server, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
+            assert await ask(server, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n") == b""
+        finally:
+            await server.stop()
+    asyncio.run(run())

@@ -16,6 +16,10 @@ BROKER_CONTROL_PORT = 9091
 controller connects to it, as advertised in each broker's registration; no Service exposes it."""
 CONTROLLER_PORT = 9190  # the controller listener (ControllerConfig default), rendered explicitly
 ZK_CLIENT_PORT = 2181
+METRICS_PORT = 9404
+"""Every broker and controller serves Prometheus metrics here (GET /metrics); spec.metrics.enabled
+only exposes it (a named container port and the scrape annotations), so turning it on or off
+restarts nothing."""
 ZK_DATA = "/data"  # the ZooKeeper member's persistent volume
 CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"
@@ -188,7 +192,18 @@ def zookeeper_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None =
 
 def controller_properties(body: dict, spec: KafkaClusterSpec) -> dict:
     return {"zookeeper.connect": zookeeper_connect(body, spec),
-            "default.replication.factor": min(3, spec.brokers.replicas)}
+            "default.replication.factor": min(3, spec.brokers.replicas),
+            "metrics.port": METRICS_PORT, "metrics.host": "0.0.0.0"}
+
+
+def expose_metrics(container: dict, template_meta: dict, spec: KafkaClusterSpec) -> None:
+    """spec.metrics.enabled: the metrics port named on the container (for a PodMonitor) and the
+    prometheus.io annotations (for annotation-based scraping)."""
+    if not spec.metrics.enabled:
+        return
+    container["ports"].append({"name": "metrics", "containerPort": METRICS_PORT})
+    template_meta.setdefault("annotations", {}).update({
+        "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"})
 
 
 def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
@@ -215,14 +230,16 @@ def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
     }
     if _resources(spec.controller.resources):
         container["resources"] = _resources(spec.controller.resources)
+    template_meta = {"labels": labels(meta["name"], "controller"),
+                     "annotations": {CONFIG_HASH: config_hash(props, spec.image)}}
+    expose_metrics(container, template_meta, spec)
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(body, n["controller"], "controller"),
         "spec": {
             "replicas": spec.controller.replicas,
             "selector": {"matchLabels": selector(meta["name"], "controller")},
             "template": {
-                "metadata": {"labels": labels(meta["name"], "controller"),
-                             "annotations": {CONFIG_HASH: config_hash(props, spec.image)}},
+                "metadata": template_meta,
                 "spec": {"containers": [container], "securityContext": {"runAsNonRoot": True},
                          "volumes": [{"name": "config", "configMap": {"name": n["controller"]}}]},
             },
@@ -240,7 +257,7 @@ def broker_properties(body: dict, spec: KafkaClusterSpec) -> dict:
     return {**defaults, **spec.brokers.config,
             "zookeeper.connect": zookeeper_connect(body, spec),
             "listeners": f"PLAINTEXT://0.0.0.0:{BROKER_PORT},CONTROLLER://0.0.0.0:{BROKER_CONTROL_PORT}",
-            "log.dirs": f"{DATA_DIR}/logs"}
+            "log.dirs": f"{DATA_DIR}/logs", "metrics.port": METRICS_PORT, "metrics.host": "0.0.0.0"}
 
 
 def config_hash(properties_text: str, image: str) -> str:
@@ -287,9 +304,8 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
         pod_spec["topologySpreadConstraints"] = [{
             "maxSkew": 1, "topologyKey": spec.brokers.rack.topology_key, "whenUnsatisfiable": "ScheduleAnyway",
             "labelSelector": {"matchLabels": selector(meta["name"], "broker")}}]
-    annotations = {CONFIG_HASH: config_hash(props, spec.image)}
-    if spec.metrics.enabled:
-        annotations[f"{GROUP}/metrics"] = "enabled"
+    template_meta = {"labels": labels(meta["name"], "broker"), "annotations": {CONFIG_HASH: config_hash(props, spec.image)}}
+    expose_metrics(container, template_meta, spec)
     sts = {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["broker"], "broker"),
         "spec": {
@@ -299,8 +315,7 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector(meta["name"], "broker")},
             "persistentVolumeClaimRetentionPolicy": _retention(spec.brokers.storage),
-            "template": {"metadata": {"labels": labels(meta["name"], "broker"), "annotations": annotations},
-                         "spec": pod_spec},
+            "template": {"metadata": template_meta, "spec": pod_spec},
             "volumeClaimTemplates": [_claim(spec.brokers.storage)],
         },
     }

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 import kopf
 
 from odradek.common import process_logging
+from odradek.common.metrics import MetricsServer, Registry
 from odradek.operator import status as status_mod
 from odradek.operator import topics
 from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.metrics import ReconcileStats
 from odradek.operator.models import GROUP, PLURAL, VERSION
 from odradek.operator.reconciler import DataMover, ViewSource, cluster_data_mover, metadata_view, reconcile
 
@@ -49,6 +51,10 @@ class OperatorMemo:
     topic_tuning: topics.Tuning = field(default_factory=topics.Tuning)
     topic_controller: topics.TopicController | None = None
     resync_task: asyncio.Task | None = None
+    metrics_port: int = -1
+    metrics_host: str = "0.0.0.0"
+    stats: ReconcileStats = field(default_factory=lambda: ReconcileStats())
+    metrics_server: MetricsServer | None = None
 
     def lock(self, uid: str) -> asyncio.Lock:
         return self.locks.setdefault(uid, asyncio.Lock())
@@ -78,12 +84,20 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     async def start_resync(memo: OperatorMemo, **_):
         memo.resync_task = asyncio.get_running_loop().create_task(resync(memo, interval), name="kafkacluster-resync")
+        if memo.metrics_port >= 0:
+            metrics = Registry()
+            metrics.register(memo.stats.families)
+            memo.metrics_server = MetricsServer(metrics, memo.metrics_host, memo.metrics_port)
+            await memo.metrics_server.start()
+            log.info("metrics on %s", memo.metrics_server.url)
 
     @kopf.on.cleanup(registry=registry)
     async def close(memo: OperatorMemo, **_):
         if memo.resync_task is not None:
             memo.resync_task.cancel()
             await asyncio.gather(memo.resync_task, return_exceptions=True)
+        if memo.metrics_server is not None:
+            await memo.metrics_server.stop()
         if memo.client is not None:
             await memo.client.close()
 
@@ -126,23 +140,25 @@ async def run_pass(body, memo: OperatorMemo, logger) -> dict:
     body = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}),
             "status": dict(body.get("status") or {})}
     meta = body["metadata"]
+    key = (("kind", "KafkaCluster"), ("namespace", meta["namespace"]), ("name", meta["name"]))
     async with memo.lock(meta["uid"]):
-        try:
-            observation = await reconcile(memo.client, body, memo.view_source, memo.data_mover)
-            new = status_mod.status(observation, body["status"])
-            if status_mod.changed(body["status"], new):
-                await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
-                                        subresource="status")
-        except ApiError as e:
-            # The status says why nothing moved (a stale status would keep `kubectl wait` waiting).
-            failed = status_mod.error_status(body["status"], meta.get("generation"), f"Kubernetes API: {e}")
+        with memo.stats.timed(key):
             try:
-                if status_mod.changed(body["status"], failed):
-                    await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": failed},
+                observation = await reconcile(memo.client, body, memo.view_source, memo.data_mover)
+                new = status_mod.status(observation, body["status"])
+                if status_mod.changed(body["status"], new):
+                    await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
                                             subresource="status")
-            except ApiError as again:
-                logger.warning("status not written either: %s", again)
-            raise kopf.TemporaryError(f"Kubernetes API: {e}", delay=5) from e
+            except ApiError as e:
+                # The status says why nothing moved (a stale status would keep `kubectl wait` waiting).
+                failed = status_mod.error_status(body["status"], meta.get("generation"), f"Kubernetes API: {e}")
+                try:
+                    if status_mod.changed(body["status"], failed):
+                        await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": failed},
+                                                subresource="status")
+                except ApiError as again:
+                    logger.warning("status not written either: %s", again)
+                raise kopf.TemporaryError(f"Kubernetes API: {e}", delay=5) from e
     if observation.invalid:
         logger.warning("invalid spec: %s", observation.invalid)
     return new
@@ -151,7 +167,8 @@ async def run_pass(body, memo: OperatorMemo, logger) -> dict:
 def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.ConnectionInfo | None = None,
         view_source: ViewSource = metadata_view, data_mover: DataMover | None = cluster_data_mover,
         interval: float = DEFAULT_INTERVAL,
-        liveness: str | None = None, stop_flag: threading.Event | None = None,
+        liveness: str | None = None, metrics_port: int = -1, metrics_host: str = "0.0.0.0",
+        stop_flag: threading.Event | None = None,
         ready_flag: threading.Event | None = None,
         topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap,
         topic_tuning: topics.Tuning | None = None) -> None:
@@ -159,7 +176,8 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
     memo = OperatorMemo(connection=connection, view_source=view_source, data_mover=data_mover,
                         namespaces=list(namespaces),
                         clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
-                        topic_tuning=topic_tuning or topics.Tuning())
+                        topic_tuning=topic_tuning or topics.Tuning(), metrics_port=metrics_port,
+                        metrics_host=metrics_host)
     asyncio.run(kopf.operator(
         registry=build_registry(interval), clusterwide=clusterwide, namespaces=namespaces,
         memo=memo, standalone=True,
@@ -174,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     process_logging.add_arguments(p)
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
                    help="kopf's liveness endpoint (empty to disable)")
+    p.add_argument("--metrics-port", type=int, default=9404,
+                   help="port of the Prometheus endpoint (GET /metrics; -1 to disable)")
     p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between reconcile passes of each cluster (rolls advance per pass)")
     p.add_argument("--topic-resync", type=float, default=topics.DEFAULT_RESYNC,
@@ -183,5 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     process_logging.configure(args, "operator")
     run(args.namespace or [], args.all_namespaces, interval=args.interval, liveness=args.liveness or None,
+        metrics_port=args.metrics_port,
         topic_tuning=topics.Tuning(workers=args.topic_workers, resync=args.topic_resync))
     return 0

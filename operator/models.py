@@ -28,6 +28,8 @@ OPERATOR_OWNED_KEYS = frozenset({
     "control.plane.listener.name",
     "log.dirs",
     "controller.id",
+    "metrics.port",
+    "metrics.host",
 })
 
 
@@ -93,7 +95,8 @@ class ZooKeeperSpec(_Model):
 
 
 class MetricsSpec(_Model):
-    enabled: bool = False
+    enabled: bool = Field(False, description="Expose every broker's and controller's Prometheus endpoint "
+                                             "(port 9404, named `metrics`, with prometheus.io annotations).")
 
 
 class KafkaClusterSpec(_Model):

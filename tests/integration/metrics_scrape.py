@@ -23,6 +23,6 @@ def scrape(url: str, timeout: float = 5.0) -> list[tuple[str, dict[str, str], fl
     return samples
 
 
-def value(samples, name: str, **labels) -> float:
-    """The sum of `name` over the samples carrying `labels` (0 when none)."""
-    return sum(v for n, ls, v in samples if n == name and all(ls.get(k) == w for k, w in labels.items()))
+def value(samples, metric: str, **labels) -> float:
+    """The sum of `metric` over the samples carrying `labels` (0 when none)."""
+    return sum(v for n, ls, v in samples if n == metric and all(ls.get(k) == w for k, w in labels.items()))

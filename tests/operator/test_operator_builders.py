@@ -175,3 +175,20 @@ def test_liveness_never_depends_on_zookeeper_and_brokers_get_time_to_recover():
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800, "30 minutes of log recovery"
     for container in (broker, controller):
         assert "exec" not in container["livenessProbe"], "a ZooKeeper outage would restart the pod"
+
+
+def test_metrics_always_served_and_exposed_when_enabled():
+    for enabled in (False, True):
+        body = resource({"metrics": {"enabled": enabled}})
+        objs = by_kind_name(builders.desired_objects(body, parse_spec(body["spec"])))
+        props = objs[("ConfigMap", "demo-broker")]["data"]["server.properties"]
+        assert f"metrics.port={builders.METRICS_PORT}\n" in props and "metrics.host=0.0.0.0\n" in props
+        for key in (("StatefulSet", "demo-broker"), ("Deployment", "demo-controller")):
+            template = objs[key]["spec"]["template"]
+            ports = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+            annotations = template["metadata"]["annotations"]
+            assert (ports.get("metrics") == builders.METRICS_PORT) is enabled
+            assert (annotations.get("prometheus.io/port") == str(builders.METRICS_PORT)) is enabled
+    # exposing restarts nothing: the config hash does not move
+    off, on = (builders.broker_config_hash(resource({}), parse_spec({"metrics": {"enabled": e}})) for e in (False, True))
+    assert off == on

@@ -56,6 +56,8 @@ VALUE_SETS = {
                "topics[0].config.retention\\.ms=604800000", "topics[0].config.cleanup\\.policy=compact",
                "topics[1].name=audit", "topics[1].topicName=Audit_Log", "topics[1].deletionPolicy=Retain",
                "topics[1].clusterRef=other"),
+    "metrics": ("cluster.enabled=true", "cluster.metrics=true", "metrics.podMonitor.enabled=true",
+                "metrics.grafanaDashboard.enabled=true"),
 }
 
 
@@ -73,7 +75,8 @@ def test_every_rendered_manifest_validates(helm, name):
     kinds = sorted(d["kind"] for d in docs)
     assert "CustomResourceDefinition" in kinds and "Deployment" in kinds and "ServiceAccount" in kinds
     for doc in docs:
-        if doc["kind"] != "CustomResourceDefinition":
+        # Prometheus Operator kinds have no schema here; test_metrics_values checks the PodMonitor.
+        if doc["kind"] != "CustomResourceDefinition" and not doc["apiVersion"].startswith("monitoring.coreos.com/"):
             validate(doc)
 
 
@@ -118,3 +121,40 @@ def test_topic_values_become_topics_the_operator_accepts(helm):
     granted = {(r, v) for rule in rules if rule["apiGroups"] == ["odradek.io"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert {("topics", "watch"), ("topics", "patch"), ("topics/status", "patch")} <= granted
+
+
+def test_metrics_values_scrape_every_process_and_the_dashboard_asks_for_metrics_that_exist(helm):
+    import json
+    import re
+
+    docs = render(helm, *VALUE_SETS["metrics"])
+    monitor = next(d for d in docs if d["kind"] == "PodMonitor")
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    operator = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
+    labels = operator["metadata"]["labels"]
+    assert all(labels.get(e["key"]) in e["values"] for e in monitor["spec"]["selector"]["matchExpressions"])
+    container = operator["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 9404} in container["ports"] and "--metrics-port=9404" in container["args"]
+    assert next(d for d in docs if d["kind"] == "KafkaCluster")["spec"]["metrics"] == {"enabled": True}
+    # the brokers' and controllers' pods carry the labels the PodMonitor selects, and the port
+    from odradek.operator import builders
+    from odradek.operator.models import parse_spec
+
+    body = {"metadata": {"name": "kafka", "namespace": "kafka", "uid": "u"}, "spec": {"metrics": {"enabled": True}}}
+    for obj in builders.desired_objects(body, parse_spec(body["spec"])):
+        if obj["kind"] in ("StatefulSet", "Deployment") and obj["metadata"]["name"] != "kafka-zookeeper":
+            template = obj["spec"]["template"]
+            assert all(template["metadata"]["labels"].get(e["key"]) in e["values"]
+                       for e in monitor["spec"]["selector"]["matchExpressions"])
+            assert "metrics" in {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+
+    dashboard = json.loads(next(d for d in docs if d["kind"] == "ConfigMap" and "grafana_dashboard" in
+                                d["metadata"]["labels"])["data"]["odradek-cluster.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b((?:kafka|odradek)_[a-z_]+)\b", e)}
+    source = "".join(p.read_text() for d in ("broker", "controller", "operator", "common")
+                     for p in (CHART.parents[1] / d).glob("*.py"))
+    for metric in used:
+        base = metric.removesuffix("_count").removesuffix("_sum")
+        # a whole name, or (BrokerTopicMetrics) the part after the family, built with an f-string
+        assert f'"{base}"' in source or f'("{base.split("_", 3)[-1]}"' in source, metric

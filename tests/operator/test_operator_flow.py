@@ -9,6 +9,7 @@ import asyncio
 import kmock
 import pytest
 import pytest_asyncio
+from integration.metrics_scrape import scrape, value
 from operator_harness import (
     KC,
     NS,
@@ -24,9 +25,10 @@ from operator_harness import (
     writes,
 )
 
+from odradek.dev.zookeeper import free_port
 from odradek.operator import builders
 from odradek.operator.kube import object_path
-from odradek.operator.models import GROUP, parse_spec
+from odradek.operator.models import parse_spec
 from odradek.operator.rolling import PartitionView
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio]
@@ -287,7 +289,7 @@ async def test_ready_waits_for_the_managed_ensemble_and_a_controller(env):
 
 
 async def test_keys_no_longer_rendered_are_removed_and_a_restart_patches_nothing(env):
-    metrics = f"{GROUP}/metrics"
+    metrics = "prometheus.io/scrape"
 
     def template_annotations():
         return env.server.live(STS, NS, "demo-broker")["spec"]["template"]["metadata"]["annotations"]
@@ -295,7 +297,7 @@ async def test_keys_no_longer_rendered_are_removed_and_a_restart_patches_nothing
     env.start_operator()
     await env.api.create_cluster({**SPEC, "metrics": {"enabled": True}})
     await env.ready()
-    assert template_annotations()[metrics] == "enabled"
+    assert template_annotations()[metrics] == "true"
     mark = len(list(env.server))
 
     await env.api.patch_spec({"metrics": {"enabled": False}})
@@ -368,15 +370,21 @@ async def test_a_larger_volume_resizes_the_claims_and_leaves_the_template(env):
 
 async def test_an_api_error_reaches_the_status(env):
     env.server.forbidden_writes.add("poddisruptionbudgets")
-    env.start_operator()
+    port = free_port()
+    env.operator = OperatorThread(env.url, env.view, metrics_port=port, metrics_host="127.0.0.1")
     await env.api.create_cluster(SPEC)
     await wait_for(lambda: condition(env.cluster(), "Stalled").get("reason") == "KubernetesApiError", 20,
                    "the error in the status")
     assert env.cluster()["status"]["observedGeneration"] == 1
     assert condition(env.cluster(), "Ready")["status"] == "False"
     assert "403" in condition(env.cluster(), "Stalled")["message"]
+    demo = {"kind": "KafkaCluster", "namespace": NS, "name": "demo"}
+    samples = await asyncio.to_thread(scrape, f"http://127.0.0.1:{port}/metrics")
+    assert value(samples, "odradek_operator_reconcile_errors_total", **demo) >= 1
     env.server.forbidden_writes.clear()
     await env.ready()
+    samples = await asyncio.to_thread(scrape, f"http://127.0.0.1:{port}/metrics")
+    assert value(samples, "odradek_operator_reconcile_duration_seconds_count", **demo) >= 2
 
 
 async def test_switching_to_an_existing_zookeeper_removes_the_managed_ensemble(env):

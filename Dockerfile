@@ -17,6 +17,8 @@ RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin odradek \
  && mkdir -p /var/lib/odradek && chown 10001:10001 /var/lib/odradek
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# Read-only root filesystem in pods: no .pyc writes.
+ENV PYTHONDONTWRITEBYTECODE=1
 USER 10001
 WORKDIR /home/odradek
 EXPOSE 9092 9093

@@ -54,6 +54,46 @@ def _meta(body: dict, name: str, component: str, **extra) -> dict:
             "ownerReferences": [owner_reference(body)], **extra}
 
 
+ODRADEK_UID = 10001  # the image's user (Dockerfile)
+ZOOKEEPER_UID = 1000  # the official zookeeper image's user
+BROKER_GRACE_SECONDS = 180
+"""Longer than the broker's worst-case bounded shutdown: controlled shutdown (3 attempts of up to
+30 s plus 5 s back-off) and the bounded stops after it (about a minute)."""
+
+
+def _pod_security(uid: int) -> dict:
+    """Pod Security "restricted": a non-root user, the runtime's default seccomp profile; the
+    volumes group-owned by the user's group."""
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _container_security(read_only_root: bool) -> dict:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": read_only_root}
+
+
+def _scheduling(pod_spec: dict, settings, selector_labels: dict) -> dict:
+    """Node selector, tolerations, priority class and anti-affinity (by node) from PodSettings."""
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in settings.tolerations]
+    if settings.priority_class_name:
+        pod_spec["priorityClassName"] = settings.priority_class_name
+    term = {"labelSelector": {"matchLabels": selector_labels}, "topologyKey": "kubernetes.io/hostname"}
+    if settings.anti_affinity == "required":
+        pod_spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    elif settings.anti_affinity == "preferred":
+        pod_spec["affinity"] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": term}]}}
+    return pod_spec
+
+
+TMP_VOLUME = {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}
+TMP_MOUNT = {"name": "tmp", "mountPath": "/tmp"}
+
+
 def _resources(res) -> dict:
     return {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v}
 
@@ -158,6 +198,8 @@ def zookeeper_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None =
                            "periodSeconds": 10, "timeoutSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": ZK_CLIENT_PORT}, "initialDelaySeconds": 15},
         "volumeMounts": [{"name": "data", "mountPath": ZK_DATA}],
+        # The image's entrypoint writes its config to /conf at start: the root filesystem stays writable.
+        "securityContext": _container_security(read_only_root=False),
     }
     if _resources(zk.resources):
         container["resources"] = _resources(zk.resources)
@@ -173,8 +215,9 @@ def zookeeper_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None =
             "template": {"metadata": {"labels": labels(meta["name"], "zookeeper"),
                                       "annotations": {CONFIG_HASH: config_hash(json.dumps(data, sort_keys=True),
                                                                                zk.image)}},
-                         "spec": {"containers": [container],
-                                  "securityContext": {"fsGroup": 1000}}},
+                         "spec": _scheduling({"containers": [container],
+                                              "securityContext": _pod_security(ZOOKEEPER_UID)},
+                                             zk.pod, selector(meta["name"], "zookeeper"))},
             "volumeClaimTemplates": [_claim(zk.storage)],
         },
     }
@@ -226,7 +269,8 @@ def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
         # Alive = the process serves its listener; the readiness probe's ZooKeeper check would
         # restart every controller during a ZooKeeper outage.
         "livenessProbe": {"tcpSocket": {"port": CONTROLLER_PORT}, "initialDelaySeconds": 30, "failureThreshold": 6},
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}],
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}, TMP_MOUNT],
+        "securityContext": _container_security(read_only_root=True),
     }
     if _resources(spec.controller.resources):
         container["resources"] = _resources(spec.controller.resources)
@@ -240,8 +284,10 @@ def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
             "selector": {"matchLabels": selector(meta["name"], "controller")},
             "template": {
                 "metadata": template_meta,
-                "spec": {"containers": [container], "securityContext": {"runAsNonRoot": True},
-                         "volumes": [{"name": "config", "configMap": {"name": n["controller"]}}]},
+                "spec": _scheduling({"containers": [container], "securityContext": _pod_security(ODRADEK_UID),
+                                     "volumes": [{"name": "config", "configMap": {"name": n["controller"]}},
+                                                 TMP_VOLUME]},
+                                    spec.controller.pod, selector(meta["name"], "controller")),
             },
         },
     }
@@ -293,13 +339,16 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
         # is up (startupProbe), allowing up to 30 minutes for that.
         "startupProbe": {"tcpSocket": {"port": BROKER_PORT}, "periodSeconds": 10, "failureThreshold": 180},
         "livenessProbe": {"tcpSocket": {"port": BROKER_PORT}, "periodSeconds": 10, "failureThreshold": 3},
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}, {"name": "data", "mountPath": DATA_DIR}],
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}, {"name": "data", "mountPath": DATA_DIR},
+                         TMP_MOUNT],
+        "securityContext": _container_security(read_only_root=True),
     }
     if _resources(spec.brokers.resources):
         container["resources"] = _resources(spec.brokers.resources)
-    pod_spec = {"containers": [container], "terminationGracePeriodSeconds": 60,
-                "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
-                "volumes": [{"name": "config", "configMap": {"name": n["broker"]}}]}
+    pod_spec = _scheduling({"containers": [container], "terminationGracePeriodSeconds": BROKER_GRACE_SECONDS,
+                            "securityContext": _pod_security(ODRADEK_UID),
+                            "volumes": [{"name": "config", "configMap": {"name": n["broker"]}}, TMP_VOLUME]},
+                           spec.brokers.pod, selector(meta["name"], "broker"))
     if spec.brokers.rack:
         pod_spec["topologySpreadConstraints"] = [{
             "maxSkew": 1, "topologyKey": spec.brokers.rack.topology_key, "whenUnsatisfiable": "ScheduleAnyway",

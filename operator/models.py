@@ -4,6 +4,8 @@ Field names are camelCase on the wire (Kubernetes style); defaults make a five-l
 working three-broker cluster with two controllers and a three-node ZooKeeper ensemble.
 """
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
@@ -48,6 +50,28 @@ class Resources(_Model):
     limits: dict[str, str] = Field(default_factory=dict)
 
 
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class PodSettings(_Model):
+    """Where a component's pods may run."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    priority_class_name: str | None = None
+    anti_affinity: Literal["preferred", "required", "none"] = Field(
+        "preferred", description="Spread the component's pods over nodes (kubernetes.io/hostname): as a "
+                                 "preference, as a rule (needs a node per pod), or not at all.")
+
+
+def _resources(cpu: str, memory: str, memory_limit: str) -> Resources:
+    return Resources(requests={"cpu": cpu, "memory": memory}, limits={"memory": memory_limit})
+
+
 class Rack(_Model):
     topology_key: str = Field(
         description="Node label to spread brokers over (a topology spread constraint). broker.rack is not set from it yet."
@@ -57,7 +81,8 @@ class Rack(_Model):
 class BrokersSpec(_Model):
     replicas: int = Field(3, ge=1, description="Broker count; broker id = StatefulSet ordinal.")
     storage: Storage = Field(default_factory=Storage)
-    resources: Resources = Field(default_factory=Resources)
+    resources: Resources = Field(default_factory=lambda: _resources("500m", "1Gi", "2Gi"))
+    pod: PodSettings = Field(default_factory=PodSettings)
     config: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Kafka broker config keys (server.properties)."
     )
@@ -77,7 +102,8 @@ class BrokersSpec(_Model):
 
 class ControllerSpec(_Model):
     replicas: int = Field(2, ge=1, description="Controller candidates; one is active.")
-    resources: Resources = Field(default_factory=Resources)
+    resources: Resources = Field(default_factory=lambda: _resources("100m", "256Mi", "512Mi"))
+    pod: PodSettings = Field(default_factory=PodSettings)
 
 
 class ZooKeeperSpec(_Model):
@@ -87,7 +113,8 @@ class ZooKeeperSpec(_Model):
     replicas: int = Field(3, ge=1, description="Ensemble size when operator-managed.")
     storage: Storage = Field(default_factory=lambda: Storage(size="1Gi"))
     image: str = DEFAULT_ZOOKEEPER_IMAGE
-    resources: Resources = Field(default_factory=Resources)
+    resources: Resources = Field(default_factory=lambda: _resources("100m", "512Mi", "1Gi"))
+    pod: PodSettings = Field(default_factory=PodSettings)
 
     @property
     def managed(self) -> bool:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from op_validation import validate
+from op_validation import restricted_violations, validate
 
 from odradek.operator import builders
 from odradek.operator.models import parse_spec
@@ -192,3 +192,33 @@ def test_metrics_always_served_and_exposed_when_enabled():
     # exposing restarts nothing: the config hash does not move
     off, on = (builders.broker_config_hash(resource({}), parse_spec({"metrics": {"enabled": e}})) for e in (False, True))
     assert off == on
+
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_pod_meets_pod_security_restricted(case):
+    body = resource(CASES[case])
+    for obj in builders.desired_objects(body, parse_spec(body["spec"])):
+        if obj["kind"] in ("StatefulSet", "Deployment"):
+            pod = obj["spec"]["template"]["spec"]
+            assert restricted_violations(pod) == [], obj["metadata"]["name"]
+            for c in pod["containers"]:
+                assert {"requests", "limits"} <= set(c["resources"]), f"{c['name']} without requests and limits"
+
+
+def test_pods_spread_over_nodes_and_take_scheduling_settings():
+    body = resource({"brokers": {"pod": {"nodeSelector": {"disk": "ssd"}, "priorityClassName": "kafka",
+                                         "tolerations": [{"key": "dedicated", "operator": "Equal",
+                                                          "value": "kafka", "effect": "NoSchedule"}],
+                                         "antiAffinity": "required"}}})
+    objs = by_kind_name(builders.desired_objects(body, parse_spec(body["spec"])))
+    broker = objs[("StatefulSet", "demo-broker")]["spec"]["template"]["spec"]
+    assert broker["nodeSelector"] == {"disk": "ssd"} and broker["priorityClassName"] == "kafka"
+    assert broker["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "kafka", "effect": "NoSchedule"}]
+    required = broker["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert required["topologyKey"] == "kubernetes.io/hostname"
+    assert required["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "broker"
+    zk = objs[("StatefulSet", "demo-zookeeper")]["spec"]["template"]["spec"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in zk["affinity"]["podAntiAffinity"], "spread by default"
+    assert broker["terminationGracePeriodSeconds"] >= 3 * (30 + 5) + 60
+    validate(objs[("StatefulSet", "demo-broker")])

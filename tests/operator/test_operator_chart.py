@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from op_validation import validate
+from op_validation import restricted_violations, validate
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "odradek"
 
@@ -75,6 +75,8 @@ def test_every_rendered_manifest_validates(helm, name):
     kinds = sorted(d["kind"] for d in docs)
     assert "CustomResourceDefinition" in kinds and "Deployment" in kinds and "ServiceAccount" in kinds
     for doc in docs:
+        if doc["kind"] == "Deployment":
+            assert restricted_violations(doc["spec"]["template"]["spec"]) == []
         # Prometheus Operator kinds have no schema here; test_metrics_values checks the PodMonitor.
         if doc["kind"] != "CustomResourceDefinition" and not doc["apiVersion"].startswith("monitoring.coreos.com/"):
             validate(doc)

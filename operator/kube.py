@@ -5,12 +5,15 @@ pods, ...) are read and written through this client with the same credentials ko
 (a `kopf.ConnectionInfo`), so one login serves both.
 """
 
+import asyncio
 import base64
 import json
 import os
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -48,20 +51,29 @@ def object_path(kind: str, namespace: str | None, name: str | None = None, subre
     return path
 
 
+def authorization(info) -> dict[str, str]:
+    """The Authorization header a kopf ConnectionInfo carries (none for a client certificate)."""
+    if info.token:
+        return {"Authorization": f"{info.scheme or 'Bearer'} {info.token}"}
+    if info.username and info.password:
+        basic = base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
+        return {"Authorization": f"Basic {basic}"}
+    return {}
+
+
 @dataclass
 class KubeClient:
-    """Holds one aiohttp session; `from_connection(info)` takes kopf's ConnectionInfo."""
+    """Holds one aiohttp session; `from_connection(info)` takes kopf's ConnectionInfo.
+
+    `relogin` (kopf's login, again) is asked for fresh credentials when the server answers 401:
+    a service account's bound token expires and the kubelet rotates the file it is read from."""
     server: str
     session: aiohttp.ClientSession
+    relogin: Callable[[], Any] | None = None
 
     @classmethod
-    def from_connection(cls, info) -> "KubeClient":
-        headers = {}
-        if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
-        elif info.username and info.password:
-            basic = base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
-            headers["Authorization"] = f"Basic {basic}"
+    def from_connection(cls, info, relogin: Callable[[], Any] | None = None) -> "KubeClient":
+        headers = authorization(info)
         if info.insecure:
             ssl_context: ssl.SSLContext | bool = False
         else:
@@ -72,7 +84,7 @@ class KubeClient:
         session = aiohttp.ClientSession(
             headers=headers, connector=aiohttp.TCPConnector(ssl=ssl_context),
             timeout=aiohttp.ClientTimeout(total=30))
-        return cls(info.server.rstrip("/"), session)
+        return cls(info.server.rstrip("/"), session, relogin)
 
     async def close(self) -> None:
         await self.session.close()
@@ -81,17 +93,27 @@ class KubeClient:
     async def _call(self, method: str, path: str, body=None, params=None, content_type=None) -> dict:
         headers = {"Content-Type": content_type or "application/json"}
         data = None if body is None else json.dumps(body)
-        async with self.session.request(method, self.server + path, data=data, params=params,
-                                        headers=headers) as response:
-            text = await response.text()
-            if response.status >= 400:
-                try:
-                    status = json.loads(text)
-                except ValueError:
-                    status = {}
-                raise ApiError(response.status, status.get("reason", response.reason or ""),
-                               status.get("message", text[:200]))
-            return json.loads(text) if text else {}
+        for attempt in range(2):
+            async with self.session.request(method, self.server + path, data=data, params=params,
+                                            headers=headers) as response:
+                text = await response.text()
+                status, reason = response.status, response.reason
+            if status == 401 and attempt == 0 and self.relogin is not None:
+                info = await asyncio.to_thread(self.relogin)
+                fresh = authorization(info) if info is not None else {}
+                if fresh and fresh != {k: v for k, v in self.session.headers.items() if k == "Authorization"}:
+                    self.session.headers.update(fresh)
+                    continue  # once, with the new credentials
+            break
+        if status >= 400:
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = {}
+            if not isinstance(answer, dict):
+                answer = {}
+            raise ApiError(status, answer.get("reason", reason or ""), answer.get("message", text[:200]))
+        return json.loads(text) if text else {}
 
     async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         """The object (namespace None: a cluster-scoped kind), or None when it does not exist."""

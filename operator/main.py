@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import kopf
@@ -51,6 +52,7 @@ class OperatorMemo:
     topic_tuning: topics.Tuning = field(default_factory=topics.Tuning)
     topic_controller: topics.TopicController | None = None
     resync_task: asyncio.Task | None = None
+    relogin: Callable[[], kopf.ConnectionInfo | None] | None = None
     metrics_port: int = -1
     metrics_host: str = "0.0.0.0"
     stats: ReconcileStats = field(default_factory=lambda: ReconcileStats())
@@ -73,11 +75,16 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
         if memo.connection is None:
-            memo.connection = (kopf.login_with_service_account(settings=settings)
-                               or kopf.login_with_kubeconfig(settings=settings))
+            # Logged in again whenever the API answers 401 (a bound service-account token expires;
+            # the kubelet rotates the file): by kopf through `login`, by KubeClient through relogin.
+            def fresh_login() -> kopf.ConnectionInfo | None:
+                return (kopf.login_with_service_account(settings=settings)
+                        or kopf.login_with_kubeconfig(settings=settings))
+            memo.relogin = fresh_login
+            memo.connection = fresh_login()
         if memo.connection is None:
             raise kopf.PermanentError("no Kubernetes credentials: neither a service account nor a kubeconfig")
-        memo.client = KubeClient.from_connection(memo.connection)
+        memo.client = KubeClient.from_connection(memo.connection, relogin=memo.relogin)
 
     topics.register(registry)  # after `configure` (it needs the client), before `close`
 
@@ -103,6 +110,8 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
 
     @kopf.on.login(registry=registry)
     def login(memo: OperatorMemo, **_):
+        if memo.relogin is not None:  # re-read each time kopf asks (after a 401), not once
+            memo.connection = memo.relogin() or memo.connection
         return memo.connection
 
     @kopf.on.create(**resource)

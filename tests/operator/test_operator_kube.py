@@ -12,7 +12,7 @@ import kopf
 import pytest
 from aiohttp import web
 
-from odradek.operator.kube import KubeClient
+from odradek.operator.kube import ApiError, KubeClient
 
 DATA = Path(__file__).parent / "data"
 CERT, KEY = DATA / "client-cert.pem", DATA / "client-key.pem"
@@ -78,3 +78,46 @@ def test_without_a_client_certificate_the_server_refuses():
 ], ids=["bearer", "scheme", "basic"])
 def test_authorization_header(login, expected):
     assert get_configmap(**INLINE_CERT, **login)["auth"] == expected
+
+
+def test_an_expired_token_is_read_again_once():
+    """A bound service-account token expires: on 401 the client logs in again (the kubelet has
+    rotated the file) and repeats the call once; a 401 with the same credentials is an error."""
+    logins = []
+
+    def relogin():
+        logins.append("new")
+        return kopf.ConnectionInfo(server=server_url[0], token="new", **INLINE_CERT)
+
+    server_url = []
+
+    async def only_new(request):
+        if request.headers.get("Authorization") != "Bearer new":
+            return web.json_response({"reason": "Unauthorized", "message": "token expired"}, status=401)
+        return await echo(request)
+
+    async def main():
+        runner, server = await serve(only_new)
+        server_url.append(server)
+        try:
+            client = KubeClient.from_connection(
+                kopf.ConnectionInfo(server=server, token="old", **INLINE_CERT), relogin=relogin)
+            try:
+                first = await client.get("ConfigMap", "ns", "cm")
+                again = await client.get("ConfigMap", "ns", "cm")  # the new token is kept
+            finally:
+                await client.close()
+            stale = KubeClient.from_connection(kopf.ConnectionInfo(server=server, token="old", **INLINE_CERT),
+                                               relogin=lambda: kopf.ConnectionInfo(server=server, token="old"))
+            try:
+                with pytest.raises(ApiError) as refused:
+                    await stale.get("ConfigMap", "ns", "cm")
+            finally:
+                await stale.close()
+            return first, again, refused.value.status
+        finally:
+            await runner.cleanup()
+
+    first, again, status = asyncio.run(asyncio.wait_for(main(), 20))
+    assert first["auth"] == again["auth"] == "Bearer new" and status == 401
+    assert logins == ["new"], "logged in again once, not per call"

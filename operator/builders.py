@@ -8,7 +8,7 @@ deletes one pod at a time whose hash differs (see odradek.operator.rolling).
 import hashlib
 import json
 
-from odradek.operator.models import GROUP, KIND, VERSION, KafkaClusterSpec, Storage
+from odradek.operator.models import DEFAULT_IMAGE, GROUP, KIND, VERSION, KafkaClusterSpec, Storage
 
 BROKER_PORT = 9092
 BROKER_CONTROL_PORT = 9091
@@ -25,6 +25,11 @@ CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"
 DATA_DIR = "/var/lib/odradek"
 PROBE = ["python", "-m", "odradek.operator.probe"]
+
+
+def image(spec: KafkaClusterSpec) -> str:
+    """The broker and controller image: the spec's, else this operator's (see reconciler)."""
+    return spec.image or DEFAULT_IMAGE
 
 
 def labels(name: str, component: str) -> dict[str, str]:
@@ -257,7 +262,7 @@ def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
     probe = {"exec": {"command": [*PROBE, "controller", "--config", f"{CONFIG_DIR}/controller.properties"]},
              "periodSeconds": 10, "timeoutSeconds": 5}
     container = {
-        "name": "controller", "image": spec.image,
+        "name": "controller", "image": image(spec),
         # controller.id is derived from the pod name (the probe computes the same id).
         "command": ["sh", "-c",
                     f"exec odradek controller --config {CONFIG_DIR}/controller.properties "
@@ -275,7 +280,7 @@ def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
     if _resources(spec.controller.resources):
         container["resources"] = _resources(spec.controller.resources)
     template_meta = {"labels": labels(meta["name"], "controller"),
-                     "annotations": {CONFIG_HASH: config_hash(props, spec.image)}}
+                     "annotations": {CONFIG_HASH: config_hash(props, image(spec))}}
     expose_metrics(container, template_meta, spec)
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(body, n["controller"], "controller"),
@@ -312,7 +317,7 @@ def config_hash(properties_text: str, image: str) -> str:
 
 
 def broker_config_hash(body: dict, spec: KafkaClusterSpec) -> str:
-    return config_hash(_properties(broker_properties(body, spec)), spec.image)
+    return config_hash(_properties(broker_properties(body, spec)), image(spec))
 
 
 def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict]:
@@ -324,7 +329,7 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
     pod_dns = f"${{POD_NAME}}.{n['broker_headless']}.${{POD_NAMESPACE}}.svc"
     advertised = f"PLAINTEXT://{pod_dns}:{BROKER_PORT},CONTROLLER://{pod_dns}:{BROKER_CONTROL_PORT}"
     container = {
-        "name": "broker", "image": spec.image,
+        "name": "broker", "image": image(spec),
         "command": ["sh", "-c",
                     f"exec odradek broker --config {CONFIG_DIR}/server.properties "
                     "--override broker.id=${POD_NAME##*-} "
@@ -353,7 +358,7 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
         pod_spec["topologySpreadConstraints"] = [{
             "maxSkew": 1, "topologyKey": spec.brokers.rack.topology_key, "whenUnsatisfiable": "ScheduleAnyway",
             "labelSelector": {"matchLabels": selector(meta["name"], "broker")}}]
-    template_meta = {"labels": labels(meta["name"], "broker"), "annotations": {CONFIG_HASH: config_hash(props, spec.image)}}
+    template_meta = {"labels": labels(meta["name"], "broker"), "annotations": {CONFIG_HASH: config_hash(props, image(spec))}}
     expose_metrics(container, template_meta, spec)
     sts = {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["broker"], "broker"),

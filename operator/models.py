@@ -16,7 +16,17 @@ PLURAL = "kafkaclusters"
 SINGULAR = "kafkacluster"
 SHORT_NAMES = ["kc"]
 
-DEFAULT_IMAGE = "odradek:0.1.0"
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("odradek")
+    except PackageNotFoundError:
+        return "0.1.0"
+
+
+DEFAULT_IMAGE = f"odradek:{_package_version()}"
+"""The image of this operator's release, when its Deployment does not name its own (ODRADEK_IMAGE)."""
 DEFAULT_ZOOKEEPER_IMAGE = "zookeeper:3.8"
 
 # Keys the operator derives from the pod and the cluster; a user value would break the cluster.
@@ -127,7 +137,9 @@ class MetricsSpec(_Model):
 
 
 class KafkaClusterSpec(_Model):
-    image: str = DEFAULT_IMAGE
+    image: str | None = Field(
+        None, description="Broker and controller image. Unset: the operator's own image, read at each "
+                          "reconcile, so upgrading the operator rolls the brokers onto the same version.")
     brokers: BrokersSpec = Field(default_factory=BrokersSpec)
     controller: ControllerSpec = Field(default_factory=ControllerSpec)
     zookeeper: ZooKeeperSpec = Field(default_factory=ZooKeeperSpec)

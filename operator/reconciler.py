@@ -6,6 +6,7 @@ disruptive change (one pod deleted or one count change, by rolling.reconcile_bro
 """
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
@@ -14,7 +15,7 @@ from odradek.operator import builders
 from odradek.operator.apply import apply, prune
 from odradek.operator.data_movement import MovementStep, move_data
 from odradek.operator.kube import KubeClient
-from odradek.operator.models import KafkaClusterSpec, Storage, parse_spec, spec_error_message
+from odradek.operator.models import DEFAULT_IMAGE, KafkaClusterSpec, Storage, parse_spec, spec_error_message
 from odradek.operator.orchestrator import KubernetesBrokerOrchestrator, broker_states
 from odradek.operator.rolling import ClusterView, fetch_view, reconcile_brokers
 from odradek.operator.status import Observation
@@ -62,6 +63,11 @@ async def support_readiness(client: KubeClient, body: dict, spec) -> dict:
 
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 OWNED_KINDS = ["StatefulSet", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget"]  # what builders render
+
+
+def operator_image() -> str:
+    """The operator's own image (its Deployment sets ODRADEK_IMAGE), for clusters naming none."""
+    return os.environ.get("ODRADEK_IMAGE") or DEFAULT_IMAGE
 
 
 def claim_template(sts: dict | None) -> dict | None:
@@ -129,6 +135,8 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
         spec = parse_spec(body.get("spec"))
     except ValidationError as e:
         return Observation(generation, invalid=spec_error_message(e))
+    if spec.image is None:
+        spec = spec.model_copy(update={"image": operator_image()})
     namespace, name = meta["namespace"], meta["name"]
     orchestrator = KubernetesBrokerOrchestrator(client, namespace, name)
 

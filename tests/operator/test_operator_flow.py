@@ -399,3 +399,25 @@ async def test_switching_to_an_existing_zookeeper_removes_the_managed_ensemble(e
         assert env.server.live(res, NS, name) is None, name
     assert env.server.live(STS, NS, "demo-broker") is not None
     await env.ready()
+
+
+async def test_an_operator_upgrade_rolls_clusters_that_name_no_image(env, monkeypatch):
+    monkeypatch.setenv("ODRADEK_IMAGE", "registry.example/odradek:1.0.0")
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await env.ready()
+
+    def images():
+        return {env.server.live(res, NS, name)["spec"]["template"]["spec"]["containers"][0]["image"]
+                for res, name in ((STS, "demo-broker"), ("apps/v1/deployments", "demo-controller"))}
+
+    assert images() == {"registry.example/odradek:1.0.0"}
+    assert "image" not in env.cluster()["spec"], "nothing frozen into the resource"
+    await env.stop_operator()
+    mark = len(list(env.server))
+    monkeypatch.setenv("ODRADEK_IMAGE", "registry.example/odradek:1.1.0")  # the upgraded operator
+    env.start_operator()
+    await wait_for(lambda: images() == {"registry.example/odradek:1.1.0"}, 20, "the new image in the template")
+    await wait_for(lambda: len(env.pod_deletes(mark)) == 3, 30, "every broker restarted")
+    await env.ready()
+    assert env.kubelet.max_down == 1

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End to end on kind: build and load the image, install the chart with a cluster, wait for Ready,
-# produce and consume inside the cluster, scale 3→4 brokers with a helm upgrade, a Topic from
-# values (kubectl wait for Ready, then its partitions through kcat), tear down.
+# produce and consume inside the cluster, roll the brokers with a config change (data still
+# there), scale 3→4 brokers (partitions spread onto the new one) and back to 3 (drained first),
+# a Topic from values (kubectl wait for Ready, then its partitions through kcat), tear down.
+# On any failure it prints the KafkaCluster, pods, events and the operator's and brokers' logs.
 # Needs docker, kind, kubectl and helm on PATH. Not yet run anywhere (no Docker engine where it
 # was written).
 set -euo pipefail
@@ -17,7 +19,24 @@ NS=kafka
 IMAGE=odradek:e2e
 KCAT_IMAGE=${KCAT_IMAGE:-edenhill/kcat:1.7.1}
 cleanup() { kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
+dump() {
+  echo "e2e: FAILED; the cluster as it is:" >&2
+  kubectl -n "$NS" get kafkacluster kafka -o yaml >&2 || true
+  kubectl -n "$NS" get pods,statefulsets,pvc -o wide >&2 || true
+  kubectl -n "$NS" get events --sort-by=.lastTimestamp >&2 || true
+  kubectl -n "$NS" logs deployment/odradek --tail=200 >&2 || true
+  for pod in $(kubectl -n "$NS" get pods -l app.kubernetes.io/component=broker -o name 2>/dev/null); do
+    kubectl -n "$NS" logs "$pod" --tail=50 >&2 || true
+  done
+}
+fail() { echo "e2e: $*" >&2; exit 1; }  # the EXIT trap dumps the cluster
+trap 'code=$?; [ $code -ne 0 ] && [ $code -ne 2 ] && dump; cleanup' EXIT
+# Every pod run here prints only its own output (--quiet: no 'pod "x" deleted' line).
+krun() { local name=$1; shift; kubectl -n "$NS" run "$name" --rm -i --quiet --restart=Never --image="$KCAT_IMAGE" --command -- "$@"; }
+consume_all() { krun "e2e-consume-$RANDOM" kcat -C -b "$BOOTSTRAP" -t e2e -o beginning -e -c 100 -q | sort -n | tr '\n' ' '; }
+wait_ready() {  # the Ready condition for the current generation, then every pod Ready
+  kubectl -n "$NS" wait kafkacluster/kafka --for=condition=Ready --timeout="${1:-600s}"
+}
 
 kind create cluster --name "$CLUSTER" --wait 120s
 docker build -t "$IMAGE" .
@@ -26,17 +45,36 @@ kind load docker-image "$IMAGE" --name "$CLUSTER"
 helm install odradek helm/odradek --namespace "$NS" --create-namespace --wait \
   --set image.repository=odradek --set image.tag=e2e \
   --set cluster.enabled=true --set cluster.brokers=3 --set cluster.storage.size=1Gi
-kubectl -n "$NS" wait kafkacluster/kafka --for=condition=Ready --timeout=600s
+wait_ready
 
 BOOTSTRAP=kafka-bootstrap.$NS.svc:9092
-kubectl -n "$NS" run e2e-produce --rm -i --restart=Never --image="$KCAT_IMAGE" --command -- \
-  sh -c "seq 100 | kcat -P -b $BOOTSTRAP -t e2e -X acks=all"
-got=$(kubectl -n "$NS" run e2e-consume --rm -i --restart=Never --image="$KCAT_IMAGE" --command -- \
-  kcat -C -b "$BOOTSTRAP" -t e2e -o beginning -e -c 100 -q | sort -n | tr '\n' ' ')
+krun e2e-produce sh -c "seq 100 | kcat -P -b $BOOTSTRAP -t e2e -X acks=all"
 want=$(seq 100 | tr '\n' ' ')
-[ "$got" = "$want" ] || { echo "e2e: consumed records differ: $got" >&2; exit 1; }
+got=$(consume_all)
+[ "$got" = "$want" ] || fail "consumed records differ: $got"
 echo "e2e: produced and consumed 100 records"
 
+# A config change rolls every broker, one at a time; the data stays readable.
+hash() { kubectl -n "$NS" get statefulset kafka-broker -o jsonpath='{.spec.template.metadata.annotations.odradek\.io/config-hash}'; }
+before=$(hash)
+helm upgrade odradek helm/odradek --namespace "$NS" --reuse-values --set 'cluster.config.log\.retention\.ms=86400000'
+after=$before
+for _ in $(seq 30); do after=$(hash); [ "$after" != "$before" ] && break; sleep 2; done
+[ "$after" != "$before" ] || fail "the config change did not reach the broker template"
+rolled=0
+for _ in $(seq 90); do
+  rolled=$(kubectl -n "$NS" get pods -l app.kubernetes.io/component=broker \
+    -o jsonpath='{range .items[*]}{.metadata.annotations.odradek\.io/config-hash}{"\n"}{end}' | grep -c "^$after$" || true)
+  [ "$rolled" = 3 ] && break
+  sleep 10
+done
+[ "$rolled" = 3 ] || fail "roll did not finish: $rolled of 3 brokers on the new config"
+wait_ready
+got=$(consume_all)
+[ "$got" = "$want" ] || fail "records differ after the roll: $got"
+echo "e2e: rolled 3 brokers, data intact"
+
+# Scale up: a fourth broker, and partitions spread onto it.
 helm upgrade odradek helm/odradek --namespace "$NS" --reuse-values --set cluster.brokers=4
 ready=0
 for _ in $(seq 60); do
@@ -44,13 +82,46 @@ for _ in $(seq 60); do
   [ "$ready" = 4 ] && break
   sleep 10
 done
-[ "$ready" = 4 ] || { echo "e2e: scale to 4 brokers did not finish (ready=$ready)" >&2; exit 1; }
+[ "$ready" = 4 ] || fail "scale to 4 brokers did not finish (ready=$ready)"
+wait_ready
+on_new=0
+for _ in $(seq 30); do
+  on_new=$(krun "e2e-metadata-$RANDOM" kcat -L -b "$BOOTSTRAP" | grep -cE 'replicas: ([0-9]+,)*3(,|$|:)' || true)
+  [ "$on_new" -gt 0 ] && break
+  sleep 10
+done
+[ "$on_new" -gt 0 ] || fail "no partition has a replica on the new broker 3"
+echo "e2e: 4 brokers, $on_new partitions with a replica on the new one"
+
+# Scale down: broker 3 is drained first, then removed; nothing is lost.
+helm upgrade odradek helm/odradek --namespace "$NS" --reuse-values --set cluster.brokers=3
+replicas=4
+for _ in $(seq 60); do
+  replicas=$(kubectl -n "$NS" get statefulset kafka-broker -o jsonpath='{.spec.replicas}')
+  [ "$replicas" = 3 ] && break
+  sleep 10
+done
+[ "$replicas" = 3 ] || fail "scale down to 3 brokers did not finish"
+wait_ready
+got=$(consume_all)
+[ "$got" = "$want" ] || fail "records differ after the scale-down: $got"
+echo "e2e: back to 3 brokers, data intact"
 
 # A Topic from values: Ready through kubectl wait, then visible to a Kafka client.
 helm upgrade odradek helm/odradek --namespace "$NS" --reuse-values \
   --set 'topics[0].name=e2e-orders' --set 'topics[0].partitions=6' --set 'topics[0].replicas=3'
 kubectl -n "$NS" wait topic/e2e-orders --for=condition=Ready --timeout=300s
-partitions=$(kubectl -n "$NS" run e2e-metadata --rm -i --quiet --restart=Never --image="$KCAT_IMAGE" --command -- \
-  kcat -L -b "$BOOTSTRAP" -t e2e-orders | grep -c 'partition [0-9]')
-[ "$partitions" = 6 ] || { echo "e2e: topic e2e-orders has $partitions partitions, 6 wanted" >&2; exit 1; }
+partitions=$(krun e2e-metadata kcat -L -b "$BOOTSTRAP" -t e2e-orders | grep -c 'partition [0-9]')
+[ "$partitions" = 6 ] || fail "topic e2e-orders has $partitions partitions, 6 wanted"
+
+# Uninstall leaves nothing Terminating (the KafkaCluster has no finalizer; a Topic's finalizer
+# needs the operator, so the Topic goes first, while the operator runs).
+kubectl -n "$NS" delete topic e2e-orders --wait --timeout=120s
+helm uninstall odradek --namespace "$NS" --wait
+for _ in $(seq 30); do
+  left=$(kubectl -n "$NS" get kafkaclusters -o name 2>/dev/null | wc -l)
+  [ "$left" = 0 ] && break
+  sleep 2
+done
+[ "$left" = 0 ] || fail "KafkaCluster still present after helm uninstall"
 echo "e2e: passed"

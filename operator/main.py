@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     scope = p.add_mutually_exclusive_group(required=True)
     scope.add_argument("--namespace", action="append", help="watch this namespace (repeatable)")
     scope.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
+    scope.add_argument("--render", metavar="FILE",
+                       help="print, as YAML, every object the operator would apply for the KafkaClusters "
+                            "in FILE ('-': standard input), then exit; no cluster needed")
     process_logging.add_arguments(p)
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
                    help="kopf's liveness endpoint (empty to disable)")
@@ -210,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic-workers", type=int, default=topics.DEFAULT_WORKERS,
                    help="Topics reconciled at once (their admin calls are batched)")
     args = p.parse_args(argv)
+    if args.render:
+        from odradek.operator import render
+        from odradek.operator.reconciler import operator_image
+
+        return render.main(args.render, operator_image())
     process_logging.configure(args, "operator")
     run(args.namespace or [], args.all_namespaces, interval=args.interval, liveness=args.liveness or None,
         metrics_port=args.metrics_port,

@@ -1,0 +1,56 @@
+"""`odradek operator --render FILE`: the objects the operator would apply, with no cluster."""
+
+import subprocess
+import sys
+
+import yaml
+from op_validation import restricted_violations, validate
+
+from odradek.operator import builders
+from odradek.operator.models import parse_spec
+from odradek.operator.render import PLACEHOLDER_UID
+
+
+def run(*args, input=None):
+    return subprocess.run([sys.executable, "-m", "odradek.cli", "operator", *args], input=input,
+                          capture_output=True, text=True, timeout=60)
+
+
+CLUSTER = """\
+apiVersion: odradek.io/v1alpha1
+kind: KafkaCluster
+metadata: {name: orders, namespace: kafka}
+spec:
+  brokers: {replicas: 5, config: {num.partitions: 6}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: unrelated}
+"""
+
+
+def test_render_prints_every_object_valid_and_restricted(tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER)
+    done = run("--render", str(path))
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(done.stdout))
+    body = {"metadata": {"name": "orders", "namespace": "kafka", "uid": PLACEHOLDER_UID},
+            "spec": {"brokers": {"replicas": 5, "config": {"num.partitions": 6}}}}
+    expected = builders.desired_objects(body, parse_spec(body["spec"]))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [(o["kind"], o["metadata"]["name"]) for o in expected]
+    for obj in objects:
+        validate(obj)
+        if obj["kind"] in ("StatefulSet", "Deployment"):
+            assert restricted_violations(obj["spec"]["template"]["spec"]) == []
+    sts = next(o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "orders-broker")
+    assert sts["spec"]["replicas"] == 5
+    assert run("--render", "-", input=CLUSTER).stdout == done.stdout, "standard input works too"
+
+
+def test_render_refuses_an_invalid_spec_with_its_reason(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("kind: KafkaCluster\nmetadata: {name: bad}\nspec: {brokers: {config: {broker.id: 3}}}\n")
+    done = run("--render", str(path))
+    assert done.returncode == 2 and "broker.id" in done.stderr and done.stdout == ""
+    assert run("--render", str(tmp_path / "missing.yaml")).returncode == 2

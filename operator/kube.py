@@ -29,6 +29,7 @@ KINDS = {
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "PersistentVolumeClaim": ("api/v1", "persistentvolumeclaims"),
     "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),  # cluster-scoped
+    "CustomResourceDefinition": ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),  # cluster-scoped
     "KafkaCluster": ("apis/odradek.io/v1alpha1", "kafkaclusters"),
     "Topic": ("apis/odradek.io/v1alpha1", "topics"),
 }
@@ -133,9 +134,9 @@ class KubeClient:
 
     async def create(self, obj: dict) -> dict:
         meta = obj["metadata"]
-        return await self._call("POST", object_path(obj["kind"], meta["namespace"]), obj)
+        return await self._call("POST", object_path(obj["kind"], meta.get("namespace")), obj)
 
-    async def patch(self, kind: str, namespace: str, name: str, patch: dict,
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict,
                     subresource: str | None = None) -> dict:
         return await self._call("PATCH", object_path(kind, namespace, name, subresource), patch,
                                 content_type=MERGE_PATCH)

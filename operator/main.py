@@ -26,6 +26,7 @@ from odradek.common import process_logging
 from odradek.common.metrics import MetricsServer, Registry
 from odradek.operator import status as status_mod
 from odradek.operator import topics
+from odradek.operator.crd_install import ensure_crds
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats
 from odradek.operator.models import GROUP, PLURAL, VERSION
@@ -53,6 +54,7 @@ class OperatorMemo:
     topic_controller: topics.TopicController | None = None
     resync_task: asyncio.Task | None = None
     relogin: Callable[[], kopf.ConnectionInfo | None] | None = None
+    install_crds: bool = False
     metrics_port: int = -1
     metrics_host: str = "0.0.0.0"
     stats: ReconcileStats = field(default_factory=lambda: ReconcileStats())
@@ -85,6 +87,8 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
         if memo.connection is None:
             raise kopf.PermanentError("no Kubernetes credentials: neither a service account nor a kubeconfig")
         memo.client = KubeClient.from_connection(memo.connection, relogin=memo.relogin)
+        if memo.install_crds:
+            await ensure_crds(memo.client)
 
     topics.register(registry)  # after `configure` (it needs the client), before `close`
 
@@ -177,7 +181,7 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
         view_source: ViewSource = metadata_view, data_mover: DataMover | None = cluster_data_mover,
         interval: float = DEFAULT_INTERVAL,
         liveness: str | None = None, metrics_port: int = -1, metrics_host: str = "0.0.0.0",
-        stop_flag: threading.Event | None = None,
+        install_crds: bool = False, stop_flag: threading.Event | None = None,
         ready_flag: threading.Event | None = None,
         topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap,
         topic_tuning: topics.Tuning | None = None) -> None:
@@ -186,7 +190,7 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
                         namespaces=list(namespaces),
                         clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
                         topic_tuning=topic_tuning or topics.Tuning(), metrics_port=metrics_port,
-                        metrics_host=metrics_host)
+                        metrics_host=metrics_host, install_crds=install_crds)
     asyncio.run(kopf.operator(
         registry=build_registry(interval), clusterwide=clusterwide, namespaces=namespaces,
         memo=memo, standalone=True,
@@ -206,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="kopf's liveness endpoint (empty to disable)")
     p.add_argument("--metrics-port", type=int, default=9404,
                    help="port of the Prometheus endpoint (GET /metrics; -1 to disable)")
+    p.add_argument("--install-crds", action="store_true",
+                   help="create or update the KafkaCluster and Topic CRDs at start-up (helm upgrade never does)")
     p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between reconcile passes of each cluster (rolls advance per pass)")
     p.add_argument("--topic-resync", type=float, default=topics.DEFAULT_RESYNC,
@@ -220,6 +226,6 @@ def main(argv: list[str] | None = None) -> int:
         return render.main(args.render, operator_image())
     process_logging.configure(args, "operator")
     run(args.namespace or [], args.all_namespaces, interval=args.interval, liveness=args.liveness or None,
-        metrics_port=args.metrics_port,
+        metrics_port=args.metrics_port, install_crds=args.install_crds,
         topic_tuning=topics.Tuning(workers=args.topic_workers, resync=args.topic_resync))
     return 0

@@ -101,11 +101,18 @@ def test_namespaced_by_default_with_no_cluster(helm):
     assert not [d for d in docs if d["kind"] == "KafkaCluster"]
     assert {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")} == {
         "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
-    # The one cluster-wide grant of a namespaced operator: reading StorageClasses (cluster-scoped),
-    # to know whether a claim may grow.
+    # The cluster-wide grants of a namespaced operator: reading StorageClasses (cluster-scoped), to
+    # know whether a claim may grow, and its own two CRDs, which it keeps up to date.
     cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
-    assert cluster_rules == [{"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
-                              "verbs": ["get", "list"]}]
+    assert cluster_rules == [
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+         "resourceNames": ["kafkaclusters.odradek.io", "topics.odradek.io"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["create"]}]
+    operator = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--install-crds" in operator["args"]
+    from odradek.operator.crd_install import wanted
+    assert sorted(d["metadata"]["name"] for d in wanted()) == sorted(cluster_rules[1]["resourceNames"])
 
 
 def test_topic_values_become_topics_the_operator_accepts(helm):

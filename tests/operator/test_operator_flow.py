@@ -421,3 +421,23 @@ async def test_an_operator_upgrade_rolls_clusters_that_name_no_image(env, monkey
     await wait_for(lambda: len(env.pod_deletes(mark)) == 3, 30, "every broker restarted")
     await env.ready()
     assert env.kubelet.max_down == 1
+
+
+async def test_the_operator_brings_its_crds_up_to_date(env):
+    from odradek.operator.crd import crd, topic_crd
+
+    crds = "apiextensions.k8s.io/v1/customresourcedefinitions"
+    stale = crd()
+    stale["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("metrics")
+    env.server.put_raw(crds, None, stale)  # what an older chart installed
+    env.operator = OperatorThread(env.url, env.view, install_crds=True)
+    await env.api.create_cluster(SPEC)
+    await env.ready()
+    for doc in (crd(), topic_crd()):
+        live = env.server.live(crds, None, doc["metadata"]["name"])
+        assert live is not None and live["spec"] == doc["spec"], doc["metadata"]["name"]
+    await env.stop_operator()
+    mark = len(list(env.server))
+    env.operator = OperatorThread(env.url, env.view, install_crds=True)
+    await env.view.passes(2)
+    assert [w for w in writes(env.server, mark) if w[1] == "customresourcedefinitions"] == [], "up to date: no write"

@@ -21,6 +21,7 @@ TOPICS = "odradek.io/v1alpha1/topics"
 STS = "apps/v1/statefulsets"
 PODS = "v1/pods"
 WRITES = ("create", "update", "delete")
+TEST_CLIENT = "odradek-tests"  # the User-Agent of the tests' own API calls (not the operator's)
 
 
 def new_server() -> KubernetesServer:
@@ -202,7 +203,7 @@ class Api:
 
     def __init__(self, url: str):
         self.url = url.rstrip("/")
-        self.session = aiohttp.ClientSession()
+        self.session = aiohttp.ClientSession(headers={"User-Agent": TEST_CLIENT})
 
     async def call(self, method, path, body=None, content_type="application/json"):
         async with self.session.request(method, self.url + path, json=body,

@@ -53,8 +53,8 @@ from odradek.common import messages, process_logging
 from odradek.common.bounded_exit import end_leftover_tasks, within
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
 from odradek.common.config_def import ConfigException
-from odradek.common.network.socket_server import ConnectionLimits, SocketServer
 from odradek.common.metrics import MetricsServer, Registry
+from odradek.common.network.socket_server import ConnectionLimits, SocketServer
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.network.socket_server import SocketServer
 from odradek.common.zk_data import ControllerInfo, EndPoint
-from odradek.controller.metrics import ControllerStats
+from odradek.controller.metrics import ControllerStats, request_event_name
 
 from . import elect_leaders as el
 from . import reassignment as ra
@@ -458,7 +458,7 @@ class KafkaController:
         if request.future.done():  # the broker gave up waiting
             return
         p: Any = request.payload
-        self.stats.event("".join(w.capitalize() for w in request.api_key.name.split("_")))
+        self.stats.event(request_event_name(request.api_key))
         d: sm.Decisions | None
         match request.api_key:
             case ApiKey.ALTER_PARTITION:

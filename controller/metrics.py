@@ -6,7 +6,17 @@ its context at scrape time (only the active controller has one).
 
 from collections.abc import Iterable
 
+from odradek.common.api_key import ApiKey
 from odradek.common.metrics import Family
+
+
+def request_event_name(api_key: int) -> str:
+    """A broker request's event name ("AlterPartition"); any int is answered, never raises."""
+    try:
+        name = ApiKey(api_key).name
+    except ValueError:
+        return f"ApiKey{api_key}"
+    return "".join(w.capitalize() for w in name.split("_"))
 
 
 class ControllerStats:

@@ -4,6 +4,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # runs bash -n
+
 SCRIPT = Path(__file__).resolve().parents[1] / "e2e" / "run.sh"
 
 

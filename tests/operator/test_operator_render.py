@@ -3,12 +3,15 @@
 import subprocess
 import sys
 
+import pytest
 import yaml
 from op_validation import restricted_violations, validate
 
 from odradek.operator import builders
 from odradek.operator.models import parse_spec
 from odradek.operator.render import PLACEHOLDER_UID
+
+pytestmark = pytest.mark.integration  # runs `odradek operator --render` as a process
 
 
 def run(*args, input=None):

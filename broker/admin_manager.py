@@ -441,34 +441,61 @@ class AdminManager:
         leader for each partition in this broker's MetadataCache; REQUEST_TIMED_OUT for those that
         do not. timeout_ms <= 0 or validate_only answer as soon as the znodes are written."""
         dups = duplicate_names([s.name for s in specs])
-        results: list[CreateResult] = []
-        for spec in specs:
-            result = CreateResult(spec.name)
-            results.append(result)
+        results = [CreateResult(spec.name) for spec in specs]
+        named = [s.name for s in specs if s.name not in dups and topic_name_error(s.name) is None]
+        try:
+            existing = await self._existing(named)
+        except Exception as e:
+            log.exception("looking up topics to create failed")
+            for r in results:
+                r.error = ApiError(ErrorCode.unknown_server_error, str(e))
+            return results
+        all_topics: list[str] | None = None
+        planned: list[TopicPlan] = []
+        for spec, result in zip(specs, results, strict=True):
             if spec.name in dups:
                 result.error = ApiError(
                     ErrorCode.invalid_request, "Create topics request contains duplicate topic names."
                 )
                 continue
             try:
-                name_ok = topic_name_error(spec.name) is None
+                colliding: list[str] = []
+                if topic_name_error(spec.name) is None and has_collision_chars(spec.name):
+                    # Kafka reads every topic in ZooKeeper for such names, once per topic it creates:
+                    # read once here, and count the names this request creates before this one
+                    if all_topics is None:
+                        all_topics = await self.zk.get_all_topics()
+                    colliding = colliding_topics(spec.name, [*all_topics, *(p.name for p in planned)])
                 plan = plan_topic(
                     spec,
                     default_partitions=self.config.num_partitions,
                     default_replication_factor=self.config.default_replication_factor,
                     live_brokers=self._live_brokers(),
                     validate_config=self.validate_config,
-                    existing=name_ok and await self._exists(spec.name),
-                    colliding=await self._colliding(spec.name),
+                    existing=spec.name in existing,
+                    colliding=colliding,
                 )
-                if not validate_only:
-                    await self._write(plan)
-                result.plan = plan
+                if validate_only:
+                    result.plan = plan
+                else:
+                    planned.append(plan)
             except ApiError as e:
                 result.error = e
             except Exception as e:
                 log.exception("creating topic %r failed", spec.name)
                 result.error = ApiError(ErrorCode.unknown_server_error, str(e))
+        written = await self._write_all(planned) if planned else {}
+        by_name = {r.name: r for r in results if r.name not in dups}
+        for plan in planned:
+            result = by_name[plan.name]
+            error = written[plan.name]
+            if error is None:
+                result.plan = plan
+            elif isinstance(error, ApiError):
+                result.error = error
+            else:
+                log.error("creating topic %r failed: %r", plan.name, error)
+                result.error = ApiError(ErrorCode.unknown_server_error, str(error))
         created = [r for r in results if r.plan is not None]
         if validate_only or timeout_ms <= 0 or not created:
             return results
@@ -484,17 +511,44 @@ class AdminManager:
                 )
         return results
 
+    async def _existing(self, names: Sequence[str]) -> set[str]:
+        """Those of `names` that exist: in the MetadataCache, else in ZooKeeper (one round)."""
+        known = {n for n in names if self.metadata_cache.contains(n)}
+        return known | await self.zk.topics_existing([n for n in names if n not in known])
+
     async def _write(self, plan: TopicPlan) -> None:
-        assignment = TopicAssignment(dict(plan.assignment), topic_id=plan.topic_id)
-        check_assignment_size(plan.name, assignment)
+        error = (await self._write_all([plan]))[plan.name]
+        if error is not None:
+            raise error
+
+    async def _write_all(self, plans: Sequence[TopicPlan]) -> dict[str, Exception | None]:
+        """Writes the plans' znodes together; name → None when written, else the error (an
+        ApiError with Kafka's code, or what ZooKeeper raised)."""
+        out: dict[str, Exception | None] = {}
+        writes = []
+        for plan in plans:
+            assignment = TopicAssignment(dict(plan.assignment), topic_id=plan.topic_id)
+            try:
+                check_assignment_size(plan.name, assignment)
+            except ApiError as e:
+                out[plan.name] = e
+                continue
+            writes.append((plan, assignment))
         try:
-            await self.zk.create_topic(plan.name, assignment, plan.config)
-        except TopicExistsError as e:
-            raise ApiError(e.error_code, str(e)) from e
-        log.info(
-            "created topic %s: %d partitions, assignment %s, config %s",
-            plan.name, plan.num_partitions, plan.assignment, plan.config,
-        )
+            errors = await self.zk.create_topics([(p.name, a, p.config) for p, a in writes]) if writes else {}
+        except Exception as e:
+            errors = {p.name: e for p, _ in writes}
+        for plan, _ in writes:
+            error = errors[plan.name]
+            if isinstance(error, TopicExistsError):
+                error = ApiError(error.error_code, str(error))
+            out[plan.name] = error
+            if error is None:
+                log.info(
+                    "created topic %s: %d partitions, assignment %s, config %s",
+                    plan.name, plan.num_partitions, plan.assignment, plan.config,
+                )
+        return out
 
     async def auto_create_topic(self, name: str) -> ErrorCode:
         """Metadata's auto-creation: write the znodes with the broker defaults, do not wait.

@@ -16,7 +16,9 @@ import base64
 import json
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Sequence
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -78,6 +80,19 @@ def set_or_create(zk: BoundedCalls, path: str, data: bytes, topic: str) -> None:
         except NodeExistsError:
             continue
     raise TopicExistsError(f"Topic '{topic}' is being created or deleted concurrently.")
+
+
+def _settle(calls: BoundedCalls, pending: dict) -> dict:
+    """key → the value or the exception of each pending kazoo result, all awaited within one
+    timeout (those left when it runs out get ZooKeeperTimeoutError at once)."""
+    deadline = time.monotonic() + calls.timeout_s
+    out = {}
+    for key, result in pending.items():
+        try:
+            out[key] = calls.wait(result, deadline - time.monotonic())
+        except Exception as e:
+            out[key] = e
+    return out
 
 
 class ConfigChangedError(Exception):
@@ -591,25 +606,80 @@ class BrokerZkClient:
         raise RuntimeError("could not read or create /cluster/id")
 
     async def create_topic(self, topic: str, assignment: TopicAssignment, config: dict[str, str]) -> None:
-        """Kafka's order: `/config/topics/<t>` (set or create) then `/brokers/topics/<t>` (create).
+        """One topic's znodes (see create_topics); raises TopicExistsError when the assignment
+        znode is already there or the topic is being deleted."""
+        error = (await self.create_topics([(topic, assignment, config)]))[topic]
+        if error is not None:
+            raise error
 
-        The controller watches the latter, so the config is in place before it acts.
-        Raises TopicExistsError when the assignment znode is already there.
+    async def create_topics(
+        self, topics: Sequence[tuple[str, TopicAssignment, dict[str, str]]]
+    ) -> dict[str, Exception | None]:
+        """Kafka's order for each topic: `/config/topics/<t>` (set or create) then
+        `/brokers/topics/<t>` (create), which the controller watches, so the config is in place
+        before it acts.
+
+        Each step is pipelined across the topics (names distinct): a CreateTopics of a thousand
+        topics waits a few round trips, not a few per topic, and ZooKeeper syncs the pipelined
+        writes to disk together. Per topic: None when created, else the exception that stopped it
+        (TopicExistsError when it exists or is being deleted).
         """
-        await asyncio.to_thread(self._create_topic_blocking, topic, assignment, config)
+        topics = list(topics)
+        if len({t for t, _, _ in topics}) != len(topics):
+            raise ValueError("create_topics: topic names must be distinct")
+        return await asyncio.to_thread(self._create_topics_blocking, topics)
 
-    def _create_topic_blocking(self, topic: str, assignment: TopicAssignment, config: dict[str, str]) -> None:
+    def _create_topics_blocking(self, topics: list[tuple[str, TopicAssignment, dict[str, str]]]
+                                ) -> dict[str, Exception | None]:
         calls = self._calls()
-        if calls.exists(zk_data.delete_topic_path(topic)) is not None:
-            # the controller is still removing its znodes: writing now would recreate it half-way
-            raise TopicExistsError(f"Topic '{topic}' is marked for deletion.")
-        if calls.exists(zk_data.topic_path(topic)) is not None:
-            raise TopicExistsError(f"Topic '{topic}' already exists.")
-        set_or_create(calls, zk_data.topic_config_path(topic), zk_data.encode_entity_config(config), topic)
-        try:
-            calls.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
-        except NodeExistsError as e:
-            raise TopicExistsError(f"Topic '{topic}' already exists.") from e
+        zk = calls.zk
+        out: dict[str, Exception | None] = {}
+        marked = _settle(calls, {t: zk.exists_async(zk_data.delete_topic_path(t)) for t, _, _ in topics})
+        present = _settle(calls, {t: zk.exists_async(zk_data.topic_path(t)) for t, _, _ in topics})
+        for t, _, _ in topics:
+            if isinstance(marked[t], Exception) or isinstance(present[t], Exception):
+                out[t] = marked[t] if isinstance(marked[t], Exception) else present[t]
+            elif marked[t] is not None:
+                # the controller is still removing its znodes: writing now would recreate it half-way
+                out[t] = TopicExistsError(f"Topic '{t}' is marked for deletion.")
+            elif present[t] is not None:
+                out[t] = TopicExistsError(f"Topic '{t}' already exists.")
+        todo = [(t, a, zk_data.encode_entity_config(c)) for t, a, c in topics if t not in out]
+        # set_or_create, pipelined: set; create the missing; a racing writer gets the retried path
+        set_ = _settle(calls, {t: zk.set_async(zk_data.topic_config_path(t), data) for t, _, data in todo})
+        created = _settle(calls, {t: zk.create_async(zk_data.topic_config_path(t), data, makepath=True)
+                                  for t, _, data in todo if isinstance(set_[t], NoNodeError)})
+        for t, _, data in todo:
+            error = created.get(t, set_[t])
+            if isinstance(error, NodeExistsError):
+                try:
+                    set_or_create(calls, zk_data.topic_config_path(t), data, t)
+                    error = None
+                except Exception as e:
+                    error = e
+            if isinstance(error, Exception):
+                out[t] = error
+        todo = [(t, a) for t, a, _ in todo if t not in out]
+        assigned = _settle(calls, {t: zk.create_async(zk_data.topic_path(t), zk_data.encode_topic_assignment(a),
+                                                      makepath=True) for t, a in todo})
+        for t, _ in todo:
+            error = assigned[t]
+            if isinstance(error, NodeExistsError):
+                error = TopicExistsError(f"Topic '{t}' already exists.")
+            out[t] = error if isinstance(error, Exception) else None
+        return out
+
+    async def topics_existing(self, topics: Sequence[str]) -> set[str]:
+        """Those of `topics` whose `/brokers/topics/<t>` exists, read in one pipelined round."""
+        def read() -> set[str]:
+            calls = self._calls()
+            found = _settle(calls, {t: calls.zk.exists_async(zk_data.topic_path(t)) for t in topics})
+            for value in found.values():
+                if isinstance(value, Exception):
+                    raise value
+            return {t for t, stat in found.items() if stat is not None}
+
+        return await asyncio.to_thread(read) if topics else set()
 
     async def delete_topic(self, topic: str) -> None:
         """Mark the topic for deletion (`/admin/delete_topics/<t>`); the controller does the rest."""

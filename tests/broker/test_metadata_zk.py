@@ -222,6 +222,42 @@ def test_admin_znodes_in_kafkas_format(zk_connect):
         raw.close()
 
 
+def test_create_topics_in_one_batch_answers_each_topic(zk_connect):
+    """Pipelined creation: existing, marked-for-deletion and pre-configured topics each get their
+    own answer; the others get both znodes (a config znode already there is overwritten)."""
+    raw = raw_client(zk_connect.split("/")[0])
+    chroot = split_connect(zk_connect)[1]
+
+    async def scenario():
+        zk = BrokerZkClient(config(zk_connect))
+        await zk.start()
+        try:
+            one = TopicAssignment({0: (0,)})
+            await zk.create_topic("old", one, {})
+            raw.create(chroot + "/admin/delete_topics/going", makepath=True)
+            raw.create(chroot + "/config/topics/configured", b'{"version":1,"config":{"x":"1"}}', makepath=True)
+            names = ["old", "going", "configured", *(f"new-{i}" for i in range(50))]
+            answers = await zk.create_topics([(n, one, {"retention.ms": "5"}) for n in names])
+            assert isinstance(answers["old"], TopicExistsError) and "already exists" in str(answers["old"])
+            assert isinstance(answers["going"], TopicExistsError) and "marked for deletion" in str(answers["going"])
+            assert all(answers[n] is None for n in names[2:])
+            assert raw.exists(chroot + "/brokers/topics/going") is None
+            assert await zk.topics_existing(names + ["nothing"]) == set(names) - {"going"}
+            configs = await zk.get_topic_configs(names[2:])
+            assert all(configs[n].config == {"retention.ms": "5"} for n in names[2:])
+            assert await zk.get_topic_config("old") == {}
+            with pytest.raises(ValueError):
+                await zk.create_topics([("dup", one, {}), ("dup", one, {})])
+        finally:
+            await zk.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        raw.stop()
+        raw.close()
+
+
 def test_unreachable_zookeeper_fails_start_within_the_connection_timeout():
     from odradek.dev.zookeeper import free_port
 

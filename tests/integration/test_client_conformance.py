@@ -515,6 +515,13 @@ def test_names_colliding_through_dot_and_underscore_are_refused(cluster):
             kp.create_topics([KNewTopic(f"conf_name_{tag}", 1, 1)])
     finally:
         kp.close()
+    # within one request too: the later of two colliding names is refused (Kafka creates in order)
+    pair = admin.create_topics([NewTopic(f"conf.pair_{tag}", 1, 1), NewTopic(f"conf_pair.{tag}", 1, 1)],
+                               request_timeout=30)
+    pair[f"conf.pair_{tag}"].result(30)
+    with pytest.raises(KafkaException) as refused:
+        pair[f"conf_pair.{tag}"].result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
     # auto-creation follows the same rule
     (r,) = ask(cluster.broker_ports[0], [request(METADATA, 12, topics=(request_module(METADATA, 12).MetadataRequestTopic(
         name=f"conf.name.{tag}", topic_id=None),), allow_auto_topic_creation=True,

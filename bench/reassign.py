@@ -31,6 +31,8 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
 
+from odradek.dev.waiting import wait_until
+
 VALUE = 64 * 1024
 MIB = 1024 * 1024
 
@@ -104,17 +106,6 @@ def fill(bootstrap: str, topic: str, size: int) -> None:
         raise RuntimeError("records not delivered while filling")
 
 
-def wait(predicate, what: str, timeout: float, poll: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not reached within {timeout}s")
-        time.sleep(poll)
-
-
 def in_sync(admin: AdminClient, topic: str, broker: int) -> bool:
     t = admin.list_topics(topic, timeout=10).topics.get(topic)
     return bool(t and t.error is None and broker in t.partitions[0].isrs)
@@ -125,7 +116,7 @@ def move(kadmin: KafkaAdminClient, topic: str, target: list[int], timeout: float
     answer = kadmin.alter_partition_reassignments({KTP(topic, 0): target})
     if answer != {KTP(topic, 0): None}:
         raise RuntimeError(f"reassignment refused: {answer}")
-    wait(lambda: KTP(topic, 0) not in kadmin.list_partition_reassignments(), f"move to {target}", timeout)
+    wait_until(lambda: KTP(topic, 0) not in kadmin.list_partition_reassignments(), f"move to {target}", timeout)
     return time.monotonic() - started
 
 
@@ -157,12 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=60_000)
         for name in ("moved", "load"):
             kadmin.create_topics([NewTopic(name, replica_assignments={0: [0, 1]})])
-            wait(lambda name=name: in_sync(admin, name, 1), f"{name} in sync", 60)
+            wait_until(lambda name=name: in_sync(admin, name, 1), f"{name} in sync", 60)
         t0 = time.monotonic()
         fill(cluster.bootstrap, "moved", size)
         stored = len(cluster.log_bytes(0, "moved", 0))
         print(f"filled {stored / MIB:.0f} MiB in {time.monotonic() - t0:.1f}s", flush=True)
-        wait(lambda: len(cluster.log_bytes(1, "moved", 0)) == stored, "follower 1 caught up", args.timeout)
+        wait_until(lambda: len(cluster.log_bytes(1, "moved", 0)) == stored, "follower 1 caught up", args.timeout)
 
         # 1. a fresh follower
         b1 = cluster.brokers[1]
@@ -170,11 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(cluster.partition_dir(1, "moved", 0))
         b1.start()
         # timed from the new log's creation: process start-up and registration are not fetching
-        wait(lambda: cluster.partition_dir(1, "moved", 0).exists(), "fresh follower's log created", 120, poll=0.01)
+        wait_until(lambda: cluster.partition_dir(1, "moved", 0).exists(), "fresh follower's log created", 120,
+                   interval=0.01)
         started = time.monotonic()
-        wait(lambda: in_sync(admin, "moved", 1), "fresh follower in sync", args.timeout, poll=0.05)
+        wait_until(lambda: in_sync(admin, "moved", 1), "fresh follower in sync", args.timeout, interval=0.05)
         fresh_s = time.monotonic() - started
-        wait(lambda: in_sync(admin, "load", 1), "load topic in sync", 120)
+        wait_until(lambda: in_sync(admin, "load", 1), "load topic in sync", 120)
 
         probe = LatencyProbe(cluster.bootstrap, "load", args.rate).start()
         time.sleep(10)  # the probe's "before" window

@@ -19,6 +19,7 @@ from kafka.errors import KafkaConnectionError
 from kio.schema.errors import ErrorCode
 
 from odradek.common import zk_data
+from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster
 from .kafka_helpers import (
@@ -242,6 +243,11 @@ def alter(client, resource: ConfigResource, key: str, value: str | None) -> None
     client.incremental_alter_configs([resource])[resource].result(timeout=30)
 
 
+def broker_config(client, resource: ConfigResource, key: str) -> str | None:
+    """The value `key` has on the broker itself (DescribeConfigs of a broker is answered by it)."""
+    return client.describe_configs([resource])[resource].result(timeout=30)[key].value
+
+
 def test_follower_throttle_holds_the_move_back_until_lifted(cluster, kadmin):
     """follower.replication.throttled.rate (broker 3, dynamic) with the topic's
     follower.replication.throttled.replicas naming 0:3: the new replica copies no more than one
@@ -251,8 +257,12 @@ def test_follower_throttle_holds_the_move_back_until_lifted(cluster, kadmin):
     confluent_produce(cluster.bootstrap, topic, [Record(b"k%d" % i, bytes(1000), ()) for i in range(4000)])
     client = admin(cluster.bootstrap)
     rate = 50_000
-    alter(client, ConfigResource(ConfigResource.Type.BROKER, "3"), "follower.replication.throttled.rate", str(rate))
+    broker3 = ConfigResource(ConfigResource.Type.BROKER, "3")
+    alter(client, broker3, "follower.replication.throttled.rate", str(rate))
     alter(client, ConfigResource(ConfigResource.Type.TOPIC, topic), "follower.replication.throttled.replicas", "0:3")
+    # AlterConfigs answers once ZooKeeper has the change; broker 3 applies it at the notification
+    wait_until(lambda: broker_config(client, broker3, "follower.replication.throttled.rate") == str(rate),
+               "broker 3 applies the throttle")
     total = len(cluster.log_bytes(0, topic, 0))
     assert kadmin.alter_partition_reassignments({KTP(topic, 0): [0, 3]}) == {KTP(topic, 0): None}
     started = time.monotonic()

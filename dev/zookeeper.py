@@ -6,6 +6,7 @@ stall kazoo for seconds).
 """
 
 import ctypes
+import random
 import shutil
 import signal
 import socket
@@ -34,22 +35,46 @@ CLASSPATH_JARS = (
 )
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (where connect() draws local ports)."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nobody listens on, for a child process to bind later.
+
+    Taken below the ephemeral range: a port from bind(0) lies inside it, where every outgoing
+    connection of a busy test run also draws its local port, so one could take it before the
+    child binds (seen in CI as EADDRINUSE). Ports handed out once by this process are not handed
+    out again, so two children never get the same one."""
+    high = _ephemeral_low()
+    low = _LOWEST_PORT if high > _LOWEST_PORT + 1000 else 1024
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(low, high)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {low}-{high - 1} on {host}")
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """`n` distinct free ports (each probe closes its socket, so the OS may hand one out twice)."""
-    ports: list[int] = []
-    for _ in range(100 * n):
-        if len(ports) == n:
-            return ports
-        port = free_port(host)
-        if port not in ports:
-            ports.append(port)
-    raise RuntimeError(f"could not find {n} distinct free ports")
+    """`n` distinct free ports."""
+    return [free_port(host) for _ in range(n)]
 
 
 def four_letter(host: str, port: int, word: bytes = b"srvr", timeout: float = 1.0) -> bytes:

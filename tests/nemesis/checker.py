@@ -1,7 +1,11 @@
 """What must hold after a nemesis run, as pure functions over what the run recorded.
 
 - Every acknowledged record is in the log, at the offset it was acknowledged with; with
-  idempotence exactly once, without at least once.
+  idempotence exactly once, without at least once. librdkafka acknowledges some records without
+  an offset (offset < 0): those of a request whose answer was lost (a timeout, a dropped
+  connection) once a later request of the same idempotent producer succeeds (its "implicit ack"),
+  and those of a retry answered DUPLICATE_SEQUENCE_NUMBER. Such a record must be in its
+  acknowledged partition, at any offset.
 - Per partition, the acknowledged records of the idempotent producer appear in the order they were
   sent. Without idempotence the order is the client's to keep, and librdkafka does not keep it
   across leader changes even with one request in flight (its limit is per connection, and it
@@ -29,6 +33,8 @@ class StreamVerdict:
     acknowledged: int
     lost: list[int] = field(default_factory=list)
     """Acknowledged ids not found at their acknowledged partition and offset."""
+    lost_detail: list[str] = field(default_factory=list)
+    """Where each lost id was acknowledged and where it is stored, for the report."""
     duplicates: list[int] = field(default_factory=list)
     """Acknowledged ids stored more than once."""
     out_of_order: list[str] = field(default_factory=list)
@@ -52,7 +58,8 @@ def check_stream(stream: Stream, acked: dict[int, tuple[int, int]], log: Log) ->
                 seen_here.add(record_id)
                 first_acked_order[p].append(record_id)
     verdict = StreamVerdict(stream.topic, stream.idempotent, len(acked))
-    verdict.lost = sorted(i for i, pos in acked.items() if pos not in positions.get(i, ()))
+    verdict.lost = sorted(i for i, pos in acked.items() if not stored_as_acked(pos, positions.get(i, [])))
+    verdict.lost_detail = [f"{i} acked at {acked[i]}, stored at {positions.get(i, [])}" for i in verdict.lost]
     verdict.duplicates = sorted(i for i in acked if len(positions.get(i, ())) > 1)
     for p, ids in sorted(first_acked_order.items()):
         for before, after in pairwise(ids):
@@ -60,6 +67,15 @@ def check_stream(stream: Stream, acked: dict[int, tuple[int, int]], log: Log) ->
                 verdict.out_of_order.append(f"{stream.topic}-{p}: {after} after {before}")
                 break
     return verdict
+
+
+def stored_as_acked(acked: tuple[int, int], stored: list[tuple[int, int]]) -> bool:
+    """Whether a record acknowledged at `acked` (partition, offset) is among its `stored`
+    positions; an offset < 0 (acknowledged without one) matches any offset of that partition."""
+    partition, offset = acked
+    if offset < 0:
+        return any(p == partition for p, _ in stored)
+    return acked in stored
 
 
 def changed_reads(seen: dict[tuple[str, int, int], bytes | None], log: Log) -> list[str]:

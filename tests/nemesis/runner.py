@@ -90,7 +90,7 @@ class RunResult:
         lines += [f"  applied: {a}" for a in self.applied]
         lines += [f"  skipped: {s}" for s in self.skipped]
         for v in self.verdicts:
-            lines.append(f"  {v.topic}: acknowledged {v.acknowledged}, lost {len(v.lost)} {v.lost[:10]}, "
+            lines.append(f"  {v.topic}: acknowledged {v.acknowledged}, lost {len(v.lost)} {v.lost_detail[:10]}, "
                          f"duplicates {len(v.duplicates)} {v.duplicates[:10]}, order {v.out_of_order[:3]}")
         for label, items in (("changed reads", self.changed), ("crashes", self.crashes),
                              ("replicas differ", self.replica_mismatches), ("problems", self.problems)):

@@ -41,6 +41,7 @@ from .producer_state import (
     CompletedTxn,
     ProducerStateManager,
     delete_snapshots,
+    delete_snapshots_within,
     load_latest_snapshot,
     write_snapshot,
 )
@@ -836,6 +837,10 @@ class Log:
             raise self.storage_error(exc, "segment swap") from exc
         self.segments[i:j] = [cleaned]
         self._bases[i:j] = [base]
+        try:
+            delete_snapshots_within(self.dir, base, end)
+        except OSError as exc:
+            raise self.storage_error(exc, "producer snapshot") from exc
 
     @staticmethod
     def _forget_swap(directory: Path, swap_end: Path) -> None:

@@ -484,3 +484,12 @@ def delete_snapshots(directory: Path, *, below: int | None = None, above: int | 
     for offset, path in list_snapshots(directory):
         if (below is not None and offset < below) or (above is not None and offset > above):
             path.unlink(missing_ok=True)
+
+
+def delete_snapshots_within(directory: Path, low: int, high: int) -> None:
+    """Remove snapshots with `low` < offset < `high`: those of segments merged into the one at
+    `low` (Kafka deletes a segment's snapshot with the segment), so that a compacted log, whose
+    start never moves, keeps no more snapshots than segments."""
+    for offset, path in list_snapshots(directory):
+        if low < offset < high:
+            path.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from odradek.broker.log.config import LogConfig
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK, build_marker
 from odradek.broker.log.log_cleaner import clean_now
 from odradek.broker.log.log_validator import RecordValidationError
-from odradek.broker.log.producer_state import AppendOrigin
+from odradek.broker.log.producer_state import AppendOrigin, list_snapshots
 from odradek.broker.log.record_batch import build_batch, check_batch, decode_records, iter_batches
 from odradek.broker.log.transaction_index import AbortedTxn
 
@@ -202,6 +202,21 @@ def test_a_cleaned_log_reloads_and_serves_the_same(tmp_path):
         again.high_watermark = again.log_end_offset
         assert records(again) == rows
         again.close()
+
+
+def test_the_snapshots_of_merged_segments_go_with_them(compacted):
+    """A producer snapshot is written at every roll. A compacted log's start never moves, so
+    retention never removes them: cleaning removes those of the segments it merges (Kafka deletes
+    a segment's snapshot with it), and cycle after cycle there are no more than segments."""
+    rolled, checkpoint = 0, 0
+    for cycle in range(4):
+        before = {o for o, _ in list_snapshots(compacted.dir)}
+        fill(compacted, keys=20, versions=15, prefix=f"c{cycle}-")
+        rolled += len({o for o, _ in list_snapshots(compacted.dir)} - before)
+        checkpoint = clean_now(compacted, checkpoint=checkpoint).end_offset
+        offsets = {o for o, _ in list_snapshots(compacted.dir)}
+        assert offsets <= {s.base_offset for s in compacted.segments}, (cycle, sorted(offsets))
+    assert len(offsets) < rolled / 2
 
 
 def test_a_second_cleaning_only_maps_the_new_dirty_section(compacted):

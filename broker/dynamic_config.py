@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from odradek.broker.log.log_cleaner import validate_threads
 from odradek.common.config import BrokerConfig
 from odradek.common.config_def import ConfigException, to_text
 from odradek.common.topic_config import TOPIC_CONFIG_SYNONYMS
@@ -29,12 +30,13 @@ DYNAMIC_REPLICATION_CONFIGS = frozenset({
     "replica.alter.log.dirs.io.max.bytes.per.second",
 })
 DYNAMIC_CLEANER_CONFIGS = frozenset({
+    "log.cleaner.threads",
     "log.cleaner.dedupe.buffer.size",
     "log.cleaner.io.max.bytes.per.second",
     "log.cleaner.backoff.ms",
 })
-"""Kafka's LogCleaner.ReconfigurableConfigs that take effect at the next cleaning (the thread
-count needs a restart here)."""
+"""Kafka's LogCleaner.ReconfigurableConfigs: they take effect at the next cleaning; a new thread
+count starts or retires cleaner loops."""
 DYNAMIC_CONFIGS = DYNAMIC_LOG_CONFIGS | DYNAMIC_REPLICATION_CONFIGS | DYNAMIC_CLEANER_CONFIGS
 """Every broker key AlterConfigs may set (Kafka's DynamicBrokerConfig.AllDynamicConfigs, the
 part this broker has)."""
@@ -117,7 +119,9 @@ class DynamicBrokerConfig:
         for key, value in props.items():
             keys[key].parse(value)
         default, broker = (self.dynamic_default, dict(props)) if per_broker else (dict(props), self.dynamic_broker)
-        BrokerConfig.from_properties({**self.static_props, **default, **broker})
+        new = BrokerConfig.from_properties({**self.static_props, **default, **broker})
+        if new.log_cleaner_threads != self.current.log_cleaner_threads:
+            validate_threads(self.current.log_cleaner_threads, new.log_cleaner_threads)
 
     # --- describing ----------------------------------------------------------------------------
 

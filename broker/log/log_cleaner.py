@@ -5,8 +5,9 @@ A pass picks the dirtiest log (`cleaner.grab_filthiest`), hands one cleaning of 
 process (`cleaner_worker`: CPU-bound work the GIL would otherwise take from the event loop),
 swaps the cleaned segments in (Log.replace_segments) and records how far the log is clean in
 each log directory's `cleaner-offset-checkpoint`. `log.cleaner.threads` cleanings run at once,
-never two of one log. A cleaning is thrown away when its log was truncated meanwhile (the
-records that made older ones obsolete may be gone); a disk error takes the log directory offline.
+never two of one log; the count is dynamic, as Kafka's (at most doubled or halved per change). A
+cleaning is thrown away when its log was truncated meanwhile (the records that made older ones
+obsolete may be gone); a disk error takes the log directory offline.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from odradek.common.clock import now_ms
 from odradek.common.config import BrokerConfig
+from odradek.common.config_def import ConfigException
 
 from .checkpoint import read_offsets, write_offsets
 from .cleaner import LogToClean, grab_filthiest, log_to_clean, map_capacity
@@ -49,6 +51,19 @@ class CleanerConfig:
     def from_broker(cls, config: BrokerConfig) -> CleanerConfig:
         return cls(config.log_cleaner_enable, config.log_cleaner_threads, config.log_cleaner_dedupe_buffer_size,
                    config.log_cleaner_io_max_bytes_per_second, config.log_cleaner_backoff_ms)
+
+
+def validate_threads(current: int, new: int) -> None:
+    """Kafka's LogCleaner.validateReconfiguration: at least one, and a change neither more than
+    doubles nor less than halves the count (ConfigException otherwise)."""
+    if new < 1:
+        raise ConfigException("log.cleaner.threads", message="Log cleaner threads should be at least 1")
+    if new < current // 2:
+        raise ConfigException("log.cleaner.threads", message=(
+            f"Log cleaner threads cannot be reduced to less than half the current value {current}"))
+    if new > current * 2:
+        raise ConfigException("log.cleaner.threads", message=(
+            f"Log cleaner threads cannot be increased to more than double the current value {current}"))
 
 
 def plan(partition_log: Log, checkpoint: int | None, now: int) -> LogToClean:
@@ -136,6 +151,8 @@ class LogCleaner:
         self._uncleanable: set[tuple[str, int]] = set()
         """Logs whose cleaning met a corrupt batch: left alone until the broker restarts (Kafka's)."""
         self._procs: set[asyncio.subprocess.Process] = set()
+        self._loops: dict[int, asyncio.Task[None]] = {}
+        self._reconfigured = asyncio.Event()
         self.cleanings = 0
         """Cleanings swapped in since start (for tests and metrics)."""
         self.last_result: CleanResult | None = None
@@ -193,23 +210,44 @@ class LogCleaner:
 
     # --- running ----------------------------------------------------------------------------
 
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """New settings, from each loop's next cleaning; a new thread count starts loops or
+        retires the extra ones once their current cleaning is done."""
+        self.config = config
+        self._reconfigured.set()
+
+    @property
+    def threads_running(self) -> int:
+        return sum(not task.done() for task in self._loops.values())
+
     async def run(self, stop: asyncio.Event) -> None:
         """`log.cleaner.threads` loops until `stop` is set; the worker processes are killed then."""
-        if not self.config.enable or self.config.threads < 1:
+        if not self.config.enable:
             return
-        loops = [asyncio.create_task(self._loop(stop), name=f"log-cleaner-{i}") for i in range(self.config.threads)]
         try:
-            await stop.wait()
+            while not stop.is_set():
+                self._reconfigured.clear()
+                for i in range(self.config.threads):
+                    if i not in self._loops or self._loops[i].done():
+                        self._loops[i] = asyncio.create_task(self._loop(stop, i), name=f"log-cleaner-{i}")
+                waits = [asyncio.create_task(stop.wait()), asyncio.create_task(self._reconfigured.wait())]
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for waiter in waits:
+                        waiter.cancel()
         finally:
             for proc in list(self._procs):
                 if proc.returncode is None:
                     proc.kill()
+            loops = list(self._loops.values())
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
 
-    async def _loop(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+    async def _loop(self, stop: asyncio.Event, index: int) -> None:
+        """Cleaning after cleaning while this loop is among the first `log.cleaner.threads`."""
+        while not stop.is_set() and index < self.config.threads:
             try:
                 cleaned = await self.clean_filthiest()
             except Exception:

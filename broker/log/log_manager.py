@@ -221,7 +221,7 @@ class LogManager:
         """New broker-level defaults (dynamic broker configs): every log's config is recomputed,
         the cleaner's settings apply from its next cleaning."""
         self.broker_config = broker_config
-        self.cleaner.config = CleanerConfig.from_broker(broker_config)
+        self.cleaner.reconfigure(CleanerConfig.from_broker(broker_config))
         self.default_config = LogConfig.from_broker(broker_config, {})
         self._topic_configs = {t: LogConfig.from_broker(broker_config, o) for t, (_, o) in self._topic_overrides.items()}
         for (topic, _), partition_log in self._logs.items():

@@ -365,6 +365,55 @@ def test_cleaner_settings_are_dynamic_from_the_next_cleaning(tmp_path):
     props = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:1"}
     manager = LogManager([tmp_path], BrokerConfig.from_properties(props))
     assert manager.cleaner.config.io_max_bytes_per_second > 1e300
-    assert "log.cleaner.io.max.bytes.per.second" in DYNAMIC_CONFIGS and "log.cleaner.threads" not in DYNAMIC_CONFIGS
+    assert {"log.cleaner.io.max.bytes.per.second", "log.cleaner.threads"} <= DYNAMIC_CONFIGS
     manager.reconfigure(BrokerConfig.from_properties({**props, "log.cleaner.io.max.bytes.per.second": "1000000"}))
     assert manager.cleaner.config.io_max_bytes_per_second == 1_000_000
+
+
+def test_the_thread_count_changes_at_most_twofold_and_never_below_one():
+    from odradek.broker.dynamic_config import DynamicBrokerConfig
+    from odradek.common.config_def import ConfigException
+
+    dynamic = DynamicBrokerConfig({"broker.id": "0", "zookeeper.connect": "127.0.0.1:1", "log.cleaner.threads": "2"})
+    for accepted in ("1", "2", "3", "4"):
+        dynamic.validate({"log.cleaner.threads": accepted}, per_broker=True)
+    for refused, reason in (("5", "more than double the current value 2"), ("0", "at least 1")):
+        with pytest.raises(ConfigException, match=reason):
+            dynamic.validate({"log.cleaner.threads": refused}, per_broker=False)
+    dynamic.update(broker={"log.cleaner.threads": "4"})
+    with pytest.raises(ConfigException, match="less than half the current value 4"):
+        dynamic.validate({"log.cleaner.threads": "1"}, per_broker=True)
+
+
+def test_a_new_thread_count_starts_and_retires_cleaner_loops_without_a_restart(tmp_path):
+    """Kafka's log.cleaner.threads is dynamic: the running cleaner grows to the new count at once
+    and retires the extra loops after their current cleaning (or backoff)."""
+    import asyncio
+    from dataclasses import replace
+
+    from odradek.broker.log.log_cleaner import CleanerConfig, LogCleaner
+
+    cleaner = LogCleaner(list, CleanerConfig(threads=1, backoff_ms=20))
+
+    async def until(count: int) -> bool:
+        for _ in range(200):
+            if cleaner.threads_running == count:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(cleaner.run(stop))
+        try:
+            assert await until(1)
+            cleaner.reconfigure(replace(cleaner.config, threads=2))
+            assert await until(2)
+            cleaner.reconfigure(replace(cleaner.config, threads=1))
+            assert await until(1)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+        assert cleaner.threads_running == 0
+
+    asyncio.run(run())

@@ -49,6 +49,8 @@ class RunResult:
     verdicts: list[StreamVerdict] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
+    refused_starts: list[str] = field(default_factory=list)
+    """Brokers that exited at start-up because ZooKeeper was unreachable (by design, as Kafka's)."""
     replica_mismatches: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     heal_s: float | None = None
@@ -93,6 +95,7 @@ class RunResult:
             lines.append(f"  {v.topic}: acknowledged {v.acknowledged}, lost {len(v.lost)} {v.lost_detail[:10]}, "
                          f"duplicates {len(v.duplicates)} {v.duplicates[:10]}, order {v.out_of_order[:3]}")
         for label, items in (("changed reads", self.changed), ("crashes", self.crashes),
+                             ("start-ups refused while ZooKeeper was away", self.refused_starts),
                              ("replicas differ", self.replica_mismatches), ("problems", self.problems)):
             if items:
                 lines.append(f"  {label}: {items[:10]}")
@@ -217,11 +220,23 @@ def _play(nemesis: Nemesis, schedule: list[Scheduled], result: RunResult) -> Non
 
 
 def _watch(nemesis: Nemesis, result: RunResult) -> None:
-    """A process no fault stopped that is not running crashed: record it and start it again."""
+    """A process no fault stopped that is not running crashed: record it and start it again, as
+    its supervisor (Kubernetes) would. Not a crash: a broker started while a fault keeps ZooKeeper
+    away exits after zookeeper.connection.timeout.ms, as Kafka's does (its designed start-up
+    failure, with code 1 and the reason in its log)."""
     for p in nemesis.nc.managed():
         if p.popen is not None and not p.alive and p.name not in nemesis.expected_down:
-            result.crashes.append(f"{p.name} exited with {p.returncode}: {p.log_tail(5)}")
+            if refused_start(p.name, p.returncode, p.log_tail(40), zookeeper_away="zookeeper" in nemesis.busy):
+                result.refused_starts.append(f"{p.name} exited with {p.returncode}: ZooKeeper unreachable at start-up")
+            else:
+                result.crashes.append(f"{p.name} exited with {p.returncode}: {p.log_tail(5)}")
             p.start()
+
+
+def refused_start(name: str, returncode: int | None, log_tail: str, zookeeper_away: bool) -> bool:
+    """Whether a broker's exit is its designed refusal to start without ZooKeeper."""
+    return (zookeeper_away and name.startswith("broker-") and returncode == 1
+            and "broker start-up failed" in log_tail and "unreachable" in log_tail)
 
 
 def _check_replicas(nc: NemesisCluster, result: RunResult) -> None:

@@ -35,3 +35,4 @@ def test_an_ack_without_offset_needs_the_record_in_its_partition():
 def test_an_idempotent_duplicate_fails_the_run():
     verdict = check_stream(STREAM, {0: (0, 0), 2: (0, 1)}, log_of([0, 2, 2], []))
     assert verdict.duplicates == [2] and not verdict.ok
+

@@ -25,6 +25,9 @@ CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"
 DATA_DIR = "/var/lib/odradek"
 PROBE = ["python", "-m", "odradek.operator.probe"]
+RACKS_DIR = "/etc/odradek-racks"
+"""With brokers.rack: the node -> rack ConfigMap, one file per node, read at broker start."""
+RACK_WAIT_SECONDS = 120
 
 
 def image(spec: KafkaClusterSpec) -> str:
@@ -152,6 +155,7 @@ def names(name: str) -> dict[str, str]:
         "zookeeper": f"{name}-zookeeper", "zookeeper_headless": f"{name}-zookeeper-headless",
         "controller": f"{name}-controller", "broker": f"{name}-broker",
         "broker_headless": f"{name}-broker-headless", "bootstrap": f"{name}-bootstrap",
+        "broker_racks": f"{name}-broker-racks",
     }
 
 
@@ -317,23 +321,59 @@ def config_hash(properties_text: str, image: str) -> str:
 
 
 def broker_config_hash(body: dict, spec: KafkaClusterSpec) -> str:
-    return config_hash(_properties(broker_properties(body, spec)), image(spec))
+    return config_hash(_broker_properties_text(body, spec), image(spec))
 
 
-def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict]:
-    """`replicas` overrides the spec's count (the operator keeps brokers that still hold data)."""
+def _broker_properties_text(body: dict, spec: KafkaClusterSpec) -> str:
+    """server.properties; with a rack topology key, a comment naming it, so that turning the
+    rack on or off (broker.rack is per pod, not in the file) changes the hash and rolls."""
+    text = _properties(broker_properties(body, spec))
+    if spec.brokers.rack:
+        text += f"# broker.rack: the node label {spec.brokers.rack.topology_key} ({RACKS_DIR}/<node>)\n"
+    return text
+
+
+def rack_map(nodes: list[dict], topology_key: str) -> dict[str, str]:
+    """Node name -> its `topology_key` label, for every node that has the label (a broker on a
+    node without it does not start: its placement would be wrong)."""
+    out = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        value = (meta.get("labels") or {}).get(topology_key)
+        if value and meta.get("name"):
+            out[meta["name"]] = value
+    return dict(sorted(out.items()))
+
+
+def _broker_command(advertised: str, spec: KafkaClusterSpec) -> str:
+    start = (f"exec odradek broker --config {CONFIG_DIR}/server.properties "
+             "--override broker.id=${POD_NAME##*-} "
+             f"--override advertised.listeners={advertised}")
+    if not spec.brokers.rack:
+        return start
+    # The operator keeps the node -> label map in a ConfigMap mounted here; a node that joined
+    # the cluster a moment ago reaches the mounted copy at the kubelet's next sync.
+    key = spec.brokers.rack.topology_key
+    return (f'rack="{RACKS_DIR}/${{NODE_NAME}}"; i=0; '
+            f'while [ ! -s "$rack" ] && [ $i -lt {RACK_WAIT_SECONDS} ]; do sleep 1; i=$((i+1)); done; '
+            f'if [ ! -s "$rack" ]; then echo "node ${{NODE_NAME}} has no label {key}: '
+            f'no broker.rack for this broker" >&2; exit 1; fi; '
+            f'{start} --override "broker.rack=$(cat "$rack")"')
+
+
+def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = None,
+                   racks: dict[str, str] | None = None) -> list[dict]:
+    """`replicas` overrides the spec's count (the operator keeps brokers that still hold data);
+    `racks` is the node -> rack map (rack_map) when the spec names a rack topology key."""
     meta = body["metadata"]
     n = names(meta["name"])
-    props = _properties(broker_properties(body, spec))
+    props = _broker_properties_text(body, spec)
     config = _config_map(body, n["broker"], "broker", {"server.properties": props})
     pod_dns = f"${{POD_NAME}}.{n['broker_headless']}.${{POD_NAMESPACE}}.svc"
     advertised = f"PLAINTEXT://{pod_dns}:{BROKER_PORT},CONTROLLER://{pod_dns}:{BROKER_CONTROL_PORT}"
     container = {
         "name": "broker", "image": image(spec),
-        "command": ["sh", "-c",
-                    f"exec odradek broker --config {CONFIG_DIR}/server.properties "
-                    "--override broker.id=${POD_NAME##*-} "
-                    f"--override advertised.listeners={advertised}"],
+        "command": ["sh", "-c", _broker_command(advertised, spec)],
         "env": _pod_env(),
         "ports": [{"name": "kafka", "containerPort": BROKER_PORT},
                   {"name": "control", "containerPort": BROKER_CONTROL_PORT}],
@@ -354,10 +394,15 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
                             "securityContext": _pod_security(ODRADEK_UID),
                             "volumes": [{"name": "config", "configMap": {"name": n["broker"]}}, TMP_VOLUME]},
                            spec.brokers.pod, selector(meta["name"], "broker"))
+    rack_objects = []
     if spec.brokers.rack:
         pod_spec["topologySpreadConstraints"] = [{
             "maxSkew": 1, "topologyKey": spec.brokers.rack.topology_key, "whenUnsatisfiable": "ScheduleAnyway",
             "labelSelector": {"matchLabels": selector(meta["name"], "broker")}}]
+        container["env"] = [*container["env"], {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+        container["volumeMounts"] = [*container["volumeMounts"], {"name": "racks", "mountPath": RACKS_DIR}]
+        pod_spec["volumes"] = [*pod_spec["volumes"], {"name": "racks", "configMap": {"name": n["broker_racks"]}}]
+        rack_objects = [_config_map(body, n["broker_racks"], "broker", dict(racks or {}))]
     template_meta = {"labels": labels(meta["name"], "broker"), "annotations": {CONFIG_HASH: config_hash(props, image(spec))}}
     expose_metrics(container, template_meta, spec)
     sts = {
@@ -375,6 +420,7 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
     }
     return [
         config,
+        *rack_objects,
         _service(body, n["broker_headless"], "broker", [("kafka", BROKER_PORT)], headless=True),
         _service(body, n["bootstrap"], "broker", [("kafka", BROKER_PORT)]),
         sts,
@@ -383,7 +429,7 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
 
 
 def desired_objects(body: dict, spec: KafkaClusterSpec, broker_replicas: int | None = None,
-                    zookeeper_replicas: int | None = None) -> list[dict]:
+                    zookeeper_replicas: int | None = None, racks: dict[str, str] | None = None) -> list[dict]:
     """Every object the cluster consists of, in the order to apply them."""
     return [*zookeeper_objects(body, spec, zookeeper_replicas), *controller_objects(body, spec),
-            *broker_objects(body, spec, broker_replicas)]
+            *broker_objects(body, spec, broker_replicas, racks)]

@@ -29,6 +29,7 @@ KINDS = {
     "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
     "PersistentVolumeClaim": ("api/v1", "persistentvolumeclaims"),
     "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),  # cluster-scoped
+    "Node": ("api/v1", "nodes"),  # cluster-scoped
     "CustomResourceDefinition": ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),  # cluster-scoped
     "KafkaCluster": ("apis/odradek.io/v1alpha1", "kafkaclusters"),
     "Topic": ("apis/odradek.io/v1alpha1", "topics"),

@@ -82,9 +82,17 @@ def _resources(cpu: str, memory: str, memory_limit: str) -> Resources:
     return Resources(requests={"cpu": cpu, "memory": memory}, limits={"memory": memory_limit})
 
 
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+"""A Kubernetes label key: an optional DNS-subdomain prefix and a name of at most 63 characters
+(it is also written into the broker's start command, so nothing else may pass)."""
+
+
 class Rack(_Model):
     topology_key: str = Field(
-        description="Node label to spread brokers over (a topology spread constraint). broker.rack is not set from it yet."
+        pattern=LABEL_KEY, max_length=317,
+        description="Node label (e.g. topology.kubernetes.io/zone) whose value is each broker's broker.rack "
+                    "(rack-aware replica placement); brokers also spread over it (a topology spread constraint)."
     )
 
 

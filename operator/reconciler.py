@@ -147,7 +147,10 @@ async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = me
     current = await orchestrator.replicas()
     zk_replicas, zk_refused = zookeeper_scaling(spec, live_sts["zookeeper"])
     stalled = [r for r in (zk_refused,) if r is not None]
-    desired = builders.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas)
+    racks = None
+    if spec.brokers.rack:  # nodes are cluster-scoped: the chart grants listing them
+        racks = builders.rack_map(await client.list("Node", None, {}), spec.brokers.rack.topology_key)
+    desired = builders.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas, racks=racks)
     for obj in desired:
         live = live_sts.get("broker") if obj["metadata"]["name"] == n["broker"] else (
             live_sts.get("zookeeper") if obj["metadata"]["name"] == n["zookeeper"] else None)

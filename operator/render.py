@@ -3,7 +3,8 @@ in FILE, as YAML, with no cluster: a dry run for reviews and GitOps diffs.
 
 It renders what a new cluster gets: what the operator decides from a running one (a broker count
 held back during a scale-down, a ZooKeeper ensemble kept at its size, the live claim templates)
-needs the cluster and is not shown.
+needs the cluster and is not shown, nor is the node -> rack map of `brokers.rack` (rendered
+empty: it lists the cluster's nodes).
 """
 
 import sys

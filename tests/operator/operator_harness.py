@@ -20,6 +20,7 @@ KC = "odradek.io/v1alpha1/kafkaclusters"
 TOPICS = "odradek.io/v1alpha1/topics"
 STS = "apps/v1/statefulsets"
 PODS = "v1/pods"
+NODES = "v1/nodes"
 WRITES = ("create", "update", "delete")
 TEST_CLIENT = "odradek-tests"  # the User-Agent of the tests' own API calls (not the operator's)
 
@@ -47,7 +48,12 @@ def new_server() -> KubernetesServer:
                                                    verbs={"get", "list", "create", "patch", "delete"})
     server.resources["storage.k8s.io/v1/storageclasses"] = kmock.ResourceInfo(
         kind="StorageClass", namespaced=False, verbs={"get", "list"})
+    server.resources[NODES] = kmock.ResourceInfo(kind="Node", namespaced=False, verbs={"get", "list"})
     return server
+
+
+def put_node(server, name: str, labels: dict[str, str]) -> None:
+    server.put_raw(NODES, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
 
 
 class ScriptedView:

@@ -222,3 +222,68 @@ def test_pods_spread_over_nodes_and_take_scheduling_settings():
     assert "preferredDuringSchedulingIgnoredDuringExecution" in zk["affinity"]["podAntiAffinity"], "spread by default"
     assert broker["terminationGracePeriodSeconds"] >= 3 * (30 + 5) + 60
     validate(objs[("StatefulSet", "demo-broker")])
+
+
+RACK = {"brokers": {"rack": {"topologyKey": "topology.kubernetes.io/zone"}}}
+
+
+def test_rack_map_takes_each_nodes_topology_label():
+    nodes = [{"metadata": {"name": "n2", "labels": {"topology.kubernetes.io/zone": "eu-1b"}}},
+             {"metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "eu-1a", "other": "x"}}},
+             {"metadata": {"name": "n3", "labels": {"other": "x"}}},  # unlabelled: its brokers do not start
+             {"metadata": {"name": "n4"}}]
+    assert builders.rack_map(nodes, "topology.kubernetes.io/zone") == {"n1": "eu-1a", "n2": "eu-1b"}
+
+
+def test_a_rack_key_mounts_the_node_map_and_rolls_the_brokers_once():
+    body = resource(RACK)
+    objects = by_kind_name(builders.desired_objects(body, parse_spec(RACK), racks={"n1": "eu-1a"}))
+    assert objects[("ConfigMap", "demo-broker-racks")]["data"] == {"n1": "eu-1a"}
+    pod = objects[("StatefulSet", "demo-broker")]["spec"]["template"]["spec"]
+    broker = pod["containers"][0]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in broker["env"]
+    assert {"name": "racks", "mountPath": builders.RACKS_DIR} in broker["volumeMounts"]
+    assert {"name": "racks", "configMap": {"name": "demo-broker-racks"}} in pod["volumes"]
+    assert '--override "broker.rack=$(cat "$rack")"' in broker["command"][2]
+    plain = resource({})
+    assert builders.broker_config_hash(body, parse_spec(RACK)) != builders.broker_config_hash(plain, parse_spec({}))
+    # the node map is no part of the hash: a node joining the cluster restarts nothing
+    again = by_kind_name(builders.desired_objects(body, parse_spec(RACK), racks={"n1": "eu-1a", "n2": "eu-1b"}))
+    assert (again[("StatefulSet", "demo-broker")]["spec"]["template"]
+            == objects[("StatefulSet", "demo-broker")]["spec"]["template"])
+    assert ("ConfigMap", "demo-broker-racks") not in by_kind_name(builders.desired_objects(plain, parse_spec({})))
+
+
+@pytest.mark.parametrize("key", ['zone"; reboot; "', "a/b/c", "zone with space", "-zone"])
+def test_a_rack_key_that_is_no_label_key_is_refused(key):
+    """The key is written into the broker's start command: only label keys pass."""
+    with pytest.raises(ValueError):
+        parse_spec({"brokers": {"rack": {"topologyKey": key}}})
+
+
+@pytest.mark.integration  # runs the start command in sh
+@pytest.mark.parametrize("labelled", [True, False])
+def test_the_broker_start_command_passes_its_nodes_rack(tmp_path, labelled):
+    """The pod's shell glue, run as the container runs it: with the node's file the broker gets
+    broker.rack; without it (an unlabelled node) the container fails with the reason."""
+    import subprocess
+
+    racks, bin_dir = tmp_path / "racks", tmp_path / "bin"
+    racks.mkdir()
+    bin_dir.mkdir()
+    if labelled:
+        (racks / "node-7").write_text("eu-1c")
+    fake = bin_dir / "odradek"  # stands in for the image's entry point: prints what it was given
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.chmod(0o755)
+    pod = by_kind_name(builders.desired_objects(resource(RACK), parse_spec(RACK)))[("StatefulSet", "demo-broker")]
+    script = pod["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    script = script.replace(builders.RACKS_DIR, str(racks)).replace(f"-lt {builders.RACK_WAIT_SECONDS}", "-lt 1")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NODE_NAME": "node-7", "POD_NAME": "demo-broker-2",
+           "POD_NAMESPACE": "kafka"}
+    done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    if labelled:
+        assert done.returncode == 0 and "broker.rack=eu-1c" in done.stdout.splitlines()
+        assert "broker.id=2" in done.stdout.splitlines()
+    else:
+        assert done.returncode == 1 and "node node-7 has no label topology.kubernetes.io/zone" in done.stderr

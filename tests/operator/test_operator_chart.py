@@ -51,7 +51,8 @@ VALUE_SETS = {
     "cluster": ("cluster.enabled=true",),
     "cluster-5-external-zk": ("cluster.enabled=true", "cluster.brokers=5", "cluster.controllers=3",
                               "cluster.zookeeper.connect=zk:2181/odradek", "cluster.storage.storageClass=fast",
-                              "cluster.config.num\\.partitions=6", "operator.watchAllNamespaces=true"),
+                              "cluster.config.num\\.partitions=6", "operator.watchAllNamespaces=true",
+                              "cluster.rackTopologyKey=topology.kubernetes.io/zone"),
     "topics": ("cluster.enabled=true", "topics[0].name=orders", "topics[0].partitions=6", "topics[0].replicas=3",
                "topics[0].config.retention\\.ms=604800000", "topics[0].config.cleanup\\.policy=compact",
                "topics[1].name=audit", "topics[1].topicName=Audit_Log", "topics[1].deletionPolicy=Retain",
@@ -90,8 +91,9 @@ def test_cluster_values_become_the_kafkacluster(helm):
     assert kc["spec"]["zookeeper"] == {"connect": "zk:2181/odradek"}
     assert kc["spec"]["brokers"]["config"] == {"num.partitions": 6}
     assert kc["spec"]["brokers"]["autoRebalance"] is True
+    assert kc["spec"]["brokers"]["rack"] == {"topologyKey": "topology.kubernetes.io/zone"}
     off = next(d for d in render(helm, "cluster.enabled=true", "cluster.autoRebalance=false") if d["kind"] == "KafkaCluster")
-    assert off["spec"]["brokers"]["autoRebalance"] is False
+    assert off["spec"]["brokers"]["autoRebalance"] is False and "rack" not in off["spec"]["brokers"]
     roles = {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")}
     assert roles == {"ClusterRole", "ClusterRoleBinding"}
 
@@ -102,17 +104,21 @@ def test_namespaced_by_default_with_no_cluster(helm):
     assert {d["kind"] for d in docs if d["apiVersion"].startswith("rbac")} == {
         "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
     # The cluster-wide grants of a namespaced operator: reading StorageClasses (cluster-scoped), to
-    # know whether a claim may grow, and its own two CRDs, which it keeps up to date.
+    # know whether a claim may grow, listing nodes (their topology label is each broker's rack),
+    # and its own two CRDs, which it keeps up to date.
     cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
-    assert cluster_rules == [
+    assert cluster_rules[:2] == [
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    cluster_rules = cluster_rules[2:]
+    assert cluster_rules == [
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
          "resourceNames": ["kafkaclusters.odradek.io", "topics.odradek.io"], "verbs": ["get", "patch"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["create"]}]
     operator = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--install-crds" in operator["args"]
     from odradek.operator.crd_install import wanted
-    assert sorted(d["metadata"]["name"] for d in wanted()) == sorted(cluster_rules[1]["resourceNames"])
+    assert sorted(d["metadata"]["name"] for d in wanted()) == sorted(cluster_rules[0]["resourceNames"])
 
 
 def test_topic_values_become_topics_the_operator_accepts(helm):

@@ -21,6 +21,7 @@ from operator_harness import (
     ScriptedView,
     condition,
     new_server,
+    put_node,
     wait_for,
     writes,
 )
@@ -441,3 +442,24 @@ async def test_the_operator_brings_its_crds_up_to_date(env):
     env.operator = OperatorThread(env.url, env.view, install_crds=True)
     await env.view.passes(2)
     assert [w for w in writes(env.server, mark) if w[1] == "customresourcedefinitions"] == [], "up to date: no write"
+
+
+async def test_brokers_get_their_nodes_rack_and_a_new_node_restarts_nothing(env):
+    """brokers.rack: the operator lists the nodes and keeps each one's topology label in a
+    ConfigMap the brokers read at start (broker.rack); a node joining later only updates it."""
+    put_node(env.server, "node-a", {"topology.kubernetes.io/zone": "zone-a"})
+    put_node(env.server, "node-b", {"topology.kubernetes.io/zone": "zone-b"})
+    put_node(env.server, "node-x", {})
+    env.start_operator()
+    await env.api.create_cluster({**SPEC, "brokers": {"rack": {"topologyKey": "topology.kubernetes.io/zone"}}})
+    await env.ready()
+
+    def racks():
+        return (env.server.live("v1/configmaps", NS, "demo-broker-racks") or {}).get("data")
+
+    assert racks() == {"node-a": "zone-a", "node-b": "zone-b"}
+    template = env.server.live(STS, NS, "demo-broker")["spec"]["template"]
+    put_node(env.server, "node-c", {"topology.kubernetes.io/zone": "zone-c"})
+    await wait_for(lambda: racks() == {"node-a": "zone-a", "node-b": "zone-b", "node-c": "zone-c"}, 20, "node-c")
+    assert env.server.live(STS, NS, "demo-broker")["spec"]["template"] == template
+    assert env.pod_deletes() == []

@@ -17,6 +17,7 @@ from operator_harness import (
     ScriptedView,
     condition,
     new_server,
+    put_node,
     wait_for,
 )
 from test_operator_chart import helm, render  # noqa: F401  (helm is a fixture)
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
 # Kinds the KafkaCluster reconciler alone manages (the odradek.io kinds are kopf's and the
 # Topic controller's too, exercised by their own tests).
 MANAGED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets", "pods",
-           "persistentvolumeclaims", "storageclasses", "customresourcedefinitions"}
+           "persistentvolumeclaims", "storageclasses", "customresourcedefinitions", "nodes"}
 PVCS = "v1/persistentvolumeclaims"
 APPLIED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets"}
 # Code paths the scenario cannot take all at once, each the same code as one it takes.
@@ -98,7 +99,9 @@ async def scenario():
                                           "metadata": {"name": f"data-demo-broker-{i}"},
                                           "spec": {"storageClassName": "standard",
                                                    "resources": {"requests": {"storage": "10Gi"}}}})
-            await api.patch_spec({"brokers": {"config": {"num.partitions": 3}, "storage": {"size": "20Gi"}}})
+            put_node(server, "node-a", {"topology.kubernetes.io/zone": "zone-a"})
+            await api.patch_spec({"brokers": {"config": {"num.partitions": 3}, "storage": {"size": "20Gi"},
+                                              "rack": {"topologyKey": "topology.kubernetes.io/zone"}}})
             await wait_for(lambda: all((server.live(PODS, NS, f"demo-broker-{i}") or {}).get("metadata", {})
                                        .get("annotations", {}).get("odradek.io/config-hash")
                                        == server.live(STS, NS, "demo-broker")["spec"]["template"]["metadata"]
@@ -117,7 +120,7 @@ async def scenario():
 
 async def test_the_chart_grants_exactly_the_verbs_the_reconciler_uses(scenario, helm):  # noqa: F811
     # the explained paths are the scenario's own code: it took them for some kinds
-    assert {("statefulsets", "patch"), ("services", "delete"), ("storageclasses", "get")} <= scenario
+    assert {("statefulsets", "patch"), ("services", "delete"), ("storageclasses", "get"), ("nodes", "list")} <= scenario
     for values in ((), ("operator.watchAllNamespaces=true",)):
         grants = granted(render(helm, *values))
         missing = sorted(p for p in scenario if p not in grants and p[0] not in ("namespaces",)

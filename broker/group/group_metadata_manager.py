@@ -12,7 +12,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.record_batch import build_batch, decode_records, iter_batches
+from odradek.broker.log.record_batch import build_batch, decode_records
 from odradek.common.clock import now_ms
 
 from . import records
@@ -21,8 +21,6 @@ from .offsets_topic import GROUP_METADATA_TOPIC_NAME, append_error_to_commit_err
 from .txn_offsets import TxnOffsetReplay
 
 log = logging.getLogger(__name__)
-
-LOAD_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class GroupMetadataManager:
@@ -116,18 +114,10 @@ class GroupMetadataManager:
                 self.groups[key.group] = group
 
     def _load(self, partition: int) -> None:
-        plog = self.replica_manager.local_log((GROUP_METADATA_TOPIC_NAME, partition))
-        offset, end = plog.log_start_offset, plog.log_end_offset
         transactional = TxnOffsetReplay(self, partition)
-        while offset < end:
-            data = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_message=True).read_bytes()
-            if not data:
-                break
-            for info in iter_batches(data, verify_crc=False):  # decode_records verifies each batch's CRC
-                batch = data[info.position : info.position + info.size]
-                if not transactional.batch(info, batch):
-                    self.replay(partition, decode_records(batch))
-                offset = info.next_offset
+        for info, batch in self.replica_manager.local_log((GROUP_METADATA_TOPIC_NAME, partition)).scan_batches():
+            if not transactional.batch(info, batch):
+                self.replay(partition, decode_records(batch))
         transactional.finish()
 
     def on_election(self, partition: int, epoch: int, on_loaded) -> None:

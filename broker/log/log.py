@@ -10,7 +10,7 @@ import bisect
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -52,6 +52,7 @@ from .record_batch import (
     Buffer,
     assign_offset,
     decode_records,
+    iter_batches,
     read_header,
     record_timestamps,
     set_log_append_time,
@@ -463,6 +464,20 @@ class Log:
         return seg
 
     # --- reading --------------------------------------------------------------------------
+
+    def scan_batches(self, chunk_bytes: int = 4 * 1024 * 1024) -> Iterator[tuple[BatchInfo, bytes]]:
+        """Every batch from the log start to the log end as of the call, with its bytes, read a
+        chunk at a time: what a coordinator replays when it takes over its partition. CRCs are
+        left to the reader (decode_records checks each batch's)."""
+        offset, end = self.log_start_offset, self.log_end_offset
+        while offset < end:
+            data = self.read(offset, chunk_bytes, max_offset=end, min_one_message=True).read_bytes()
+            before = offset
+            for info in iter_batches(data, verify_crc=False):
+                yield info, data[info.position : info.position + info.size]
+                offset = info.next_offset
+            if offset == before:  # nothing whole to read (a torn tail): stop rather than spin
+                return
 
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.group.offsets_topic import partition_for
-from odradek.broker.log.record_batch import build_batch, decode_records, iter_batches
+from odradek.broker.log.record_batch import build_batch, decode_records
 from odradek.common.clock import now_ms
 
 from . import transaction_log
@@ -24,7 +24,6 @@ from .transaction_metadata import TransactionMetadata, TransactionState, TxnTran
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
-LOAD_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -117,18 +116,11 @@ class TransactionStateManager:
     # --- loading --------------------------------------------------------------------------------
 
     def _load(self, partition: int) -> dict[str, TransactionMetadata]:
-        plog = self.replica_manager.local_log((TRANSACTION_STATE_TOPIC_NAME, partition))
-        offset, end = plog.log_start_offset, plog.log_end_offset
         loaded: dict[str, TransactionMetadata] = {}
-        while offset < end:
-            data = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_message=True).read_bytes()
-            if not data:
-                break
-            for info in iter_batches(data, verify_crc=False):  # decode_records verifies each batch's CRC
-                if not info.is_control:
-                    for rec in decode_records(data[info.position : info.position + info.size]):
-                        self._replay(partition, loaded, rec)
-                offset = info.next_offset
+        for info, batch in self.replica_manager.local_log((TRANSACTION_STATE_TOPIC_NAME, partition)).scan_batches():
+            if not info.is_control:
+                for rec in decode_records(batch):
+                    self._replay(partition, loaded, rec)
         return loaded
 
     @staticmethod

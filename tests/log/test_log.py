@@ -422,3 +422,15 @@ def test_new_log_creates_its_files_quietly(tmp_path, caplog):
     assert sorted(p.name for p in lg.dir.iterdir()) == [
         "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex"
     ]
+
+
+def test_scan_batches_reads_every_batch_to_the_end_in_chunks(tmp_path):
+    """A coordinator's load: every batch from the start, chunk after chunk, each with its bytes."""
+    log = Log(tmp_path / "t-0", LogConfig(segment_bytes=4096))
+    for i in range(40):
+        log.append_as_leader(build_batch([(b"k", b"v%03d" % i)] * 3), leader_epoch=0)
+    scanned = list(log.scan_batches(chunk_bytes=300))
+    assert [info.base_offset for info, _ in scanned] == list(range(0, 120, 3))
+    assert all(len(data) == info.size for info, data in scanned)
+    assert [r.value for _, data in scanned[-1:] for r in decode_records(data)] == [b"v039"] * 3
+    log.close()

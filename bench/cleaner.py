@@ -36,6 +36,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from produce_latency import produce_latency  # bench/ is sys.path[0] when run as a script
 
 from odradek.broker.log import Log
 from odradek.broker.log.cleaner_worker import clean
@@ -93,36 +94,6 @@ def throughput(work: Path, keys: int, versions: int) -> None:
               f"cleaning {clean_rate:.1f} MB/s ({clean_s:.2f} s), ratio {clean_rate / read_rate:.4f}", flush=True)
         log.close()
         shutil.rmtree(directory)
-
-
-def latency(bootstrap: str, topic: str, rate: float, seconds: float) -> tuple[float, float, int]:
-    """p50 and p99 (ms) from produce() to delivery report, `rate` records/s for `seconds`."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 0, "enable.idempotence": False,
-                         "message.timeout.ms": 30_000})
-    samples: list[float] = []
-    failures: list[str] = []
-
-    def report(sent_at):
-        def cb(err, _msg):
-            (failures.append(str(err)) if err is not None else samples.append(time.perf_counter() - sent_at))
-        return cb
-
-    value = b"x" * 100
-    producer.produce(topic, value=value)
-    if producer.flush(30):
-        raise RuntimeError("warm-up record not delivered")
-    total = int(rate * seconds)
-    start = time.perf_counter()
-    for i in range(total):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            producer.poll(min(0.001, due - now))
-        producer.produce(topic, value=value, on_delivery=report(time.perf_counter()))
-        producer.poll(0)
-    if producer.flush(60) or failures:
-        raise RuntimeError(f"latency run: {len(failures)} failures {failures[:2]}")
-    samples.sort()
-    return samples[len(samples) // 2] * 1000, samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1000, total
 
 
 def wait_for_leaders(admin: AdminClient, topics: tuple[str, ...], timeout: float = 60.0) -> None:
@@ -195,7 +166,7 @@ def latency_case(work: Path, megabytes: int, rate: float, seconds: float, io_rat
         wait_for_leaders(admin, (big, probe))
         count = fill_topic(cluster.bootstrap, big, megabytes)
         print(f"latency: {big} holds {count:,} records ({megabytes} MB, 20,000 keys)", flush=True)
-        p50, p99, n = latency(cluster.bootstrap, probe, rate, seconds)
+        p50, p99, n = produce_latency(cluster.bootstrap, probe, rate, seconds)
         print(f"latency without cleaning: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({n} records at {rate:.0f}/s)",
               flush=True)
         broker_log = cluster.log_dir / "broker-0.log"
@@ -204,7 +175,7 @@ def latency_case(work: Path, megabytes: int, rate: float, seconds: float, io_rat
         admin.incremental_alter_configs([resource])[resource].result(timeout=30)
         wait_for_line(broker_log, "cleaning", 1, 120)  # the run starts with the cleaning
         run_start = time.time()
-        p50c, p99c, n = latency(cluster.bootstrap, probe, rate, seconds)
+        p50c, p99c, n = produce_latency(cluster.bootstrap, probe, rate, seconds)
         run_end = time.time()
         done = wait_for_line(broker_log, "cleaned", 1, 600)[0]
         started_at = line_time(cleaner_lines(broker_log, "cleaning")[0])

@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from throughput import Result, median, write_records  # bench/ is sys.path[0] when run as a script
+from produce_latency import produce_latency  # bench/ is sys.path[0] when run as a script
+from throughput import Result, median, write_records
 
 SIZE = 100
 PRODUCE_OPTS = ["-X", "linger.ms=5", "-X", "queue.buffering.max.messages=1000000",
@@ -130,39 +131,7 @@ def kcat_produce(target: Target, topic: str, data: Path, records: int, partition
 
 def latency(target: Target, topic: str, acks: str, rate: float, seconds: float) -> tuple[float, float, int]:
     """p50 and p99 (ms) from produce() to delivery report, `rate` records/s for `seconds`."""
-    producer = Producer({"bootstrap.servers": target.bootstrap, "acks": acks, "linger.ms": 0,
-                         "enable.idempotence": False, "message.timeout.ms": 30_000})
-    samples: list[float] = []
-    failures: list[str] = []
-
-    def report(sent_at):
-        def cb(err, _msg):
-            if err is None:
-                samples.append(time.perf_counter() - sent_at)
-            else:
-                failures.append(str(err))
-        return cb
-
-    value = b"x" * SIZE
-    # Warm-up: a new topic's first acknowledgement waits for every replica to start (logs made,
-    # leader-epoch checkpoints fsynced, followers' first fetch), a one-time cost of hundreds of ms
-    # after heavy writes; the samples measure the steady state.
-    producer.produce(topic, value=value)
-    if producer.flush(30):
-        raise RuntimeError(f"latency run on {target.name}/{topic}: warm-up record not delivered")
-    total = int(rate * seconds)
-    start = time.perf_counter()
-    for i in range(total):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            producer.poll(min(0.001, due - now))
-        producer.produce(topic, value=value, on_delivery=report(time.perf_counter()))
-        producer.poll(0)
-    if producer.flush(60) or failures:
-        raise RuntimeError(f"latency run on {target.name}/{topic} acks={acks}: {len(failures)} failures {failures[:2]}")
-    del producer
-    samples.sort()
-    return samples[len(samples) // 2] * 1000, samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1000, total
+    return produce_latency(target.bootstrap, topic, rate, seconds, acks=acks, size=SIZE)
 
 
 def main(argv: list[str] | None = None) -> int:

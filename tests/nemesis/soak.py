@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
           f"idempotence ({sum(r.duplicates_plain for r in results)} without, allowed; "
           f"{sum(r.reordered_plain for r in results)} partitions reordered without, allowed), "
           f"{len(failed)} failed" + (f": seeds {[r.seed for r in failed]}" if failed else ""))
+    refused = [(r.seed, s) for r in results for s in r.refused_starts]
+    print(f"{len(refused)} broker start-ups refused while a fault kept ZooKeeper away (restarted, not crashes)"
+          + (f": {refused[:5]}" if refused else ""))
     print("dups: acknowledged records stored twice by the idempotent producer; dups*: by the other one")
     if not failed and not args.keep:
         shutil.rmtree(root, ignore_errors=True)

@@ -45,7 +45,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
-from odradek.common.network.client import NetworkClient
+from odradek.common.network.bootstrap import BootstrapConnections
 from odradek.common.replica_balance import BalanceError, balance
 
 Plan = dict[tuple[str, int], tuple[int, ...]]
@@ -180,40 +180,9 @@ def _bytes(n: float) -> str:
 # --- the cluster ---------------------------------------------------------------------------------------
 
 
-def _host_port(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    return host or "127.0.0.1", int(port)
-
-
-class Cluster:
+class Cluster(BootstrapConnections):
     def __init__(self, bootstrap: str, timeout_s: float):
-        self.bootstraps = [_host_port(b.strip()) for b in bootstrap.split(",") if b.strip()]
-        self.timeout_s = timeout_s
-        self._clients: dict[tuple[str, int], NetworkClient] = {}
-
-    async def send_any(self, request):
-        """To the first bootstrap server that answers (remembered for the next requests)."""
-        last: Exception = ConnectionError("no bootstrap server given")
-        for endpoint in list(self.bootstraps):
-            try:
-                response = await self.send(endpoint, request)
-            except (ConnectionError, TimeoutError, OSError) as e:
-                last = e
-                continue
-            self.bootstraps.remove(endpoint)
-            self.bootstraps.insert(0, endpoint)
-            return response
-        raise last
-
-    async def send(self, endpoint: tuple[str, int], request):
-        if endpoint not in self._clients:
-            self._clients[endpoint] = NetworkClient(*endpoint, client_id="odradek-reassign",
-                                                    connect_timeout=self.timeout_s)
-        return await self._clients[endpoint].send(request, self.timeout_s)
-
-    async def close(self) -> None:
-        for c in self._clients.values():
-            await c.close()
+        super().__init__(bootstrap, timeout_s, client_id="odradek-reassign")
 
     async def metadata(self, topics: list[str] | None):
         request = MetadataRequest(

@@ -29,7 +29,7 @@ from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableT
 from kio.static.primitive import i8, i16, i32
 
 from odradek.common import wire
-from odradek.common.network.client import NetworkClient
+from odradek.common.network.bootstrap import BootstrapConnections
 
 
 class ToolError(Exception):
@@ -90,35 +90,15 @@ def decode_describe_transactions(frame: bytes) -> list[dict]:
     return out
 
 
-def _host_port(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    return host or "127.0.0.1", int(port)
-
-
-class Tool:
+class Tool(BootstrapConnections):
     def __init__(self, bootstrap: str, timeout_s: float):
-        self.bootstrap = _host_port(bootstrap.split(",")[0])
-        self.timeout_s = timeout_s
-        self._clients: dict[tuple[str, int], NetworkClient] = {}
-
-    def client(self, endpoint: tuple[str, int]) -> NetworkClient:
-        if endpoint not in self._clients:
-            self._clients[endpoint] = NetworkClient(*endpoint, client_id="odradek-transactions",
-                                                    connect_timeout=self.timeout_s)
-        return self._clients[endpoint]
-
-    async def send(self, endpoint, request):
-        return await self.client(endpoint).send(request, self.timeout_s)
-
-    async def close(self) -> None:
-        for c in self._clients.values():
-            await c.close()
+        super().__init__(bootstrap, timeout_s, client_id="odradek-transactions")
 
     async def metadata(self, topics=None):
         request = MetadataRequest(
             topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-        return await self.send(self.bootstrap, request)
+        return await self.send_any(request)
 
     async def brokers(self) -> dict[int, tuple[str, int]]:
         meta = await self.metadata([])
@@ -137,8 +117,7 @@ class Tool:
         return out
 
     async def describe(self, transactional_id: str) -> dict:
-        found = await self.send(self.bootstrap, FindCoordinatorRequest(key_type=i8(1),
-                                                                       coordinator_keys=(transactional_id,)))
+        found = await self.send_any(FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,)))
         (c,) = found.coordinators
         if c.error_code != 0:
             raise ToolError(f"no coordinator for {transactional_id!r}: {c.error_code.name.upper()}")

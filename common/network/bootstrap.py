@@ -1,0 +1,55 @@
+"""Connections of a command-line tool to a cluster it knows by its bootstrap servers.
+
+Kafka's admin tools try every server of `--bootstrap-server` until one answers: the first one
+named may be the very broker that crashed. `send_any` does so and remembers the one that answered;
+`send` talks to one broker (a coordinator, a partition's leader) over a connection kept per broker.
+"""
+
+from __future__ import annotations
+
+from odradek.common.network.client import NetworkClient
+
+
+def parse_bootstrap(value: str) -> list[tuple[str, int]]:
+    """`host:port,host:port` → endpoints; a missing host is loopback."""
+    out = []
+    for item in value.split(","):
+        if item.strip():
+            host, _, port = item.strip().rpartition(":")
+            out.append((host or "127.0.0.1", int(port)))
+    return out
+
+
+class BootstrapConnections:
+    def __init__(self, bootstrap: str, timeout_s: float, client_id: str):
+        self.bootstraps = parse_bootstrap(bootstrap)
+        self.timeout_s = timeout_s
+        self.client_id = client_id
+        self._clients: dict[tuple[str, int], NetworkClient] = {}
+
+    def client(self, endpoint: tuple[str, int]) -> NetworkClient:
+        if endpoint not in self._clients:
+            self._clients[endpoint] = NetworkClient(*endpoint, client_id=self.client_id,
+                                                    connect_timeout=self.timeout_s)
+        return self._clients[endpoint]
+
+    async def send(self, endpoint: tuple[str, int], request):
+        return await self.client(endpoint).send(request, self.timeout_s)
+
+    async def send_any(self, request):
+        """To the first bootstrap server that answers (tried first for the next requests)."""
+        last: Exception = ConnectionError("no bootstrap server given")
+        for endpoint in list(self.bootstraps):
+            try:
+                response = await self.send(endpoint, request)
+            except (ConnectionError, TimeoutError, OSError) as e:
+                last = e
+                continue
+            self.bootstraps.remove(endpoint)
+            self.bootstraps.insert(0, endpoint)
+            return response
+        raise last
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()

@@ -29,18 +29,35 @@ MAX_OFFSET_RESETS = 10
 """Bounds how often one range may jump over lost records (failOnDataLoss=false)."""
 
 
-def _watermarks(consumer: Consumer, tp: KTopicPartition, attempts: int = 5) -> tuple[int, int]:
-    """(log start, high watermark) from the partition's leader; a leader moving away answers an
-    error for a moment, so a few bounded attempts."""
-    for attempt in range(attempts):
-        try:
-            return consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-        except KafkaException as e:
-            if attempt == attempts - 1:
-                raise
-            log.warning("watermarks of %s-%d: %s; asking again", tp.topic, tp.partition, e)
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
+class _RangeConsumer:
+    """The consumer reading one range. A consumer made while the partition's leader had just died
+    keeps that leader in its metadata and asks it until the periodic refresh (minutes): a question
+    that times out is asked again by a fresh consumer, which bootstraps from whoever answers."""
+
+    def __init__(self, config: dict, tp: KTopicPartition, attempts: int = 5):
+        self.config = config
+        self.tp = tp
+        self.attempts = attempts
+        self.consumer = Consumer(config)
+
+    def watermarks(self) -> tuple[int, int]:
+        """(log start, high watermark) from the partition's leader. May replace the consumer:
+        the caller assigns the partition afterwards."""
+        for attempt in range(self.attempts):
+            try:
+                return self.consumer.get_watermark_offsets(self.tp, timeout=10, cached=False)
+            except KafkaException as e:
+                if attempt == self.attempts - 1:
+                    raise
+                log.warning("watermarks of %s-%d: %s; asking again with a fresh consumer",
+                            self.tp.topic, self.tp.partition, e)
+                time.sleep(0.5 * (attempt + 1))
+                stale, self.consumer = self.consumer, Consumer(self.config)
+                stale.close()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def report_data_loss(fail: bool, message: str) -> None:
@@ -84,22 +101,21 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
         return
     schema = arrow_schema(options.include_headers)
     fail = options.fail_on_data_loss
-    consumer = Consumer(options.consumer_config())
+    reader = _RangeConsumer(options.consumer_config(), KTopicPartition(r.topic, r.partition))
     try:
-        tp = KTopicPartition(r.topic, r.partition)
-        low, high = _watermarks(consumer, tp)
+        low, high = reader.watermarks()
         start = r.from_offset
         if start < low:
             report_data_loss(fail, f"Cannot fetch offset {start} of {r.topic}-{r.partition}: the log starts at {low}")
             start = low
         if start >= r.until_offset:
             return
-        consumer.assign([KTopicPartition(r.topic, r.partition, start)])
+        reader.consumer.assign([KTopicPartition(r.topic, r.partition, start)])
         next_offset = start
         resets = 0
         idle_since = time.monotonic()
         while next_offset < r.until_offset:
-            messages = consumer.consume(num_messages=min(MAX_BATCH_ROWS, r.until_offset - next_offset),
+            messages = reader.consumer.consume(num_messages=min(MAX_BATCH_ROWS, r.until_offset - next_offset),
                                         timeout=POLL_SECONDS)
             out = []
             done = False
@@ -119,7 +135,7 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                         done = True
                         break
                 elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    low, high = _watermarks(consumer, tp)
+                    low, high = reader.watermarks()
                     resets += 1
                     if next_offset < low:
                         report_data_loss(fail, f"Cannot fetch offset {next_offset} of {r.topic}-{r.partition}: "
@@ -133,7 +149,7 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                     if resets > MAX_OFFSET_RESETS:
                         raise DataLossError(f"{r.topic}-{r.partition}: offset {next_offset} out of range "
                                             f"{resets} times (log {low}..{high})")
-                    consumer.assign([KTopicPartition(r.topic, r.partition, next_offset)])
+                    reader.consumer.assign([KTopicPartition(r.topic, r.partition, next_offset)])
                     break
                 elif not err.retriable() and err.fatal():
                     raise RuntimeError(f"reading {r.topic}-{r.partition}: {err}")
@@ -143,7 +159,7 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
             if done:
                 break
             if time.monotonic() - idle_since > options.poll_timeout_ms / 1000:
-                low, high = _watermarks(consumer, tp)
+                low, high = reader.watermarks()
                 if high < r.until_offset:
                     report_data_loss(fail, f"Cannot fetch offsets {next_offset}..{r.until_offset} of "
                                            f"{r.topic}-{r.partition}: the log ends at {high}")
@@ -151,4 +167,4 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                 raise TimeoutError(f"Cannot fetch record for offset {next_offset} of {r.topic}-{r.partition} "
                                    f"in {options.poll_timeout_ms} milliseconds")
     finally:
-        consumer.close()
+        reader.close()

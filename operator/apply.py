@@ -1,24 +1,30 @@
-"""Idempotent apply of desired objects: create what is missing, patch only what differs, and
-remove what the operator no longer renders.
+"""Apply of desired objects by server-side apply, and removal of what the operator no longer
+renders.
 
-The API server adds defaults and metadata to every object, so "differs" means: some field the
-operator renders has another value in the live object. Comparing before writing is what lets a
-new operator version (same desired objects) start without touching, let alone restarting,
-anything.
+Each object is sent whole as an apply patch under the operator's field manager: the API server
+sets what differs, leaves server defaults and other controllers' fields alone, and removes a
+field the operator applied before but sends no longer. An apply that changes nothing writes
+nothing, so a new operator version rendering the same objects restarts nothing.
 
-Removal works as `kubectl apply` does: each object carries what the operator last rendered
-(LAST_APPLIED annotation), and a key that was rendered then but is not now is set to null in
-the merge patch. Keys the operator never rendered (server defaults, other controllers' fields)
-are left alone. An object without the annotation (written by an operator before it existed)
-gets it on the first pass, a metadata-only patch that restarts nothing.
+Objects written by operator versions before server-side apply carry what they rendered in the
+LAST_APPLIED annotation, and their fields are owned by those writes ("Update" entries in
+managedFields, under the old client's agent name). Left so, a field a later version stops
+rendering would stay forever, still owned by the old writes. `apply` migrates such an object
+once: a last three-way merge patch removes what is no longer rendered (and the annotation), the
+object is applied, and the old writers' ownership entries are dropped (as kubectl's csaupgrade
+does), leaving the operator's apply entry the owner.
 """
 
 import json
 
-from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.kube import USER_AGENT, ApiError, KubeClient
 from odradek.operator.models import GROUP
 
+FIELD_MANAGER = "odradek-operator"
 LAST_APPLIED = f"{GROUP}/last-applied-configuration"
+CLIENT_SIDE_MANAGERS = frozenset({"Python", FIELD_MANAGER, USER_AGENT})
+"""Who owned the fields the operator wrote before it applied server-side: the API server names
+a write without a field manager after its user agent's first word (aiohttp's "Python/3.x ...")."""
 
 
 def contains(actual, desired) -> bool:
@@ -40,20 +46,9 @@ def patch_for(desired: dict) -> dict:
     return patch
 
 
-def with_last_applied(desired: dict) -> dict:
-    """`desired` carrying its own rendering (without the annotation itself) as LAST_APPLIED."""
-    rendered = patch_for(desired)
-    annotations = {k: v for k, v in (rendered["metadata"].get("annotations") or {}).items() if k != LAST_APPLIED}
-    rendered["metadata"] = {**rendered["metadata"], "annotations": annotations}
-    if not annotations:
-        del rendered["metadata"]["annotations"]
-    text = json.dumps(rendered, sort_keys=True, separators=(",", ":"))
-    meta = {**desired["metadata"], "annotations": {**annotations, LAST_APPLIED: text}}
-    return {**desired, "metadata": meta}
-
-
 def last_applied(live: dict) -> dict:
-    """What the operator rendered when it last wrote `live` ({} when unknown or unreadable)."""
+    """What an operator before server-side apply rendered when it last wrote `live` ({} when
+    unknown or unreadable)."""
     text = ((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
     try:
         found = json.loads(text) if text else {}
@@ -82,26 +77,69 @@ def three_way_patch(last: dict, desired: dict, live: dict) -> dict:
     return patch
 
 
-async def apply(client: KubeClient, desired: dict) -> str:
-    """Make one object match; returns "created", "patched" or "unchanged"."""
-    desired = with_last_applied(desired)
-    meta = desired["metadata"]
-    live = await client.get(desired["kind"], meta["namespace"], meta["name"])
-    if live is None:
-        try:
-            await client.create(desired)
-            return "created"
-        except ApiError as e:
-            if e.status != 409:  # created meanwhile (an operator restarted mid-apply): compare it
-                raise
-            live = await client.get(desired["kind"], meta["namespace"], meta["name"])
-            if live is None:
-                raise
+def migration_patch(live: dict, desired: dict) -> dict | None:
+    """The merge patch that ends client-side apply on `live` (None: it never had it): the
+    three-way patch, and the LAST_APPLIED annotation removed."""
+    annotations = (live.get("metadata") or {}).get("annotations") or {}
+    if LAST_APPLIED not in annotations:
+        return None
     patch = three_way_patch(last_applied(live), patch_for(desired), live)
-    if not patch:
-        return "unchanged"
-    await client.patch(desired["kind"], meta["namespace"], meta["name"], patch)
-    return "patched"
+    patch.setdefault("metadata", {}).setdefault("annotations", {})[LAST_APPLIED] = None
+    return patch
+
+
+def without_client_side_owners(managed_fields: list[dict]) -> list[dict] | None:
+    """managedFields without the entries of the operator's writes before server-side apply; None
+    when there is nothing to drop (or nothing would be left: the server refills an empty list)."""
+    kept = [e for e in managed_fields
+            if not (e.get("operation") == "Update" and e.get("manager") in CLIENT_SIDE_MANAGERS
+                    and not e.get("subresource"))]
+    if len(kept) == len(managed_fields) or not kept:
+        return None
+    return kept
+
+
+async def apply(client: KubeClient, desired: dict) -> str:
+    """Make one object match; returns "created", "migrated", "patched" or "unchanged"."""
+    kind, meta = desired["kind"], desired["metadata"]
+    live = await client.get(kind, meta.get("namespace"), meta["name"])
+    migration = migration_patch(live, desired) if live is not None else None
+    if migration is not None:
+        await client.patch(kind, meta.get("namespace"), meta["name"], migration, field_manager=FIELD_MANAGER)
+    applied = await client.apply(desired, FIELD_MANAGER)
+    if migration is not None:
+        await _release_client_side_owners(client, kind, applied)
+        return "migrated"
+    if live is None:
+        return "created"
+    return "unchanged" if _version(applied) == _version(live) else "patched"
+
+
+def _version(obj: dict) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+async def _release_client_side_owners(client: KubeClient, kind: str, applied: dict, attempts: int = 3) -> None:
+    """Drop the old writers' managedFields entries. The JSON patch is guarded by the
+    resourceVersion so that a write in between (another controller's) is never undone; then the
+    object is read again and the drop retried, a bounded number of times."""
+    obj: dict | None = applied
+    for _ in range(attempts):
+        if obj is None:
+            return
+        meta = obj["metadata"]
+        kept = without_client_side_owners(meta.get("managedFields") or [])
+        if kept is None:
+            return
+        try:
+            await client.patch(kind, meta.get("namespace"), meta["name"], [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+                {"op": "replace", "path": "/metadata/managedFields", "value": kept}])
+            return
+        except ApiError as e:
+            if e.status not in (409, 422):  # 422: the test failed, the object changed meanwhile
+                raise
+        obj = await client.get(kind, meta.get("namespace"), meta["name"])
 
 
 def orphans(live: list[dict], desired: list[dict], owner_uid: str) -> list[tuple[str, str]]:

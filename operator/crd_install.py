@@ -8,9 +8,9 @@ schema would prune the new fields. The operator carries the schema it was built 
 
 import logging
 
-from odradek.operator.apply import contains
+from odradek.operator.apply import apply
 from odradek.operator.crd import crd, topic_crd
-from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.kube import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -20,24 +20,13 @@ def wanted() -> list[dict]:
 
 
 async def ensure_crds(client: KubeClient) -> list[str]:
-    """Create missing CRDs and patch those whose spec differs; returns what was written."""
+    """Apply the CRDs (server-side, as every object the operator renders); returns what was
+    written."""
     written = []
     for doc in wanted():
-        name = doc["metadata"]["name"]
-        live = await client.get("CustomResourceDefinition", None, name)
-        if live is None:
-            try:
-                await client.create(doc)
-                written.append(f"{name} created")
-                continue
-            except ApiError as e:
-                if e.status != 409:
-                    raise
-                live = await client.get("CustomResourceDefinition", None, name)
-        if live is not None and contains(live.get("spec"), doc["spec"]):
-            continue
-        await client.patch("CustomResourceDefinition", None, name, {"spec": doc["spec"]})
-        written.append(f"{name} updated")
+        outcome = await apply(client, doc)
+        if outcome != "unchanged":
+            written.append(f"{doc['metadata']['name']} {outcome}")
     for line in written:
         log.info("CustomResourceDefinition %s", line)
     return written

@@ -1,38 +1,50 @@
-"""A thin asyncio client for the few Kubernetes REST calls the operator makes.
+"""The operator's Kubernetes API client: kubernetes_asyncio's typed APIs, logged in with kopf's
+credentials, answering plain dicts.
 
 kopf watches the KafkaCluster resources; the objects the operator owns (StatefulSets, Services,
 pods, ...) are read and written through this client with the same credentials kopf logs in with
-(a `kopf.ConnectionInfo`), so one login serves both.
+(a `kopf.ConnectionInfo`), so one login serves both. Answers are read as the JSON the server sent
+(`_preload_content=False`), not as the package's model classes: those drop fields newer than the
+package, and the operator compares and re-sends whole objects.
 """
+
+from __future__ import annotations
 
 import asyncio
 import base64
 import json
 import os
-import ssl
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
+from kubernetes_asyncio import client as k8s
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+USER_AGENT = "odradek-operator"
+"""The API server names the field manager of a write without one after the agent's first word."""
+REQUEST_TIMEOUT = 30
 
-# kind → (API path prefix, plural); only the kinds the builders render, plus pods.
-KINDS = {
-    "ConfigMap": ("api/v1", "configmaps"),
-    "Service": ("api/v1", "services"),
-    "Pod": ("api/v1", "pods"),
-    "StatefulSet": ("apis/apps/v1", "statefulsets"),
-    "Deployment": ("apis/apps/v1", "deployments"),
-    "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
-    "PersistentVolumeClaim": ("api/v1", "persistentvolumeclaims"),
-    "StorageClass": ("apis/storage.k8s.io/v1", "storageclasses"),  # cluster-scoped
-    "Node": ("api/v1", "nodes"),  # cluster-scoped
-    "CustomResourceDefinition": ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),  # cluster-scoped
-    "KafkaCluster": ("apis/odradek.io/v1alpha1", "kafkaclusters"),
-    "Topic": ("apis/odradek.io/v1alpha1", "topics"),
+# kind → (typed API, the kind's snake_case name in its method names, namespaced); only the kinds
+# the builders render, plus what the reconcilers read.
+BUILTIN: dict[str, tuple[type, str, bool]] = {
+    "ConfigMap": (k8s.CoreV1Api, "config_map", True),
+    "Service": (k8s.CoreV1Api, "service", True),
+    "Pod": (k8s.CoreV1Api, "pod", True),
+    "PersistentVolumeClaim": (k8s.CoreV1Api, "persistent_volume_claim", True),
+    "Node": (k8s.CoreV1Api, "node", False),
+    "StatefulSet": (k8s.AppsV1Api, "stateful_set", True),
+    "Deployment": (k8s.AppsV1Api, "deployment", True),
+    "PodDisruptionBudget": (k8s.PolicyV1Api, "pod_disruption_budget", True),
+    "StorageClass": (k8s.StorageV1Api, "storage_class", False),
+    "CustomResourceDefinition": (k8s.ApiextensionsV1Api, "custom_resource_definition", False),
+}
+# kind → (group, version, plural): the odradek.io kinds, through CustomObjectsApi.
+CUSTOM = {
+    "KafkaCluster": ("odradek.io", "v1alpha1", "kafkaclusters"),
+    "Topic": ("odradek.io", "v1alpha1", "topics"),
 }
 
 
@@ -42,70 +54,103 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def object_path(kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
-    """The object's URL path; namespace None: the kind in every namespace (for lists)."""
-    prefix, plural = KINDS[kind]
-    path = f"/{prefix}/{plural}" if namespace is None else f"/{prefix}/namespaces/{namespace}/{plural}"
-    if name is not None:
-        path += f"/{name}"
-    if subresource is not None:
-        path += f"/{subresource}"
+def authorization(info) -> str | None:
+    """The Authorization header a kopf ConnectionInfo carries (none for a client certificate)."""
+    if info.token:
+        return f"{info.scheme or 'Bearer'} {info.token}"
+    if info.username and info.password:
+        return "Basic " + base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
+    return None
+
+
+def configuration(info, files: list[str]) -> k8s.Configuration:
+    """kubernetes_asyncio's Configuration for kopf's ConnectionInfo. The package loads
+    certificates from files only: inline data goes to private temp files (listed in `files`,
+    removed by the caller once the client has loaded them)."""
+    c = k8s.Configuration(host=info.server.rstrip("/"))
+    header = authorization(info)
+    if header is not None:
+        c.api_key = {"BearerToken": header}  # the whole header value: no prefix added
+    if info.insecure:
+        c.verify_ssl = False
+    else:
+        c.ssl_ca_cert = info.ca_path or (_private_file(info.ca_data, files) if info.ca_data else None)
+    if info.certificate_path or info.certificate_data:
+        c.cert_file = info.certificate_path or _private_file(info.certificate_data, files)
+        c.key_file = info.private_key_path or (
+            _private_file(info.private_key_data, files) if info.private_key_data else None)
+    return c
+
+
+def _private_file(data: bytes | str, made: list[str]) -> str:
+    fd, path = tempfile.mkstemp(prefix="odradek-kube-")
+    made.append(path)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
     return path
 
 
-def authorization(info) -> dict[str, str]:
-    """The Authorization header a kopf ConnectionInfo carries (none for a client certificate)."""
-    if info.token:
-        return {"Authorization": f"{info.scheme or 'Bearer'} {info.token}"}
-    if info.username and info.password:
-        basic = base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
-        return {"Authorization": f"Basic {basic}"}
-    return {}
-
-
-@dataclass
 class KubeClient:
-    """Holds one aiohttp session; `from_connection(info)` takes kopf's ConnectionInfo.
+    """One kubernetes_asyncio ApiClient; `from_connection(info)` takes kopf's ConnectionInfo.
 
     `relogin` (kopf's login, again) is asked for fresh credentials when the server answers 401:
     a service account's bound token expires and the kubelet rotates the file it is read from."""
-    server: str
-    session: aiohttp.ClientSession
-    relogin: Callable[[], Any] | None = None
+
+    def __init__(self, api: k8s.ApiClient, relogin: Callable[[], Any] | None = None):
+        self.api = api
+        self.relogin = relogin
 
     @classmethod
-    def from_connection(cls, info, relogin: Callable[[], Any] | None = None) -> "KubeClient":
-        headers = authorization(info)
-        if info.insecure:
-            ssl_context: ssl.SSLContext | bool = False
-        else:
-            ssl_context = ssl.create_default_context(
-                cafile=info.ca_path or None,
-                cadata=info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data)
-            _load_client_certificate(ssl_context, info)
-        session = aiohttp.ClientSession(
-            headers=headers, connector=aiohttp.TCPConnector(ssl=ssl_context),
-            timeout=aiohttp.ClientTimeout(total=30))
-        return cls(info.server.rstrip("/"), session, relogin)
+    def from_connection(cls, info, relogin: Callable[[], Any] | None = None) -> KubeClient:
+        files: list[str] = []
+        try:
+            api = k8s.ApiClient(configuration(info, files))  # loads the certificates now
+        finally:
+            for path in files:
+                os.unlink(path)
+        api.user_agent = USER_AGENT
+        return cls(api, relogin)
 
     async def close(self) -> None:
-        await self.session.close()
+        await self.api.close()
 
+    # --- the calls ---------------------------------------------------------------------------------
 
-    async def _call(self, method: str, path: str, body=None, params=None, content_type=None) -> dict:
-        headers = {"Content-Type": content_type or "application/json"}
-        data = None if body is None else json.dumps(body)
+    def _method(self, kind: str, verb: str, namespace: str | None, name: str | None,
+                subresource: str | None) -> tuple[Callable, tuple]:
+        """The typed API method for `verb` ("read", "list", "create", "patch", "delete") on `kind`,
+        with its leading positional arguments (the body, when there is one, comes last)."""
+        sub = f"_{subresource}" if subresource else ""
+        named = (name,) if verb in ("read", "patch", "delete") else ()
+        if kind in CUSTOM:
+            group, version, plural = CUSTOM[kind]
+            api = k8s.CustomObjectsApi(self.api)
+            word = "get" if verb == "read" else verb
+            if namespace is None:  # every namespace: lists only
+                return api.list_custom_object_for_all_namespaces, (group, version, plural)
+            return getattr(api, f"{word}_namespaced_custom_object{sub}"), (group, version, namespace, plural, *named)
+        api_class, snake, namespaced = BUILTIN[kind]
+        api = api_class(self.api)
+        if not namespaced:
+            return getattr(api, f"{verb}_{snake}{sub}"), named
+        if namespace is None:  # every namespace: lists only
+            return getattr(api, f"{verb}_{snake}_for_all_namespaces"), ()
+        return getattr(api, f"{verb}_namespaced_{snake}{sub}"), (*named, namespace)
+
+    async def _call(self, kind: str, verb: str, namespace: str | None, name: str | None = None,
+                    body: dict | list | None = None, subresource: str | None = None, **kwargs) -> dict:
+        method, args = self._method(kind, verb, namespace, name, subresource)
+        if body is not None:
+            args = (*args, body)
         for attempt in range(2):
-            async with self.session.request(method, self.server + path, data=data, params=params,
-                                            headers=headers) as response:
-                text = await response.text()
+            response = await method(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+            try:
+                text = (await response.read()).decode()
                 status, reason = response.status, response.reason
-            if status == 401 and attempt == 0 and self.relogin is not None:
-                info = await asyncio.to_thread(self.relogin)
-                fresh = authorization(info) if info is not None else {}
-                if fresh and fresh != {k: v for k, v in self.session.headers.items() if k == "Authorization"}:
-                    self.session.headers.update(fresh)
-                    continue  # once, with the new credentials
+            finally:
+                response.release()
+            if status == 401 and attempt == 0 and await self._fresh_credentials():
+                continue  # once, with the new credentials
             break
         if status >= 400:
             try:
@@ -117,10 +162,21 @@ class KubeClient:
             raise ApiError(status, answer.get("reason", reason or ""), answer.get("message", text[:200]))
         return json.loads(text) if text else {}
 
+    async def _fresh_credentials(self) -> bool:
+        """Log in again; True when that gave other credentials than the ones refused."""
+        if self.relogin is None:
+            return False
+        info = await asyncio.to_thread(self.relogin)
+        header = authorization(info) if info is not None else None
+        if header is None or header == self.api.configuration.api_key.get("BearerToken"):
+            return False
+        self.api.configuration.api_key = {"BearerToken": header}
+        return True
+
     async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         """The object (namespace None: a cluster-scoped kind), or None when it does not exist."""
         try:
-            return await self._call("GET", object_path(kind, namespace, name))
+            return await self._call(kind, "read", namespace, name)
         except ApiError as e:
             if e.status == 404:
                 return None
@@ -128,53 +184,36 @@ class KubeClient:
 
     async def list(self, kind: str, namespace: str | None, labels: dict[str, str]) -> list[dict]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        found = await self._call("GET", object_path(kind, namespace), params={"labelSelector": selector})
+        found = await self._call(kind, "list", namespace, label_selector=selector)
         # Filter here too: a server (or emulator) that ignores the selector must not widen the set.
         return [item for item in found.get("items", [])
                 if all(item.get("metadata", {}).get("labels", {}).get(k) == v for k, v in labels.items())]
 
     async def create(self, obj: dict) -> dict:
-        meta = obj["metadata"]
-        return await self._call("POST", object_path(obj["kind"], meta.get("namespace")), obj)
+        return await self._call(obj["kind"], "create", obj["metadata"].get("namespace"), body=obj)
 
-    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict,
-                    subresource: str | None = None) -> dict:
-        return await self._call("PATCH", object_path(kind, namespace, name, subresource), patch,
-                                content_type=MERGE_PATCH)
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict | list,
+                    subresource: str | None = None, field_manager: str | None = None) -> dict:
+        """A merge patch (a list: a JSON patch) of the object or its `subresource` ("status")."""
+        extra = {} if field_manager is None else {"field_manager": field_manager}
+        return await self._call(kind, "patch", namespace, name, patch, subresource,
+                                _content_type=JSON_PATCH if isinstance(patch, list) else MERGE_PATCH, **extra)
+
+    async def apply(self, obj: dict, field_manager: str, force: bool = True) -> dict:
+        """Server-side apply: `obj` is everything `field_manager` wants set; what it set before
+        and no longer sends is removed by the server. `force` takes over fields another manager
+        set to other values (the operator's rendering wins, as an operator's must)."""
+        meta = obj["metadata"]
+        return await self._call(obj["kind"], "patch", meta.get("namespace"), meta["name"], obj,
+                                _content_type=APPLY_PATCH, field_manager=field_manager, force=force)
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
         """True when this call deleted it, False when it was already gone."""
         try:
-            await self._call("DELETE", object_path(kind, namespace, name))
+            await self._call(kind, "delete", namespace, name)
             return True
         except ApiError as e:
             if e.status == 404:
                 return False
             raise
 
-
-def _load_client_certificate(context: ssl.SSLContext, info) -> None:
-    """Client-certificate login (a kubeconfig's client-certificate[-data], as kind's admin user
-    has). ssl only loads certificates from files, so inline data goes through a private temp file
-    that is removed at once."""
-    cert_path, key_path = info.certificate_path, info.private_key_path
-    if not (cert_path or info.certificate_data):
-        return
-    made = []
-    try:
-        if not cert_path:
-            cert_path = _private_file(info.certificate_data, made)
-        if not key_path and info.private_key_data:
-            key_path = _private_file(info.private_key_data, made)
-        context.load_cert_chain(cert_path, key_path or None)
-    finally:
-        for path in made:
-            os.unlink(path)
-
-
-def _private_file(data: bytes | str, made: list[str]) -> str:
-    fd, path = tempfile.mkstemp(prefix="odradek-kube-")
-    made.append(path)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    return path

@@ -249,6 +249,20 @@ def writes(server: KubernetesServer, since: int = 0, exclude=("kafkaclusters", "
     return out
 
 
+def changes(server: KubernetesServer, since: int = 0, exclude=("kafkaclusters", "events")) -> list:
+    """(change, plural, name) of every write that changed an object after request number `since`
+    (an apply that matches the object already is no change)."""
+    return [c[1:] for c in server.changes if c[0] >= since and c[2] not in exclude]
+
+
+def object_path(kind: str, namespace: str) -> str:
+    """The collection URL of a kind the builders render."""
+    prefix, plural = {"ConfigMap": ("api/v1", "configmaps"), "Service": ("api/v1", "services"),
+                      "StatefulSet": ("apis/apps/v1", "statefulsets"), "Deployment": ("apis/apps/v1", "deployments"),
+                      "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets")}[kind]
+    return f"/{prefix}/namespaces/{namespace}/{plural}"
+
+
 def condition(cluster: dict | None, type_: str) -> dict:
     for c in ((cluster or {}).get("status") or {}).get("conditions", []):
         if c["type"] == type_:

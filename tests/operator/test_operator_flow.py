@@ -19,8 +19,10 @@ from operator_harness import (
     Kubelet,
     OperatorThread,
     ScriptedView,
+    changes,
     condition,
     new_server,
+    object_path,
     put_node,
     wait_for,
     writes,
@@ -28,7 +30,6 @@ from operator_harness import (
 
 from odradek.dev.zookeeper import free_port
 from odradek.operator import builders
-from odradek.operator.kube import object_path
 from odradek.operator.models import parse_spec
 from odradek.operator.rolling import PartitionView
 
@@ -95,7 +96,7 @@ async def test_create_owned_objects_then_ready(env):
     assert condition(env.cluster(), "Ready")["status"] == "False"
     await env.ready()
 
-    posted = [w for w in writes(env.server) if w[0] == "create" and w[1] in OWNED]
+    posted = [w for w in changes(env.server) if w[0] == "create" and w[1] in OWNED]
     expected = builders.desired_objects(env.cluster(), parse_spec(SPEC))
     assert sorted(p[2] for p in posted) == sorted(o["metadata"]["name"] for o in expected), "each object created once"
     for obj in expected:
@@ -253,7 +254,7 @@ async def test_restart_mid_reconcile_and_upgrade_write_nothing_twice(env):
     mark = len(list(env.server))
     env.start_operator()
     await env.ready()
-    creates = [w for w in writes(env.server, mark) if w[0] == "create"]
+    creates = [w for w in changes(env.server, mark) if w[0] == "create"]
     already = {(object_path(o["kind"], NS).rsplit("/", 1)[1], o["metadata"]["name"]) for o in partial}
     assert {w[1:] for w in creates}.isdisjoint(already), "what the previous run created is not created again"
     assert len(creates) == len({w[1:] for w in creates}), "no object created twice"
@@ -263,7 +264,7 @@ async def test_restart_mid_reconcile_and_upgrade_write_nothing_twice(env):
     mark = len(list(env.server))
     env.start_operator()
     await env.view.passes(3)
-    assert [w for w in writes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []
+    assert [w for w in changes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []
     assert env.pod_deletes(mark) == []
 
 
@@ -311,7 +312,7 @@ async def test_keys_no_longer_rendered_are_removed_and_a_restart_patches_nothing
     mark = len(list(env.server))  # an operator upgrade: same spec, same desired objects
     env.start_operator()
     await env.view.passes(3)
-    assert [w for w in writes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []
+    assert [w for w in changes(env.server, mark) if w[1] in OWNED or w[1] == "pods"] == []
 
 
 async def test_zookeeper_scaling_is_refused_with_a_condition(env):
@@ -441,7 +442,7 @@ async def test_the_operator_brings_its_crds_up_to_date(env):
     mark = len(list(env.server))
     env.operator = OperatorThread(env.url, env.view, install_crds=True)
     await env.view.passes(2)
-    assert [w for w in writes(env.server, mark) if w[1] == "customresourcedefinitions"] == [], "up to date: no write"
+    assert [w for w in changes(env.server, mark) if w[1] == "customresourcedefinitions"] == [], "up to date: no write"
 
 
 async def test_brokers_get_their_nodes_rack_and_a_new_node_restarts_nothing(env):

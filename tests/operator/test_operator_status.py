@@ -1,6 +1,17 @@
 """Pure parts of the operator: status conditions and the apply comparison."""
 
-from odradek.operator.apply import LAST_APPLIED, contains, last_applied, patch_for, three_way_patch, with_last_applied
+import json
+
+from odradek.operator.apply import (
+    FIELD_MANAGER,
+    LAST_APPLIED,
+    contains,
+    last_applied,
+    migration_patch,
+    patch_for,
+    three_way_patch,
+    without_client_side_owners,
+)
 from odradek.operator.status import Observation, conditions, status
 
 
@@ -79,14 +90,29 @@ def test_three_way_patch_removes_what_is_no_longer_rendered():
     assert three_way_patch(last, {"spec": {"replicas": 4}}, live)["spec"] == {"replicas": 4, "old": None}
 
 
-def test_last_applied_round_trip():
+def test_migration_ends_client_side_apply_once():
+    """An object an operator before server-side apply wrote: the last three-way patch removes
+    what is no longer rendered, and the annotation; an object without it needs no migration."""
+    last = {"metadata": {"annotations": {"k": "v"}}, "data": {"x": "1", "old": "2"}}
+    live = {"metadata": {"name": "a", "annotations": {"k": "v", LAST_APPLIED: json.dumps(last)}},
+            "data": {"x": "1", "old": "2"}}
     desired = {"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": "a", "namespace": "n", "annotations": {"k": "v"}}, "data": {"x": "1"}}
-    stamped = with_last_applied(desired)
-    assert set(stamped["metadata"]["annotations"]) == {"k", LAST_APPLIED}
-    assert last_applied(stamped) == {"metadata": {"annotations": {"k": "v"}}, "data": {"x": "1"}}
-    assert with_last_applied(stamped) == stamped, "stamping is idempotent"
+    assert last_applied(live) == last
+    assert migration_patch(live, desired) == {"metadata": {"annotations": {LAST_APPLIED: None}}, "data": {"old": None}}
+    assert migration_patch({"metadata": {"name": "a"}, "data": {"x": "1"}}, desired) is None
     assert last_applied({"metadata": {"annotations": {LAST_APPLIED: "not json"}}}) == {}
+
+
+def test_the_old_writers_ownership_is_released_and_nobody_elses():
+    apply_entry = {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:data": {}}}
+    old = {"manager": "Python", "operation": "Update", "fieldsV1": {"f:data": {}}}
+    mine_update = {"manager": FIELD_MANAGER, "operation": "Update", "fieldsV1": {"f:spec": {}}}
+    status = {"manager": FIELD_MANAGER, "operation": "Update", "subresource": "status", "fieldsV1": {}}
+    kubectl = {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:metadata": {}}}
+    assert without_client_side_owners([old, apply_entry, mine_update, status, kubectl]) == [apply_entry, status, kubectl]
+    assert without_client_side_owners([apply_entry, kubectl]) is None, "nothing to drop"
+    assert without_client_side_owners([old]) is None, "an empty list would be refilled by the server"
 
 
 def test_kstatus_conditions_follow_progress_and_refusals():

@@ -59,20 +59,9 @@ SYSTEM_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", 
                    "managedFields", "deletionTimestamp", "generateName")
 
 
-def _field_paths(obj: dict, prefix: tuple = ()) -> set[tuple]:
+def _field_paths(obj: dict) -> set[tuple]:
     """The leaf fields of a configuration: mappings recurse, anything else (lists too) is one."""
-    out = set()
-    for key, value in obj.items():
-        if not prefix and key in ("apiVersion", "kind", "status"):
-            continue
-        if prefix == ("metadata",) and key in SYSTEM_METADATA:
-            continue
-        path = (*prefix, key)
-        if isinstance(value, dict) and value:
-            out |= _field_paths(value, path)
-        else:
-            out.add(path)
-    return out
+    return _merge_patch_paths(obj)[0]
 
 
 def _fields_v1(paths: set[tuple]) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from odradek.broker.acl_apis import AclApis
 from odradek.broker.alter_partition_manager import AlterPartitionManager
 from odradek.broker.config_manager import DynamicConfigManager
 from odradek.broker.control_plane import ControlPlaneGuard
@@ -153,6 +154,7 @@ class KafkaServer:
             self.group_apis.verify_txn_offsets = self.apis.transaction_verifier.verify_offsets
         self.apis.add_apis(ForwardedApis(self.controller_channel))
         self.apis.add_apis(LogDirsApis(self.log_manager))
+        self.apis.add_apis(AclApis())
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()

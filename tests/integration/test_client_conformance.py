@@ -41,6 +41,7 @@ CONFORMANCE_BROKER = {
     "group.min.session.timeout.ms": 1000,
 }
 LIST_OFFSETS, METADATA, DESCRIBE_CLUSTER, DESCRIBE_GROUPS, OFFSET_DELETE, API_VERSIONS = 2, 3, 60, 15, 47, 18
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 CLUSTER_OPERATIONS = {AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.CLUSTER_ACTION,
                       AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE}
 TOPIC_OPERATIONS = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
@@ -627,3 +628,74 @@ def test_a_silent_member_is_gone_exactly_one_session_timeout_after_it_was_last_h
     after = asyncio.run(scenario())
     (described,) = after.groups
     assert (described.group_state, described.members) == ("Empty", ()), described
+
+
+# --- ACLs with no authorizer -----------------------------------------------------------------------
+
+
+def test_acl_apis_answer_security_disabled_and_store_nothing(cluster):
+    """Kafka with no authorizer serves DescribeAcls, CreateAcls and DeleteAcls and refuses each with
+    SECURITY_DISABLED: tools say why, instead of "not supported by broker"."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        KafkaAdminClient,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KpResourceType
+    from kafka.errors import SecurityDisabledError
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    match_all = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                 AclPermissionType.ANY)
+
+    def refusal(future) -> KafkaError:
+        with pytest.raises(KafkaException) as e:
+            future.result(30)
+        return e.value.args[0]
+
+    # librdkafka reads DescribeAcls' top-level error and drops it (as against Kafka): no ACLs
+    assert admin.describe_acls(match_all, request_timeout=10).result(30) == []
+    created = admin.create_acls([binding], request_timeout=10)
+    assert refusal(created[binding]).code() == KafkaError.SECURITY_DISABLED
+    deleted = admin.delete_acls([match_all], request_timeout=10)
+    assert refusal(deleted[match_all]).code() == KafkaError.SECURITY_DISABLED
+
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        with pytest.raises(SecurityDisabledError, match="No Authorizer"):
+            kp.describe_acls(ACLFilter(principal=None, host="*", operation=ACLOperation.ANY,
+                                       permission_type=ACLPermissionType.ANY,
+                                       resource_pattern=ResourcePatternFilter(KpResourceType.ANY, None,
+                                                                              ACLResourcePatternType.ANY)))
+    finally:
+        kp.close()
+
+    # on the wire, every served version: one refusal per creation and per filter, in order
+    creations = [dict(resource_type=i8(2), resource_name=f"t{i}", resource_pattern_type=i8(3), principal="User:a",
+                      host="*", operation=i8(3), permission_type=i8(3)) for i in range(3)]
+    filters = [dict(resource_type_filter=i8(1), resource_name_filter=None, pattern_type_filter=i8(1),
+                    principal_filter=None, host_filter=None, operation=i8(1), permission_type=i8(1))] * 2
+    requests = []
+    for v in (1, 2, 3):
+        create_mod, delete_mod = request_module(CREATE_ACLS, v), request_module(DELETE_ACLS, v)
+        requests += [
+            request(DESCRIBE_ACLS, v, **filters[0]),
+            request(CREATE_ACLS, v, creations=tuple(wire.make_entity(create_mod.AclCreation, **c) for c in creations)),
+            request(DELETE_ACLS, v, filters=tuple(wire.make_entity(delete_mod.DeleteAclsFilter, **f) for f in filters)),
+        ]
+    for describe, create, delete in zip(*[iter(ask(cluster.broker_ports[0], requests))] * 3, strict=True):
+        assert (describe.error_code, describe.resources) == (ErrorCode.security_disabled, ())
+        assert [r.error_code for r in create.results] == [ErrorCode.security_disabled] * 3
+        assert [(r.error_code, r.matching_acls) for r in delete.filter_results] == [(ErrorCode.security_disabled, ())] * 2

@@ -144,6 +144,11 @@ def main() -> int:
             # warm-up: JVM, Python workers, page cache
             plain_consume(bootstrap, source, args.partitions, args.records)
             source_read(spark, bootstrap, source, args.records)
+            # the timed reads assume every record arrives; the noop sink cannot say, a count can
+            counted = (spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap)
+                       .option("subscribe", source).load().count())
+            if counted != args.records:
+                raise RuntimeError(f"the data source read {counted:,} of {args.records:,} records")
 
             reads, writes = {"source": [], "plain": []}, {"sink": [], "plain": []}
             for r in range(args.rounds):

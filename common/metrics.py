@@ -170,7 +170,7 @@ class MetricsServer:
             data = body.encode()
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                          f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode())
-            if parts[0] != b"HEAD":
+            if parts[:1] != [b"HEAD"]:
                 writer.write(data)
             await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):

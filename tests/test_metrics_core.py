@@ -76,6 +76,8 @@ def test_endpoint_serves_get_metrics_only():
             assert (await ask(server, b"GET / HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
             assert (await ask(server, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
             assert (await ask(server, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
+            empty = await ask(server, b"\r\n\r\n")  # no request line at all: a whole 400, not a traceback
+            assert empty.startswith(b"HTTP/1.1 400") and empty.endswith(b"bad request\n"), empty
             assert await ask(server, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n") == b""
         finally:
             await server.stop()

@@ -101,10 +101,11 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
     if unregistered:
         # Empty brokers not registered yet are new ones to spread onto: say so, or a pass that
         # reads Metadata just before they register reports the cluster balanced. A broker that
-        # holds replicas is restarting (a roll), not data to move.
+        # holds replicas is restarting (a roll), and a cluster with no partitions (a new one) has
+        # nothing to spread: neither is data to move.
         empty = [b for b in unregistered if view.replicas_by_broker.get(b, 0) == 0]
         return MovementStep(waiting=f"brokers {empty} to register before partitions spread onto them"
-                            if empty else None)
+                            if empty and view.partitions else None)
     try:
         spread = balance(topics, range(current))
     except BalanceError:

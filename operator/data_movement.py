@@ -11,8 +11,7 @@ forwards them to the controller).
   broker; the next pass sees the same Metadata and resumes.
 - Scale-up (all brokers of the desired count registered): unless automatic rebalancing is off,
   topics whose replicas are unevenly spread are balanced over every broker (few moves: only a
-  broker's excess replicas move; preferred leaders spread by reordering). Until new (empty)
-  brokers have registered, the step is waiting for them, not done.
+  broker's excess replicas move; preferred leaders spread by reordering).
 - Once the replicas are spread and every partition is fully in sync, a preferred leader
   election (ElectLeaders) moves leadership to each partition's first replica, so that leaders are
   spread too (Kafka's kafka-leader-election after kafka-reassign-partitions); partitions already
@@ -95,17 +94,8 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
                             if draining in parts[p] and r != parts[p]})
         return MovementStep(targets, f"draining broker {draining}: moving {len(targets)} partitions",
                             draining=draining)
-    if not auto_rebalance or current != desired:
+    if not auto_rebalance or current != desired or not set(range(current)) <= view.registered:
         return MovementStep()
-    unregistered = sorted(set(range(current)) - view.registered)
-    if unregistered:
-        # Empty brokers not registered yet are new ones to spread onto: say so, or a pass that
-        # reads Metadata just before they register reports the cluster balanced. A broker that
-        # holds replicas is restarting (a roll), and a cluster with no partitions (a new one) has
-        # nothing to spread: neither is data to move.
-        empty = [b for b in unregistered if view.replicas_by_broker.get(b, 0) == 0]
-        return MovementStep(waiting=f"brokers {empty} to register before partitions spread onto them"
-                            if empty and view.partitions else None)
     try:
         spread = balance(topics, range(current))
     except BalanceError:

@@ -29,8 +29,9 @@ STEP_INTERVAL = 0.5
 
 
 def drive(orchestrator, desired: int, until, max_steps: int, timeout: float):
-    """One reconcile pass at a time (data movement, then the broker step), each with a fresh view,
-    until `until(movement, step)`; bounded by steps and time."""
+    """One reconcile pass at a time (data movement, then the broker step, both deciding from one
+    fresh view, as operator/reconciler.py does), until `until(movement, step)`; bounded by steps
+    and time."""
     bootstrap = [("127.0.0.1", p) for p in orchestrator.cluster.broker_ports]
 
     async def loop():
@@ -39,7 +40,7 @@ def drive(orchestrator, desired: int, until, max_steps: int, timeout: float):
         for _ in range(max_steps):
             view = await orchestrator.view()
             movement = await move_data(bootstrap, view, len(orchestrator.cluster.brokers), desired, timeout=5.0)
-            step = await reconcile_brokers(orchestrator, orchestrator.desired_hash, desired, await orchestrator.view())
+            step = await reconcile_brokers(orchestrator, orchestrator.desired_hash, desired, view)
             passes.append((movement, step))
             if until(movement, step):
                 return passes

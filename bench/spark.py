@@ -88,8 +88,12 @@ def plain_consume(bootstrap: str, topic: str, partitions: int, n: int) -> float:
     return n / elapsed
 
 
+def source_frame(spark, bootstrap: str, topic: str):
+    return spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic).load()
+
+
 def source_read(spark, bootstrap: str, topic: str, n: int) -> float:
-    df = spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic).load()
+    df = source_frame(spark, bootstrap, topic)
     start = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     elapsed = time.perf_counter() - start
@@ -145,8 +149,7 @@ def main() -> int:
             plain_consume(bootstrap, source, args.partitions, args.records)
             source_read(spark, bootstrap, source, args.records)
             # the timed reads assume every record arrives; the noop sink cannot say, a count can
-            counted = (spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap)
-                       .option("subscribe", source).load().count())
+            counted = source_frame(spark, bootstrap, source).count()
             if counted != args.records:
                 raise RuntimeError(f"the data source read {counted:,} of {args.records:,} records")
 

@@ -159,9 +159,10 @@ class MetricsServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
             parts = head.split(b"\r\n", 1)[0].split()
-            if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            method = parts[0] if len(parts) == 3 and parts[2].startswith(b"HTTP/1.") else None
+            if method is None:
                 status, body = "400 Bad Request", "bad request\n"
-            elif parts[0] not in (b"GET", b"HEAD"):
+            elif method not in (b"GET", b"HEAD"):
                 status, body = "405 Method Not Allowed", "GET /metrics\n"
             elif parts[1].split(b"?", 1)[0] != b"/metrics":
                 status, body = "404 Not Found", "GET /metrics\n"
@@ -170,7 +171,7 @@ class MetricsServer:
             data = body.encode()
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                          f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode())
-            if parts[:1] != [b"HEAD"]:
+            if method != b"HEAD":
                 writer.write(data)
             await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):

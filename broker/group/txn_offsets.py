@@ -86,8 +86,6 @@ async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch
         except Exception:
             log.exception("transactional offset commit of group %s failed", group_id)
             code = ErrorCode.unknown_server_error
-        if code == ErrorCode.invalid_producer_epoch:
-            code = ErrorCode.producer_fenced
         code = append_error_to_commit_error(code)
         if code == ErrorCode.none and manager.groups.get(group_id) is group:
             group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)

@@ -33,6 +33,17 @@ VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 KEY_TYPE_TRANSACTION = 1
+PRODUCER_FENCED_SINCE: dict[int, int] = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2, ApiKey.END_TXN: 2, ApiKey.INIT_PRODUCER_ID: 4}
+"""The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older ones get
+INVALID_PRODUCER_EPOCH instead, as Kafka's KafkaApis answers them."""
+
+
+def fenced_for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
+    """`code`, with PRODUCER_FENCED as INVALID_PRODUCER_EPOCH for a version that predates it."""
+    if code == ErrorCode.producer_fenced and version < PRODUCER_FENCED_SINCE[api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return code
 
 
 def _by_topic(pairs) -> dict[str, list]:
@@ -105,9 +116,10 @@ class TransactionApis:
     # --- InitProducerId (from KafkaApis, for a transactional id) --------------------------------
 
     async def init_producer_id(self, request) -> tuple[ErrorCode, int, int]:
-        return await self.coordinator.init_producer_id(
+        code, producer_id, epoch = await self.coordinator.init_producer_id(
             request.transactional_id, ms(request.transaction_timeout),
             int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1)))
+        return fenced_for_version(code, ApiKey.INIT_PRODUCER_ID, int(request.__version__)), producer_id, epoch
 
     # --- AddPartitionsToTxn ---------------------------------------------------------------------
 
@@ -141,6 +153,7 @@ class TransactionApis:
             partitions = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
             codes = await self._add(request.v3_and_below_transactional_id, int(request.v3_and_below_producer_id),
                                     int(request.v3_and_below_producer_epoch), partitions, False)
+            codes = {k: fenced_for_version(c, ApiKey.ADD_PARTITIONS_TO_TXN, version) for k, c in codes.items()}
             return mod.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=topic_results(codes))
         results = []
         for txn in request.transactions:
@@ -162,13 +175,15 @@ class TransactionApis:
             partition = (GROUP_METADATA_TOPIC_NAME, self.offsets_partition_for(request.group_id))
             code = await self.coordinator.add_partitions(request.transactional_id, int(request.producer_id),
                                                          int(request.producer_epoch), [partition])
-        return mod.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=code)
+        return mod.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=fenced_for_version(
+            code, ApiKey.ADD_OFFSETS_TO_TXN, context.api_version))
 
     async def handle_end_txn(self, context: RequestContext, request):
         mod = response_module(ApiKey.END_TXN, context.api_version)
         code = await self.coordinator.end_transaction(request.transactional_id, int(request.producer_id),
                                                       int(request.producer_epoch), bool(request.committed))
-        return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+        return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE,
+                           error_code=fenced_for_version(code, ApiKey.END_TXN, context.api_version))
 
     # --- WriteTxnMarkers (partition leaders) ----------------------------------------------------
 

@@ -36,6 +36,20 @@ S = TransactionState
 COMPLETE_RETRY_BACKOFF_S = 0.2
 
 
+def end_in_state(state: TransactionState, commit: bool) -> ErrorCode:
+    """EndTxn outside an open transaction (Kafka's endTransaction): only a retry of the outcome
+    already reached or being reached is accepted (NONE once complete, CONCURRENT_TRANSACTIONS while
+    its markers go out); anything else, an EndTxn with nothing begun (Empty) included, is
+    INVALID_TXN_STATE."""
+    if state in (S.COMPLETE_COMMIT, S.PREPARE_COMMIT, S.COMPLETE_ABORT, S.PREPARE_ABORT):
+        same = state in (S.COMPLETE_COMMIT, S.PREPARE_COMMIT) if commit else state in (S.COMPLETE_ABORT,
+                                                                                        S.PREPARE_ABORT)
+        if not same:
+            return ErrorCode.invalid_txn_state
+        return ErrorCode.concurrent_transactions if state.is_prepare else ErrorCode.none
+    return ErrorCode.invalid_txn_state
+
+
 class TransactionCoordinator:
     def __init__(self, state_manager: TransactionStateManager, producer_id_manager, marker_channel: TransactionMarkerChannel,
                  config: TransactionConfig, *, clock: Callable[[], int] = now_ms):
@@ -212,14 +226,8 @@ class TransactionCoordinator:
         if m.pending is not None and m.pending != S.PREPARE_EPOCH_FENCE:
             return ErrorCode.concurrent_transactions
         state = m.state
-        if state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
-            # a retry of the last end, or a transaction with nothing in it: nothing to do
-            return ErrorCode.none
-        if state.is_prepare:
-            same = (state == S.PREPARE_COMMIT) == commit
-            return ErrorCode.concurrent_transactions if same else ErrorCode.invalid_txn_state
         if state != S.ONGOING:
-            return ErrorCode.invalid_txn_state
+            return end_in_state(state, commit)
         transit = m.prepare_end(commit, self.clock())
         code = await self.state.append(m.transactional_id, transit, coordinator_epoch)
         if code != ErrorCode.none:

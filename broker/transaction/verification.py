@@ -45,6 +45,13 @@ def first_batch_producer(records) -> tuple[int, int] | None:
     return producer_id, epoch
 
 
+def fenced_to_produce(code: ErrorCode) -> ErrorCode:
+    """A fenced producer's Produce and TxnOffsetCommit get INVALID_PRODUCER_EPOCH, as from the log
+    (Kafka's AddPartitionsToTxnManager): clients treat it as fatal fencing there, while PRODUCER_FENCED
+    on a Produce would only abort the transaction (librdkafka)."""
+    return ErrorCode.invalid_producer_epoch if code == ErrorCode.producer_fenced else code
+
+
 class TransactionVerifier:
     def __init__(self, broker_id: int, replica_manager, metadata_cache, coordinator, timeout_ms: int):
         self.broker_id = broker_id
@@ -87,7 +94,7 @@ class TransactionVerifier:
             if code == ErrorCode.none:
                 guards[key] = (producer_id, guard)
             else:
-                errors[key] = ErrorCode.not_enough_replicas if code in RETRIABLE else code
+                errors[key] = ErrorCode.not_enough_replicas if code in RETRIABLE else fenced_to_produce(code)
         return errors, guards
 
     async def verify_offsets(self, transactional_id: str, producer_id: int, epoch: int, key):
@@ -97,8 +104,7 @@ class TransactionVerifier:
         if guard is None:
             return ErrorCode.none, None
         code = (await self._ask(transactional_id, producer_id, epoch, [key])).get(key, ErrorCode.coordinator_not_available)
-        if code in RETRIABLE:
-            code = ErrorCode.coordinator_not_available
+        code = ErrorCode.coordinator_not_available if code in RETRIABLE else fenced_to_produce(code)
         return code, guard if code == ErrorCode.none else None
 
     async def _ask(self, transactional_id: str, producer_id: int, epoch: int, partitions) -> dict:

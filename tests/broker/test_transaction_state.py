@@ -106,3 +106,40 @@ def test_log_records_round_trip_in_kafkas_layout():
     for bad in (value[:20], b"\x00\x05" + value[2:], value[:17] + b"\x7f\xff\xff\xff" + value[21:]):
         with pytest.raises(ValueError):
             transaction_log.decode_value(bad)
+
+
+# --- EndTxn outside an open transaction (Kafka's endTransaction) --------------------------------
+
+
+@pytest.mark.parametrize(("state", "commit", "want"), [
+    (S.EMPTY, True, "invalid_txn_state"),
+    (S.EMPTY, False, "invalid_txn_state"),
+    (S.COMPLETE_COMMIT, True, "none"),
+    (S.COMPLETE_COMMIT, False, "invalid_txn_state"),
+    (S.COMPLETE_ABORT, False, "none"),
+    (S.COMPLETE_ABORT, True, "invalid_txn_state"),
+    (S.PREPARE_COMMIT, True, "concurrent_transactions"),
+    (S.PREPARE_COMMIT, False, "invalid_txn_state"),
+    (S.PREPARE_ABORT, False, "concurrent_transactions"),
+    (S.PREPARE_ABORT, True, "invalid_txn_state"),
+])
+def test_end_txn_outside_a_transaction_accepts_only_a_retry_of_the_same_outcome(state, commit, want):
+    from kio.schema.errors import ErrorCode
+
+    from odradek.broker.transaction.transaction_coordinator import end_in_state
+
+    assert end_in_state(state, commit) == ErrorCode[want]
+
+
+@pytest.mark.parametrize(("api", "version", "want"), [
+    (24, 1, "invalid_producer_epoch"), (24, 2, "producer_fenced"), (25, 1, "invalid_producer_epoch"),
+    (25, 2, "producer_fenced"), (26, 0, "invalid_producer_epoch"), (26, 2, "producer_fenced"),
+    (22, 3, "invalid_producer_epoch"), (22, 4, "producer_fenced"),
+])
+def test_producer_fenced_is_invalid_producer_epoch_for_versions_before_it(api, version, want):
+    from kio.schema.errors import ErrorCode
+
+    from odradek.broker.transaction.transaction_apis import fenced_for_version
+
+    assert fenced_for_version(ErrorCode.producer_fenced, api, version) == ErrorCode[want]
+    assert fenced_for_version(ErrorCode.none, api, version) == ErrorCode.none

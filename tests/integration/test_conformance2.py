@@ -1,0 +1,232 @@
+"""What client suites written elsewhere still caught (issue 27), each case as Kafka 3.9 answers it:
+fenced producers get the error codes their request version knows, EndTxn in the wrong state,
+per-record produce errors (KIP-467), dynamic broker configs, and the versions Kafka 3.9 serves.
+Real brokers and controller; real clients where they can express the case, the wire otherwise."""
+
+import asyncio
+import datetime
+import socket
+import struct
+import sys
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from odradek.broker.log.record_batch import build_batch
+from odradek.common import wire
+from odradek.common.network.client import NetworkClient
+from odradek.dev.waiting import wait_until
+
+from .conftest import new_cluster
+from .kafka_helpers import create_topic, wait_for_leaders
+
+BROKER = {
+    "transaction.state.log.num.partitions": 1,
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+    "offsets.topic.num.partitions": 1,
+    "offsets.topic.replication.factor": 1,
+    "group.initial.rebalance.delay.ms": 0,
+}
+PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 0, 10, 22, 24, 26
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    c = new_cluster(zookeeper, tmp_path_factory.mktemp("conformance2"), brokers=1, broker_overrides=BROKER)
+    c.start()
+    yield c
+    c.stop()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def request(api: int, version: int, **fields):
+    return wire.make_entity(wire.request_schema(api, version), **fields)
+
+
+def request_module(api: int, version: int):
+    return sys.modules[wire.request_schema(api, version).__module__]
+
+
+def ask(port: int, requests: list) -> list:
+    """The responses to `requests`, sent in order on one connection."""
+
+    async def run():
+        client = NetworkClient("127.0.0.1", port)
+        try:
+            return [await client.send(r, timeout=30) for r in requests]
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def raw_exchange(port: int, frame_body: bytes, timeout: float = 10.0) -> bytes:
+    """One hand-written request frame (without its size prefix) and the response frame body
+    (correlation id first); b"" when the broker closed the connection instead."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(struct.pack(">i", len(frame_body)) + frame_body)
+        head = b""
+        while len(head) < 4:
+            chunk = s.recv(4 - len(head))
+            if not chunk:
+                return b""
+            head += chunk
+        (size,) = struct.unpack(">i", head)
+        body = b""
+        while len(body) < size:
+            chunk = s.recv(size - len(body))
+            if not chunk:
+                raise AssertionError("response cut short")
+            body += chunk
+        return body
+
+
+def header_v1(api: int, version: int, correlation_id: int, client_id: bytes = b"conf2") -> bytes:
+    return struct.pack(">hhih", api, version, correlation_id, len(client_id)) + client_id
+
+
+# --- transactions on the wire ----------------------------------------------------------------------
+
+
+def init_producer(port: int, txn_id: str, version: int = 3) -> tuple[int, int]:
+    """(producer id, epoch) of a transactional producer, retried while the coordinator starts or an
+    older producer's transaction is being aborted."""
+
+    def attempt():
+        (found,) = ask(port, [request(FIND_COORDINATOR, 3, key=txn_id, key_type=i8(1))])  # creates the topic
+        if found.error_code != ErrorCode.none:
+            return None
+        (r,) = ask(port, [request(INIT_PRODUCER_ID, version, transactional_id=txn_id,
+                                  transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                                  producer_id=i64(-1), producer_epoch=i16(-1))])
+        if r.error_code == ErrorCode.none:
+            return int(r.producer_id), int(r.producer_epoch)
+        assert r.error_code in (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+                                ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions), r
+        return None
+
+    return wait_until(attempt, f"a producer id for {txn_id}", 60)
+
+
+def add_partitions(port: int, txn_id: str, pid: int, epoch: int, topic: str, partitions: list[int],
+                   version: int = 3) -> set[ErrorCode]:
+    mod = request_module(ADD_PARTITIONS_TO_TXN, version)
+    (r,) = ask(port, [request(ADD_PARTITIONS_TO_TXN, version, v3_and_below_transactional_id=txn_id,
+                              v3_and_below_producer_id=i64(pid), v3_and_below_producer_epoch=i16(epoch),
+                              v3_and_below_topics=(mod.AddPartitionsToTxnTopic(
+                                  name=topic, partitions=tuple(i32(p) for p in partitions)),))])
+    return {ErrorCode(p.partition_error_code) for t in r.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+
+def end_txn(port: int, txn_id: str, pid: int, epoch: int, commit: bool, version: int = 3) -> ErrorCode:
+    (r,) = ask(port, [request(END_TXN, version, transactional_id=txn_id, producer_id=i64(pid),
+                              producer_epoch=i16(epoch), committed=commit)])
+    return ErrorCode(r.error_code)
+
+
+def produce_txn(port: int, txn_id: str, pid: int, epoch: int, topic: str, partition: int, sequence: int = 0,
+                version: int = 8) -> ErrorCode:
+    mod = request_module(PRODUCE, version)
+    batch = build_batch([b"v"], producer_id=pid, producer_epoch=epoch, base_sequence=sequence, attributes=0x10)
+    (r,) = ask(port, [request(PRODUCE, version, transactional_id=txn_id, acks=i16(-1),
+                              timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+                              topic_data=(mod.TopicProduceData(name=topic, partition_data=(
+                                  mod.PartitionProduceData(index=i32(partition), records=batch),)),))])
+    return ErrorCode(r.responses[0].partition_responses[0].error_code)
+
+
+@pytest.fixture(scope="module")
+def txn_topic(cluster):
+    topic = unique("txn")
+    create_topic(cluster.bootstrap, topic, 2)
+    wait_for_leaders(cluster.bootstrap, topic, 2)
+    return topic
+
+
+def test_a_fenced_producers_produce_answers_invalid_producer_epoch(cluster, txn_topic):
+    port = cluster.broker_ports[0]
+    txn_id = unique("fenced")
+    pid, old = init_producer(port, txn_id)
+    assert add_partitions(port, txn_id, pid, old, txn_topic, [0]) == {ErrorCode.none}
+    _, new = init_producer(port, txn_id)  # aborts the open transaction, bumps the epoch
+    assert new > old
+    # the partition is not in any open transaction of the old epoch: the coordinator says fenced
+    assert produce_txn(port, txn_id, pid, old, txn_topic, 0) == ErrorCode.invalid_producer_epoch
+    assert produce_txn(port, txn_id, pid, old, txn_topic, 1) == ErrorCode.invalid_producer_epoch
+
+
+@pytest.mark.parametrize(("version", "want"), [(1, ErrorCode.invalid_producer_epoch),
+                                               (2, ErrorCode.producer_fenced)])
+def test_fenced_txn_requests_answer_the_code_their_version_knows(cluster, txn_topic, version, want):
+    port = cluster.broker_ports[0]
+    txn_id = unique("fenced-v")
+    pid, old = init_producer(port, txn_id)
+    _, new = init_producer(port, txn_id)
+    assert add_partitions(port, txn_id, pid, old, txn_topic, [0], version=version) == {want}
+    (r,) = ask(port, [request(25, version, transactional_id=txn_id, producer_id=i64(pid),
+                              producer_epoch=i16(old), group_id=unique("g"))])
+    assert r.error_code == want
+    assert add_partitions(port, txn_id, pid, new, txn_topic, [0]) == {ErrorCode.none}
+    assert end_txn(port, txn_id, pid, old, True, version=version) == want
+    assert end_txn(port, txn_id, pid, new, False) == ErrorCode.none
+
+
+@pytest.mark.parametrize(("version", "want"), [(3, ErrorCode.invalid_producer_epoch), (4, ErrorCode.producer_fenced)])
+def test_init_producer_id_with_a_stale_producer_id_answers_per_version(cluster, version, want):
+    port = cluster.broker_ports[0]
+    txn_id = unique("fenced-init")
+    pid, epoch = init_producer(port, txn_id)
+    (r,) = ask(port, [request(INIT_PRODUCER_ID, version, transactional_id=txn_id,
+                              transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                              producer_id=i64(pid + 1000), producer_epoch=i16(epoch))])
+    assert r.error_code == want
+
+
+def test_librdkafka_sees_a_fenced_produce_as_fatal(cluster, txn_topic):
+    """The zombie's next Produce (to a partition already in its transaction, so no
+    AddPartitionsToTxn first) is refused INVALID_PRODUCER_EPOCH, which librdkafka makes fatal."""
+    bootstrap = cluster.bootstrap
+    txn_id = unique("zombie")
+    config = {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5,
+              "transaction.timeout.ms": 20_000, "message.timeout.ms": 20_000}
+    zombie = Producer(config)
+    zombie.init_transactions(60)
+    zombie.begin_transaction()
+    zombie.produce(txn_topic, value=b"zombie", partition=0)
+    zombie.flush(30)
+    successor = Producer(config)
+    successor.init_transactions(60)
+    zombie.produce(txn_topic, value=b"late", partition=0)
+    with pytest.raises(KafkaException) as err:  # librdkafka raises its fatal error from flush()
+        zombie.flush(30)
+    assert err.value.args[0].fatal(), err.value
+    successor.flush(5)
+
+
+def test_end_txn_outside_a_transaction_is_invalid_txn_state(cluster, txn_topic):
+    port = cluster.broker_ports[0]
+    txn_id = unique("states")
+    pid, epoch = init_producer(port, txn_id)
+    assert end_txn(port, txn_id, pid, epoch, True) == ErrorCode.invalid_txn_state  # Empty
+    assert end_txn(port, txn_id, pid, epoch, False) == ErrorCode.invalid_txn_state  # Empty
+    assert add_partitions(port, txn_id, pid, epoch, txn_topic, [0]) == {ErrorCode.none}
+    assert end_txn(port, txn_id, pid, epoch, False) == ErrorCode.none
+
+    def aborted():
+        code = end_txn(port, txn_id, pid, epoch, False)
+        assert code in (ErrorCode.none, ErrorCode.concurrent_transactions)
+        return code == ErrorCode.none
+
+    wait_until(aborted, "the abort completes", 30)
+    assert end_txn(port, txn_id, pid, epoch, True) == ErrorCode.invalid_txn_state  # after CompleteAbort
+    assert add_partitions(port, txn_id, pid, epoch, txn_topic, [1]) == {ErrorCode.none}
+    assert end_txn(port, txn_id, pid, epoch, True) == ErrorCode.none
+    wait_until(lambda: end_txn(port, txn_id, pid, epoch, True) == ErrorCode.none, "the commit completes", 30)
+    assert end_txn(port, txn_id, pid, epoch, False) == ErrorCode.invalid_txn_state  # after CompleteCommit

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from odradek.common.config import BrokerConfig
 from odradek.common.config_def import ConfigException, ConfigType
 
 from .admin_manager import ApiError
+from .dynamic_config import KAFKA_BROKER_KEYS
 from .log.config import LogConfig
 
 # ConfigResource.Type
@@ -106,7 +106,7 @@ def list_type(key: str, resource_type: int) -> bool:
         if topic_key is None:
             raise ApiError(ErrorCode.invalid_config, f"Unknown topic config name: {key}")
         return topic_key.key.type == ConfigType.LIST
-    broker_key = BrokerConfig.config_keys().get(key)
+    broker_key = KAFKA_BROKER_KEYS.get(key)
     if broker_key is None:
         raise ApiError(ErrorCode.invalid_config, f"Unknown broker config name: {key}")
     return broker_key.type == ConfigType.LIST
@@ -114,7 +114,7 @@ def list_type(key: str, resource_type: int) -> bool:
 
 def _default_list(key: str, resource_type: int) -> list[str]:
     topic_key = LogConfig.key(key)
-    definition = topic_key.key if resource_type == TOPIC and topic_key else BrokerConfig.config_keys()[key]
+    definition = topic_key.key if resource_type == TOPIC and topic_key else KAFKA_BROKER_KEYS[key]
     return [str(v) for v in definition.default or []]
 
 

@@ -14,7 +14,7 @@ from odradek.common.config import BrokerConfig
 from odradek.common.config_def import ConfigType, to_text
 from odradek.common.topic_config import TOPIC_CONFIG_SYNONYMS, TOPIC_KEYS
 
-from .dynamic_config import DYNAMIC_CONFIGS, ConfigSources
+from .dynamic_config import KAFKA_BROKER_KEYS, ConfigSources, is_password, is_reconfigurable
 from .log.config import LogConfig
 
 # DescribeConfigsResponse.ConfigSource
@@ -96,8 +96,9 @@ def describe_broker(config: BrokerConfig, sources: ConfigSources, include_synony
     """A broker described by its own id: every key it knows, and the unknown keys of its file."""
     keys = BrokerConfig.config_keys()
     values = {name: to_text(key.type, config.value_of(name)) for name, key in keys.items()}
-    for name, text in sources.static.items():
-        values.setdefault(name, text)
+    for layer in (sources.dynamic_broker, sources.dynamic_default, sources.static):
+        for name, text in layer.items():
+            values.setdefault(name, text)
     return [_broker_entry(name, value, sources, True, include_synonyms, include_documentation)
             for name, value in sorted(values.items())]
 
@@ -111,14 +112,18 @@ def describe_broker_default(sources: ConfigSources, include_synonyms: bool = Fal
 
 def _broker_entry(name: str, value: str | None, sources: ConfigSources, per_broker: bool,
                   include_synonyms: bool, include_documentation: bool) -> DescribedConfig:
-    key = BrokerConfig.config_keys().get(name)
+    key = KAFKA_BROKER_KEYS.get(name)
     chain = config_synonyms(name, broker_synonyms(name), sources)
     if not per_broker:
         chain = [s for s in chain if s.source == DYNAMIC_DEFAULT_BROKER_CONFIG]
+    sensitive = is_password(name) or (key is not None and key.type == ConfigType.PASSWORD)
+    if sensitive:  # Kafka never describes a password's value
+        value = None
+        chain = [Synonym(s.name, None, s.source) for s in chain]
     return DescribedConfig(
-        name, value, chain[0].source if chain else DEFAULT_CONFIG, name not in DYNAMIC_CONFIGS,
+        name, value, chain[0].source if chain else DEFAULT_CONFIG, not is_reconfigurable(name),
         tuple(chain) if include_synonyms else (), key.type if key else ConfigType.UNKNOWN,
-        (key.doc if key else None) if include_documentation else None,
+        (key.doc if key else None) if include_documentation else None, sensitive,
     )
 
 

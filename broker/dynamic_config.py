@@ -2,21 +2,23 @@
 
 Three layers, the later winning key by key: the static properties (server.properties and
 --override), the cluster-wide dynamic defaults (`/config/brokers/<default>`) and this broker's own
-dynamic configs (`/config/brokers/<id>`). Only the keys Kafka lets change at runtime may be set
-dynamically: the broker-level defaults of topic configs (`log.retention.ms`, `log.segment.bytes`,
-`message.max.bytes`, `min.insync.replicas`, `compression.type`, ...; the primary key of each,
-not its alternatives such as `log.retention.hours`) and the replication throttles. `current` is
-the effective BrokerConfig; the config manager recomputes it when a notification arrives and
-hands it to the log manager.
-"""
+dynamic configs (`/config/brokers/<id>`). AlterConfigs accepts what Kafka 3.9's
+DynamicBrokerConfig accepts: every key of its AllDynamicConfigs (the broker-level defaults of topic
+configs, throttles, cleaner, thread pools, listener, SSL and SASL keys, ...), per-listener keys
+(`listener.name.<l>.<key>`), and keys Kafka does not know; it refuses Kafka's known non-dynamic
+keys (`log.dirs`, `log.retention.hours`, ...) with Kafka's messages. Of these, this broker acts on
+DYNAMIC_CONFIGS (topic defaults, throttles, cleaner); the rest are stored and described only.
+`current` is the effective BrokerConfig; the config manager recomputes it when a notification
+arrives and hands it to the log manager."""
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from odradek.broker.log.log_cleaner import validate_threads
 from odradek.common.config import BrokerConfig
-from odradek.common.config_def import ConfigException, to_text
+from odradek.common.config_def import ConfigException, ConfigKey, ConfigType, to_text
 from odradek.common.topic_config import TOPIC_CONFIG_SYNONYMS
 
 log = logging.getLogger(__name__)
@@ -38,8 +40,119 @@ DYNAMIC_CLEANER_CONFIGS = frozenset({
 """Kafka's LogCleaner.ReconfigurableConfigs: they take effect at the next cleaning; a new thread
 count starts or retires cleaner loops."""
 DYNAMIC_CONFIGS = DYNAMIC_LOG_CONFIGS | DYNAMIC_REPLICATION_CONFIGS | DYNAMIC_CLEANER_CONFIGS
-"""Every broker key AlterConfigs may set (Kafka's DynamicBrokerConfig.AllDynamicConfigs, the
-part this broker has)."""
+"""The dynamic broker keys this broker applies live (the effective BrokerConfig changes)."""
+
+_T = ConfigType
+SECURITY_CONFIGS: dict[str, ConfigType] = {
+    "ssl.keystore.type": _T.STRING, "ssl.keystore.location": _T.STRING, "ssl.keystore.password": _T.PASSWORD,
+    "ssl.key.password": _T.PASSWORD, "ssl.truststore.type": _T.STRING, "ssl.truststore.location": _T.STRING,
+    "ssl.truststore.password": _T.PASSWORD, "ssl.keystore.certificate.chain": _T.PASSWORD,
+    "ssl.keystore.key": _T.PASSWORD, "ssl.truststore.certificates": _T.PASSWORD,
+}
+"""Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only per listener (listener.name.<l>.<key>)."""
+LISTENER_CONFIGS: dict[str, ConfigType] = {
+    **SECURITY_CONFIGS,
+    "advertised.listeners": _T.STRING, "listeners": _T.STRING, "listener.security.protocol.map": _T.STRING,
+    "principal.builder.class": _T.CLASS, "ssl.protocol": _T.STRING, "ssl.provider": _T.STRING,
+    "ssl.cipher.suites": _T.LIST, "ssl.enabled.protocols": _T.LIST, "ssl.keymanager.algorithm": _T.STRING,
+    "ssl.trustmanager.algorithm": _T.STRING, "ssl.endpoint.identification.algorithm": _T.STRING,
+    "ssl.secure.random.implementation": _T.STRING, "ssl.client.auth": _T.STRING,
+    "ssl.engine.factory.class": _T.CLASS, "sasl.mechanism.inter.broker.protocol": _T.STRING,
+    "sasl.jaas.config": _T.PASSWORD, "sasl.enabled.mechanisms": _T.LIST, "sasl.kerberos.service.name": _T.STRING,
+    "sasl.kerberos.kinit.cmd": _T.STRING, "sasl.kerberos.ticket.renew.window.factor": _T.DOUBLE,
+    "sasl.kerberos.ticket.renew.jitter": _T.DOUBLE, "sasl.kerberos.min.time.before.relogin": _T.LONG,
+    "sasl.kerberos.principal.to.local.rules": _T.LIST, "sasl.login.refresh.window.factor": _T.DOUBLE,
+    "sasl.login.refresh.window.jitter": _T.DOUBLE, "sasl.login.refresh.min.period.seconds": _T.SHORT,
+    "sasl.login.refresh.buffer.seconds": _T.SHORT, "max.connections": _T.INT,
+    "max.connection.creation.rate": _T.INT, "num.network.threads": _T.INT,
+}
+"""Kafka's DynamicListenerConfig.ReconfigurableConfigs (with the security ones)."""
+THREAD_POOL_CONFIGS: dict[str, int] = {
+    "num.io.threads": 8, "num.replica.fetchers": 1, "num.recovery.threads.per.data.dir": 2,
+    "background.threads": 10, "num.network.threads": 3,
+}
+"""Kafka's DynamicThreadPool.ReconfigurableConfigs (and num.network.threads), with Kafka's defaults:
+a new size must be at least 1, at most double and at least half the current one."""
+OTHER_DYNAMIC_CONFIGS: dict[str, ConfigType] = {
+    "log.cleaner.dedupe.buffer.load.factor": _T.DOUBLE, "log.cleaner.io.buffer.size": _T.INT,
+    "metric.reporters": _T.LIST, "max.connections.per.ip": _T.INT, "max.connections.per.ip.overrides": _T.STRING,
+    "producer.id.expiration.ms": _T.INT, "transaction.partition.verification.enable": _T.BOOLEAN,
+    "remote.log.index.file.cache.total.size.bytes": _T.LONG, "remote.fetch.max.wait.ms": _T.INT,
+    "remote.log.manager.copy.max.bytes.per.second": _T.LONG, "remote.log.manager.fetch.max.bytes.per.second": _T.LONG,
+    **dict.fromkeys(THREAD_POOL_CONFIGS, _T.INT),
+}
+"""The rest of Kafka 3.9's DynamicBrokerConfig.AllDynamicConfigs (cleaner, thread pools, socket
+server, producer state, remote log, metric reporters)."""
+ALL_DYNAMIC_CONFIGS = DYNAMIC_CONFIGS | LISTENER_CONFIGS.keys() | OTHER_DYNAMIC_CONFIGS.keys()
+"""Kafka 3.9's DynamicBrokerConfig.AllDynamicConfigs: every broker key AlterConfigs accepts. The
+keys outside DYNAMIC_CONFIGS are stored and described, but this broker does not act on them."""
+CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset({"max.connections", "max.connection.creation.rate", "num.network.threads"})
+PER_BROKER_CONFIGS = frozenset(LISTENER_CONFIGS) - CLUSTER_LEVEL_LISTENER_CONFIGS
+"""Kafka's PerBrokerConfigs: refused at the cluster-wide default."""
+LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]*\.(.*)")
+"""listener.name.<listener>.<key>: a per-listener value of <key> (any key; Kafka validates the
+known dynamic ones by the base key's type)."""
+
+
+def _kafka_keys() -> dict[str, ConfigKey]:
+    extra = {**LISTENER_CONFIGS, **OTHER_DYNAMIC_CONFIGS}
+    keys = {name: ConfigKey(name, ctype, None, "") for name, ctype in extra.items()}
+    return {**keys, **BrokerConfig.config_keys()}
+
+
+KAFKA_BROKER_KEYS = _kafka_keys()
+"""The broker keys known here: this broker's own and the dynamic ones Kafka has besides."""
+
+
+def is_dynamic(name: str) -> bool:
+    """Whether AlterConfigs may set `name` on a broker: a dynamic key, a per-listener key, or one
+    Kafka does not know (Kafka refuses only its known, non-dynamic keys)."""
+    return is_reconfigurable(name) or name not in KAFKA_BROKER_KEYS
+
+
+def is_reconfigurable(name: str) -> bool:
+    """A dynamic key Kafka knows, or a per-listener one (what DescribeConfigs calls not read-only)."""
+    return name in ALL_DYNAMIC_CONFIGS or LISTENER_CONFIG.fullmatch(name) is not None
+
+
+def is_password(name: str) -> bool:
+    """Kafka's isPasswordConfig: the key (or a listener's copy of it) is a dynamic password."""
+    return any(name.endswith(k) for k, t in LISTENER_CONFIGS.items() if t == _T.PASSWORD)
+
+
+def validate_configs(props: Mapping[str, str], per_broker: bool, current: Mapping[str, str] | None = None) -> None:
+    """Kafka's DynamicBrokerConfig.validateConfigs: ConfigException (with Kafka's message) for a
+    known non-dynamic key, a security key without its listener prefix, a value its key's type or
+    validator refuses, a per-broker key or a password at the cluster-wide default, or a thread
+    pool resized by more than twice (`current`: the thread pools' present sizes)."""
+    def check(names, message: str) -> None:
+        if names:
+            raise ConfigException(sorted(names)[0], message=f"{message}: Set({', '.join(sorted(names))})")
+
+    check({k for k in props if not is_dynamic(k)}, "Cannot update these configs dynamically")
+    check({k for k in props if k in SECURITY_CONFIGS},
+          "These security configs can be dynamically updated only per-listener using the listener prefix")
+    for name, value in props.items():
+        match = LISTENER_CONFIG.fullmatch(name)
+        base = match.group(1) if match else name
+        if base in ALL_DYNAMIC_CONFIGS and base in KAFKA_BROKER_KEYS:
+            parsed = KAFKA_BROKER_KEYS[base].parse(value)
+            if base in THREAD_POOL_CONFIGS and parsed is not None:
+                _check_pool_size(base, parsed, int((current or {}).get(base, THREAD_POOL_CONFIGS[base])))
+    if not per_broker:
+        check({k for k in props if k in PER_BROKER_CONFIGS or (
+            (m := LISTENER_CONFIG.fullmatch(k)) is not None and m.group(1) not in CLUSTER_LEVEL_LISTENER_CONFIGS)},
+            "Cannot update these configs at default cluster level, broker id must be specified")
+
+
+def _check_pool_size(name: str, new: int, old: int) -> None:
+    """Kafka's DynamicThreadPool.validateReconfiguration."""
+    if new <= 0:
+        raise ConfigException(name, new, "Value must be at least 1")
+    if new > 2 * old:
+        raise ConfigException(name, new, "Value must not be more than double the current value")
+    if new < old / 2:
+        raise ConfigException(name, new, "Value must not be less than half the current value")
 
 
 @dataclass(frozen=True)
@@ -87,12 +200,13 @@ class DynamicBrokerConfig:
     def _usable(self, props: Mapping[str, str], entity: str) -> dict[str, str]:
         out = {}
         for key, value in props.items():
-            if key not in DYNAMIC_CONFIGS:
+            if not is_dynamic(key):
                 log.warning("ignoring dynamic broker config %s of /config/brokers/%s: it cannot change at runtime",
                             key, entity)
                 continue
             try:
-                BrokerConfig.config_keys()[key].parse(value)
+                if key in KAFKA_BROKER_KEYS:
+                    KAFKA_BROKER_KEYS[key].parse(value)
             except ConfigException as e:
                 log.warning("ignoring dynamic broker config of /config/brokers/%s: %s", entity, e)
                 continue
@@ -100,7 +214,8 @@ class DynamicBrokerConfig:
         return out
 
     def _effective(self, default: Mapping[str, str], broker: Mapping[str, str]) -> BrokerConfig:
-        props = {**self.static_props, **default, **broker}
+        applied = {**default, **broker}
+        props = {**self.static_props, **{k: v for k, v in applied.items() if k in DYNAMIC_CONFIGS}}
         try:
             return BrokerConfig.from_properties(props)
         except ConfigException as e:
@@ -112,14 +227,15 @@ class DynamicBrokerConfig:
         """ConfigException unless `props` may replace the dynamic configs of this broker
         (`per_broker`) or of the cluster default: every key dynamic, every value valid, and the
         resulting configuration one this broker accepts (Kafka's DynamicBrokerConfig.validate)."""
-        refused = sorted(k for k in props if k not in DYNAMIC_CONFIGS)
-        if refused:
-            raise ConfigException(refused[0], message=f"Cannot update these configs dynamically: {set(refused)}")
-        keys = BrokerConfig.config_keys()
-        for key, value in props.items():
-            keys[key].parse(value)
+        current = {**self.static_props, **self.dynamic_default, **self.dynamic_broker}
+        validate_configs(props, per_broker, current)
+        if not per_broker:
+            passwords = sorted(k for k in props if is_password(k))
+            if passwords:
+                raise ConfigException(passwords[0], message="Password config can be defined only at broker level")
         default, broker = (self.dynamic_default, dict(props)) if per_broker else (dict(props), self.dynamic_broker)
-        new = BrokerConfig.from_properties({**self.static_props, **default, **broker})
+        applied = {k: v for k, v in {**default, **broker}.items() if k in DYNAMIC_CONFIGS}
+        new = BrokerConfig.from_properties({**self.static_props, **applied})
         if new.log_cleaner_threads != self.current.log_cleaner_threads:
             validate_threads(self.current.log_cleaner_threads, new.log_cleaner_threads)
 

@@ -189,7 +189,7 @@ def test_dynamic_layers_win_key_by_key_and_bad_entries_from_zookeeper_are_skippe
     assert "num.partitions" in caplog.text and "bogus" in caplog.text
     assert not dynamic.update(broker={"message.max.bytes": "7000"})
     dynamic.validate({"log.segment.bytes": "1000000"}, per_broker=False)
-    for props in ({"num.partitions": "2"}, {"log.retention.hours": "1"}, {"log.segment.bytes": "1"}, {"x.y": "1"}):
+    for props in ({"num.partitions": "2"}, {"log.retention.hours": "1"}, {"log.segment.bytes": "1"}):
         with pytest.raises(ConfigException):
             dynamic.validate(props, per_broker=True)
     assert "leader.replication.throttled.rate" in DYNAMIC_CONFIGS and "log.retention.ms" in DYNAMIC_CONFIGS
@@ -237,3 +237,30 @@ def test_notifications_in_kafkas_json_and_order():
     assert parse_entity_path("brokers/3") == ("brokers", "3")
     for path in ("users/x", "topics/", "topics/a/b", "topics/../x", "brokers/x", "nonsense"):
         assert parse_entity_path(path) is None
+
+
+def test_dynamic_broker_keys_are_kafkas_all_dynamic_configs():
+    """Kafka 3.9's DynamicBrokerConfig.validateConfigs: only known non-dynamic keys are refused;
+    listener and SASL keys, and keys Kafka does not know, are accepted; security keys need their
+    listener prefix; per-broker keys and passwords are refused at the cluster default."""
+    dynamic = DynamicBrokerConfig(dict(BASE))
+    accepted = {"sasl.kerberos.min.time.before.relogin": "60000", "listener.name.plain.ssl.keystore.location": "/k",
+                "listener.name.plain.max.connections": "10", "made.up.key": "x", "num.io.threads": "16",
+                "listener.name.plain.plain.sasl.jaas.config": "secret"}
+    dynamic.validate(accepted, per_broker=True)
+    dynamic.validate({"made.up.key": "x", "max.connections": "100", "num.io.threads": "4"}, per_broker=False)
+    refusals = [
+        ({"log.dirs": "/x"}, True, "Cannot update these configs dynamically: Set(log.dirs)"),
+        ({"ssl.keystore.location": "/k"}, True, "only per-listener using the listener prefix"),
+        ({"sasl.kerberos.min.time.before.relogin": "soon"}, True, "sasl.kerberos.min.time.before.relogin"),
+        ({"listener.name.plain.sasl.kerberos.ticket.renew.jitter": "x"}, True, "renew.jitter"),
+        ({"sasl.enabled.mechanisms": "PLAIN"}, False, "broker id must be specified"),
+        ({"listener.name.plain.ssl.keystore.location": "/k"}, False, "broker id must be specified"),
+        ({"num.io.threads": "17"}, True, "double"),
+        ({"num.io.threads": "0"}, True, "at least 1"),
+    ]
+    for props, per_broker, message in refusals:
+        with pytest.raises(ConfigException, match=message.replace("(", r"\(").replace(")", r"\)")):
+            dynamic.validate(props, per_broker=per_broker)
+    assert dynamic.update(broker=accepted) is False  # stored, not applied: nothing this broker acts on
+    assert dynamic.dynamic_broker == accepted

@@ -11,7 +11,7 @@ import sys
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
@@ -230,3 +230,59 @@ def test_end_txn_outside_a_transaction_is_invalid_txn_state(cluster, txn_topic):
     assert end_txn(port, txn_id, pid, epoch, True) == ErrorCode.none
     wait_until(lambda: end_txn(port, txn_id, pid, epoch, True) == ErrorCode.none, "the commit completes", 30)
     assert end_txn(port, txn_id, pid, epoch, False) == ErrorCode.invalid_txn_state  # after CompleteCommit
+
+
+# --- dynamic broker configs (Kafka's DynamicBrokerConfig) ----------------------------------------
+
+
+def alter_default(configs: dict[str, str], port: int) -> tuple[int, str | None]:
+    """AlterConfigs v2 on the cluster-wide default broker resource (""), on the wire (both
+    clients refuse an empty broker resource name locally): (error code, message)."""
+    mod = request_module(33, 2)
+    (r,) = ask(port, [request(33, 2, validate_only=False, resources=(mod.AlterConfigsResource(
+        resource_type=i8(4), resource_name="", configs=tuple(
+            mod.AlterableConfig(name=k, value=v) for k, v in configs.items())),))])
+    (resource,) = r.responses
+    return int(resource.error_code), resource.error_message
+
+
+def test_broker_configs_accept_kafkas_dynamic_keys_and_unknown_ones(cluster):
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def alter(name: str, entries: dict[str, str]):
+        resource = ConfigResource(ResourceType.BROKER, name, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in entries.items()])
+        (future,) = admin.incremental_alter_configs([resource], request_timeout=30).values()
+        try:
+            future.result(30)
+            return None
+        except KafkaException as e:
+            return e.args[0]
+
+    broker = "0"  # LocalCluster numbers brokers from 0
+    assert alter(broker, {"sasl.kerberos.min.time.before.relogin": "60000",
+                          "listener.name.plaintext.ssl.keystore.location": "/etc/k.jks",
+                          "listener.name.plaintext.ssl.keystore.password": "hunter2",
+                          "some.plugin.setting": "x"}) is None
+    assert alter_default({"some.plugin.setting": "y", "max.connections": "1000"}, cluster.broker_ports[0]) == (0, None)
+    err = alter(broker, {"log.dirs": "/elsewhere"})
+    assert err.code() == KafkaError.INVALID_CONFIG and "Cannot update these configs dynamically" in err.str()
+    err = alter(broker, {"ssl.keystore.location": "/etc/k.jks"})
+    assert err.code() == KafkaError.INVALID_CONFIG and "listener prefix" in err.str()
+    code, message = alter_default({"listener.name.plaintext.ssl.keystore.location": "/etc/k.jks"}, cluster.broker_ports[0])
+    assert code == KafkaError.INVALID_CONFIG and "broker id must be specified" in message
+
+    (described,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker)]).values()
+    entries = described.result(30)
+    assert entries["sasl.kerberos.min.time.before.relogin"].value == "60000"
+    assert not entries["sasl.kerberos.min.time.before.relogin"].is_read_only
+    password = entries["listener.name.plaintext.ssl.keystore.password"]
+    assert password.is_sensitive and password.value is None

@@ -13,7 +13,7 @@ as it does at start-up and after every new ZooKeeper session.
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from odradek.common import zk_data
 from odradek.common.zk_data import DEFAULT_ENTITY
@@ -72,6 +72,10 @@ class DynamicConfigManager:
         self._session: int | None = None
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self.entity_listeners: list[Callable[[list[str] | None], Awaitable[None]]] = []
+        """Told the entity paths of new notifications that are neither topics nor brokers (users,
+        clients...), or None after a full sync (everything may have changed): the SCRAM credential
+        cache follows `users/<user>` this way."""
 
     async def start(self) -> None:
         """Read every config that matters here, then follow the notifications (in a task)."""
@@ -121,6 +125,7 @@ class DynamicConfigManager:
         if full:
             self._created = {name: ctime for name, ctime in self._created.items() if name in set(children)}
             await self.apply(topics=self._topics_in_use(), default=True, own=True)
+            await self._tell_listeners(None)
         else:
             await self._apply_notifications(fresh, read)
         if fresh:
@@ -129,16 +134,19 @@ class DynamicConfigManager:
 
     async def _apply_notifications(self, fresh: list[tuple[int, str]], read: dict) -> None:
         topics, default, own = set(), False, False
+        others: list[str] = []
         for _, name in fresh:
             got = read.get(name)
             if got is None:
                 continue
             try:
-                entity = parse_entity_path(zk_data.decode_config_change(got[0]))
+                entity_path = zk_data.decode_config_change(got[0])
+                entity = parse_entity_path(entity_path)
             except (ValueError, KeyError, TypeError) as e:
                 log.warning("ignoring unreadable config change %s: %s", name, e)
                 continue
             if entity is None:
+                others.append(entity_path)
                 continue
             kind, entity_name = entity
             if kind == "topics":
@@ -148,6 +156,12 @@ class DynamicConfigManager:
             elif entity_name == self.broker_entity:
                 own = True
         await self.apply(topics, default, own)
+        if others:
+            await self._tell_listeners(others)
+
+    async def _tell_listeners(self, entity_paths: list[str] | None) -> None:
+        for listener in self.entity_listeners:
+            await listener(entity_paths)
 
     def _topics_in_use(self) -> set[str]:
         return {lg.topic for lg in self.log_manager.all_logs()} | self.log_manager.topics_with_overrides()

@@ -30,7 +30,7 @@ from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
 from odradek.broker.group.group_metadata_manager import GroupMetadataManager
 from odradek.broker.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
-from odradek.broker.kafka_apis import KafkaApis
+from odradek.broker.kafka_apis import KafkaApis, error_response
 from odradek.broker.log import LogManager
 from odradek.broker.log_dirs_apis import LogDirsApis
 from odradek.broker.metadata_apis import MetadataApis
@@ -39,6 +39,10 @@ from odradek.broker.metrics import RequestStats, metered, state_families
 from odradek.broker.producer_id_manager import ZkProducerIdManager
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.replication_quota import ReplicationQuota
+from odradek.broker.security.credential_cache import CredentialCache, CredentialLoader
+from odradek.broker.security.listeners import check_sasl_listeners, sasl_listener_handler
+from odradek.broker.security.sasl_apis import SaslApis
+from odradek.broker.security.scram_apis import ScramApis
 from odradek.broker.transaction.marker_channel import TransactionMarkerChannel
 from odradek.broker.transaction.marker_writer import MarkerWriter
 from odradek.broker.transaction.transaction_apis import TransactionApis
@@ -73,8 +77,12 @@ def log_dirs(config: BrokerConfig) -> list[Path]:
 
 
 class KafkaServer:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, props: dict[str, str] | None = None):
         self.config = config
+        self.props = dict(props or {})
+        """The properties as given: keys with a listener prefix (`listener.name.<l>.`) and the JAAS
+        configs are read from here."""
+        self.credentials = CredentialCache()
         self.log_manager: LogManager | None = None
         self.metadata_cache: MetadataCache | None = None
         self.zk: BrokerZkClient | None = None
@@ -129,6 +137,9 @@ class KafkaServer:
         self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.dynamic_config)
         self.config_manager = DynamicConfigManager(self.zk, self.dynamic_config, self.log_manager)
         await self.config_manager.start()
+        credential_loader = CredentialLoader(self.zk, self.credentials)
+        await credential_loader.load_all()
+        self.config_manager.entity_listeners.append(credential_loader.on_entity_changes)
         self.group_coordinator = self._group_coordinator()
         self.group_apis = GroupApis(
             self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
@@ -155,16 +166,21 @@ class KafkaServer:
         self.apis.add_apis(ForwardedApis(self.controller_channel))
         self.apis.add_apis(LogDirsApis(self.log_manager))
         self.apis.add_apis(AclApis())
+        self.apis.add_apis(SaslApis())
+        self.apis.add_apis(ScramApis(self.zk))
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()
         self.transaction_coordinator.startup()
 
         bound: dict[str, tuple[str, int]] = {}
+        protocols = parse_protocol_map(config.listener_security_protocol_map)
         limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                   config.connections_max_idle_ms, config.queued_max_request_bytes)
         for name, host, port in listeners:
-            server = SocketServer(host, port, metered(self.apis.handle, self.request_stats),
+            handler = sasl_listener_handler(metered(self.apis.handle, self.request_stats), name, protocols,
+                                            self.props, self.credentials, error_response)
+            server = SocketServer(host, port, handler,
                                   config.socket_request_max_bytes, listener=name, limits=limits)
             bound_port = await server.start()
             bound[name] = (host, bound_port)
@@ -501,12 +517,12 @@ def check_listeners(config: BrokerConfig) -> None:
                              "the controller connects to it as advertised")
 
 
-async def run(config: BrokerConfig) -> int:
+async def run(config: BrokerConfig, props: dict[str, str] | None = None) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = KafkaServer(config)
+    server = KafkaServer(config, props)
     startup = loop.create_task(server.startup())
     stopper = loop.create_task(stop.wait())
     await asyncio.wait({startup, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -540,11 +556,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     process_logging.configure(args, "broker")
     try:
-        config = BrokerConfig.from_properties(load_properties(args.config, args.override))
+        props = load_properties(args.config, args.override)
+        config = BrokerConfig.from_properties(props)
+        check_sasl_listeners(config, props)
     except (ConfigException, OSError, ValueError) as e:  # one clear line, no traceback
         log.error("invalid configuration: %s", e)
         return 1
-    return asyncio.run(run(config))
+    return asyncio.run(run(config, props))
 
 
 if __name__ == "__main__":

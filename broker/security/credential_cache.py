@@ -1,0 +1,146 @@
+"""SCRAM credentials of every user, kept current from ZooKeeper (Kafka's CredentialCache and the
+users part of its ZkConfigManager).
+
+Kafka stores them in `/config/users/<sanitized user>` as `{"version":1,"config":{"SCRAM-SHA-256":
+"salt=...,stored_key=...,server_key=...,iterations=4096", ...}}` and announces a change with a
+`/config/changes/config_change_N` notification naming `users/<sanitized user>`. The broker reads
+every user at start-up (and after every new ZooKeeper session: DynamicConfigManager's full sync),
+then re-reads the users a notification names. Nothing read here is ever logged: a malformed
+credential is reported by user and mechanism only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from odradek.common.security import scram
+from odradek.common.security.scram import ScramCredential
+
+log = logging.getLogger(__name__)
+
+USERS_PATH = "/config/users"
+
+
+def user_path(user: str) -> str:
+    return f"{USERS_PATH}/{scram.sanitize(user)}"
+
+
+def user_entity_path(user: str) -> str:
+    """The entity path a config change notification names (`users/<sanitized>`)."""
+    return f"users/{scram.sanitize(user)}"
+
+
+def scram_credentials(user: str, config: Mapping[str, str]) -> dict[str, ScramCredential]:
+    """The well-formed SCRAM credentials of one user's config (other keys, e.g. quotas, ignored)."""
+    out = {}
+    for name in scram.MECHANISMS:
+        text = config.get(name)
+        if text is None:
+            continue
+        try:
+            out[name] = scram.credential_from_string(text)
+        except ValueError as e:
+            log.warning("ignoring the malformed %s credential of user %r: %s", name, user, e)
+    return out
+
+
+class CredentialCache:
+    """user → mechanism → credential; the SCRAM servers look users up here."""
+
+    def __init__(self) -> None:
+        self._users: dict[str, dict[str, ScramCredential]] = {}
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._users.get(user, {}).get(mechanism)
+
+    def update(self, user: str, config: Mapping[str, str] | None) -> None:
+        """A user's config as read (None: the znode is gone)."""
+        credentials = scram_credentials(user, config or {})
+        if credentials:
+            self._users[user] = credentials
+        else:
+            self._users.pop(user, None)
+
+    def replace_all(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        fresh = CredentialCache()
+        for user, config in configs.items():
+            fresh.update(user, config)
+        self._users = fresh._users
+
+    def users(self) -> list[str]:
+        return sorted(self._users)
+
+
+def decode_user_config(data: bytes) -> dict[str, str]:
+    """The `config` map of a user znode; ValueError (without the data) when it is not Kafka's JSON."""
+    try:
+        obj = json.loads(data) if data else {}
+    except ValueError:
+        raise ValueError("not JSON") from None
+    config = obj.get("config") if isinstance(obj, dict) else None
+    if not isinstance(config, dict):
+        raise ValueError("no config object")
+    return {str(k): v for k, v in config.items() if isinstance(v, str)}
+
+
+def read_user_configs_blocking(calls: Any, users: Iterable[str] | None) -> dict[str, tuple[dict[str, str], int] | None]:
+    """user → (config, znode version), or None when the user has no znode; every user when
+    `users` is None. Runs in a thread (kazoo's calls through common.zk_calls.BoundedCalls)."""
+    from kazoo.exceptions import NoNodeError
+
+    if users is None:
+        try:
+            users = [scram.desanitize(n) for n in calls.get_children(USERS_PATH)]
+        except NoNodeError:
+            return {}
+    pending = [(user, calls.zk.get_async(user_path(user))) for user in users]
+    out: dict[str, tuple[dict[str, str], int] | None] = {}
+    for user, result in pending:
+        try:
+            data, stat = calls.wait(result)
+        except NoNodeError:
+            out[user] = None
+            continue
+        try:
+            out[user] = (decode_user_config(data), stat.version)
+        except ValueError as e:
+            log.warning("ignoring unreadable %s: %s", user_path(user), e)
+            out[user] = ({}, stat.version)
+    return out
+
+
+class CredentialLoader:
+    """Fills a CredentialCache from ZooKeeper; DynamicConfigManager calls `on_entity_changes`."""
+
+    def __init__(self, zk: Any, cache: CredentialCache):
+        self.zk = zk
+        self.cache = cache
+
+    async def _read(self, users: Iterable[str] | None) -> dict[str, tuple[dict[str, str], int] | None]:
+        return await asyncio.to_thread(read_user_configs_blocking, self.zk.calls, users)
+
+    async def load_all(self) -> None:
+        read = await self._read(None)
+        self.cache.replace_all({user: got[0] for user, got in read.items() if got is not None})
+        log.info("SCRAM credentials loaded for %d users", len(self.cache.users()))
+
+    async def on_entity_changes(self, entity_paths: list[str] | None) -> None:
+        """Entity paths named by new notifications (None: everything may have changed)."""
+        if entity_paths is None:
+            await self.load_all()
+            return
+        users = set()
+        for path in entity_paths:
+            kind, sep, rest = path.partition("/")
+            if kind == "users" and sep and rest and "/" not in rest:
+                users.add(scram.desanitize(rest))
+        if not users:
+            return
+        read = await self._read(sorted(users))
+        for user, got in read.items():
+            self.cache.update(user, got[0] if got is not None else None)
+        log.info("SCRAM credentials re-read for %d users", len(users))

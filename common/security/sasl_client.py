@@ -155,3 +155,18 @@ async def authenticate(send: Send, credentials: SaslCredentials) -> int:
         if client.complete:
             return lifetime
     raise SaslClientError("SASL exchange did not complete")
+
+
+def authenticate_step(credentials: SaslCredentials) -> Callable[[Any], Awaitable[None]]:
+    """The `authenticate` step of an outgoing connection (common/security/channel.ClientSecurity):
+    runs the exchange on a freshly connected NetworkClient; a refusal becomes a ConnectionError
+    naming the user and the reason, never the password."""
+
+    async def step(client: Any) -> None:
+        try:
+            await authenticate(lambda request: client.send(request, client.connect_timeout), credentials)
+        except (SaslClientError, ValueError) as e:
+            raise ConnectionError(f"SASL {credentials.mechanism} authentication to {client.host}:{client.port} as "
+                                  f"{credentials.username!r} failed: {e}") from None
+
+    return step

@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             raise ToolError("--add-scram without password=... needs --password-file (or --password-file - for stdin)")
         password = read_password(args.password_file)
         adds = [(m, i, p if p is not None else password) for m, i, p in adds]
+    complete = [(m, i, p) for m, i, p in adds if p is not None]
     deletes = [m.strip().upper() for m in (args.delete_scram or "").split(",") if m.strip()]
     if any(m not in scram.MECHANISMS for m in deletes):
         raise ToolError(f"--delete-scram takes {', '.join(scram.MECHANISMS)}")
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             def change(config: dict[str, str]) -> None:
                 for mechanism in deletes:
                     config.pop(mechanism, None)
-                for mechanism, iterations, password in adds:
+                for mechanism, iterations, password in complete:
                     credential = scram.MECHANISMS[mechanism].credential_from_password(password, iterations)
                     config[mechanism] = scram.credential_to_string(credential)
             write_user(zk, args.entity_name, change)

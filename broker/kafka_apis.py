@@ -26,6 +26,7 @@ from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchM
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.metadata_apis import MetadataApis
+from odradek.broker.metadata_cache import broker_endpoint
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
 from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
 from odradek.broker.transaction.transaction_apis import TransactionApis
@@ -359,8 +360,34 @@ class KafkaApis:
                 (t.name, [(int(p.index), results[(t.name, int(p.index))]) for p in t.partition_data])
                 for t in request.topic_data
             ]
-        chunks, size = produce_codec.encode_produce_response(version, topics)
+        leaders: dict[tuple[str, int], tuple[int, int]] = {}
+        endpoints: list[tuple[int, str, int, str | None]] = []
+        if version >= 10:
+            leaders, endpoints = self._leader_hints(
+                context, [(name, index) for name, parts in topics for index, r in parts
+                          if r.error == ErrorCode.not_leader_or_follower])
+        chunks, size = produce_codec.encode_produce_response(version, topics, leaders, endpoints)
         return Body(chunks, size)
+
+    def _leader_hints(self, context: RequestContext, keys) -> tuple[dict, list]:
+        """KIP-951: ({(topic, partition): (leader id, leader epoch)}, [(node, host, port, rack)])
+        for partitions this broker does not lead, from the metadata cache, with the leaders'
+        endpoints on the request's listener (Kafka's KafkaApis.getCurrentLeader)."""
+        cache = self.replica_manager.metadata_cache
+        brokers = cache.live_brokers()
+        leaders: dict[tuple[str, int], tuple[int, int]] = {}
+        nodes: dict[int, tuple[int, str, int, str | None]] = {}
+        for topic, index in keys:
+            state = cache.partition_state(topic, index)
+            leader, epoch = (int(state.leader), int(state.leader_epoch)) if state is not None else (-1, -1)
+            leaders[(topic, index)] = (leader, epoch)
+            broker = brokers.get(leader)
+            if broker is None:
+                continue
+            endpoint = broker_endpoint(broker, context.listener)
+            if endpoint is not None:
+                nodes[leader] = (leader, endpoint.host, int(endpoint.port), broker.rack)
+        return leaders, list(nodes.values())
 
     # --- Fetch ----------------------------------------------------------------------------------
 

@@ -2,8 +2,11 @@
 
 The response is small but frequent, and kio's writer is slow; it is written field by field here
 (Kafka's ProduceResponse.json: responses[name, partition_responses[index, error_code, base_offset,
-v2+ log_append_time_ms, v5+ log_start_offset, v8+ record_errors, error_message]], v1+
-throttle_time_ms; v9+ flexible).
+v2+ log_append_time_ms, v5+ log_start_offset, v8+ record_errors, error_message, v10+ tagged
+current_leader]], v1+ throttle_time_ms, v10+ tagged node_endpoints; v9+ flexible). KIP-951 (v10):
+a partition answered NOT_LEADER_OR_FOLLOWER names the leader the broker knows, and the response
+carries that leader's endpoint, so the client skips a Metadata round trip. v11 only adds the
+TRANSACTION_ABORTABLE error (transaction version 2), which this broker never sends.
 
 Produce v0–v2 (message format v0/v1) is advertised, because librdkafka only enables compression when
 it sees Produce 0 in ApiVersions, but rejected: kio cannot read it, so `parse_legacy_request` reads
@@ -11,7 +14,7 @@ just enough of it to answer every partition with UNSUPPORTED_VERSION.
 """
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from odradek.common.network.encoding import BodyWriter
 
@@ -19,8 +22,8 @@ MIN_VERSION = 0
 """Advertised (see above)."""
 MIN_SUPPORTED_VERSION = 3
 """Really implemented from here (record batch v2)."""
-MAX_VERSION = 9
-"""v10+ add tagged leader hints only; v9 is the last version Kafka 2.8–3.7 clients need."""
+MAX_VERSION = 11
+"""Kafka 3.9's."""
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -36,10 +39,16 @@ def is_transactional(records) -> bool:
 
 
 def encode_produce_response(
-    version: int, topics: Sequence[tuple[str, Sequence[tuple[int, object]]]]
+    version: int, topics: Sequence[tuple[str, Sequence[tuple[int, object]]]],
+    leaders: Mapping[tuple[str, int], tuple[int, int]] | None = None,
+    endpoints: Sequence[tuple[int, str, int, str | None]] = (),
 ) -> tuple[list, int]:
-    """(chunks, size) of a ProduceResponse body; `topics` = [(name, [(index, ProduceResult)])]."""
+    """(chunks, size) of a ProduceResponse body; `topics` = [(name, [(index, ProduceResult)])].
+
+    v10+: `leaders` = {(topic, index): (leader id, leader epoch)} of the partitions answered
+    NOT_LEADER_OR_FOLLOWER, `endpoints` = [(node id, host, port, rack)] of those leaders."""
     w = BodyWriter(flexible=version >= 9)
+    leaders = leaders if version >= 10 and leaders else {}
     w.array(len(topics))
     for name, partitions in topics:
         w.string(name)
@@ -59,11 +68,30 @@ def encode_produce_response(
                     w.string(message)
                     w.tags()
                 w.string(r.error_message)
-            w.tags()
+            leader = leaders.get((name, index))
+            if leader is None:
+                w.tags()
+            else:
+                hint = BodyWriter(flexible=True)
+                hint.int32(leader[0])
+                hint.int32(leader[1])
+                hint.tags()
+                w.tagged([(0, hint.take())])  # current_leader
         w.tags()
     if version >= 1:
         w.int32(0)  # throttle_time_ms
-    w.tags()
+    if version >= 10 and endpoints:
+        nodes = BodyWriter(flexible=True)
+        nodes.array(len(endpoints))
+        for node_id, host, port, rack in endpoints:
+            nodes.int32(node_id)
+            nodes.string(host)
+            nodes.int32(port)
+            nodes.string(rack)
+            nodes.tags()
+        w.tagged([(0, nodes.take())])  # node_endpoints
+    else:
+        w.tags()
     return w.chunks(), w.size
 
 

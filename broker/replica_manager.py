@@ -688,10 +688,9 @@ class ReplicaManager:
                 info = partition.append_records_to_leader(records, required_acks, origin)
             except LogError as e:
                 log.debug("append to %s-%d rejected: %s", topic, index, e)
-                index_in_batch = getattr(e, "batch_index", None)
                 results[key] = ProduceResult(
                     error=e.error_code, error_message=str(e),
-                    record_errors=((index_in_batch, str(e)),) if index_in_batch is not None else (),
+                    record_errors=tuple(getattr(e, "record_errors", ())),  # KIP-467's per-record errors
                 )
                 continue
             except Exception:

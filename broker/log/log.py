@@ -282,7 +282,7 @@ class Log:
         if origin is AppendOrigin.CLIENT:  # the coordinators write markers and their own batches
             compacted = config.compacts
             for info in batches:
-                validate_client_batch(buf, info, compacted)
+                validate_client_batch(buf, info, compacted, f"{self.topic}-{self.partition}")
         if not batches:
             return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
         if len(buf) > config.segment_bytes:

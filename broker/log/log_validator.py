@@ -40,11 +40,19 @@ reused by every validation (the event loop validates one batch at a time)."""
 
 
 class RecordValidationError(InvalidRecordError):
-    """A record of the batch is invalid: `batch_index` is its position, for record_errors."""
+    """Records of the batch are invalid (Kafka's RecordValidationException): `record_errors` are
+    their (position, message) pairs for Produce v8+'s record_errors (KIP-467), and the message is
+    Kafka's summary of them (the produce response's error_message)."""
 
-    def __init__(self, message: str, batch_index: int):
-        super().__init__(message)
-        self.batch_index = batch_index
+    def __init__(self, record_errors: list[tuple[int, str]]):
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
+        super().__init__(f"One or more records have been rejected due to {len(record_errors)} record errors in "
+                         f"total, and only showing the first three errors at most: [{shown}]")
+        self.record_errors = record_errors
+
+    @property
+    def batch_index(self) -> int:
+        return self.record_errors[0][0]
 
 
 def check_transactional(info: BatchInfo) -> None:
@@ -61,9 +69,10 @@ def check_control(info: BatchInfo) -> None:
         raise InvalidRecordError("clients are not allowed to write control records")
 
 
-def validate_client_batch(buf, info: BatchInfo, compacted: bool = False) -> None:
+def validate_client_batch(buf, info: BatchInfo, compacted: bool = False, partition: str = "") -> None:
     """All checks of one whole batch at `info.position` in `buf` (CRC already checked); a
-    compacted topic's records must have keys (Kafka's validateKey)."""
+    compacted topic's records must have keys (Kafka's validateKey: every keyless record is named,
+    so the producer fails only those; `partition` names the topic partition in the message)."""
     check_control(info)
     check_transactional(info)
     if info.records_count != info.last_offset_delta + 1:
@@ -81,11 +90,13 @@ def validate_client_batch(buf, info: BatchInfo, compacted: bool = False) -> None
             _release_scratch(used)
     else:
         failure = walk_records(buf, start, end, info.records_count, compacted)
+    if isinstance(failure, list):
+        message = f"Compacted topic cannot accept message without key in topic partition {partition}"
+        raise RecordValidationError([(index, message) for index in failure])
     if failure is not None:
         index, message = failure
-        raise RecordValidationError(
-            f"record batch at position {info.position} (record {index} of {info.records_count}): {message}", index
-        )
+        raise RecordValidationError([(index, f"record batch at position {info.position} (record {index} of "
+                                             f"{info.records_count}): {message}")])
 
 
 def _inflate(codec: int, payload) -> memoryview:

@@ -82,6 +82,19 @@ class BodyWriter:
         if self.flexible:
             self._buf.append(0)
 
+    def tagged(self, fields: list[tuple[int, bytes]]) -> None:
+        """A tagged-field section holding `fields` ((tag, encoded value), tags ascending)."""
+        if not fields:
+            self.tags()
+            return
+        self._buf += uvarint(len(fields))
+        for tag, data in fields:
+            self._buf += uvarint(tag) + uvarint(len(data)) + data
+
+    def take(self) -> bytes:
+        """The bytes written so far (a writer used to encode one tagged field's value)."""
+        return bytes(self._buf)
+
     def records(self, regions: list, size: int) -> None:
         """A `records` field: the length, then the regions as they are (no copy)."""
         if self.flexible:

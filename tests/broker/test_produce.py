@@ -45,3 +45,20 @@ def test_legacy_produce_request_is_parsed_for_its_partitions():
         produce_codec.parse_legacy_request(body[:-3])
     with pytest.raises(ValueError):
         produce_codec.parse_legacy_request(struct.pack(">hhih", 0, 2, 9, -1) + struct.pack(">hii", 1, 1, 2**30))
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_produce_v10_carries_kip951_leader_hints_as_tagged_fields(version):
+    ok = ProduceResult(base_offset=5)
+    moved = ProduceResult(error=ErrorCode.not_leader_or_follower)
+    chunks, size = produce_codec.encode_produce_response(
+        version, [("t", [(0, ok), (1, moved)])], leaders={("t", 1): (3, 7)}, endpoints=[(3, "b3.local", 9093, "r1")])
+    body = b"".join(chunks)
+    assert len(body) == size
+    resp, used = entity_reader(wire.response_schema(0, version))(body, 0)
+    assert used == len(body)
+    first, second = resp.responses[0].partition_responses
+    assert (first.current_leader.leader_id, first.current_leader.leader_epoch) == (-1, -1)  # absent: defaults
+    assert (second.current_leader.leader_id, second.current_leader.leader_epoch) == (3, 7)
+    (node,) = resp.node_endpoints
+    assert (node.node_id, node.host, node.port, node.rack) == (3, "b3.local", 9093, "r1")

@@ -286,3 +286,47 @@ def test_broker_configs_accept_kafkas_dynamic_keys_and_unknown_ones(cluster):
     assert not entries["sasl.kerberos.min.time.before.relogin"].is_read_only
     password = entries["listener.name.plaintext.ssl.keystore.password"]
     assert password.is_sensitive and password.value is None
+
+
+# --- KIP-467: per-record produce errors -----------------------------------------------------------
+
+
+def test_only_the_keyless_records_of_a_compacted_batch_fail(cluster):
+    """librdkafka fails the records named in record_errors with INVALID_RECORD and the rest of the
+    batch with its retriable _INVALID_DIFFERENT_RECORD; before, every record got INVALID_RECORD."""
+    topic = unique("compacted")
+    create_topic(cluster.bootstrap, topic, 1, config={"cleanup.policy": "compact"})
+    wait_for_leaders(cluster.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 200, "retries": 0,
+                         "message.timeout.ms": 20_000})
+    outcome: dict[bytes, int | None] = {}
+
+    def delivered(err, msg):
+        outcome[msg.value()] = err.code() if err else None
+
+    for key, value in ((b"k0", b"v0"), (None, b"v1"), (b"k2", b"v2"), (None, b"v3")):
+        producer.produce(topic, key=key, value=value, partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    different = getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", -138)
+    assert outcome == {b"v0": different, b"v1": KafkaError.INVALID_RECORD, b"v2": different,
+                       b"v3": KafkaError.INVALID_RECORD}
+
+
+def test_produce_v8_names_every_invalid_record_with_kafkas_messages(cluster):
+    topic = unique("compacted-wire")
+    create_topic(cluster.bootstrap, topic, 1, config={"cleanup.policy": "compact"})
+    wait_for_leaders(cluster.bootstrap, topic, 1)
+    batch = build_batch([(b"k", b"a"), (None, b"b"), (None, b"c")])
+    for version in (8, 9, 10, 11):
+        mod = request_module(PRODUCE, version)
+        (r,) = ask(cluster.broker_ports[0], [request(
+            PRODUCE, version, transactional_id=None, acks=i16(1),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            topic_data=(mod.TopicProduceData(name=topic, partition_data=(
+                mod.PartitionProduceData(index=i32(0), records=batch),)),))])
+        (p,) = r.responses[0].partition_responses
+        assert p.error_code == ErrorCode.invalid_record
+        message = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
+        assert [(int(e.batch_index), e.batch_index_error_message) for e in p.record_errors] == [(1, message),
+                                                                                               (2, message)]
+        assert p.error_message.startswith("One or more records have been rejected due to 2 record errors")

@@ -201,3 +201,15 @@ def test_the_c_walk_agrees_with_the_reference_on_mutated_records():
         if (got[0] if got else None) != expected:
             disagreements.append((trial, expected, got))
     assert not disagreements, disagreements[:5]
+
+
+def test_every_keyless_record_of_a_compacted_batch_is_named():
+    """KIP-467: the producer fails only the keyless records (Kafka's validateKey, record by record)."""
+    buf = bytearray(build_batch([(b"k", b"a"), (None, b"b"), (b"k", b"c"), (None, b"d")]))
+    info = check_batch(buf, 0, len(buf))
+    with pytest.raises(lv.RecordValidationError) as e:
+        lv.validate_client_batch(buf, info, compacted=True, partition="t-0")
+    message = "Compacted topic cannot accept message without key in topic partition t-0"
+    assert e.value.record_errors == [(1, message), (3, message)]
+    assert str(e.value).startswith("One or more records have been rejected due to 2 record errors in total")
+    lv.validate_client_batch(buf, info, compacted=False)

@@ -4,8 +4,8 @@ Kafka's ScramSaslServer, with one difference it does not have: an unknown user (
 credential for this mechanism, or with one below 4096 iterations) gets a server-first message with
 a salt derived from the username and a secret of this broker, and fails only at the proof, in the
 same words as a wrong password (RFC 5802 section 9), so no answer tells whether a user exists.
-The proof is checked with hmac.compare_digest; the nonce of the final message must be exactly
-the one this exchange made, so a proof replayed from another exchange fails.
+The proof is checked with hmac.compare_digest; the nonce of the final message must end with the
+one this exchange made (Kafka's rule), so a proof replayed from another exchange fails.
 """
 
 from __future__ import annotations
@@ -115,7 +115,10 @@ class ScramServer:
             raise ScramFormatError("client-final message must start c=<binding>,r=<nonce>")
         if scram.b64decode(attrs[0][1]) != self._gs2_header.encode():
             raise SaslAuthenticationError("channel binding does not match the gs2 header")
-        if not hmac.compare_digest(attrs[1][1].encode(), self._full_nonce.encode()):
+        # Kafka's check (ScramSaslServer): the nonce ends with this exchange's, whose server part is
+        # fresh, so a proof from another exchange never passes. librdkafka 2.0.x repeats its own
+        # nonce in front (c-nonce + c-nonce + s-nonce), which Kafka accepts this way.
+        if not attrs[1][1].endswith(self._full_nonce):
             raise SaslAuthenticationError("nonce of the final message is not this exchange's")
         proof = scram.b64decode(proof_b64)
         if self._refusal is not None or self._credential is None:

@@ -117,8 +117,9 @@ def assign_replicas_to_brokers(
         )
     rng = rng or random.Random()
     racks = dict(brokers)
-    if all(r is not None for r in racks.values()):
-        return _assign_rack_aware(racks, num_partitions, replication_factor, fixed_start_index, start_partition_id, rng)
+    known_racks = {b: r for b, r in racks.items() if r is not None}
+    if len(known_racks) == len(racks):
+        return _assign_rack_aware(known_racks, num_partitions, replication_factor, fixed_start_index, start_partition_id, rng)
     return _assign_rack_unaware(
         sorted(racks), num_partitions, replication_factor, fixed_start_index, start_partition_id, rng
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from functools import cache
+from typing import cast
 
 from kio.serial._introspect import (
     EntityField,
@@ -27,6 +28,7 @@ from kio.serial._introspect import (
     get_field_tag,
     is_optional,
 )
+from kio.static.protocol import Entity
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -138,7 +140,7 @@ def _merge(steps: list[tuple]) -> tuple:
 @cache
 def entity_plan(cls: type) -> tuple:
     """The plan of a kio (or kio-style) entity class: its fields, then its tagged fields."""
-    flexible = bool(cls.__flexible__)
+    flexible = bool(cast("type[Entity]", cls).__flexible__)
     header = cls.__name__ == "RequestHeader"
     steps: list[tuple] = []
     tags: dict[int, tuple] = {}

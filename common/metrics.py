@@ -66,7 +66,7 @@ class Latency:
 
     __slots__ = ("counts", "sum_s", "total")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts = [0] * self.BUCKETS
         self.total = 0
         self.sum_s = 0.0
@@ -110,7 +110,7 @@ Collector = Callable[[], Iterable[Family]]
 class Registry:
     """Collectors called at each scrape, in registration order."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.collectors: list[Collector] = []
 
     def register(self, collector: Collector) -> None:
@@ -136,7 +136,7 @@ class MetricsServer:
     """GET /metrics over HTTP/1.x, one response per connection (what Prometheus does). Anything
     else is 404/405; a request head larger than 8 KiB or slower than 5 s is dropped."""
 
-    def __init__(self, registry: Registry, host: str, port: int):
+    def __init__(self, registry: Registry, host: str, port: int) -> None:
         self.registry, self.host, self.port = registry, host, port
         self._server: asyncio.Server | None = None
 

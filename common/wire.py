@@ -11,7 +11,7 @@ import struct
 import sys
 from dataclasses import fields
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -20,6 +20,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.protocol import Payload
 
 from odradek.common.api_key import ApiKey
 
@@ -29,6 +30,12 @@ from .messages import INTER_BROKER_REQUESTS, INTER_BROKER_RESPONSES
 SIZE = struct.Struct(">i")
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 """throttle_time of every response: this broker has no quotas."""
+
+def _payload_class(cls: type) -> type[Payload]:
+    """A schema class seen as kio's Payload protocol (its __api_key__, __version__, __flexible__):
+    the lookups below return plain `type`, since own inter-broker classes sit beside kio's."""
+    return cast(type[Payload], cls)
+
 
 read_request_header_v1 = entity_reader(RequestHeaderV1)
 _read_header_v2 = entity_reader(RequestHeaderV2)
@@ -43,7 +50,7 @@ def request_schema(api_key: int, version: int) -> type:
     Cached: kio looks a schema up by importing its module by name on every call."""
     own = INTER_BROKER_REQUESTS.get(api_key)
     if own is not None:
-        if own.__version__ != version:
+        if _payload_class(own).__version__ != version:
             raise KeyError((api_key, version))
         return own
     try:
@@ -81,12 +88,13 @@ def decode_request(frame: bytes) -> tuple[Any, Any, Any]:
     """
     api_key, version, _ = peek_api(frame)
     schema = request_schema(api_key, version)
-    header_schema = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    flexible = _payload_class(schema).__flexible__
+    header_schema = RequestHeaderV2 if flexible else RequestHeaderV1
     message_bounds.check(schema, frame, message_bounds.check(header_schema, frame))
-    read_header = _read_header_v2 if schema.__flexible__ else read_request_header_v1
     try:
-        header, offset = read_header(frame, 0)
-        payload, _ = entity_reader(schema)(frame, offset)
+        header: RequestHeaderV1 | RequestHeaderV2
+        header, offset = _read_header_v2(frame, 0) if flexible else read_request_header_v1(frame, 0)
+        payload, _ = entity_reader(_payload_class(schema))(frame, offset)
     except Exception as e:  # kio raises KeyError on unknown tagged fields, among others
         raise ValueError(f"malformed {schema.__name__}: {e}") from e
     return header, payload, schema
@@ -105,27 +113,29 @@ def encode_response(payload: object, correlation_id: int, *, flexible_header: bo
         entity_writer(ResponseHeaderV1)(buf, ResponseHeaderV1(correlation_id=i32(correlation_id)))
     else:
         entity_writer(ResponseHeaderV0)(buf, ResponseHeaderV0(correlation_id=i32(correlation_id)))
-    entity_writer(type(payload))(buf, payload)
+    _write_payload(buf, payload)
     data = buf.getbuffer()
     SIZE.pack_into(data, 0, len(data) - 4)
     return bytes(data)
+
+
+def _write_payload(buf: io.BytesIO, payload: object) -> None:
+    entity_writer(_payload_class(type(payload)))(buf, cast(Payload, payload))
 
 
 def encode_request(payload: object, correlation_id: int, client_id: str | None) -> bytes:
     """A whole request frame: size prefix, request header (v1 or v2 by the schema), body."""
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
-    fields = dict(
-        request_api_key=i16(payload.__api_key__),
-        request_api_version=i16(payload.__version__),
-        correlation_id=i32(correlation_id),
-        client_id=client_id,
-    )
-    if payload.__flexible__:
-        _write_header_v2(buf, RequestHeaderV2(**fields))
+    schema = _payload_class(type(payload))
+    api_key, version, corr = i16(schema.__api_key__), i16(schema.__version__), i32(correlation_id)
+    if schema.__flexible__:
+        _write_header_v2(buf, RequestHeaderV2(request_api_key=api_key, request_api_version=version,
+                                              correlation_id=corr, client_id=client_id))
     else:
-        _write_header_v1(buf, RequestHeaderV1(**fields))
-    entity_writer(type(payload))(buf, payload)
+        _write_header_v1(buf, RequestHeaderV1(request_api_key=api_key, request_api_version=version,
+                                              correlation_id=corr, client_id=client_id))
+    _write_payload(buf, payload)
     data = buf.getbuffer()
     SIZE.pack_into(data, 0, len(data) - 4)
     return bytes(data)
@@ -133,13 +143,15 @@ def encode_request(payload: object, correlation_id: int, client_id: str | None) 
 
 def decode_response(schema: type, frame: bytes) -> tuple[int, object]:
     """(correlation_id, payload) of a response frame body for a request of `schema`."""
-    api_key = int(schema.__api_key__)
-    flexible = response_header_flexible(api_key, schema.__flexible__)
+    request = _payload_class(schema)
+    api_key = int(request.__api_key__)
+    flexible = response_header_flexible(api_key, request.__flexible__)
     header_schema = ResponseHeaderV1 if flexible else ResponseHeaderV0
-    payload_schema = response_schema(api_key, int(schema.__version__))
+    payload_schema = response_schema(api_key, int(request.__version__))
     message_bounds.check(payload_schema, frame, message_bounds.check(header_schema, frame))
-    header, offset = entity_reader(header_schema)(frame, 0)
-    payload, _ = entity_reader(payload_schema)(frame, offset)
+    header: ResponseHeaderV0 | ResponseHeaderV1
+    header, offset = entity_reader(ResponseHeaderV1)(frame, 0) if flexible else entity_reader(ResponseHeaderV0)(frame, 0)
+    payload, _ = entity_reader(_payload_class(payload_schema))(frame, offset)
     return int(header.correlation_id), payload
 
 

@@ -30,7 +30,7 @@ class _BrokerChannel:
             ep.host, ep.port, client_id=f"controller-{manager.controller_id}", connect_attempts=1,
             connect_timeout=manager.request_timeout,
         )
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
         self.task = asyncio.get_running_loop().create_task(self._send_loop(), name=f"controller-channel-{info.id}")
 
     async def _send_loop(self) -> None:

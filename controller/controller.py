@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kazoo.protocol.states import KazooState
 from kio.schema.errors import ErrorCode
@@ -133,8 +133,8 @@ class Deposed(Exception):
 
 
 class KafkaController:
-    def __init__(self, config: ControllerConfig, *, request_timeout: float = 30.0, on_response=None,
-                 stop_grace: float = 10.0):
+    def __init__(self, config: ControllerConfig, *, request_timeout: float = 30.0,
+                 on_response: Callable[[int, object, object], None] | None = None, stop_grace: float = 10.0) -> None:
         self.config = config
         self.stop_grace = stop_grace
         self.controller_id = config.controller_id
@@ -151,15 +151,32 @@ class KafkaController:
         self._modified_topics: set[str] = set()
         self._connected = asyncio.Event()
         self._generation = 0
-        self._acting: asyncio.Task | None = None
+        self._acting: asyncio.Task[None] | None = None
         self._deposed_reason: str | None = None
         self._suspended_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.listener: SocketServer | None = None
         self._listener_endpoint: EndPoint | None = None
         """Published in /controller: where brokers find the active controller's listener."""
-        self._inflight: set[asyncio.Future] = set()
+        self._inflight: set[asyncio.Future[object]] = set()
         self.stats = ControllerStats()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop run() runs on: ZooKeeper's threads post to it."""
+        if self._loop is None:
+            raise RuntimeError("KafkaController.run() has not started")
+        return self._loop
+
+    def _active_context(self) -> ControllerContext:
+        """The context while active (set by _act before any event is handled)."""
+        if self.context is None:
+            raise Deposed("not the active controller")
+        return self.context
+
+    def _active_channels(self) -> ControllerChannelManager:
+        if self.channels is None:
+            raise Deposed("not the active controller")
+        return self.channels
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -180,12 +197,12 @@ class KafkaController:
         log.info("controller %d: listening on %s", self.controller_id, self._listener_endpoint.url())
         return self._listener_endpoint
 
-    async def submit(self, api_key: int, payload: object):
+    async def submit(self, api_key: int, payload: object) -> object:
         """A broker's request, decided by the active controller's event loop; None when this
         controller is not active or was deposed before deciding (the broker hears NOT_CONTROLLER)."""
         if not self.active.is_set():
             return None
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._inflight.add(future)
         self._events.put_nowait(BrokerRequest(api_key, payload, future))
         try:
@@ -261,7 +278,12 @@ class KafkaController:
         try:
             await asyncio.to_thread(zk.start, self._stopping_threads)
             self._connected.set()
-            zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, gen, state))
+            loop = self._running_loop()
+
+            def on_state(state: str) -> None:
+                loop.call_soon_threadsafe(self._on_zk_state, gen, state)
+
+            zk.add_listener(on_state)
             while not self._stopping.is_set() and self._deposed_reason is None:
                 won = await asyncio.to_thread(zk.elect, ControllerInfo(self.controller_id, self._listener_endpoint))
                 if won is not None:
@@ -281,16 +303,20 @@ class KafkaController:
     # --- ZooKeeper callbacks (kazoo thread → loop) ------------------------------------------------
 
     def _watch(self, gen: int, event: WatchEvent) -> Callable[[object], None]:
-        def watcher(_event) -> None:
-            self._loop.call_soon_threadsafe(self._post, gen, event)
+        loop = self._running_loop()
+
+        def watcher(_event: object) -> None:
+            loop.call_soon_threadsafe(self._post, gen, event)
 
         return watcher
 
-    def _topic_watch(self, gen: int):
+    def _topic_watch(self, gen: int) -> Callable[[str], Callable[[object], None]]:
         """topic → the data watch of its assignment znode (one per read; ZooKeeper fires it once)."""
-        def watch_of(topic: str):
-            def watcher(_event) -> None:
-                self._loop.call_soon_threadsafe(self._post_modified, gen, topic)
+        loop = self._running_loop()
+
+        def watch_of(topic: str) -> Callable[[object], None]:
+            def watcher(_event: object) -> None:
+                loop.call_soon_threadsafe(self._post_modified, gen, topic)
 
             return watcher
 
@@ -313,7 +339,7 @@ class KafkaController:
             self._connected.clear()
             if self._suspended_timer is None:
                 # the server expires the session after its timeout: by then someone else may act
-                self._suspended_timer = self._loop.call_later(
+                self._suspended_timer = self._running_loop().call_later(
                     self.config.zookeeper_session_timeout_ms / 1000 * 0.8, self._depose, gen, "session presumed expired"
                 )
         elif state == KazooState.CONNECTED:
@@ -322,7 +348,7 @@ class KafkaController:
         elif state == KazooState.LOST:
             self._depose(gen, "ZooKeeper session lost")
 
-    def _on_channel_response(self, gen: int, broker_id: int, request, response) -> None:
+    def _on_channel_response(self, gen: int, broker_id: int, request: Any, response: object) -> None:
         """Every broker answer: to the test hook, and LeaderAndIsr answers that speak of failed
         log directories (KAFKA_STORAGE_ERROR, or a broker with replicas known offline) to the
         event queue."""
@@ -379,7 +405,8 @@ class KafkaController:
             self.active.clear()
             self._fail_inflight()
             channels, self.channels = self.channels, None
-            await channels.close()
+            if channels is not None:
+                await channels.close()
             self.context = None
             if self._stopping.is_set() and self._deposed_reason is None:
                 try:
@@ -397,7 +424,7 @@ class KafkaController:
         )
         ctx.unclean_leader_election = self.config.unclean_leader_election_enable
         self.context = ctx
-        self.channels.update_brokers(ctx.live_brokers)
+        self._active_channels().update_brokers(ctx.live_brokers)
         await self._execute(zk, sm.on_controller_failover)
         if await asyncio.to_thread(zk.controller, self._watch(gen, ControllerChange())) is None:
             raise Deposed("/controller vanished")
@@ -468,11 +495,12 @@ class KafkaController:
             case ApiKey.CONTROLLED_SHUTDOWN:
                 log.info("controlled shutdown of broker %d", p.broker_id)
                 d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
-                if d.answer is not None and d.answer.remaining:
-                    log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in d.answer.remaining])
+                shutdown = d.answer
+                if isinstance(shutdown, sm.ControlledShutdownAnswer) and shutdown.remaining:
+                    log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in shutdown.remaining])
             case ApiKey.ALTER_PARTITION_REASSIGNMENTS:
                 d = await self._execute(zk, lambda ctx: ra.on_reassign(ctx, p))
-                for tp, result in sorted(d.answer.items()):
+                for tp, result in sorted(cast(dict[TopicPartition, ra.Result], d.answer).items()):
                     log.info("reassignment of %s to %s: %s", tp, p[tp], result.message or "started")
                 await self._reassignment_progress(zk, list(p))
             case ApiKey.ELECT_LEADERS:
@@ -482,15 +510,15 @@ class KafkaController:
                     log.info("%s leader election: moved %s", "unclean" if election_type == el.UNCLEAN else "preferred",
                              [str(w.tp) for w in d.state_writes])
             case ApiKey.LIST_PARTITION_REASSIGNMENTS:
-                d = sm.Decisions(answer=ra.list_reassignments(self.context, p))
+                d = sm.Decisions(answer=ra.list_reassignments(self._active_context(), p))
             case _:
                 d = None
         if not request.future.done():
             request.future.set_result(None if d is None else d.answer)
 
-    async def _reassignment_progress(self, zk: ControllerZkClient, tps=None) -> None:
+    async def _reassignment_progress(self, zk: ControllerZkClient, tps: list[TopicPartition] | None = None) -> None:
         """Complete the reassignments (of `tps`, default all) whose targets are all in sync."""
-        if ra.ongoing(self.context):
+        if ra.ongoing(self._active_context()):
             d = await self._execute(zk, lambda ctx: ra.on_reassignment_progress(ctx, tps))
             for w in d.final_assignment_writes:
                 log.info("reassignment of %s completed", w)
@@ -518,7 +546,7 @@ class KafkaController:
                 await self._reassignment_progress(zk)
             case TopicChange():
                 assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, event),
-                                                      dict(self.context.assignments), self._topic_watch(gen))
+                                                      dict(self._active_context().assignments), self._topic_watch(gen))
                 await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
             case PartitionModification():
                 topics, self._modified_topics = self._modified_topics, set()
@@ -528,7 +556,7 @@ class KafkaController:
                     log.info("topic %s: now %d partitions", topic, len(assignment.partitions))
             case TopicDeletion():
                 marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, event))
-                if marked - set(self.context.assignments):
+                if marked - set(self._active_context().assignments):
                     # a topic created and marked at once: learn of it first, or its marker looks stray
                     await self._handle(zk, gen, TopicChange())
                 await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
@@ -537,18 +565,18 @@ class KafkaController:
                 if children:
                     log.warning("log directory failures announced by brokers %s", sorted(brokers))
                     await self._execute(zk, lambda ctx: sm.on_log_dir_event(ctx, brokers))
-                    await asyncio.to_thread(zk.delete_log_dir_events, children, self.context.epoch_zk_version)
+                    await asyncio.to_thread(zk.delete_log_dir_events, children, self._active_context().epoch_zk_version)
             case ZkReassignment():
                 data = await asyncio.to_thread(zk.reassign_partitions, self._watch(gen, event))
                 try:
                     wanted = {} if data is None else ra.decode_reassign_partitions(data)
                 except ValueError as e:
-                    log.error("ignoring %s: unreadable (%s): %r", z.REASSIGN_PARTITIONS, e, data[:200])
+                    log.error("ignoring %s: unreadable (%s): %r", z.REASSIGN_PARTITIONS, e, (data or b"")[:200])
                     return
-                self.context.zk_reassignment = wanted
+                self._active_context().zk_reassignment = wanted
                 if wanted:
                     d = await self._execute(zk, ra.on_zk_reassignment)
-                    for tp, result in sorted(d.answer.items()):
+                    for tp, result in sorted(cast(dict[TopicPartition, ra.Result], d.answer).items()):
                         log.info("reassignment of %s (from %s): %s", tp, z.REASSIGN_PARTITIONS, result.message or "started")
                     await self._reassignment_progress(zk, list(wanted))
             case AutoRebalance():
@@ -557,10 +585,10 @@ class KafkaController:
                 if d.state_writes:
                     log.info("preferred leader election: moved %s", [str(w.tp) for w in d.state_writes])
 
-    async def _execute(self, zk: ControllerZkClient, decide) -> sm.Decisions:
+    async def _execute(self, zk: ControllerZkClient, decide: Callable[[ControllerContext], sm.Decisions]) -> sm.Decisions:
         """Decide, write with compare-and-set, re-read and re-decide on conflicts, then apply the
         decisions to the context and queue the requests (the order the Decisions define)."""
-        ctx = self.context
+        ctx = self._active_context()
         for _ in range(MAX_DECISION_ATTEMPTS):
             d: sm.Decisions = decide(ctx)
             if d.deposed:
@@ -586,7 +614,7 @@ class KafkaController:
                             ctx.partition_states.pop(tp, None)
                     continue
             if d.live_brokers is not None:
-                self.channels.update_brokers(d.live_brokers)
+                self._active_channels().update_brokers(d.live_brokers)
             self._send(d.requests)
             if d.final_assignment_writes:
                 await asyncio.to_thread(zk.write_assignments, d.final_assignment_writes, ctx.epoch_zk_version)
@@ -605,8 +633,11 @@ class KafkaController:
         raise Deposed(f"gave up after {MAX_DECISION_ATTEMPTS} compare-and-set conflicts; reloading")
 
     def _send(self, requests: list[sm.Request]) -> None:
+        if not requests:
+            return
+        channels = self._active_channels()
         for broker_id, payload in requests:
-            self.channels.send(broker_id, payload)
+            channels.send(broker_id, payload)
 
 
 def controller_endpoint(config: ControllerConfig) -> EndPoint | None:

@@ -38,11 +38,12 @@ All are answered only once the resulting ZooKeeper writes succeeded; requests it
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from kio.schema.alter_partition_reassignments.v0 import response as apr
 from kio.schema.errors import ErrorCode
 from kio.schema.list_partition_reassignments.v0 import response as lpr
+from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
 
 from odradek.common import messages as m
@@ -51,20 +52,24 @@ from odradek.common.api_key import ApiKey
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 from . import state_machine as sm
-from .context import TopicPartition
+from .context import ReplicaAssignment, TopicPartition
 from .reassignment import Result as sm_result
 
 log = logging.getLogger(__name__)
 
 
-def election(request) -> tuple[int, list[TopicPartition] | None]:
+Results = dict[TopicPartition, sm_result]
+"""The controller's answer to ElectLeaders and AlterPartitionReassignments: a result per partition."""
+
+
+def election(request: Any) -> tuple[int, list[TopicPartition] | None]:
     """ElectLeaders → (election type, partitions or None for all); v0 is always preferred."""
     tps = None if request.topic_partitions is None else [
         TopicPartition(t.topic, int(p)) for t in request.topic_partitions for p in t.partitions]
     return int(getattr(request, "election_type", 0)), tps
 
 
-def elect_leaders_response(request, answer: dict | None):
+def elect_leaders_response(request: Any, answer: Results | None) -> Any:
     """The answer in the request's version; None → NOT_CONTROLLER (per partition in v0, which
     has no top-level error code)."""
     mod = wire.response_module(ApiKey.ELECT_LEADERS, int(request.__version__))
@@ -76,7 +81,7 @@ def elect_leaders_response(request, answer: dict | None):
         top = ErrorCode.none
         if election_type not in (0, 1):
             top = ErrorCode.invalid_request
-    topics: dict[str, list] = {}
+    topics: dict[str, list[Any]] = {}
     for tp, result in sorted(answer.items()):
         topics.setdefault(tp.topic, []).append(mod.PartitionResult(
             partition_id=i32(tp.partition), error_code=ErrorCode(result.error), error_message=result.message))
@@ -85,19 +90,19 @@ def elect_leaders_response(request, answer: dict | None):
                                 mod.ReplicaElectionResult(topic=t, partition_result=tuple(ps)) for t, ps in topics.items()))
 
 
-def reassignment_targets(request) -> dict[TopicPartition, tuple[int, ...] | None]:
+def reassignment_targets(request: Any) -> dict[TopicPartition, tuple[int, ...] | None]:
     """AlterPartitionReassignments → partition → target replicas (None: cancel); a partition
     named twice takes its last entry, as Kafka's map does."""
     return {TopicPartition(t.name, int(p.partition_index)): None if p.replicas is None else tuple(int(r) for r in p.replicas)
             for t in request.topics for p in t.partitions}
 
 
-def alter_reassignments_response(request, answer: dict | None) -> apr.AlterPartitionReassignmentsResponse:
+def alter_reassignments_response(request: Any, answer: Results | None) -> apr.AlterPartitionReassignmentsResponse:
     """One entry per partition asked for; None → NOT_CONTROLLER at the top level."""
     if answer is None:
         return apr.AlterPartitionReassignmentsResponse(
             throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.not_controller, error_message=None, responses=())
-    topics: dict[str, list] = {}
+    topics: dict[str, list[apr.ReassignablePartitionResponse]] = {}
     for tp in reassignment_targets(request):
         result = answer.get(tp)
         topics.setdefault(tp.topic, []).append(apr.ReassignablePartitionResponse(
@@ -105,27 +110,29 @@ def alter_reassignments_response(request, answer: dict | None) -> apr.AlterParti
             error_message=result.message if result else None))
     return apr.AlterPartitionReassignmentsResponse(
         throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-        responses=tuple(apr.ReassignableTopicResponse(name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+        responses=tuple(apr.ReassignableTopicResponse(name=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items()))
 
 
-def listed_partitions(request) -> list[TopicPartition] | None:
+def listed_partitions(request: Any) -> list[TopicPartition] | None:
     if request.topics is None:
         return None
     return [TopicPartition(t.name, int(p)) for t in request.topics for p in t.partition_indexes]
 
 
-def list_reassignments_response(answer: dict | None) -> lpr.ListPartitionReassignmentsResponse:
+def list_reassignments_response(answer: dict[TopicPartition, ReplicaAssignment] | None
+                                ) -> lpr.ListPartitionReassignmentsResponse:
     if answer is None:
         return lpr.ListPartitionReassignmentsResponse(
             throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.not_controller, error_message=None, topics=())
-    topics: dict[str, list] = {}
+    topics: dict[str, list[lpr.OngoingPartitionReassignment]] = {}
     for tp, ra in sorted(answer.items()):
         topics.setdefault(tp.topic, []).append(lpr.OngoingPartitionReassignment(
-            partition_index=i32(tp.partition), replicas=tuple(i32(r) for r in ra.replicas),
-            adding_replicas=tuple(i32(r) for r in ra.adding), removing_replicas=tuple(i32(r) for r in ra.removing)))
+            partition_index=i32(tp.partition), replicas=tuple(BrokerId(r) for r in ra.replicas),
+            adding_replicas=tuple(BrokerId(r) for r in ra.adding),
+            removing_replicas=tuple(BrokerId(r) for r in ra.removing)))
     return lpr.ListPartitionReassignmentsResponse(
         throttle_time=wire.NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-        topics=tuple(lpr.OngoingTopicReassignment(name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+        topics=tuple(lpr.OngoingTopicReassignment(name=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items()))
 
 
 def isr_changes(request: m.AlterPartitionRequest) -> list[sm.IsrChange]:
@@ -179,11 +186,11 @@ class ControllerApis:
     """The listener's handler: decode, hand the request to the controller's event loop (which
     answers None unless it is the active controller), encode the answer."""
 
-    def __init__(self, controller: Submitter):
+    def __init__(self, controller: Submitter) -> None:
         self.controller = controller
         self.bad_input = RateLimitedLog(log)
 
-    async def handle(self, frame: memoryview, conn) -> list | None:
+    async def handle(self, frame: memoryview, conn: object) -> list[bytes] | None:
         try:
             header, payload, schema = wire.decode_request(bytes(frame))
         except (KeyError, ValueError) as e:
@@ -191,21 +198,23 @@ class ControllerApis:
             self.bad_input.warning("bad-request", "controller listener: closing on bad request: %s", e)
             raise CloseConnection from e
         api_key = int(schema.__api_key__)
+        response: object
+        # the controller answers each API with its own type (KafkaController._handle_request)
         if api_key == ApiKey.ALTER_PARTITION:
             answer = await self.controller.submit(api_key, payload)
-            response = alter_partition_response(payload, answer)
+            response = alter_partition_response(payload, cast(sm.AlterPartitionAnswer | None, answer))
         elif api_key == ApiKey.CONTROLLED_SHUTDOWN:
             answer = await self.controller.submit(api_key, payload)
-            response = controlled_shutdown_response(answer)
+            response = controlled_shutdown_response(cast(sm.ControlledShutdownAnswer | None, answer))
         elif api_key == ApiKey.ELECT_LEADERS:
             answer = await self.controller.submit(api_key, election(payload))
-            response = elect_leaders_response(payload, answer)
+            response = elect_leaders_response(payload, cast(Results | None, answer))
         elif api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
             answer = await self.controller.submit(api_key, reassignment_targets(payload))
-            response = alter_reassignments_response(payload, answer)
+            response = alter_reassignments_response(payload, cast(Results | None, answer))
         elif api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
             answer = await self.controller.submit(api_key, listed_partitions(payload))
-            response = list_reassignments_response(answer)
+            response = list_reassignments_response(cast(dict[TopicPartition, ReplicaAssignment] | None, answer))
         else:
             self.bad_input.warning("unexpected-api", "controller listener: API %d is not served here", api_key)
             raise CloseConnection

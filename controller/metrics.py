@@ -4,10 +4,14 @@ Counters are plain ints bumped by the controller's event loop; partition counts 
 its context at scrape time (only the active controller has one).
 """
 
+import asyncio
 from collections.abc import Iterable
+from typing import Protocol
 
 from odradek.common.api_key import ApiKey
 from odradek.common.metrics import Family
+
+from .context import ControllerContext
 
 
 def request_event_name(api_key: int) -> str:
@@ -20,7 +24,7 @@ def request_event_name(api_key: int) -> str:
 
 
 class ControllerStats:
-    def __init__(self):
+    def __init__(self) -> None:
         self.events: dict[str, int] = {}
         self.leader_elections = 0
         self.unclean_leader_elections = 0
@@ -30,8 +34,16 @@ class ControllerStats:
         self.events[name] = self.events.get(name, 0) + 1
 
 
-def families(controller) -> Iterable[Family]:
-    stats: ControllerStats = controller.stats
+class Observed(Protocol):
+    """What the metrics read of a KafkaController (a protocol: the controller imports this module)."""
+
+    stats: "ControllerStats"
+    active: asyncio.Event
+    context: ControllerContext | None
+
+
+def families(controller: Observed) -> Iterable[Family]:
+    stats = controller.stats
     active = controller.active.is_set()
     yield Family("kafka_controller_kafkacontroller_activecontrollercount", "gauge",
                  "1 on the active controller, 0 on a standby.").add(1 if active else 0)

@@ -180,7 +180,8 @@ def _remember_strays(ctx: ControllerContext, tp: TopicPartition, removed: Iterab
         d.stray_replicas = strays
 
 
-def _zk_reassignment_after(ctx: ControllerContext, done: Iterable[TopicPartition]) -> dict | None:
+def _zk_reassignment_after(ctx: ControllerContext, done: Iterable[TopicPartition]
+                           ) -> dict[TopicPartition, tuple[int, ...]] | None:
     """The new `/admin/reassign_partitions` content once `done` left it; None: unchanged."""
     done = set(done) & set(ctx.zk_reassignment)
     if not done:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kazoo.exceptions import (
     BadVersionError,
@@ -27,7 +28,7 @@ from odradek.common.zk_calls import BoundedCalls
 from odradek.common.zk_connect import close_client, ensure_chroot, new_client, start_client
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
 
-from .context import ControllerContext, TopicPartition
+from .context import ControllerContext, ReplicaAssignment, TopicPartition
 from .state_machine import StateWrite, with_partition
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class WriteResult:
     """Partitions whose znode version (or existence) was not what the context said: re-read them."""
 
 
-def _failure(results: list) -> tuple[int, Exception] | None:
+def _failure(results: list[object]) -> tuple[int, Exception] | None:
     """(index, cause) of the op that failed a transaction, None if it committed."""
     for i, r in enumerate(results):
         if isinstance(r, Exception) and not isinstance(r, (RolledBackError, RuntimeInconsistency)):
@@ -161,11 +162,11 @@ class ControllerZkClient:
     # --- reads ---------------------------------------------------------------------------------
 
     def _get_many(self, paths: list[str], watch_of: Callable[[str], Watch] | None = None
-                  ) -> dict[str, tuple[bytes, object] | None]:
+                  ) -> dict[str, tuple[bytes, Any] | None]:
         """Pipelined reads: one round trip's worth of latency for many znodes; `watch_of(path)`
         gives each znode's data watch (none for a missing znode: ZooKeeper sets none)."""
         pending = [(p, self.zk.get_async(p, watch=watch_of(p) if watch_of else None)) for p in paths]
-        out = {}
+        out: dict[str, tuple[bytes, Any] | None] = {}
         for p, result in pending:
             try:
                 out[p] = self.calls.wait(result)
@@ -306,11 +307,12 @@ class ControllerZkClient:
             result.conflicts.append(chunk[index - 1].tp)
         return result
 
-    def write_assignments(self, writes: dict, epoch_zk_version: int, attempts: int = 10) -> None:
+    def write_assignments(self, writes: Mapping[TopicPartition, ReplicaAssignment], epoch_zk_version: int,
+                          attempts: int = 10) -> None:
         """Record reassignment progress (TopicPartition → reassignment.ReplicaAssignment) in the
         topic znodes: read-modify-write with the znode version, fenced by the epoch, so that a
         concurrent change of other partitions (CreatePartitions at a broker) is kept."""
-        by_topic: dict[str, dict[int, object]] = {}
+        by_topic: dict[str, dict[int, ReplicaAssignment]] = {}
         for tp, ra in writes.items():
             by_topic.setdefault(tp.topic, {})[tp.partition] = ra
         for topic, parts in sorted(by_topic.items()):
@@ -340,6 +342,7 @@ class ControllerZkClient:
         change and deletion."""
         if self.calls.exists(z.REASSIGN_PARTITIONS, watch=watch) is None:
             return None
+        data: bytes
         try:
             data, _ = self.calls.get(z.REASSIGN_PARTITIONS)
         except NoNodeError:

@@ -12,9 +12,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_prctl: Callable[..., int] | None
 try:  # looked up once here: the child between fork and exec should only make the call
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):

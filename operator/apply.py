@@ -16,6 +16,7 @@ does), leaving the operator's apply entry the owner.
 """
 
 import json
+from typing import Any
 
 from odradek.operator.kube import USER_AGENT, ApiError, KubeClient
 from odradek.operator.models import GROUP
@@ -27,7 +28,7 @@ CLIENT_SIDE_MANAGERS = frozenset({"Python", FIELD_MANAGER, USER_AGENT})
 a write without a field manager after its user agent's first word (aiohttp's "Python/3.x ...")."""
 
 
-def contains(actual, desired) -> bool:
+def contains(actual: object, desired: object) -> bool:
     """True when every field of `desired` has the same value in `actual` (extra fields allowed
     in mappings; lists must match element by element)."""
     if isinstance(desired, dict):
@@ -36,17 +37,17 @@ def contains(actual, desired) -> bool:
     if isinstance(desired, list):
         return (isinstance(actual, list) and len(actual) == len(desired)
                 and all(contains(a, d) for a, d in zip(actual, desired)))
-    return actual == desired
+    return bool(actual == desired)
 
 
-def patch_for(desired: dict) -> dict:
+def patch_for(desired: dict[str, Any]) -> dict[str, Any]:
     """Everything the operator renders except the identity fields."""
     patch = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
     patch["metadata"] = {k: v for k, v in desired["metadata"].items() if k not in ("name", "namespace")}
     return patch
 
 
-def last_applied(live: dict) -> dict:
+def last_applied(live: dict[str, Any]) -> dict[str, Any]:
     """What an operator before server-side apply rendered when it last wrote `live` ({} when
     unknown or unreadable)."""
     text = ((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
@@ -57,11 +58,11 @@ def last_applied(live: dict) -> dict:
     return found if isinstance(found, dict) else {}
 
 
-def three_way_patch(last: dict, desired: dict, live: dict) -> dict:
+def three_way_patch(last: dict[str, Any], desired: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
     """The merge patch that makes `live` hold `desired`: fields that differ, and null for keys in
     `last` that `desired` dropped (mappings recurse; lists, as in any merge patch, are whole
     values). Empty when nothing needs writing."""
-    patch = {}
+    patch: dict[str, Any] = {}
     for key, value in desired.items():
         current = live.get(key)
         if isinstance(value, dict) and isinstance(current, dict):
@@ -77,7 +78,7 @@ def three_way_patch(last: dict, desired: dict, live: dict) -> dict:
     return patch
 
 
-def migration_patch(live: dict, desired: dict) -> dict | None:
+def migration_patch(live: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any] | None:
     """The merge patch that ends client-side apply on `live` (None: it never had it): the
     three-way patch, and the LAST_APPLIED annotation removed."""
     annotations = (live.get("metadata") or {}).get("annotations") or {}
@@ -88,7 +89,7 @@ def migration_patch(live: dict, desired: dict) -> dict | None:
     return patch
 
 
-def without_client_side_owners(managed_fields: list[dict]) -> list[dict] | None:
+def without_client_side_owners(managed_fields: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """managedFields without the entries of the operator's writes before server-side apply; None
     when there is nothing to drop (or nothing would be left: the server refills an empty list)."""
     kept = [e for e in managed_fields
@@ -99,7 +100,7 @@ def without_client_side_owners(managed_fields: list[dict]) -> list[dict] | None:
     return kept
 
 
-async def apply(client: KubeClient, desired: dict) -> str:
+async def apply(client: KubeClient, desired: dict[str, Any]) -> str:
     """Make one object match; returns "created", "migrated", "patched" or "unchanged"."""
     kind, meta = desired["kind"], desired["metadata"]
     live = await client.get(kind, meta.get("namespace"), meta["name"])
@@ -115,15 +116,15 @@ async def apply(client: KubeClient, desired: dict) -> str:
     return "unchanged" if _version(applied) == _version(live) else "patched"
 
 
-def _version(obj: dict) -> str | None:
+def _version(obj: dict[str, Any]) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")
 
 
-async def _release_client_side_owners(client: KubeClient, kind: str, applied: dict, attempts: int = 3) -> None:
+async def _release_client_side_owners(client: KubeClient, kind: str, applied: dict[str, Any], attempts: int = 3) -> None:
     """Drop the old writers' managedFields entries. The JSON patch is guarded by the
     resourceVersion so that a write in between (another controller's) is never undone; then the
     object is read again and the drop retried, a bounded number of times."""
-    obj: dict | None = applied
+    obj: dict[str, Any] | None = applied
     for _ in range(attempts):
         if obj is None:
             return
@@ -142,7 +143,7 @@ async def _release_client_side_owners(client: KubeClient, kind: str, applied: di
         obj = await client.get(kind, meta.get("namespace"), meta["name"])
 
 
-def orphans(live: list[dict], desired: list[dict], owner_uid: str) -> list[tuple[str, str]]:
+def orphans(live: list[dict[str, Any]], desired: list[dict[str, Any]], owner_uid: str) -> list[tuple[str, str]]:
     """(kind, name) of the live objects this resource owns that are no longer rendered (a managed
     ZooKeeper ensemble after a switch to an existing one). Only objects whose controller owner is
     this resource qualify: a same-named object of anyone else is never touched."""
@@ -157,7 +158,7 @@ def orphans(live: list[dict], desired: list[dict], owner_uid: str) -> list[tuple
 
 
 async def prune(client: KubeClient, namespace: str, labels: dict[str, str], kinds: list[str],
-                desired: list[dict], owner_uid: str) -> list[tuple[str, str]]:
+                desired: list[dict[str, Any]], owner_uid: str) -> list[tuple[str, str]]:
     """Delete what `orphans` finds among the objects of `kinds` carrying `labels`."""
     live = []
     for kind in kinds:

@@ -32,12 +32,12 @@ class Batcher(Generic[T, R]):
         self.name, self._send, self._key = name, send, key
         self.linger, self.max_batch, self.max_pending = linger, max_batch, max_pending
         self.share = share
-        self._waiting: list[tuple[T, asyncio.Future]] = []
-        self._keys: dict[Hashable, asyncio.Future] = {}
+        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
+        self._keys: dict[Hashable, asyncio.Future[R]] = {}
         self._room = asyncio.Condition()
         self._slots = asyncio.Semaphore(max_in_flight)
         self._ready = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.batches = 0  # requests sent (for tests and the benchmark)
 
@@ -56,7 +56,7 @@ class Batcher(Generic[T, R]):
             await self._room.wait_for(lambda: len(self._waiting) < self.max_pending or self._closed)
         if self._closed:
             raise RuntimeError(f"batcher {self.name} is closed")
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.append((item, future))
         if self.share:
             self._keys.setdefault(key, future)
@@ -65,9 +65,11 @@ class Batcher(Generic[T, R]):
         self._ready.set()
         return await asyncio.shield(future)
 
-    def _take(self) -> list[tuple[T, asyncio.Future]]:
+    def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
         """Up to max_batch waiting items with distinct keys, in arrival order."""
-        batch, rest, seen = [], [], set()
+        batch: list[tuple[T, asyncio.Future[R]]] = []
+        rest: list[tuple[T, asyncio.Future[R]]] = []
+        seen: set[Hashable] = set()
         for entry in self._waiting:
             key = self._key(entry[0])
             if len(batch) < self.max_batch and key not in seen:
@@ -83,7 +85,7 @@ class Batcher(Generic[T, R]):
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        tasks: set[asyncio.Task] = set()
+        tasks: set[asyncio.Task[None]] = set()
         try:
             while not self._closed:
                 if not self._waiting:
@@ -110,7 +112,7 @@ class Batcher(Generic[T, R]):
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _deliver(self, batch: list[tuple[T, asyncio.Future]]) -> None:
+    async def _deliver(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         try:
             self.batches += 1
             results = await self._send([item for item, _ in batch])

@@ -7,8 +7,18 @@ deletes one pod at a time whose hash differs (see odradek.operator.rolling).
 
 import hashlib
 import json
+from typing import Any
 
-from odradek.operator.models import DEFAULT_IMAGE, GROUP, KIND, VERSION, KafkaClusterSpec, Storage
+from odradek.operator.models import (
+    DEFAULT_IMAGE,
+    GROUP,
+    KIND,
+    VERSION,
+    KafkaClusterSpec,
+    PodSettings,
+    Resources,
+    Storage,
+)
 
 BROKER_PORT = 9092
 BROKER_CONTROL_PORT = 9091
@@ -50,13 +60,13 @@ def selector(name: str, component: str) -> dict[str, str]:
             if k in ("app.kubernetes.io/instance", "app.kubernetes.io/component")}
 
 
-def owner_reference(body: dict) -> dict:
+def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
             "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
-def _meta(body: dict, name: str, component: str, **extra) -> dict:
+def _meta(body: dict[str, Any], name: str, component: str, **extra: Any) -> dict[str, Any]:
     meta = body["metadata"]
     return {"name": name, "namespace": meta["namespace"], "labels": labels(meta["name"], component),
             "ownerReferences": [owner_reference(body)], **extra}
@@ -69,19 +79,19 @@ BROKER_GRACE_SECONDS = 180
 30 s plus 5 s back-off) and the bounded stops after it (about a minute)."""
 
 
-def _pod_security(uid: int) -> dict:
+def _pod_security(uid: int) -> dict[str, Any]:
     """Pod Security "restricted": a non-root user, the runtime's default seccomp profile; the
     volumes group-owned by the user's group."""
     return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "fsGroup": uid,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def _container_security(read_only_root: bool) -> dict:
+def _container_security(read_only_root: bool) -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
             "readOnlyRootFilesystem": read_only_root}
 
 
-def _scheduling(pod_spec: dict, settings, selector_labels: dict) -> dict:
+def _scheduling(pod_spec: dict[str, Any], settings: PodSettings, selector_labels: dict[str, Any]) -> dict[str, Any]:
     """Node selector, tolerations, priority class and anti-affinity (by node) from PodSettings."""
     if settings.node_selector:
         pod_spec["nodeSelector"] = dict(settings.node_selector)
@@ -102,47 +112,48 @@ TMP_VOLUME = {"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi
 TMP_MOUNT = {"name": "tmp", "mountPath": "/tmp"}
 
 
-def _resources(res) -> dict:
+def _resources(res: Resources) -> dict[str, Any]:
     return {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v}
 
 
-def _claim(storage: Storage) -> dict:
-    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
+def _claim(storage: Storage) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
     if storage.storage_class:
         spec["storageClassName"] = storage.storage_class
     return {"metadata": {"name": "data"}, "spec": spec}
 
 
-def _retention(storage: Storage) -> dict:
+def _retention(storage: Storage) -> dict[str, Any]:
     return {"whenDeleted": "Delete" if storage.delete_claim else "Retain", "whenScaled": "Retain"}
 
 
-def _properties(props: dict) -> str:
-    def text(v):
+def _properties(props: dict[str, Any]) -> str:
+    def text(v: object) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)
     return "".join(f"{k}={text(v)}\n" for k, v in sorted(props.items()))
 
 
-def _pdb(body: dict, name: str, component: str) -> dict:
+def _pdb(body: dict[str, Any], name: str, component: str) -> dict[str, Any]:
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": _meta(body, name, component),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(body["metadata"]["name"], component)}}}
 
 
-def _service(body, name, component, ports, headless=False) -> dict:
-    spec = {"selector": selector(body["metadata"]["name"], component),
+def _service(body: dict[str, Any], name: str, component: str, ports: list[tuple[str, int]],
+             headless: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selector": selector(body["metadata"]["name"], component),
             "ports": [{"name": n, "port": p, "targetPort": p} for n, p in ports]}
     if headless:
         spec.update(clusterIP="None", publishNotReadyAddresses=True)
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(body, name, component), "spec": spec}
 
 
-def _config_map(body, name, component, data) -> dict:
+def _config_map(body: dict[str, Any], name: str, component: str, data: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(body, name, component), "data": data}
 
 
-def _pod_env() -> list[dict]:
-    def field(path):
+def _pod_env() -> list[dict[str, Any]]:
+    def field(path: str) -> dict[str, Any]:
         return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
     return [{"name": "POD_NAME", **field("metadata.name")}, {"name": "POD_IP", **field("status.podIP")},
             {"name": "POD_NAMESPACE", **field("metadata.namespace")}]
@@ -159,21 +170,21 @@ def names(name: str) -> dict[str, str]:
     }
 
 
-def zookeeper_connect(body: dict, spec: KafkaClusterSpec) -> str:
-    if not spec.zookeeper.managed:
+def zookeeper_connect(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
+    if spec.zookeeper.connect is not None:  # not managed: an existing ensemble
         return spec.zookeeper.connect
     meta = body["metadata"]
     return f"{names(meta['name'])['zookeeper']}.{meta['namespace']}.svc:{ZK_CLIENT_PORT}/odradek"
 
 
-def bootstrap_servers(body: dict) -> str:
+def bootstrap_servers(body: dict[str, Any]) -> str:
     meta = body["metadata"]
     return f"{names(meta['name'])['bootstrap']}.{meta['namespace']}.svc:{BROKER_PORT}"
 
 
 # --- ZooKeeper ----------------------------------------------------------------------------------
 
-def zookeeper_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict]:
+def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict[str, Any]]:
     """`replicas` overrides the spec's ensemble size (the operator keeps a running ensemble's size:
     members read the server list once, at start)."""
     if not spec.zookeeper.managed:
@@ -242,13 +253,13 @@ def zookeeper_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None =
 
 # --- controller ---------------------------------------------------------------------------------
 
-def controller_properties(body: dict, spec: KafkaClusterSpec) -> dict:
+def controller_properties(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[str, Any]:
     return {"zookeeper.connect": zookeeper_connect(body, spec),
             "default.replication.factor": min(3, spec.brokers.replicas),
             "metrics.port": METRICS_PORT, "metrics.host": "0.0.0.0"}
 
 
-def expose_metrics(container: dict, template_meta: dict, spec: KafkaClusterSpec) -> None:
+def expose_metrics(container: dict[str, Any], template_meta: dict[str, Any], spec: KafkaClusterSpec) -> None:
     """spec.metrics.enabled: the metrics port named on the container (for a PodMonitor) and the
     prometheus.io annotations (for annotation-based scraping)."""
     if not spec.metrics.enabled:
@@ -258,7 +269,7 @@ def expose_metrics(container: dict, template_meta: dict, spec: KafkaClusterSpec)
         "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"})
 
 
-def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
+def controller_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dict[str, Any]]:
     meta = body["metadata"]
     n = names(meta["name"])
     props = _properties(controller_properties(body, spec))
@@ -305,7 +316,7 @@ def controller_objects(body: dict, spec: KafkaClusterSpec) -> list[dict]:
 
 # --- brokers --------------------------------------------------------------------------------------
 
-def broker_properties(body: dict, spec: KafkaClusterSpec) -> dict:
+def broker_properties(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[str, Any]:
     """server.properties shared by every broker; broker.id and advertised.listeners come per pod."""
     defaults = {"default.replication.factor": min(3, spec.brokers.replicas),
                 "min.insync.replicas": min(2, spec.brokers.replicas)}
@@ -320,11 +331,11 @@ def config_hash(properties_text: str, image: str) -> str:
     return hashlib.sha256(json.dumps([properties_text, image]).encode()).hexdigest()[:16]
 
 
-def broker_config_hash(body: dict, spec: KafkaClusterSpec) -> str:
+def broker_config_hash(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
     return config_hash(_broker_properties_text(body, spec), image(spec))
 
 
-def _broker_properties_text(body: dict, spec: KafkaClusterSpec) -> str:
+def _broker_properties_text(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
     """server.properties; with a rack topology key, a comment naming it, so that turning the
     rack on or off (broker.rack is per pod, not in the file) changes the hash and rolls."""
     text = _properties(broker_properties(body, spec))
@@ -333,7 +344,7 @@ def _broker_properties_text(body: dict, spec: KafkaClusterSpec) -> str:
     return text
 
 
-def rack_map(nodes: list[dict], topology_key: str) -> dict[str, str]:
+def rack_map(nodes: list[dict[str, Any]], topology_key: str) -> dict[str, str]:
     """Node name -> its `topology_key` label, for every node that has the label (a broker on a
     node without it does not start: its placement would be wrong)."""
     out = {}
@@ -361,8 +372,8 @@ def _broker_command(advertised: str, spec: KafkaClusterSpec) -> str:
             f'{start} --override "broker.rack=$(cat "$rack")"')
 
 
-def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = None,
-                   racks: dict[str, str] | None = None) -> list[dict]:
+def broker_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int | None = None,
+                   racks: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """`replicas` overrides the spec's count (the operator keeps brokers that still hold data);
     `racks` is the node -> rack map (rack_map) when the spec names a rack topology key."""
     meta = body["metadata"]
@@ -428,8 +439,8 @@ def broker_objects(body: dict, spec: KafkaClusterSpec, replicas: int | None = No
     ]
 
 
-def desired_objects(body: dict, spec: KafkaClusterSpec, broker_replicas: int | None = None,
-                    zookeeper_replicas: int | None = None, racks: dict[str, str] | None = None) -> list[dict]:
+def desired_objects(body: dict[str, Any], spec: KafkaClusterSpec, broker_replicas: int | None = None,
+                    zookeeper_replicas: int | None = None, racks: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every object the cluster consists of, in the order to apply them."""
     return [*zookeeper_objects(body, spec, zookeeper_replicas), *controller_objects(body, spec),
             *broker_objects(body, spec, broker_replicas, racks)]

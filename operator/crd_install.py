@@ -7,6 +7,7 @@ schema would prune the new fields. The operator carries the schema it was built 
 """
 
 import logging
+from typing import Any
 
 from odradek.operator.apply import apply
 from odradek.operator.crd import crd, topic_crd
@@ -15,7 +16,7 @@ from odradek.operator.kube import KubeClient
 log = logging.getLogger(__name__)
 
 
-def wanted() -> list[dict]:
+def wanted() -> list[dict[str, Any]]:
     return [crd(), topic_crd()]
 
 

@@ -26,6 +26,7 @@ import datetime
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.alter_partition_reassignments.v0.request import (
     AlterPartitionReassignmentsRequest,
@@ -110,8 +111,8 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
 # --- the shell ---------------------------------------------------------------------------------------
 
 
-async def _send_any(bootstrap: list[tuple[str, int]], request, timeout: float):
-    errors = []
+async def _send_any(bootstrap: list[tuple[str, int]], request: object, timeout: float) -> Any:
+    errors: list[str] = []
     for host, port in bootstrap:
         client = NetworkClient(host, port, client_id="odradek-operator", connect_attempts=1, connect_timeout=timeout)
         try:

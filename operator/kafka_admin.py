@@ -13,6 +13,8 @@ import asyncio
 import datetime
 import logging
 import sys
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i16, i32, i32Timedelta
@@ -31,6 +33,9 @@ from odradek.operator.topic_reconciler import (
 )
 
 log = logging.getLogger(__name__)
+
+Build = Callable[[Any, int], object]
+"""Builds a request from the agreed version's kio module and that version."""
 
 OUR_VERSIONS = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
@@ -63,7 +68,7 @@ def agree(ours: tuple[int, int], theirs: tuple[int, int] | None) -> int | None:
     return high if low <= high else None
 
 
-def _module(api_key: int, version: int):
+def _module(api_key: int, version: int) -> Any:
     return sys.modules[wire.request_schema(api_key, version).__module__]
 
 
@@ -71,12 +76,12 @@ def _timeout(seconds: float) -> i32Timedelta:
     return i32Timedelta.parse(datetime.timedelta(seconds=seconds))
 
 
-def _error_name(code) -> str | None:
+def _error_name(code: int) -> str | None:
     code = ErrorCode(int(code))
     return None if code == ErrorCode.none else code.name
 
 
-def live_topics(metadata, described) -> dict[str, LiveTopic | None]:
+def live_topics(metadata: Any, described: Any) -> dict[str, LiveTopic | None]:
     """Metadata and DescribeConfigs answers → each topic as the cluster reports it (None: absent).
     `described` is None when Metadata knew none of the topics."""
     overrides: dict[str, dict[str, str] | None] = {}
@@ -161,7 +166,7 @@ class KafkaAdmin:
             raise ValueError(f"ApiVersions answered {ErrorCode(int(response.error_code)).name}")
         return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
 
-    async def _send(self, api_key: ApiKey, build, extra_timeout: float = 0.0):
+    async def _send(self, api_key: ApiKey, build: Build, extra_timeout: float = 0.0) -> Any:
         """Build (with the agreed version's kio module) and send one request; a broken connection
         is dropped so the next call starts over with the next broker."""
         lane = "look" if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_CONFIGS) else "change"
@@ -186,7 +191,7 @@ class KafkaAdmin:
         if not names:
             return {}
 
-        def metadata(m, version):
+        def metadata(m: Any, version: int) -> object:
             if version >= 10:
                 topics = tuple(m.MetadataRequestTopic(topic_id=None, name=n) for n in names)
             else:
@@ -195,8 +200,8 @@ class KafkaAdmin:
                                     include_cluster_authorized_operations=False,
                                     include_topic_authorized_operations=False)
 
-        def describe(existing):  # only topics Metadata knows: a topic to create needs no DescribeConfigs
-            def build(m, version):
+        def describe(existing: list[str]) -> Build:  # only topics Metadata knows: a topic to create needs no DescribeConfigs
+            def build(m: Any, version: int) -> object:
                 resources = tuple(m.DescribeConfigsResource(resource_type=i8(RESOURCE_TOPIC), resource_name=n,
                                                             configuration_keys=None) for n in existing)
                 return wire.make_entity(m.DescribeConfigsRequest, resources=resources, include_synonyms=False,
@@ -211,7 +216,8 @@ class KafkaAdmin:
 
     # --- changing ------------------------------------------------------------------------------
 
-    async def _per_topic(self, api_key: ApiKey, names: list[str], build, results_of, timeout: float):
+    async def _per_topic(self, api_key: ApiKey, names: list[str], build: Build,
+                         results_of: Callable[[Any], Iterable[Any]], timeout: float) -> dict[str, ActionResult]:
         """{topic: ActionResult}; an API the cluster lacks fails every topic the same way. The
         broker's own `timeout` starts once it has written every topic's znodes, which for hundreds
         of topics on a busy machine took over 30 s: the answer is awaited that long again."""
@@ -219,7 +225,7 @@ class KafkaAdmin:
             response = await self._send(api_key, build, extra_timeout=2 * timeout)
         except Unsupported as e:
             return {n: ActionResult("unsupported_version", str(e)) for n in names}
-        out = {}
+        out: dict[str, ActionResult] = {}
         for r in results_of(response):
             out[r.name] = ActionResult(_error_name(r.error_code), getattr(r, "error_message", None),
                                        _positive(getattr(r, "num_partitions", None)),
@@ -229,7 +235,7 @@ class KafkaAdmin:
     async def create_topics(self, actions: list[CreateTopic], timeout: float = 30.0) -> dict[str, ActionResult]:
         """CreateTopics; the broker answers once every partition has a leader (or `timeout`)."""
 
-        def build(m, version):
+        def build(m: Any, version: int) -> object:
             topics = tuple(m.CreatableTopic(
                 name=a.topic, num_partitions=i32(a.partitions or -1), replication_factor=i16(a.replicas or -1),
                 assignments=(), configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in sorted(a.config.items())),
@@ -239,7 +245,7 @@ class KafkaAdmin:
         return await self._per_topic(ApiKey.CREATE_TOPICS, [a.topic for a in actions], build, lambda r: r.topics, timeout)
 
     async def create_partitions(self, actions: list[CreatePartitions], timeout: float = 30.0) -> dict[str, ActionResult]:
-        def build(m, version):
+        def build(m: Any, version: int) -> object:
             topics = tuple(m.CreatePartitionsTopic(name=a.topic, count=i32(a.count), assignments=None) for a in actions)
             return wire.make_entity(m.CreatePartitionsRequest, topics=topics, timeout=_timeout(timeout),
                                     validate_only=False)
@@ -250,7 +256,7 @@ class KafkaAdmin:
         """IncrementalAlterConfigs: only the keys that change, so concurrent changes to other
         keys are not overwritten (AlterConfigs would replace the whole set)."""
 
-        def build(m, version):
+        def build(m: Any, version: int) -> object:
             resources = tuple(m.AlterConfigsResource(
                 resource_type=i8(RESOURCE_TOPIC), resource_name=a.topic,
                 configs=tuple([m.AlterableConfig(name=k, config_operation=i8(OP_SET), value=v)
@@ -260,7 +266,7 @@ class KafkaAdmin:
             ) for a in actions)
             return wire.make_entity(m.IncrementalAlterConfigsRequest, resources=resources, validate_only=False)
 
-        def results(response):
+        def results(response: Any) -> list[_Named]:
             return [_Named(r.resource_name, r.error_code, r.error_message) for r in response.responses]
 
         return await self._per_topic(ApiKey.INCREMENTAL_ALTER_CONFIGS, [a.topic for a in actions], build, results, 0.0)
@@ -271,7 +277,7 @@ class KafkaAdmin:
         awaited: the controller completes it); the placement is computed from Metadata."""
         names = [a.topic for a in actions]
 
-        def metadata(m, version):
+        def metadata(m: Any, version: int) -> object:
             topics = tuple(wire.make_entity(m.MetadataRequestTopic, topic_id=None, name=n) for n in names)
             return wire.make_entity(m.MetadataRequest, topics=topics, allow_auto_topic_creation=False,
                                     include_cluster_authorized_operations=False,
@@ -294,16 +300,16 @@ class KafkaAdmin:
         if not targets:
             return out
 
-        def build(m, version):
+        def build(m: Any, version: int) -> object:
             topics = tuple(m.ReassignableTopic(name=t, partitions=tuple(
                 m.ReassignablePartition(partition_index=i32(p), replicas=tuple(i32(b) for b in r))
                 for p, r in sorted(parts.items()))) for t, parts in sorted(targets.items()))
             return wire.make_entity(m.AlterPartitionReassignmentsRequest, topics=topics, timeout=_timeout(timeout))
 
-        def results(response):
+        def results(response: Any) -> list[_Named]:
             if int(response.error_code) != 0:
                 return [_Named(t, response.error_code, response.error_message) for t in targets]
-            named = []
+            named: list[_Named] = []
             for t in response.responses:
                 failed = [p for p in t.partitions if int(p.error_code) != 0]
                 first = failed[0] if failed else None
@@ -316,7 +322,7 @@ class KafkaAdmin:
     async def delete_topics(self, names: list[str], timeout: float = 30.0) -> dict[str, ActionResult]:
         """DeleteTopics; a topic that is already gone counts as deleted."""
 
-        def build(m, version):
+        def build(m: Any, version: int) -> object:
             return wire.make_entity(m.DeleteTopicsRequest, topic_names=tuple(names), timeout=_timeout(timeout))
 
         results = await self._per_topic(ApiKey.DELETE_TOPICS, names, build, lambda r: r.responses, timeout)
@@ -326,9 +332,9 @@ class KafkaAdmin:
 class _Named:
     __slots__ = ("error_code", "error_message", "name")
 
-    def __init__(self, name, error_code, error_message):
+    def __init__(self, name: str, error_code: int, error_message: str | None) -> None:
         self.name, self.error_code, self.error_message = name, error_code, error_message
 
 
-def _positive(value) -> int | None:
+def _positive(value: int | None) -> int | None:
     return int(value) if value is not None and int(value) > 0 else None

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
 import json
 import os
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
+import kopf
 from kubernetes_asyncio import client as k8s
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -54,7 +56,7 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def authorization(info) -> str | None:
+def authorization(info: kopf.ConnectionInfo) -> str | None:
     """The Authorization header a kopf ConnectionInfo carries (none for a client certificate)."""
     if info.token:
         return f"{info.scheme or 'Bearer'} {info.token}"
@@ -63,7 +65,7 @@ def authorization(info) -> str | None:
     return None
 
 
-def configuration(info, files: list[str]) -> k8s.Configuration:
+def configuration(info: kopf.ConnectionInfo, files: list[str]) -> k8s.Configuration:
     """kubernetes_asyncio's Configuration for kopf's ConnectionInfo. The package loads
     certificates from files only: inline data goes to private temp files (listed in `files`,
     removed by the caller once the client has loaded them)."""
@@ -74,12 +76,20 @@ def configuration(info, files: list[str]) -> k8s.Configuration:
     if info.insecure:
         c.verify_ssl = False
     else:
-        c.ssl_ca_cert = info.ca_path or (_private_file(info.ca_data, files) if info.ca_data else None)
-    if info.certificate_path or info.certificate_data:
-        c.cert_file = info.certificate_path or _private_file(info.certificate_data, files)
-        c.key_file = info.private_key_path or (
-            _private_file(info.private_key_data, files) if info.private_key_data else None)
+        c.ssl_ca_cert = _file(info.ca_path, info.ca_data, files)
+    cert_file = _file(info.certificate_path, info.certificate_data, files)
+    if cert_file is not None:
+        c.cert_file = cert_file
+        c.key_file = _file(info.private_key_path, info.private_key_data, files)
     return c
+
+
+def _file(path: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None, data: bytes | str | None,
+          made: list[str]) -> str | None:
+    """The path of a certificate or key kopf gives as a path or as inline data (None: neither)."""
+    if path:
+        return os.fsdecode(path)
+    return _private_file(data, made) if data else None
 
 
 def _private_file(data: bytes | str, made: list[str]) -> str:
@@ -101,7 +111,7 @@ class KubeClient:
         self.relogin = relogin
 
     @classmethod
-    def from_connection(cls, info, relogin: Callable[[], Any] | None = None) -> KubeClient:
+    def from_connection(cls, info: kopf.ConnectionInfo, relogin: Callable[[], Any] | None = None) -> KubeClient:
         files: list[str] = []
         try:
             api = k8s.ApiClient(configuration(info, files))  # loads the certificates now
@@ -117,7 +127,7 @@ class KubeClient:
     # --- the calls ---------------------------------------------------------------------------------
 
     def _method(self, kind: str, verb: str, namespace: str | None, name: str | None,
-                subresource: str | None) -> tuple[Callable, tuple]:
+                subresource: str | None) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         """The typed API method for `verb` ("read", "list", "create", "patch", "delete") on `kind`,
         with its leading positional arguments (the body, when there is one, comes last)."""
         sub = f"_{subresource}" if subresource else ""
@@ -138,7 +148,8 @@ class KubeClient:
         return getattr(api, f"{verb}_namespaced_{snake}{sub}"), (*named, namespace)
 
     async def _call(self, kind: str, verb: str, namespace: str | None, name: str | None = None,
-                    body: dict | list | None = None, subresource: str | None = None, **kwargs) -> dict:
+                    body: dict[str, Any] | list[Any] | None = None, subresource: str | None = None,
+                    **kwargs: Any) -> dict[str, Any]:
         method, args = self._method(kind, verb, namespace, name, subresource)
         if body is not None:
             args = (*args, body)
@@ -173,7 +184,7 @@ class KubeClient:
         self.api.configuration.api_key = {"BearerToken": header}
         return True
 
-    async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+    async def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object (namespace None: a cluster-scoped kind), or None when it does not exist."""
         try:
             return await self._call(kind, "read", namespace, name)
@@ -182,24 +193,24 @@ class KubeClient:
                 return None
             raise
 
-    async def list(self, kind: str, namespace: str | None, labels: dict[str, str]) -> list[dict]:
+    async def list(self, kind: str, namespace: str | None, labels: dict[str, str]) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         found = await self._call(kind, "list", namespace, label_selector=selector)
         # Filter here too: a server (or emulator) that ignores the selector must not widen the set.
         return [item for item in found.get("items", [])
                 if all(item.get("metadata", {}).get("labels", {}).get(k) == v for k, v in labels.items())]
 
-    async def create(self, obj: dict) -> dict:
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         return await self._call(obj["kind"], "create", obj["metadata"].get("namespace"), body=obj)
 
-    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict | list,
-                    subresource: str | None = None, field_manager: str | None = None) -> dict:
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any] | builtins.list[Any],
+                    subresource: str | None = None, field_manager: str | None = None) -> dict[str, Any]:
         """A merge patch (a list: a JSON patch) of the object or its `subresource` ("status")."""
         extra = {} if field_manager is None else {"field_manager": field_manager}
         return await self._call(kind, "patch", namespace, name, patch, subresource,
                                 _content_type=JSON_PATCH if isinstance(patch, list) else MERGE_PATCH, **extra)
 
-    async def apply(self, obj: dict, field_manager: str, force: bool = True) -> dict:
+    async def apply(self, obj: dict[str, Any], field_manager: str, force: bool = True) -> dict[str, Any]:
         """Server-side apply: `obj` is everything `field_manager` wants set; what it set before
         and no longer sends is removed by the server. `force` takes over fields another manager
         set to other values (the operator's rendering wins, as an operator's must)."""

@@ -17,8 +17,9 @@ import argparse
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import kopf
 
@@ -46,13 +47,13 @@ class OperatorMemo:
     view_source: ViewSource = metadata_view
     data_mover: DataMover | None = cluster_data_mover
     client: KubeClient | None = None
-    locks: dict = field(default_factory=dict)
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
     clusterwide: bool = False
     topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap
     topic_tuning: topics.Tuning = field(default_factory=topics.Tuning)
     topic_controller: topics.TopicController | None = None
-    resync_task: asyncio.Task | None = None
+    resync_task: asyncio.Task[None] | None = None
     relogin: Callable[[], kopf.ConnectionInfo | None] | None = None
     install_crds: bool = False
     metrics_port: int = -1
@@ -61,15 +62,21 @@ class OperatorMemo:
     metrics_server: MetricsServer | None = None
 
     def lock(self, uid: str) -> asyncio.Lock:
-        return self.locks.setdefault(uid, asyncio.Lock())
+        lock: asyncio.Lock = self.locks.setdefault(uid, asyncio.Lock())
+        return lock
+
+    def kube(self) -> KubeClient:
+        """The API client `configure` made at start-up."""
+        if self.client is None:
+            raise RuntimeError("the operator has not started: no Kubernetes client yet")
+        return self.client
 
 
 def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-    resource = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
 
     @kopf.on.startup(registry=registry)
-    async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, logger, **_):
+    async def configure(settings: kopf.OperatorSettings, memo: OperatorMemo, **_: Any) -> None:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
@@ -93,7 +100,7 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
     topics.register(registry)  # after `configure` (it needs the client), before `close`
 
     @kopf.on.startup(registry=registry)
-    async def start_resync(memo: OperatorMemo, **_):
+    async def start_resync(memo: OperatorMemo, **_: Any) -> None:
         memo.resync_task = asyncio.get_running_loop().create_task(resync(memo, interval), name="kafkacluster-resync")
         if memo.metrics_port >= 0:
             metrics = Registry()
@@ -103,7 +110,7 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
             log.info("metrics on %s", memo.metrics_server.url)
 
     @kopf.on.cleanup(registry=registry)
-    async def close(memo: OperatorMemo, **_):
+    async def close(memo: OperatorMemo, **_: Any) -> None:
         if memo.resync_task is not None:
             memo.resync_task.cancel()
             await asyncio.gather(memo.resync_task, return_exceptions=True)
@@ -113,15 +120,15 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
             await memo.client.close()
 
     @kopf.on.login(registry=registry)
-    def login(memo: OperatorMemo, **_):
+    def login(memo: OperatorMemo, **_: Any) -> kopf.ConnectionInfo | None:
         if memo.relogin is not None:  # re-read each time kopf asks (after a 401), not once
             memo.connection = memo.relogin() or memo.connection
         return memo.connection
 
-    @kopf.on.create(**resource)
-    @kopf.on.update(**resource, field="spec")
-    @kopf.on.resume(**resource)
-    async def on_change(body, memo: OperatorMemo, logger, **_):
+    @kopf.on.create(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
+    @kopf.on.update(group=GROUP, version=VERSION, plural=PLURAL, registry=registry, field="spec")
+    @kopf.on.resume(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
+    async def on_change(body: kopf.Body, memo: OperatorMemo, logger: kopf.Logger, **_: Any) -> None:
         await run_pass(body, memo, logger)
 
     return registry
@@ -134,10 +141,10 @@ async def resync(memo: OperatorMemo, interval: float) -> None:
     scopes: list[str | None] = [None] if memo.clusterwide else list(memo.namespaces)
     while True:
         await asyncio.sleep(interval)
-        bodies = []
+        bodies: list[dict[str, Any]] = []
         for namespace in scopes:
             try:
-                bodies += await memo.client.list("KafkaCluster", namespace, {})
+                bodies += await memo.kube().list("KafkaCluster", namespace, {})
             except (ApiError, OSError, TimeoutError) as e:
                 log.warning("listing KafkaClusters in %s failed: %s", namespace or "every namespace", e)
         bodies = [b for b in bodies if not (b.get("metadata") or {}).get("deletionTimestamp")]
@@ -148,26 +155,28 @@ async def resync(memo: OperatorMemo, interval: float) -> None:
                 log.warning("reconcile of %s/%s failed: %s", meta.get("namespace"), meta.get("name"), result)
 
 
-async def run_pass(body, memo: OperatorMemo, logger) -> dict:
+async def run_pass(body: Mapping[str, Any], memo: OperatorMemo, logger: kopf.Logger | logging.Logger
+                   ) -> dict[str, Any]:
     """One locked reconcile pass; API errors retry later (kopf backoff), never crash the process."""
-    body = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}),
-            "status": dict(body.get("status") or {})}
-    meta = body["metadata"]
+    copy: dict[str, Any] = {"metadata": dict(body["metadata"]), "spec": dict(body.get("spec") or {}),
+                            "status": dict(body.get("status") or {})}
+    meta = copy["metadata"]
+    client = memo.kube()
     key = (("kind", "KafkaCluster"), ("namespace", meta["namespace"]), ("name", meta["name"]))
     async with memo.lock(meta["uid"]):
         with memo.stats.timed(key):
             try:
-                observation = await reconcile(memo.client, body, memo.view_source, memo.data_mover)
-                new = status_mod.status(observation, body["status"])
-                if status_mod.changed(body["status"], new):
-                    await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
+                observation = await reconcile(client, copy, memo.view_source, memo.data_mover)
+                new = status_mod.status(observation, copy["status"])
+                if status_mod.changed(copy["status"], new):
+                    await client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
                                             subresource="status")
             except ApiError as e:
                 # The status says why nothing moved (a stale status would keep `kubectl wait` waiting).
-                failed = status_mod.error_status(body["status"], meta.get("generation"), f"Kubernetes API: {e}")
+                failed = status_mod.error_status(copy["status"], meta.get("generation"), f"Kubernetes API: {e}")
                 try:
-                    if status_mod.changed(body["status"], failed):
-                        await memo.client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": failed},
+                    if status_mod.changed(copy["status"], failed):
+                        await client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": failed},
                                                 subresource="status")
                 except ApiError as again:
                     logger.warning("status not written either: %s", again)

@@ -8,7 +8,7 @@ from odradek.common.metrics import Family, Labels, Latency, latency_family
 
 
 class ReconcileStats:
-    def __init__(self):
+    def __init__(self) -> None:
         self.latency: dict[Labels, Latency] = {}
         self.errors: dict[Labels, int] = {}
 

@@ -4,7 +4,7 @@ Field names are camelCase on the wire (Kubernetes style); defaults make a five-l
 working three-broker cluster with two controllers and a three-node ZooKeeper ensemble.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -111,7 +111,7 @@ class BrokersSpec(_Model):
 
     @field_validator("config")
     @classmethod
-    def _no_owned_keys(cls, config: dict) -> dict:
+    def _no_owned_keys(cls, config: dict[str, Any]) -> dict[str, Any]:
         owned = sorted(OPERATOR_OWNED_KEYS & set(config))
         if owned:
             raise ValueError(f"keys set by the operator cannot be configured: {', '.join(owned)}")
@@ -154,7 +154,7 @@ class KafkaClusterSpec(_Model):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
 
     @model_validator(mode="after")
-    def _zookeeper_chroot(self):
+    def _zookeeper_chroot(self) -> "KafkaClusterSpec":
         connect = self.zookeeper.connect
         if connect is not None and not connect.strip():
             raise ValueError("zookeeper.connect must not be empty; omit it for a managed ensemble")
@@ -196,7 +196,7 @@ class KafkaClusterStatus(_Model):
     bootstrap_servers: str | None = None
 
 
-def parse_spec(spec: dict | None) -> KafkaClusterSpec:
+def parse_spec(spec: dict[str, Any] | None) -> KafkaClusterSpec:
     """The spec of a resource as a validated model (pydantic.ValidationError when invalid)."""
     return KafkaClusterSpec.model_validate(spec or {})
 

@@ -6,12 +6,14 @@ current template, with the new config-hash annotation); the broker count is the 
 `spec.replicas`.
 """
 
+from typing import Any
+
 from odradek.operator.builders import CONFIG_HASH, names, selector
 from odradek.operator.kube import KubeClient
 from odradek.operator.rolling import BrokerState
 
 
-def pod_ready(pod: dict) -> bool:
+def pod_ready(pod: dict[str, Any]) -> bool:
     """Ready per its readiness probe and not on its way out."""
     if pod.get("metadata", {}).get("deletionTimestamp"):
         return False
@@ -19,7 +21,7 @@ def pod_ready(pod: dict) -> bool:
                for c in pod.get("status", {}).get("conditions", []))
 
 
-def broker_states(count: int, pods: list[dict], broker_name: str) -> list[BrokerState]:
+def broker_states(count: int, pods: list[dict[str, Any]], broker_name: str) -> list[BrokerState]:
     """One state per ordinal 0..count-1; a missing pod is a broker that is down."""
     by_name = {p["metadata"]["name"]: p for p in pods}
     states = []
@@ -42,7 +44,7 @@ class KubernetesBrokerOrchestrator:
         sts = await self.client.get("StatefulSet", self.namespace, self.statefulset)
         return None if sts is None else int(sts.get("spec", {}).get("replicas", 1))
 
-    async def pods(self) -> list[dict]:
+    async def pods(self) -> list[dict[str, Any]]:
         return await self.client.list("Pod", self.namespace, selector(self.cluster, "broker"))
 
     async def brokers(self) -> list[BrokerState]:

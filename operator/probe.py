@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import zlib
+from typing import Any
 
 from odradek.common import zk_data
 from odradek.common.config import CONTROLLER_ID_BASE, load_properties
@@ -26,7 +27,7 @@ def ordinal(pod_name: str) -> int:
     return int(pod_name.rsplit("-", 1)[1])
 
 
-def _zk(connect: str, timeout: float):
+def _zk(connect: str, timeout: float) -> Any:  # a started KazooClient (kazoo is untyped)
     from kazoo.client import KazooClient
 
     client = KazooClient(hosts=connect, timeout=timeout, connection_retry={"max_tries": 1})

@@ -8,6 +8,7 @@ disruptive change (one pod deleted or one count change, by rolling.reconcile_bro
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,12 +24,12 @@ from odradek.operator.storage import plan_resize
 
 log = logging.getLogger(__name__)
 
-ViewSource = Callable[[dict], Awaitable[ClusterView]]
-DataMover = Callable[[dict, ClusterView, int, int], Awaitable[MovementStep]]
+ViewSource = Callable[[dict[str, Any]], Awaitable[ClusterView]]
+DataMover = Callable[[dict[str, Any], ClusterView, int, int], Awaitable[MovementStep]]
 """(resource, view, broker count running, desired) → the data movement started (data_movement)."""
 
 
-async def metadata_view(body: dict) -> ClusterView:
+async def metadata_view(body: dict[str, Any]) -> ClusterView:
     """The cluster as its brokers report it, through the bootstrap Service (Kafka protocol);
     topics without a min.insync.replicas answer get the one the operator renders."""
     host, port = builders.bootstrap_servers(body).rsplit(":", 1)
@@ -37,19 +38,19 @@ async def metadata_view(body: dict) -> ClusterView:
                             default_min_insync=int(rendered.get("min.insync.replicas", 1)))
 
 
-async def cluster_data_mover(body: dict, view: ClusterView, current: int, desired: int) -> MovementStep:
+async def cluster_data_mover(body: dict[str, Any], view: ClusterView, current: int, desired: int) -> MovementStep:
     """Drain or spread partitions through the bootstrap Service (data_movement.move_data)."""
     host, port = builders.bootstrap_servers(body).rsplit(":", 1)
     spec = parse_spec(body.get("spec"))
     return await move_data([(host, int(port))], view, current, desired, spec.brokers.auto_rebalance, timeout=5.0)
 
 
-def ready_replicas(obj: dict | None) -> int:
+def ready_replicas(obj: dict[str, Any] | None) -> int:
     """Pods Ready per the workload controller (Deployment or StatefulSet status)."""
     return int(((obj or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
-async def support_readiness(client: KubeClient, body: dict, spec) -> dict:
+async def support_readiness(client: KubeClient, body: dict[str, Any], spec: KafkaClusterSpec) -> dict[str, Any]:
     """Observation fields for what the brokers need: controller pods and the managed ensemble."""
     meta = body["metadata"]
     n = builders.names(meta["name"])
@@ -70,12 +71,12 @@ def operator_image() -> str:
     return os.environ.get("ODRADEK_IMAGE") or DEFAULT_IMAGE
 
 
-def claim_template(sts: dict | None) -> dict | None:
+def claim_template(sts: dict[str, Any] | None) -> dict[str, Any] | None:
     templates = ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []
     return next((t for t in templates if (t.get("metadata") or {}).get("name") == "data"), None)
 
 
-def zookeeper_scaling(spec: KafkaClusterSpec, live: dict | None) -> tuple[int | None, tuple[str, str] | None]:
+def zookeeper_scaling(spec: KafkaClusterSpec, live: dict[str, Any] | None) -> tuple[int | None, tuple[str, str] | None]:
     """The ensemble size to render and the refusal when the spec asks for another one. Members
     read the server list once, at start: a new size would leave them on the old list (3 → 1
     leaves the survivor waiting for a quorum), so a running ensemble keeps its size."""
@@ -100,7 +101,8 @@ async def storage_class_expandable(client: KubeClient, name: str) -> bool:
     return bool((found or {}).get("allowVolumeExpansion"))
 
 
-async def resize_claims(client: KubeClient, namespace: str, sts: dict | None, storage: Storage) -> tuple[str, str] | None:
+async def resize_claims(client: KubeClient, namespace: str, sts: dict[str, Any] | None,
+                        storage: Storage) -> tuple[str, str] | None:
     """Grow the StatefulSet's claims to the desired size (see odradek.operator.storage); the
     refusal when that cannot be done."""
     template = claim_template(sts)
@@ -120,14 +122,14 @@ async def resize_claims(client: KubeClient, namespace: str, sts: dict | None, st
     return plan.refused
 
 
-def keep_claim_templates(obj: dict, live: dict | None) -> dict:
+def keep_claim_templates(obj: dict[str, Any], live: dict[str, Any] | None) -> dict[str, Any]:
     """A StatefulSet's volumeClaimTemplates cannot change: render the live ones."""
     if obj["kind"] != "StatefulSet" or live is None or "volumeClaimTemplates" not in live.get("spec", {}):
         return obj
     return {**obj, "spec": {**obj["spec"], "volumeClaimTemplates": live["spec"]["volumeClaimTemplates"]}}
 
 
-async def reconcile(client: KubeClient, body: dict, view_source: ViewSource = metadata_view,
+async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewSource = metadata_view,
                     data_mover: DataMover | None = cluster_data_mover) -> Observation:
     meta = body["metadata"]
     generation = meta.get("generation")

@@ -8,6 +8,7 @@ empty: it lists the cluster's nodes).
 """
 
 import sys
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -18,10 +19,10 @@ from odradek.operator.models import KIND, parse_spec, spec_error_message
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"  # the API server assigns the real one
 
 
-def render_objects(documents: list, image: str) -> list[dict]:
+def render_objects(documents: list[Any], image: str) -> list[dict[str, Any]]:
     """The desired objects of every KafkaCluster among `documents` (other kinds are skipped);
     ValueError naming the resource when a spec is invalid."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for doc in documents:
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             continue

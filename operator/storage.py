@@ -10,6 +10,7 @@ Claims created later from the old template (a scale-up) are expanded on the next
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 _SUFFIXES: dict[str, int | Decimal] = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -40,14 +41,14 @@ class ResizePlan:
     needs_class: str | None = None  # expansion wanted: is this StorageClass expandable? (ask, then decide)
 
 
-def claim_size(claim: dict) -> Decimal | None:
+def claim_size(claim: dict[str, Any]) -> Decimal | None:
     try:
         return parse_quantity(claim["spec"]["resources"]["requests"]["storage"])
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def plan_resize(desired_size: str, desired_class: str | None, template: dict, claims: list[dict],
+def plan_resize(desired_size: str, desired_class: str | None, template: dict[str, Any], claims: list[dict[str, Any]],
                 expandable: bool | None = None) -> ResizePlan:
     """What to do about the claims of one StatefulSet. `template` is its live claim template;
     `claims` the live claims; `expandable` what the class answered (None: not asked yet)."""

@@ -6,7 +6,7 @@ A Topic names a KafkaCluster in its namespace and says what one Kafka topic must
 (common/topic_config), so what the operator accepts the broker accepts too.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
@@ -63,7 +63,7 @@ class TopicSpec(_Model):
 
     @field_validator("config")
     @classmethod
-    def _kafka_config(cls, config: dict) -> dict:
+    def _kafka_config(cls, config: dict[str, Any]) -> dict[str, Any]:
         # JSON has one number type: 6.048e+08 from a YAML tool is the long 604800000 to Kafka.
         config = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in config.items()}
         problems = [problem for key, value in sorted(config.items())
@@ -77,7 +77,7 @@ class TopicSpec(_Model):
         return {key: config_text(value) for key, value in self.config.items()}
 
 
-def config_error(key: str, value) -> str | None:
+def config_error(key: str, value: object) -> str | None:
     """Why the broker would refuse `key=value` (its own message), or None."""
     try:
         validate_topic_config({key: config_text(value)})
@@ -97,7 +97,7 @@ class TopicStatus(_Model):
     config: dict[str, str] = Field(default_factory=dict, description="The topic's config overrides, as the cluster reports them.")
 
 
-def parse_topic_spec(spec: dict | None) -> TopicSpec:
+def parse_topic_spec(spec: dict[str, Any] | None) -> TopicSpec:
     """The spec as a validated model (pydantic.ValidationError when invalid)."""
     return TopicSpec.model_validate(spec or {})
 
@@ -108,10 +108,10 @@ def spec_problem(error: ValidationError) -> tuple[str, str]:
     return ("InvalidConfig" if locations == {"config"} else "InvalidSpec"), spec_error_message(error)
 
 
-def topic_name(body: dict, spec: TopicSpec) -> str:
-    return spec.topic_name or body["metadata"]["name"]
+def topic_name(body: dict[str, Any], spec: TopicSpec) -> str:
+    return spec.topic_name or str(body["metadata"]["name"])
 
 
-def managed(body: dict) -> bool:
+def managed(body: dict[str, Any]) -> bool:
     annotations = body["metadata"].get("annotations") or {}
-    return annotations.get(MANAGED_ANNOTATION, "true").strip().lower() != "false"
+    return str(annotations.get(MANAGED_ANNOTATION, "true")).strip().lower() != "false"

@@ -16,6 +16,7 @@ pair kstatus reads for Flux and `helm --wait`), each carrying the generation it 
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -52,7 +53,7 @@ class TopicResource:
     has_finalizer: bool
     managed_topic: str | None  # status.topicName: the topic this resource created or adopted
     retain: bool = False  # spec.deletionPolicy is Retain (read from the raw spec when invalid)
-    previous_conditions: tuple[dict, ...] = ()
+    previous_conditions: tuple[dict[str, Any], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -64,7 +65,7 @@ class TopicResource:
         return self.namespace, self.cluster_ref, self.topic
 
 
-def resource_from_body(body: dict) -> TopicResource:
+def resource_from_body(body: dict[str, Any]) -> TopicResource:
     meta = body["metadata"]
     raw_spec = body.get("spec") or {}
     status = body.get("status") or {}
@@ -151,7 +152,7 @@ def gate(r: TopicResource, cluster: Cluster, owner: str | None) -> Gate:
 
 def topic_name_of(r: TopicResource) -> str:
     """The topic the spec names (the spec is valid here)."""
-    return r.spec.topic_name or r.name
+    return (r.spec.topic_name if r.spec is not None else None) or r.name
 
 
 # --- 2. the plan ----------------------------------------------------------------------------------
@@ -214,7 +215,7 @@ def same_value(key: str, a: str, b: str) -> bool:
     if a == b:
         return True
     try:
-        return parse_topic_config(key, a) == parse_topic_config(key, b)
+        return bool(parse_topic_config(key, a) == parse_topic_config(key, b))
     except ValueError:
         return False
 
@@ -319,9 +320,10 @@ def outcome(r: TopicResource, topic: str, live: LiveTopic | None, p: Plan,
     managed_topic = topic if live is not None else r.managed_topic
     if failed:
         action, result = failed[0]
-        phase = Phase.STALLED if result.error in USER_ERRORS else Phase.PROGRESSING
+        error = result.error or ""  # failed holds only results with an error
+        phase = Phase.STALLED if error in USER_ERRORS else Phase.PROGRESSING
         what = type(action).__name__
-        return Outcome(r, phase, error_reason(result.error), f"{what} failed: {result.message or result.error}",
+        return Outcome(r, phase, error_reason(error), f"{what} failed: {result.message or error}",
                        live, managed_topic)
     if p.refusals:
         reason, message = p.refusals[0]
@@ -334,12 +336,12 @@ def unreachable(r: TopicResource, message: str) -> Outcome:
     return Outcome(r, Phase.PROGRESSING, "ClusterUnreachable", message)
 
 
-def conditions(o: Outcome, at: str | None = None) -> list[dict]:
+def conditions(o: Outcome, at: str | None = None) -> list[dict[str, Any]]:
     prev = {c.get("type"): c for c in o.resource.previous_conditions}
     at = at or now()
     g = o.resource.generation
 
-    def cond(type_, ok, reason, message):
+    def cond(type_: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
         return condition(type_, ok, reason, message, g, prev, at)
 
     ready = o.phase is Phase.READY
@@ -353,7 +355,7 @@ def conditions(o: Outcome, at: str | None = None) -> list[dict]:
     ]
 
 
-def status(o: Outcome, previous: dict | None = None, at: str | None = None) -> dict:
+def status(o: Outcome, previous: dict[str, Any] | None = None, at: str | None = None) -> dict[str, Any]:
     """The whole status (camelCase, as the CRD declares it). Live fields keep their last known
     values while the topic cannot be looked at (no cluster, conflict, unmanaged)."""
     previous = previous or {}
@@ -368,12 +370,12 @@ def status(o: Outcome, previous: dict | None = None, at: str | None = None) -> d
     }
 
 
-def status_changed(old: dict | None, new: dict) -> bool:
+def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     old = old or {}
     return any(old.get(k) != v for k, v in new.items())
 
 
-def status_patch(old: dict | None, new: dict) -> dict:
+def status_patch(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     """The merge patch from `old` to `new`: a config key that left the status is set to null
     (a merge patch merges maps, so leaving it out would keep it)."""
     old = old or {}

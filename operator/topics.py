@@ -14,8 +14,9 @@ so the older of two resources naming one topic is known before either is acted o
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import kopf
 
@@ -53,16 +54,20 @@ from odradek.operator.work_queue import ShutDown, WorkQueue
 
 log = logging.getLogger("odradek.operator.topics")
 
-BootstrapSource = Callable[[dict], list[tuple[str, int]]]
+BootstrapSource = Callable[[dict[str, Any]], list[tuple[str, int]]]
 
 DEFAULT_RESYNC = 60.0
 DEFAULT_WORKERS = 64
 
 
-def service_bootstrap(cluster: dict) -> list[tuple[str, int]]:
+def service_bootstrap(cluster: dict[str, Any]) -> list[tuple[str, int]]:
     """The cluster's bootstrap Service (the operator runs inside Kubernetes)."""
     host, port = builders.bootstrap_servers(cluster).rsplit(":", 1)
     return [(host, int(port))]
+
+
+ClusterKey = tuple[str, str | None]
+"""(namespace, name) of a KafkaCluster; a Topic whose spec is invalid refers to (namespace, None)."""
 
 
 @dataclass
@@ -81,14 +86,15 @@ class ClusterAdmin:
     """One cluster's admin connection and the batchers in front of it."""
     bootstrap: tuple[tuple[str, int], ...]
     admin: KafkaAdmin
-    batchers: dict[str, Batcher] = field(default_factory=dict)
+    batchers: dict[str, Batcher[Any, Any]] = field(default_factory=dict)
 
     @classmethod
     def open(cls, bootstrap: tuple[tuple[str, int], ...], tuning: Tuning) -> "ClusterAdmin":
         admin = KafkaAdmin(list(bootstrap), request_timeout=tuning.request_timeout)
         t = tuning.request_timeout
 
-        def batcher(name, send, key, share=False):
+        def batcher(name: str, send: Callable[[list[Any]], Any], key: Callable[[Any], Hashable],
+                    share: bool = False) -> Batcher[Any, Any]:
             return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
                            max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
 
@@ -109,7 +115,8 @@ class ClusterAdmin:
     async def act(self, action: Action) -> ActionResult:
         name = {CreateTopic: "create", CreatePartitions: "partitions", AlterConfigs: "configs",
                 ChangeReplicationFactor: "replicas"}[type(action)]
-        return await self.batchers[name].submit(action)
+        result: ActionResult = await self.batchers[name].submit(action)
+        return result
 
 
 class TopicController:
@@ -120,17 +127,17 @@ class TopicController:
         self.bootstrap_source = bootstrap_source
         self.tuning = tuning or Tuning()
         self.topics: dict[tuple[str, str], TopicResource] = {}
-        self.bodies: dict[tuple[str, str], dict] = {}
-        self.claims: dict[tuple, set[tuple[str, str]]] = {}
-        self.clusters: dict[tuple[str, str], dict] = {}
-        self.admins: dict[tuple[str, str], ClusterAdmin] = {}
+        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self.claims: dict[tuple[str, str | None, str], set[tuple[str, str]]] = {}
+        self.clusters: dict[ClusterKey, dict[str, Any]] = {}
+        self.admins: dict[ClusterKey, ClusterAdmin] = {}
         self.queue = WorkQueue(self.tuning.queue_size)
         self.seeded = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     # --- the store, fed by watch events --------------------------------------------------------
 
-    def _store(self, body: dict) -> TopicResource:
+    def _store(self, body: dict[str, Any]) -> TopicResource:
         r = resource_from_body(body)
         old = self.topics.get(r.key)
         if old is not None and old.claim != r.claim:
@@ -146,16 +153,16 @@ class TopicController:
             if not keys:
                 del self.claims[r.claim]
 
-    def _forget(self, key) -> TopicResource | None:
+    def _forget(self, key: tuple[str, str]) -> TopicResource | None:
         r = self.topics.pop(key, None)
         self.bodies.pop(key, None)
         if r is not None:
             self._unclaim(r)
         return r
 
-    async def topic_event(self, kind: str | None, body: dict) -> None:
-        meta = body.get("metadata") or {}
-        key = (meta.get("namespace"), meta.get("name"))
+    async def topic_event(self, kind: str | None, body: dict[str, Any]) -> None:
+        meta: dict[str, Any] = body.get("metadata") or {}
+        key = cast(tuple[str, str], (meta.get("namespace"), meta.get("name")))  # watch events carry both
         if kind == "DELETED":
             gone = self._forget(key)
             if gone is not None:
@@ -172,9 +179,9 @@ class TopicController:
                 for sibling in self.claims.get(old.claim, ()):
                     await self.queue.add(sibling)
 
-    async def cluster_event(self, kind: str | None, body: dict) -> None:
-        meta = body.get("metadata") or {}
-        key = (meta.get("namespace"), meta.get("name"))
+    async def cluster_event(self, kind: str | None, body: dict[str, Any]) -> None:
+        meta: dict[str, Any] = body.get("metadata") or {}
+        key = cast(ClusterKey, (meta.get("namespace"), meta.get("name")))
         old = self.clusters.get(key)
         if kind == "DELETED":
             self.clusters.pop(key, None)
@@ -202,7 +209,7 @@ class TopicController:
             await admin.close()
         self.admins.clear()
 
-    async def _list(self, kind: str) -> list[dict]:
+    async def _list(self, kind: str) -> list[dict[str, Any]]:
         items = []
         for namespace in [None] if self.clusterwide else self.namespaces:
             items.extend(await self.client.list(kind, namespace, {}))
@@ -253,7 +260,7 @@ class TopicController:
     async def _worker(self, index: int) -> None:
         while True:
             try:
-                key = await self.queue.get()
+                key = cast(tuple[str, str], await self.queue.get())  # only Topic keys are queued
             except ShutDown:
                 return
             try:
@@ -297,7 +304,7 @@ class TopicController:
             admin = self.admins[key] = ClusterAdmin.open(bootstrap, self.tuning)
         return admin
 
-    async def reconcile(self, key) -> bool:
+    async def reconcile(self, key: tuple[str, str]) -> bool:
         """One pass for one Topic; True when it should be retried soon (with backoff)."""
         r = self.topics.get(key)
         if r is None:
@@ -315,16 +322,21 @@ class TopicController:
             if r is None:
                 return False
         if g.step is Step.STATUS:
+            if g.outcome is None:
+                raise RuntimeError("a STATUS gate without an outcome")
             await self._write_status(r, g.outcome)
             return g.outcome.phase is Phase.PROGRESSING
         return await self._observe_and_act(r)
 
     async def _observe_and_act(self, r: TopicResource) -> bool:
         topic = topic_name_of(r)
+        if r.spec is None:
+            raise RuntimeError("gate() lets no invalid spec through to observe")
+        spec = r.spec
         try:
             admin = self.admin_for(r)
             live = await admin.batchers["describe"].submit(topic)
-            p = plan(r.spec, topic, live)
+            p = plan(spec, topic, live)
             results = list(zip(p.actions, await asyncio.gather(*(admin.act(a) for a in p.actions))))
         except (OSError, ConnectionError, TimeoutError, ValueError) as e:
             await self._write_status(r, unreachable(r, f"cluster {r.cluster_ref!r}: {e}"))
@@ -400,7 +412,7 @@ def _ready_reason(r: TopicResource) -> str | None:
     return next((c.get("reason") for c in r.previous_conditions if c.get("type") == "Ready"), None)
 
 
-def _older(new: dict, stored: dict) -> bool:
+def _older(new: dict[str, Any], stored: dict[str, Any]) -> bool:
     """Whether `new` is an older version than `stored`. Resource versions are opaque to clients,
     but where both are integers (etcd revisions, as every API server has them) they order writes,
     and an event can arrive after the answer to a later write of ours."""
@@ -408,7 +420,7 @@ def _older(new: dict, stored: dict) -> bool:
     return isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
-def _cluster_state(body: dict) -> tuple:
+def _cluster_state(body: dict[str, Any]) -> tuple[bool, str | None]:
     return bool(body["metadata"].get("deletionTimestamp")), body["metadata"].get("uid")
 
 
@@ -424,21 +436,21 @@ def register(registry: kopf.OperatorRegistry) -> None:
     client, the watched namespaces and the tuning, and holds the controller."""
 
     @kopf.on.startup(registry=registry)
-    async def start_topics(memo, **_):
+    async def start_topics(memo: Any, **_: Any) -> None:  # memo: main.OperatorMemo
         memo.topic_controller = TopicController(
             memo.client, namespaces=memo.namespaces, clusterwide=memo.clusterwide,
             bootstrap_source=memo.topic_bootstrap, tuning=memo.topic_tuning)
         await memo.topic_controller.start()
 
     @kopf.on.cleanup(registry=registry)
-    async def stop_topics(memo, **_):
+    async def stop_topics(memo: Any, **_: Any) -> None:
         if memo.topic_controller is not None:
             await memo.topic_controller.stop()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def topic_event(event, memo, **_):
+    async def topic_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
         await memo.topic_controller.topic_event(event.get("type"), event["object"])
 
     @kopf.on.event(GROUP, VERSION, CLUSTER_PLURAL, registry=registry)
-    async def cluster_event(event, memo, **_):
+    async def cluster_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
         await memo.topic_controller.cluster_event(event.get("type"), event["object"])

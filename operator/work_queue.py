@@ -78,7 +78,7 @@ class WorkQueue:
         """Retry `key` after its backoff (doubling per failure since `forget`); returns the delay."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self.backoff_max, self.backoff_base * (2 ** min(failures, 30)))
+        delay = float(min(self.backoff_max, self.backoff_base * (2 ** min(failures, 30))))
         self.add_after(key, delay)
         return delay
 
@@ -86,7 +86,7 @@ class WorkQueue:
         """`key` succeeded: its next failure starts the backoff over."""
         self._failures.pop(key, None)
 
-    def _arm(self, loop) -> None:
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self._delayed:

@@ -67,7 +67,7 @@ class OffsetReader:
 
         def body():
             md = self.admin.list_topics(timeout=REQUEST_TIMEOUT)
-            out = []
+            out: list[TopicPartition] = []
             for name, t in md.topics.items():
                 if o.strategy == "subscribe" and name not in o.topics:
                     continue

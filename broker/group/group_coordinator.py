@@ -12,7 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
@@ -37,11 +37,7 @@ class JoinResult:
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader_id: str = ""
-    members: list = None
-
-    def __post_init__(self):
-        if self.members is None:
-            self.members = []
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
 
 
 @dataclass
@@ -645,7 +641,7 @@ class GroupCoordinator:
         return ErrorCode.none, groups
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
-        out = {}
+        out: dict[str, ErrorCode] = {}
         for gid in group_ids:
             error = self._group_error(gid)
             if error != ErrorCode.none:

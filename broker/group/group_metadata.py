@@ -7,9 +7,11 @@ these methods and owns the timers and the waiting clients; everything here is sy
 unit-testable.
 """
 
+import asyncio
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from odradek.broker.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscription_topics
 
@@ -45,9 +47,9 @@ class MemberMetadata:
     protocol_type: str
     supported_protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    awaiting_join: object = None
+    awaiting_join: asyncio.Future[Any] | None = None
     """The coordinator's pending JoinGroup answer (a future) while this member waits in a join."""
-    awaiting_sync: object = None
+    awaiting_sync: asyncio.Future[Any] | None = None
     heartbeat_deadline_ms: int = 0
     is_new: bool = False
 
@@ -222,7 +224,10 @@ class GroupMetadata:
         self.new_member_added = False
 
     def current_member_metadata(self) -> list[tuple[str, str | None, bytes]]:
-        return [(m.member_id, m.group_instance_id, m.metadata(self.protocol_name)) for m in self.members.values()]
+        protocol = self.protocol_name
+        if protocol is None:  # no protocol chosen: an Empty group, no member metadata to hand out
+            return []
+        return [(m.member_id, m.group_instance_id, m.metadata(protocol)) for m in self.members.values()]
 
     def clear_assignments(self) -> None:
         for m in self.members.values():

@@ -40,6 +40,13 @@ class _Reader:
         self.pos += n
         return s
 
+    def required_string(self) -> str:
+        """A non-nullable STRING (group and topic names): a null one makes the record corrupt."""
+        s = self.string()
+        if s is None:
+            raise ValueError("null where a non-nullable string is required")
+        return s
+
     def bytes_(self) -> bytes | None:
         n = self.int32()
         if n < 0:
@@ -87,9 +94,9 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     r = _Reader(data)
     version = r.int16()
     if version in (0, 1):
-        return OffsetKey(r.string(), r.string(), r.int32())
+        return OffsetKey(r.required_string(), r.required_string(), r.int32())
     if version == 2:
-        return GroupKey(r.string())
+        return GroupKey(r.required_string())
     return None
 
 
@@ -154,7 +161,7 @@ def decode_group_value(group_id: str, data: bytes) -> GroupMetadata:
     group = GroupMetadata(group_id, protocol_type=protocol_type or None, generation_id=generation,
                           protocol_name=protocol, state_timestamp=state_ts)
     for _ in range(r.int32()):
-        member_id = r.string()
+        member_id = r.required_string()
         instance_id = r.string() if version >= 3 else None
         client_id, client_host = r.string(), r.string()
         rebalance = r.int32() if version >= 1 else -1

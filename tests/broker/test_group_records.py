@@ -2,6 +2,7 @@
 layout, group → partition (Java's String.hashCode), replay of a record sequence into the cache,
 offset retention, and the hand decoder of OffsetCommit v1."""
 
+import datetime
 import struct
 
 import pytest
@@ -242,7 +243,7 @@ def test_offset_commit_v1_decodes_into_the_v2_request():
     assert (int(header.request_api_key), int(header.request_api_version), int(header.correlation_id)) == (8, 1, 77)
     assert header.client_id == "rdkafka"
     assert (req.group_id, int(req.generation_id_or_member_epoch), req.member_id) == ("grp", 3, "m-1")
-    assert int(req.retention_time) == -1 and req.__version__ == 2 and schema is type(req)
+    assert req.retention_time == datetime.timedelta(milliseconds=-1) and req.__version__ == 2 and schema is type(req)
     (topic,) = req.topics
     assert topic.name == "t"
     assert [(int(p.partition_index), int(p.committed_offset), p.committed_metadata) for p in topic.partitions] == [

@@ -48,12 +48,14 @@ $(STAMP): pyproject.toml Makefile $(wildcard setup.py) $(wildcard broker/log/*.c
 dev: setup
 	$(BIN)/odradek dev $(DEV_ARGS)
 
-# ruff (pyproject [tool.ruff]), mypy (strict on the pure cores, [tool.mypy]) and the layer
-# contracts (.importlinter).
+# ruff (pyproject [tool.ruff]), mypy ([tool.mypy]: strict on the cores, the controller and the
+# operator), the layer contracts (.importlinter) and the clock rule (tools/check_clock.py: no
+# wall-clock calls in broker/, controller/, operator/; components read the clock they are given).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_clock.py
 
 # The fast loop: every test that starts no process (marker `unit`, see tests/conftest.py).
 unit: setup

@@ -33,7 +33,7 @@ from odradek.broker.transaction.transaction_apis import TransactionApis
 from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
-from odradek.common.clock import now_ms
+from odradek.common.clock import Clock, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.errors import KafkaError
 from odradek.common.network.encoding import Body, frame, response_header
@@ -156,7 +156,7 @@ class KafkaApis:
     def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager, metadata_apis: MetadataApis | None,
                  group_apis: GroupApis | None = None, producer_id_manager: ZkProducerIdManager | None = None,
                  transaction_apis: TransactionApis | None = None,
-                 control_plane_guard: control_plane.ControlPlaneGuard | None = None):
+                 control_plane_guard: control_plane.ControlPlaneGuard | None = None, *, clock: Clock = now_ms):
         self.config = config
         self.control_plane_guard = control_plane_guard
         """Admits controller requests (broker/control_plane); without one every one is refused."""
@@ -204,7 +204,7 @@ class KafkaApis:
         self.fetch_manager = FetchManager(
             FetchSessionCache(int(config.max_incremental_fetch_session_cache_slots),
                               int(config.min_incremental_fetch_session_eviction_ms)),
-            now_ms,
+            clock,
         )
         """Incremental fetch sessions (KIP-227), used by Fetch v7+."""
 

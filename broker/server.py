@@ -56,6 +56,7 @@ from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, process_logging
 from odradek.common.bounded_exit import end_leftover_tasks, within
+from odradek.common.clock import Clock, now_ms
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
 from odradek.common.config_def import ConfigException
 from odradek.common.metrics import MetricsServer, Registry
@@ -77,8 +78,10 @@ def log_dirs(config: BrokerConfig) -> list[Path]:
 
 
 class KafkaServer:
-    def __init__(self, config: BrokerConfig, props: dict[str, str] | None = None):
+    def __init__(self, config: BrokerConfig, props: dict[str, str] | None = None, *, clock: Clock = now_ms):
         self.config = config
+        self.clock = clock
+        """The broker's one clock (Kafka's Time), handed to every component that reads the time."""
         self.props = dict(props or {})
         """The properties as given: keys with a listener prefix (`listener.name.<l>.`) and the JAAS
         configs are read from here."""
@@ -114,10 +117,10 @@ class KafkaServer:
         self.zk = BrokerZkClient(config)
         await self.zk.start()
         await self._load_dynamic_configs()
-        self.log_manager = LogManager(log_dirs(config), self.dynamic_config.current)
+        self.log_manager = LogManager(log_dirs(config), self.dynamic_config.current, clock=self.clock)
         await self._load_logs()
         self.metadata_cache = MetadataCache(config.broker_id)
-        self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk)
+        self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk, clock=self.clock)
         self.replica_manager.load_high_watermarks()
         dynamic = self.dynamic_config  # the rates are dynamic broker configs, read at every check
         self.replica_manager.leader_quota = ReplicationQuota(
@@ -146,7 +149,7 @@ class KafkaServer:
             config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
         )
         self.producer_id_manager = ZkProducerIdManager(config.broker_id, self.zk)
-        self.marker_writer = MarkerWriter(self.replica_manager, config.request_timeout_ms, clock=self.replica_manager.clock)
+        self.marker_writer = MarkerWriter(self.replica_manager, config.request_timeout_ms, clock=self.clock)
         self.transaction_coordinator = self._transaction_coordinator()
         self.transaction_apis = TransactionApis(
             self.transaction_coordinator, self.marker_writer, self.metadata_cache, self.replica_manager,
@@ -157,7 +160,7 @@ class KafkaServer:
                                   self.zk.get_controller_epoch)
         self.zk.registration_listeners.append(guard.registered)
         self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
-                              self.producer_id_manager, self.transaction_apis, guard)
+                              self.producer_id_manager, self.transaction_apis, guard, clock=self.clock)
         if config.transaction_partition_verification_enable:
             self.apis.transaction_verifier = TransactionVerifier(
                 config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
@@ -232,7 +235,8 @@ class KafkaServer:
         def partition_count() -> int:
             return cache.partition_count(GROUP_METADATA_TOPIC_NAME) or c.offsets_topic_num_partitions
 
-        manager = GroupMetadataManager(c.broker_id, self.replica_manager, partition_count, c.offsets_commit_timeout_ms)
+        manager = GroupMetadataManager(c.broker_id, self.replica_manager, partition_count, c.offsets_commit_timeout_ms,
+                                       clock=self.clock)
         return GroupCoordinator(manager, GroupConfig(
             min_session_timeout_ms=c.group_min_session_timeout_ms,
             max_session_timeout_ms=c.group_max_session_timeout_ms,
@@ -241,7 +245,7 @@ class KafkaServer:
             offsets_retention_ms=c.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
             max_size=c.group_max_size,
-        ))
+        ), clock_ms=self.clock)
 
     def _transaction_coordinator(self) -> TransactionCoordinator:
         c = self.config
@@ -262,9 +266,9 @@ class KafkaServer:
         def partition_count() -> int:
             return cache.partition_count(TRANSACTION_STATE_TOPIC_NAME) or tconfig.num_partitions
 
-        state = TransactionStateManager(self.replica_manager, partition_count, tconfig, clock=self.replica_manager.clock)
+        state = TransactionStateManager(self.replica_manager, partition_count, tconfig, clock=self.clock)
         channel = TransactionMarkerChannel(c.broker_id, cache, self.marker_writer, c.request_timeout_ms)
-        return TransactionCoordinator(state, self.producer_id_manager, channel, tconfig, clock=self.replica_manager.clock)
+        return TransactionCoordinator(state, self.producer_id_manager, channel, tconfig, clock=self.clock)
 
     def _on_txn_marker(self, marker, written) -> None:
         """Markers on `__consumer_offsets` partitions complete transactional offset commits."""

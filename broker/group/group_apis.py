@@ -6,16 +6,18 @@ fields a version has. KafkaApis merges `handlers`/`versions` like MetadataApis'.
 """
 
 import asyncio
+import datetime
 import logging
-import sys
 
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i64
+from kio.schema.offset_commit.v2 import request as offset_commit_v2
+from kio.schema.offset_commit.v2.request import OffsetCommitRequest as OffsetCommitRequestV2
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i64, i64Timedelta
 
 from odradek.broker.auth_helper import ResourceType, authorized_operations
 from odradek.common.api_key import ApiKey
-from odradek.common.clock import now_ms
 from odradek.common.network.request_context import RequestContext
 from odradek.common.wire import (
     NO_THROTTLE,
@@ -208,7 +210,7 @@ class GroupApis:
         KafkaApis answers before the coordinator sees them; the rest are committed."""
         version = context.api_version
         mod = response_module(ApiKey.OFFSET_COMMIT, max(version, 2))
-        now = now_ms()
+        now = self.coordinator.clock_ms()
         offsets = {}
         results = {}
         for t in request.topics:
@@ -277,7 +279,7 @@ class GroupApis:
 
     async def handle_txn_offset_commit(self, context: RequestContext, request):
         mod = response_module(ApiKey.TXN_OFFSET_COMMIT, context.api_version)
-        now = now_ms()
+        now = self.coordinator.clock_ms()
         offsets = {
             (t.name, int(p.partition_index)): OffsetAndMetadata(
                 int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "", now)
@@ -375,29 +377,34 @@ class GroupApis:
 # --- OffsetCommit v1 (not in kio) -----------------------------------------------------------------
 
 
-def decode_offset_commit_v1(body: bytes):
+_NO_RETENTION = i64Timedelta.parse(datetime.timedelta(milliseconds=-1))
+"""retention_time -1: the broker's offsets.retention.minutes (v1 has no field for it)."""
+
+
+def decode_offset_commit_v1(body: bytes) -> tuple[RequestHeaderV1, OffsetCommitRequestV2, type[OffsetCommitRequestV2]]:
     """An OffsetCommitRequest v1 frame → (header, kio's v2 request, v2 schema); ValueError if malformed.
     The per-partition timestamps are dropped, as Kafka ignores them since 2.1; v1 and v2 responses
     are identical."""
-    req_cls = load_request_schema(ApiKey.OFFSET_COMMIT, 2)
-    mod = sys.modules[req_cls.__module__]
+    req_cls = OffsetCommitRequestV2
+    mod = offset_commit_v2
     try:
         header, pos = read_request_header_v1(body, 0)
         r = records._Reader(bytes(body))
         r.pos = pos
-        group_id, generation, member_id = r.string(), r.int32(), r.string()
+        group_id, generation, member_id = r.required_string(), r.int32(), r.required_string()
         topics = []
         for _ in range(r.int32()):
-            name = r.string()
+            name = r.required_string()
             parts = []
             for _ in range(r.int32()):
                 index, offset, _ts, metadata = r.int32(), r.int64(), r.int64(), r.string()
                 parts.append(mod.OffsetCommitRequestPartition(
                     partition_index=i32(index), committed_offset=i64(offset), committed_metadata=metadata))
-            topics.append(mod.OffsetCommitRequestTopic(name=name, partitions=tuple(parts)))
+            topics.append(mod.OffsetCommitRequestTopic(name=TopicName(name), partitions=tuple(parts)))
     except Exception as e:  # struct.error and friends on truncated bodies, kio's errors on a bad header
         raise ValueError(f"malformed OffsetCommit v1: {e}") from e
     if r.pos != len(body):
         raise ValueError("trailing bytes in OffsetCommit v1")
-    return header, req_cls(group_id=group_id, generation_id_or_member_epoch=i32(generation), member_id=member_id,
-                           retention_time=i64(-1), topics=tuple(topics)), req_cls
+    request = req_cls(group_id=GroupId(group_id), generation_id_or_member_epoch=i32(generation), member_id=member_id,
+                      retention_time=_NO_RETENTION, topics=tuple(topics))
+    return header, request, req_cls

@@ -8,12 +8,12 @@ leader it replays them (load), when it stops leading it forgets them (unload).
 
 import asyncio
 import logging
-import time
+from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.log.record_batch import build_batch, decode_records
-from odradek.common.clock import now_ms
+from odradek.common.clock import Clock, monotonic_s, now_ms
 
 from . import records
 from .group_metadata import GroupMetadata, GroupState
@@ -24,9 +24,12 @@ log = logging.getLogger(__name__)
 
 
 class GroupMetadataManager:
-    def __init__(self, broker_id: int, replica_manager, partition_count, commit_timeout_ms: int = 5000):
-        """`partition_count`: an int, or a callable giving the offsets topic's current partition count."""
+    def __init__(self, broker_id: int, replica_manager, partition_count, commit_timeout_ms: int = 5000, *,
+                 clock: Clock = now_ms):
+        """`partition_count`: an int, or a callable giving the offsets topic's current partition count;
+        `clock`: the broker's (stamps the records it appends)."""
         self.broker_id = broker_id
+        self.clock = clock
         self.replica_manager = replica_manager
         self._partition_count = partition_count
         self.commit_timeout_ms = commit_timeout_ms
@@ -58,7 +61,7 @@ class GroupMetadataManager:
 
     # --- storing --------------------------------------------------------------------------------
 
-    def append(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> "asyncio.Future[ErrorCode]":
+    def append(self, group_id: str, entries: Sequence[tuple[bytes, bytes | None]]) -> "asyncio.Future[ErrorCode]":
         """Appends key/value records to the group's partition (acks=all); resolves to the commit error code.
 
         The append task is created here, at call time: tasks take their first step in creation
@@ -66,8 +69,8 @@ class GroupMetadataManager:
         Empty generation spawned before a deletion cannot overtake the deletion's tombstones)."""
         return asyncio.ensure_future(self._append(self.partition_for(group_id), entries))
 
-    async def _append(self, p: int, entries: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        batch = build_batch(entries, base_timestamp=now_ms())
+    async def _append(self, p: int, entries: Sequence[tuple[bytes, bytes | None]]) -> ErrorCode:
+        batch = build_batch(entries, base_timestamp=self.clock())
         try:
             results = await self.replica_manager.append_records(
                 self.commit_timeout_ms, -1, [(GROUP_METADATA_TOPIC_NAME, p, batch)]
@@ -129,10 +132,10 @@ class GroupMetadataManager:
         async def load():
             try:
                 await asyncio.sleep(0)
-                started = time.monotonic()
+                started = monotonic_s()
                 self._load(partition)
                 log.info("loaded %d groups of %s-%d in %.0f ms", len(self.groups_of(partition)),
-                         GROUP_METADATA_TOPIC_NAME, partition, (time.monotonic() - started) * 1000)
+                         GROUP_METADATA_TOPIC_NAME, partition, (monotonic_s() - started) * 1000)
                 self.owned[partition] = epoch
                 on_loaded(partition)
             except Exception:

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from odradek.common.clock import monotonic_s
+
 from .cleaner import (
     BatchContext,
     CleanedTransactions,
@@ -117,14 +119,14 @@ class Throttler:
 
     def __init__(self, rate: float):
         self.rate = rate
-        self.start = time.monotonic()
+        self.start = monotonic_s()
         self.done = 0
 
     def __call__(self, n: int) -> None:
         self.done += n
         if self.rate == float("inf") or self.rate <= 0:
             return
-        ahead = self.done / self.rate - (time.monotonic() - self.start)
+        ahead = self.done / self.rate - (monotonic_s() - self.start)
         if ahead > 0.001:
             time.sleep(ahead)
 

@@ -215,6 +215,7 @@ class Log:
             base_offset,
             index_interval_bytes=self._config.index_interval_bytes,
             max_index_entries=self._config.max_index_entries,
+            clock=self.clock,
         )
 
     def _load(self, had_clean_shutdown: bool) -> None:

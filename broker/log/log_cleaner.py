@@ -16,12 +16,11 @@ import asyncio
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from odradek.common.clock import now_ms
+from odradek.common.clock import monotonic_s, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.config_def import ConfigException
 
@@ -273,7 +272,7 @@ class LogCleaner:
             self._in_progress.discard(key)
 
     async def _clean(self, log_dir: Path, partition_log: Log, to_clean: LogToClean) -> bool:
-        started = time.monotonic()
+        started = monotonic_s()
         truncations = partition_log.truncation_count
         task = make_task(partition_log, to_clean, self.config)
         log.info("cleaning %r from %d to %d (dirty ratio %.2f)", partition_log, to_clean.first_dirty_offset,
@@ -288,7 +287,7 @@ class LogCleaner:
         await self._write_checkpoint(log_dir, key, result.end_offset)
         self.cleanings += 1
         self.last_result = result
-        elapsed = time.monotonic() - started
+        elapsed = monotonic_s() - started
         log.info("cleaned %r up to %d in %.2f s: %d records removed, %.1f MB read, %.1f MB written, %d keys mapped",
                  partition_log, result.end_offset, elapsed, result.records_removed, result.bytes_read / 1e6,
                  result.bytes_written / 1e6, result.map_size)

@@ -15,12 +15,11 @@ import logging
 import re
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from odradek.common.clock import now_ms
+from odradek.common.clock import monotonic_s, now_ms
 from odradek.common.config import BrokerConfig
 
 from .checkpoint import fsync_dir, read_offsets, write_offsets
@@ -127,14 +126,14 @@ class LogManager:
                 continue
             if key in self._logs:
                 raise DuplicateLogError(f"{key[0]}-{key[1]} exists in both {self._dir_of[key]} and {log_dir}")
-            started = time.monotonic()
+            started = monotonic_s()
             partition_log = Log(
                 path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean,
                 log_start_offset=start_offsets.get(key, 0), clock=self.clock,
             )
             self._add(key, log_dir, partition_log)
             if not clean:
-                log.info("recovered %r in %.3f s", partition_log, time.monotonic() - started)
+                log.info("recovered %r in %.3f s", partition_log, monotonic_s() - started)
         if clean:
             marker.unlink()
             fsync_dir(log_dir)

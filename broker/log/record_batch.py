@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from odradek.common.clock import now_ms
+from odradek.common.clock import Clock, now_ms
 
 from .compression import CODEC_NAMES, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -271,13 +271,15 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     attributes: int = 0,
+    clock: Clock = now_ms,
 ) -> bytes:
     """Encode one v2 batch. `records`: values (bytes) or tuples (key, value[, headers[, timestamp_ms]]).
+    Without `base_timestamp`, the batch is stamped with `clock`'s time.
 
-    For tests and tools; the broker never encodes records.
+    For tests and tools, and the coordinators' own records (which pass their clock's time).
     """
     if base_timestamp is None:
-        base_timestamp = now_ms()
+        base_timestamp = clock()
     body = bytearray()
     max_ts = base_timestamp
     for delta, item in enumerate(records):

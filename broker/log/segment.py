@@ -13,7 +13,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from odradek.common.clock import now_ms
+from odradek.common.clock import Clock, now_ms
 
 from .errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from .leader_epoch import LeaderEpochFileCache
@@ -50,7 +50,7 @@ def file_name(base_offset: int, suffix: str) -> str:
 
 class LogSegment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_entries: int,
-                 file_suffix: str = ""):
+                 file_suffix: str = "", clock: Clock = now_ms):
         """`file_suffix` names a segment being written aside (the cleaner's `.cleaned`)."""
         self.base_offset = base_offset
         self.log_path = directory / (file_name(base_offset, LOG_SUFFIX) + file_suffix)
@@ -65,7 +65,7 @@ class LogSegment:
         self.file = os.fdopen(fd, "r+b", buffering=0)
         self._fd = fd
         self.size = os.fstat(fd).st_size
-        self.created_ms = now_ms()
+        self.created_ms = clock()
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset
         self._next_offset: int | None = base_offset if self.size == 0 else None

@@ -170,3 +170,25 @@ def authenticate_step(credentials: SaslCredentials) -> Callable[[Any], Awaitable
                                   f"{credentials.username!r} failed: {e}") from None
 
     return step
+
+
+def listener_credentials(props: Mapping[str, str], listener: str, mechanism_key: str,
+                         fallback_key: str | None = None) -> SaslCredentials:
+    """A broker's or controller's own credentials for outgoing connections to a SASL listener, as
+    Kafka reads them: the mechanism from `mechanism_key` (`sasl.mechanism.inter.broker.protocol`,
+    `sasl.mechanism.controller.protocol`, else `fallback_key`), username and password from that
+    mechanism's login module, `listener.name.<l>.<mechanism>.sasl.jaas.config`, else `sasl.jaas.config`."""
+    mechanism = (props.get(mechanism_key) or (props.get(fallback_key) if fallback_key else None) or "GSSAPI").upper()
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"{mechanism_key} {mechanism} is not supported for listener {listener} "
+                         f"(supported: {', '.join(MECHANISMS)})")
+    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    text = props.get(key) or props.get("sasl.jaas.config")
+    if not text:
+        raise ValueError(f"listener {listener} is SASL with {mechanism}: {key} (or sasl.jaas.config) must give "
+                         "the username and password this process authenticates with")
+    options = jaas.parse(text).options
+    username, password = options.get("username"), options.get("password")
+    if not username or password is None:
+        raise ValueError(f"{key}: the login module needs username and password options")
+    return SaslCredentials(mechanism, username, password)

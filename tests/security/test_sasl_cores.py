@@ -341,3 +341,20 @@ def test_listener_settings():
     from odradek.common.config_def import ConfigException
     with pytest.raises(ConfigException):
         listener_settings({"sasl.enabled.mechanisms": "GSSAPI"}, "X")
+
+
+def test_listener_credentials_of_the_broker_itself():
+    from odradek.common.security.sasl_client import listener_credentials
+
+    props = {"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+             "listener.name.internal.scram-sha-512.sasl.jaas.config":
+                 jaas.client_config("SCRAM-SHA-512", "broker", "b-pw")}
+    c = listener_credentials(props, "INTERNAL", "sasl.mechanism.inter.broker.protocol")
+    assert (c.mechanism, c.username, c.password) == ("SCRAM-SHA-512", "broker", "b-pw")
+    c = listener_credentials({**props, "sasl.mechanism.controller.protocol": "PLAIN",
+                              "sasl.jaas.config": jaas.client_config("PLAIN", "ctl", "c")},
+                             "CONTROLLER", "sasl.mechanism.controller.protocol")
+    assert (c.mechanism, c.username) == ("PLAIN", "ctl")
+    with pytest.raises(ValueError, match="jaas"):
+        listener_credentials({"sasl.mechanism.inter.broker.protocol": "PLAIN"}, "X",
+                             "sasl.mechanism.inter.broker.protocol")

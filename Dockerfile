@@ -3,13 +3,11 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 # gcc for the record validator's C extension (broker/log/_records.c)
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml README.md ./
-COPY odradek odradek
-COPY broker broker
-COPY controller controller
-COPY operator operator
-COPY common common
-COPY dev dev
+# The whole checkout but what .dockerignore leaves out: the wheel is the one `pip install .` builds
+# anywhere, every odradek.<folder> the odradek/ symlinks name (tests/test_folders.py checks that
+# none is left out), pipeline/ included. The image runs brokers, controllers and the operator; the
+# PySpark data source's dependencies are the `spark` extra, installed where Spark runs, not here.
+COPY . .
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -28,8 +28,3 @@ def test_odradek_operator_imports_from_the_checkout_root():
     proc = run_in_root("import operator, odradek.operator.probe as p; operator.eq; print(p.__file__)")
     assert proc.returncode == 0, proc.stderr
     assert Path(proc.stdout.strip()).resolve() == ROOT / "operator" / "probe.py"
-
-
-def test_every_folder_is_linked_under_odradek():
-    for folder in ("broker", "controller", "operator", "common", "dev"):
-        assert (ROOT / "odradek" / folder).resolve() == ROOT / folder

@@ -20,6 +20,8 @@ from odradek.common.network.request_context import RequestContext
 from . import config_admin as ca
 from . import config_helper as ch
 from .admin_manager import ApiError, topic_name_error
+from .authorizer.acl import CLUSTER_NAME, AclOperation, ResourceType
+from .authorizer.authorizer import ALLOW_ALL, Authorizer
 from .dynamic_config import DynamicBrokerConfig
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache
@@ -40,6 +42,7 @@ def _entity_path(change: ca.ResourceChange) -> str:
 class ConfigApis:
     def __init__(self, dynamic: DynamicBrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient):
         self.dynamic = dynamic
+        self.authorizer: Authorizer = ALLOW_ALL
         self.broker_id = dynamic.broker_id
         self.metadata_cache = metadata_cache
         self.zk = zk
@@ -53,6 +56,16 @@ class ConfigApis:
             ApiKey.ALTER_CONFIGS: (0, 2),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         }
+
+    def refusal(self, context: RequestContext, rtype: int, rname: str, op: AclOperation) -> ApiError | None:
+        """Kafka's check: `op` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the topic, or on the Cluster
+        for a broker resource; None when allowed."""
+        if rtype == ca.TOPIC and not self.authorizer.authorize(context, op, ResourceType.TOPIC, rname):
+            return ApiError(ErrorCode.topic_authorization_failed, None)
+        if rtype in (ca.BROKER, ca.BROKER_LOGGER) and not self.authorizer.authorize(
+                context, op, ResourceType.CLUSTER, CLUSTER_NAME):
+            return ApiError(ErrorCode.cluster_authorization_failed, None)
+        return None
 
     async def _topic_exists(self, topic: str) -> bool:
         return topic_name_error(topic) is None and (
@@ -71,6 +84,9 @@ class ConfigApis:
         for resource in request.resources:
             rtype, rname = int(resource.resource_type), resource.resource_name
             try:
+                refused = self.refusal(context, rtype, rname, AclOperation.DESCRIBE_CONFIGS)
+                if refused is not None:
+                    raise refused
                 entries = ch.select(await self._describe(rtype, rname, overrides, synonyms, docs),
                                     resource.configuration_keys)
                 configs = tuple(self._entry(mod, e) for e in entries)
@@ -126,17 +142,21 @@ class ConfigApis:
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, ca.SET, c.value) for c in r.configs))
                    for r in request.resources]
-        return await self._answer(ApiKey.ALTER_CONFIGS, request, changes, incremental=False)
+        return await self._answer(ApiKey.ALTER_CONFIGS, request, changes, False, context)
 
     async def handle_incremental_alter_configs(self, context: RequestContext, request):
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, int(c.config_operation), c.value) for c in r.configs))
                    for r in request.resources]
-        return await self._answer(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, changes, incremental=True)
+        return await self._answer(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, changes, True, context)
 
-    async def _answer(self, api_key: int, request, changes: list[ca.ResourceChange], incremental: bool):
+    async def _answer(self, api_key: int, request, changes: list[ca.ResourceChange], incremental: bool,
+                      context: RequestContext):
         mod = wire.response_module(api_key, int(request.__version__))
-        errors = await self.alter(changes, bool(request.validate_only), incremental)
+        refused = [self.refusal(context, c.type, c.name, AclOperation.ALTER_CONFIGS) for c in changes]
+        allowed = [c for c, r in zip(changes, refused) if r is None]
+        done = iter(await self.alter(allowed, bool(request.validate_only), incremental) if allowed else [])
+        errors = [next(done) if r is None else r for r in refused]
         responses = tuple(
             wire.make_entity(
                 mod.AlterConfigsResourceResponse,

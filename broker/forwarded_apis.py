@@ -18,6 +18,8 @@ from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.network.request_context import Handler, RequestContext
 
+from .authorizer.acl import AclOperation
+from .authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster
 from .controller_channel import BrokerToControllerChannel
 from .kafka_apis import error_response
 
@@ -30,6 +32,7 @@ MIN_FORWARD_S, MAX_FORWARD_S = 1.0, 60.0
 class ForwardedApis:
     def __init__(self, channel: BrokerToControllerChannel):
         self.channel = channel
+        self.authorizer: Authorizer = ALLOW_ALL
         self.versions: dict[int, tuple[int, int]] = {
             ApiKey.ELECT_LEADERS: (0, 2),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
@@ -39,6 +42,9 @@ class ForwardedApis:
             self.versions, self.forward)
 
     async def forward(self, context: RequestContext, request):
+        if int(request.__api_key__) == ApiKey.ELECT_LEADERS and not authorize_cluster(
+                self.authorizer, context, AclOperation.ALTER):  # Kafka: ALTER on the Cluster
+            return elect_leaders_error(request, ErrorCode.cluster_authorization_failed)
         timeout_s = min(MAX_FORWARD_S, max(MIN_FORWARD_S, wire.ms(request.timeout) / 1000))
         try:
             return await self.channel.send(request, timeout_s)

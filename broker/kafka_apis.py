@@ -22,13 +22,15 @@ from kio.static.primitive import i16, i32, i64
 from odradek.broker import control_plane
 from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
+from odradek.broker.authorizer.acl import AclOperation, ResourceType
+from odradek.broker.authorizer.authorizer import ALLOW_ALL, CLUSTER_GATED_APIS, Authorizer, authorize_cluster
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import broker_endpoint
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
-from odradek.broker.replica_manager import FetchInfo, ProduceResult, ReplicaManager
+from odradek.broker.replica_manager import FetchInfo, FetchResult, ProduceResult, ReplicaManager
 from odradek.broker.transaction.transaction_apis import TransactionApis
 from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.common import wire
@@ -158,6 +160,8 @@ class KafkaApis:
                  transaction_apis: TransactionApis | None = None,
                  control_plane_guard: control_plane.ControlPlaneGuard | None = None, *, clock: Clock = now_ms):
         self.config = config
+        self.authorizer: Authorizer = ALLOW_ALL
+        """Consulted where Kafka's KafkaApis consults its authorizer (broker/authorizer)."""
         self.control_plane_guard = control_plane_guard
         """Admits controller requests (broker/control_plane); without one every one is refused."""
         self.replica_manager = replica_manager
@@ -249,9 +253,16 @@ class KafkaApis:
                 peer, api_key, version, e,
             )
             raise CloseConnection() from None
+        context = RequestContext(header, client_host(peer), listener or DEFAULT_LISTENER)
+        gate = CLUSTER_GATED_APIS.get(api_key)
+        gate_refused = gate is not None and not authorize_cluster(self.authorizer, context, gate)
+        if gate_refused and api_key not in control_plane.CONTROL_PLANE_APIS:
+            flexible = wire.response_header_flexible(api_key, schema.__flexible__)
+            return [wire.encode_response(error_response(request, ErrorCode.cluster_authorization_failed),
+                                         correlation_id, flexible_header=flexible)]
         if api_key in control_plane.CONTROL_PLANE_APIS:
             guard = self.control_plane_guard
-            code = (ErrorCode.cluster_authorization_failed if guard is None
+            code = (ErrorCode.cluster_authorization_failed if guard is None or gate_refused
                     else await guard.admit(request, listener))
             if code != ErrorCode.none:
                 self.bad_input.warning(f"control-plane-{api_key}", "refusing API %d from %s on listener %s: %s",
@@ -259,7 +270,6 @@ class KafkaApis:
                 return [wire.encode_response(control_plane.refusal(api_key, code), correlation_id,
                                              flexible_header=False)]
         try:
-            context = RequestContext(header, client_host(peer), listener or DEFAULT_LISTENER)
             result = await self.handlers[api_key](context, request)
         except CloseConnection:
             raise
@@ -282,6 +292,13 @@ class KafkaApis:
         if isinstance(result, Body):
             return frame(response_header(correlation_id, flexible), result.chunks, result.size)
         return [wire.encode_response(result, correlation_id, flexible_header=flexible)]
+
+    def unauthorized_topics(self, context: RequestContext, op: AclOperation, topics) -> set[str]:
+        """The topics (each checked once) the principal may not `op` (AuthHelper.filterByAuthorized)."""
+        if not self.authorizer.enabled:
+            return set()
+        auth = self.authorizer
+        return {t for t in set(topics) if not auth.authorize(context, op, ResourceType.TOPIC, t)}
 
     # --- ApiVersions ----------------------------------------------------------------------------
 
@@ -328,8 +345,12 @@ class KafkaApis:
     async def handle_produce(self, context: RequestContext, request) -> Body | None:
         version = context.api_version
         acks = int(request.acks)
-        untagged_transaction = request.transactional_id is None and any(
-            produce_codec.is_transactional(p.records) for t in request.topic_data for p in t.partition_data)
+        txn_id = request.transactional_id
+        # Kafka: transactional records need WRITE on the request's transactional id (and one at all)
+        untagged_transaction = (txn_id is None or self.authorizer.enabled) and any(
+            produce_codec.is_transactional(p.records) for t in request.topic_data for p in t.partition_data) and (
+            txn_id is None or not self.authorizer.authorize(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                            txn_id))
         if untagged_transaction or acks not in (0, 1, -1):
             # Kafka's answers: transactional batches need the request's transactional id
             code = (
@@ -343,6 +364,9 @@ class KafkaApis:
             topics = [(t.name, [(int(p.index), failed) for p in t.partition_data]) for t in request.topic_data]
         else:
             entries = [(t.name, int(p.index), p.records) for t in request.topic_data for p in t.partition_data]
+            denied = self.unauthorized_topics(context, AclOperation.WRITE, [e[0] for e in entries])
+            if denied:
+                entries = [e for e in entries if e[0] not in denied]
             refused: dict[tuple[str, int], ErrorCode] = {}
             verified: dict | None = None
             if request.transactional_id is not None and self.transaction_verifier is not None:
@@ -352,6 +376,10 @@ class KafkaApis:
                                                                 verified=verified)
             for key, code in refused.items():
                 results[key] = ProduceResult(error=code)
+            for t in request.topic_data:
+                if t.name in denied:
+                    for p in t.partition_data:
+                        results[(t.name, int(p.index))] = ProduceResult(error=ErrorCode.topic_authorization_failed)
             if acks == 0:
                 if any(r.error != ErrorCode.none for r in results.values()):
                     raise CloseConnection()
@@ -421,12 +449,24 @@ class KafkaApis:
         else:
             session_id, epoch, to_forget = INVALID_SESSION_ID, FINAL_EPOCH, []
         fetch_context = self.fetch_manager.new_context(session_id, epoch, infos, to_forget, replica_id >= 0)
-        results = []
+        results: list[FetchResult | None] = []
         if fetch_context.infos:
-            results = await self.replica_manager.fetch_messages(
-                replica_id, max_wait_ms, min_bytes, max_bytes, fetch_context.infos, fetch_context.unchanged,
-                int(request.isolation_level),
-            )
+            # Kafka: a follower needs CLUSTER_ACTION on the Cluster, a consumer READ on each topic
+            if replica_id >= 0:
+                follower_ok = authorize_cluster(self.authorizer, context, AclOperation.CLUSTER_ACTION)
+                denied = set() if follower_ok else {i.topic for i in fetch_context.infos}
+            else:
+                denied = self.unauthorized_topics(context, AclOperation.READ, [i.topic for i in fetch_context.infos])
+            readable = [i for i in fetch_context.infos if i.topic not in denied] if denied else fetch_context.infos
+            read: list[FetchResult | None] = []
+            if readable:
+                read = await self.replica_manager.fetch_messages(
+                    replica_id, max_wait_ms, min_bytes, max_bytes, readable, fetch_context.unchanged,
+                    int(request.isolation_level),
+                )
+            found = iter(read)
+            results = [FetchResult(error=ErrorCode.topic_authorization_failed) if i.topic in denied else next(found)
+                       for i in fetch_context.infos]
         error, session_id, pairs = fetch_context.response(results)
         chunks, size = fetch_codec.encode_fetch_response(
             version, fetch_codec.group_by_topic(pairs), error_code=int(error), session_id=session_id
@@ -440,9 +480,16 @@ class KafkaApis:
         mod = wire.response_module(ApiKey.LIST_OFFSETS, version)
         rm = self.replica_manager
         topics = []
+        denied = self.unauthorized_topics(context, AclOperation.DESCRIBE, [t.name for t in request.topics])
         for t in request.topics:
             partitions = []
             for p in t.partitions:
+                if t.name in denied:
+                    partitions.append(wire.make_entity(
+                        mod.ListOffsetsPartitionResponse, partition_index=p.partition_index,
+                        error_code=ErrorCode.topic_authorization_failed, timestamp=i64(-1), offset=i64(-1),
+                        leader_epoch=i32(-1)))
+                    continue
                 r = rm.fetch_offset_for_timestamp(
                     t.name, int(p.partition_index), int(p.timestamp), int(request.replica_id),
                     int(getattr(p, "current_leader_epoch", -1)), int(getattr(request, "isolation_level", 0)),
@@ -507,9 +554,15 @@ class KafkaApis:
         if (pid == NO_PRODUCER_ID) != (epoch == NO_PRODUCER_EPOCH):
             return answer(ErrorCode.invalid_request)
         if request.transactional_id is not None:
+            if not self.authorizer.authorize(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                             request.transactional_id):
+                return answer(ErrorCode.transactional_id_authorization_failed)
             if self.transaction_apis is None:
                 return answer(ErrorCode.coordinator_not_available)
             return answer(*await self.transaction_apis.init_producer_id(request))
+        if not (authorize_cluster(self.authorizer, context, AclOperation.IDEMPOTENT_WRITE)
+                or self.authorizer.authorize_by_type(context, AclOperation.WRITE, ResourceType.TOPIC)):
+            return answer(ErrorCode.cluster_authorization_failed)  # KIP-679: WRITE on any topic will do
         assert self.producer_id_manager is not None, "registered only with a producer id manager"
         try:
             producer_id = await self.producer_id_manager.generate_producer_id()
@@ -526,11 +579,16 @@ class KafkaApis:
         the timeout). A partition named twice counts once, the last offset winning (Kafka's map)."""
         mod = wire.response_module(ApiKey.DELETE_RECORDS, context.api_version)
         offsets: dict[tuple[str, int], int] = {}
+        denied = self.unauthorized_topics(context, AclOperation.DELETE, [t.name for t in request.topics])
         for t in request.topics:
             for p in t.partitions:
                 offsets[(t.name, int(p.partition_index))] = int(p.offset)
-        results = await self.replica_manager.delete_records(wire.ms(request.timeout), offsets)
+        allowed = {k: v for k, v in offsets.items() if k[0] not in denied}
+        results = await self.replica_manager.delete_records(wire.ms(request.timeout), allowed) if allowed else {}
         by_topic: dict[str, list] = {}
+        for topic, index in offsets.keys() - allowed.keys():
+            by_topic.setdefault(topic, []).append(mod.DeleteRecordsPartitionResult(
+                partition_index=i32(index), low_watermark=i64(-1), error_code=ErrorCode.topic_authorization_failed))
         for (topic, index), r in results.items():
             by_topic.setdefault(topic, []).append(mod.DeleteRecordsPartitionResult(
                 partition_index=i32(index), low_watermark=i64(r.low_watermark), error_code=r.error))
@@ -543,12 +601,23 @@ class KafkaApis:
         mod = wire.response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, context.api_version)
         rm = self.replica_manager
         topics = []
+        # Kafka: a follower (replica id >= 0) needs CLUSTER_ACTION, a client DESCRIBE on each topic
+        if int(getattr(request, "replica_id", -1)) >= 0:
+            cluster_ok = authorize_cluster(self.authorizer, context, AclOperation.CLUSTER_ACTION)
+            denied = set() if cluster_ok else {t.topic for t in request.topics}
+            refusal = ErrorCode.cluster_authorization_failed
+        else:
+            denied = self.unauthorized_topics(context, AclOperation.DESCRIBE, [t.topic for t in request.topics])
+            refusal = ErrorCode.topic_authorization_failed
         for t in request.topics:
             partitions = []
             for p in t.partitions:
-                code, epoch, offset = rm.last_offset_for_leader_epoch(
-                    t.topic, int(p.partition), int(p.leader_epoch), int(p.current_leader_epoch)
-                )
+                if t.topic in denied:
+                    code, epoch, offset = refusal, -1, -1
+                else:
+                    code, epoch, offset = rm.last_offset_for_leader_epoch(
+                        t.topic, int(p.partition), int(p.leader_epoch), int(p.current_leader_epoch)
+                    )
                 partitions.append(mod.EpochEndOffset(
                     error_code=code, partition=p.partition, leader_epoch=i32(epoch), end_offset=i64(offset)
                 ))

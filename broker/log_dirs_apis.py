@@ -19,6 +19,8 @@ from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.network.request_context import Handler, RequestContext
 
+from .authorizer.acl import AclOperation
+from .authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster
 from .log.log_manager import LogManager
 
 UNKNOWN_VOLUME_BYTES = -1
@@ -96,9 +98,14 @@ def wanted_partitions(request) -> dict[str, set[int]] | None:
 class LogDirsApis:
     def __init__(self, log_manager: LogManager):
         self.log_manager = log_manager
+        self.authorizer: Authorizer = ALLOW_ALL
         self.versions: dict[int, tuple[int, int]] = {ApiKey.DESCRIBE_LOG_DIRS: (1, 4)}
         self.handlers: dict[int, Handler] = {
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}
 
     async def handle_describe_log_dirs(self, context: RequestContext, request):
+        if not authorize_cluster(self.authorizer, context, AclOperation.DESCRIBE):  # Kafka: nothing, v3+ says why
+            mod = wire.response_module(ApiKey.DESCRIBE_LOG_DIRS, int(request.__version__))
+            return wire.make_entity(mod.DescribeLogDirsResponse, throttle_time=wire.NO_THROTTLE,
+                                    error_code=ErrorCode.cluster_authorization_failed, results=())
         return describe(snapshot(self.log_manager), wanted_partitions(request), int(request.__version__))

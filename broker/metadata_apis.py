@@ -24,8 +24,18 @@ from odradek.common.network.encoding import Body, uvarint
 from odradek.common.network.request_context import Handler, RequestContext
 
 from . import config_helper as ch
-from .admin_manager import INTERNAL_TOPICS, AdminManager, ApiError, PartitionsSpec, TopicSpec, topic_name_error
+from .admin_manager import (
+    INTERNAL_TOPICS,
+    AdminManager,
+    ApiError,
+    CreateResult,
+    PartitionsSpec,
+    TopicSpec,
+    topic_name_error,
+)
 from .auth_helper import NOT_REQUESTED, ResourceType, authorized_operations
+from .authorizer.acl import AclOperation
+from .authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
 from .config_apis import ConfigApis
 from .dynamic_config import DynamicBrokerConfig
 from .log.config import LogConfig
@@ -35,6 +45,11 @@ from .zk_client import BrokerZkClient, base64_to_uuid
 log = logging.getLogger(__name__)
 
 ENDPOINT_TYPE_BROKER = 1
+
+
+def refused_topic() -> ApiError:
+    """The error of a topic the principal may not act on (Kafka's TOPIC_AUTHORIZATION_FAILED)."""
+    return ApiError(ErrorCode.topic_authorization_failed, "Authorization failed.")
 
 ZERO_UUID = uuid.UUID(int=0)
 AUTO_CREATE_WAIT_S = 5.0
@@ -95,6 +110,7 @@ class MetadataApis:
     def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient,
                  dynamic_config: DynamicBrokerConfig | None = None):
         self.config = config
+        self.authorizer: Authorizer = ALLOW_ALL
         self.metadata_cache = metadata_cache
         self.zk = zk
         self.dynamic_config = dynamic_config or DynamicBrokerConfig.from_config(config)
@@ -176,12 +192,14 @@ class MetadataApis:
         requested = request.topics
         all_topics = requested is None or (version == 0 and not requested)
         allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
-        topic_ops = authorized_operations(
-            ResourceType.TOPIC, bool(getattr(request, "include_topic_authorized_operations", False)))
+        auth = self.authorizer
+        want_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
+        topic_ops = authorized_operations(ResourceType.TOPIC, want_topic_ops)
 
         topics_out = []
-        if all_topics:
-            names = sorted(cache.topics())
+        by_id_asked: dict[str, uuid.UUID] = {}
+        if all_topics:  # Kafka lists only the topics the principal may describe
+            names = sorted(authorized_names(auth, context, AclOperation.DESCRIBE, ResourceType.TOPIC, cache.topics()))
             unknown_ids: list[uuid.UUID] = []
         else:
             names, unknown_ids = [], []
@@ -196,16 +214,33 @@ class MetadataApis:
                     if name is None:
                         unknown_ids.append(tid or ZERO_UUID)
                         continue
+                    by_id_asked[name] = tid
                 if name not in names:
                     names.append(name)
+        described = authorized_names(auth, context, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
         ids = await self.topic_ids([n for n in names if cache.contains(n)]) if version >= 10 else {}
+        may_create = None
         for name in names:
-            if cache.contains(name):
-                topics_out.append(self._metadata_topic(mod, version, name, ids.get(name, ZERO_UUID), topic_ops))
+            if name not in described:  # Kafka: refused whatever the topic's existence
+                tid = by_id_asked.get(name)
+                topics_out.append(wire.encode_entity(wire.make_entity(
+                    mod.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed,
+                    name=None if tid is not None else name, topic_id=tid or ZERO_UUID, partitions=(),
+                    topic_authorized_operations=topic_ops)))
                 continue
+            if cache.contains(name):
+                ops = (authorized_operations(ResourceType.TOPIC, want_topic_ops, auth, context, name)
+                       if auth.enabled else topic_ops)
+                topics_out.append(self._metadata_topic(mod, version, name, ids.get(name, ZERO_UUID), ops))
+                continue
+            auto = allow_auto and self.config.auto_create_topics_enable and not all_topics
+            if auto and may_create is None:
+                may_create = authorize_cluster(auth, context, AclOperation.CREATE)
             if topic_name_error(name) is not None:
                 error = ErrorCode.invalid_topic_exception
-            elif allow_auto and self.config.auto_create_topics_enable and not all_topics:
+            elif auto and not (may_create or auth.authorize(context, AclOperation.CREATE, ResourceType.TOPIC, name)):
+                error = ErrorCode.topic_authorization_failed
+            elif auto:
                 try:  # bounded: a slow ZooKeeper must not hold the Metadata answer
                     error = await asyncio.wait_for(self.admin.auto_create_topic(name), AUTO_CREATE_WAIT_S)
                 except TimeoutError:
@@ -234,10 +269,16 @@ class MetadataApis:
             cluster_id=await self.cluster_id(),
             controller_id=self.controller_id(),
             topics=topics_out,
-            cluster_authorized_operations=authorized_operations(
-                ResourceType.CLUSTER, bool(getattr(request, "include_cluster_authorized_operations", False))),
+            cluster_authorized_operations=self._cluster_operations(
+                context, bool(getattr(request, "include_cluster_authorized_operations", False))),
         )
         return _body(chunks)
+
+    def _cluster_operations(self, context: RequestContext, requested: bool) -> int:
+        """Kafka: the Cluster's authorized operations for a principal that may DESCRIBE it, else none."""
+        if requested and not authorize_cluster(self.authorizer, context, AclOperation.DESCRIBE):
+            return 0
+        return authorized_operations(ResourceType.CLUSTER, requested, self.authorizer, context)
 
     def _metadata_brokers(self, mod, version: int) -> list[bytes]:
         self._sync_topic_cache()
@@ -331,7 +372,15 @@ class MetadataApis:
             )
             for t in request.topics
         ]
-        results = await self.admin.create_topics(specs, wire.ms(request.timeout), bool(request.validate_only))
+        # Kafka: CREATE on the Cluster, else on each topic; the refused ones are not created
+        denied: set[str] = set()
+        if self.authorizer.enabled and not authorize_cluster(self.authorizer, context, AclOperation.CREATE):
+            names = {s.name for s in specs}
+            denied = names - authorized_names(self.authorizer, context, AclOperation.CREATE, ResourceType.TOPIC, names)
+        allowed = [spec for spec in specs if spec.name not in denied]
+        created = iter(await self.admin.create_topics(allowed, wire.ms(request.timeout), bool(request.validate_only))
+                       if allowed else [])
+        results = [CreateResult(spec.name, refused_topic()) if spec.name in denied else next(created) for spec in specs]
         out = []
         for r in results:
             values: dict = dict(name=r.name, topic_id=ZERO_UUID, configs=())
@@ -386,8 +435,13 @@ class MetadataApis:
             entries = [(name, None) for name in request.topic_names]
         known = [(i, name) for i, (name, _) in enumerate(entries) if name is not None]
         ids = await self.topic_ids([name for _, name in known]) if version >= 6 else {}
-        errors = await self.admin.delete_topics([name for _, name in known], wire.ms(request.timeout))
-        error_at = {i: err for (i, _), err in zip(known, errors)}
+        # Kafka: DELETE on each topic; a refused one is answered without a hint of its existence
+        deletable = authorized_names(self.authorizer, context, AclOperation.DELETE, ResourceType.TOPIC,
+                                     [name for _, name in known])
+        allowed = [(i, name) for i, name in known if name in deletable]
+        errors = await self.admin.delete_topics([name for _, name in allowed], wire.ms(request.timeout))
+        error_at = {i: err for (i, _), err in zip(allowed, errors)}
+        error_at.update({i: refused_topic() for i, name in known if name not in deletable})
         out = []
         for i, (name, tid) in enumerate(entries):
             if name is None:
@@ -416,7 +470,12 @@ class MetadataApis:
             )
             for t in request.topics
         ]
-        errors = await self.admin.create_partitions(specs, wire.ms(request.timeout), bool(request.validate_only))
+        alterable = authorized_names(self.authorizer, context, AclOperation.ALTER, ResourceType.TOPIC,
+                                     [spec.name for spec in specs])
+        allowed = [spec for spec in specs if spec.name in alterable]
+        done = iter(await self.admin.create_partitions(allowed, wire.ms(request.timeout), bool(request.validate_only))
+                    if allowed else [])
+        errors = [next(done) if spec.name in alterable else refused_topic() for spec in specs]
         results = tuple(
             wire.make_entity(
                 mod.CreatePartitionsTopicResult, name=spec.name,
@@ -432,7 +491,7 @@ class MetadataApis:
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.DESCRIBE_CLUSTER, version)
         endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
-        cluster_ops = authorized_operations(ResourceType.CLUSTER, bool(request.include_cluster_authorized_operations))
+        cluster_ops = self._cluster_operations(context, bool(request.include_cluster_authorized_operations))
         cluster_id = await self.cluster_id() or ""
         if endpoint_type != ENDPOINT_TYPE_BROKER:
             return wire.make_entity(

@@ -20,6 +20,8 @@ from kio.static.primitive import i32, i64
 
 from odradek.broker.acl_apis import AclApis
 from odradek.broker.alter_partition_manager import AlterPartitionManager
+from odradek.broker.authorizer.acl_authorizer import AclAuthorizer
+from odradek.broker.authorizer.authorizer import ALLOW_ALL
 from odradek.broker.config_manager import DynamicConfigManager
 from odradek.broker.control_plane import ControlPlaneGuard
 from odradek.broker.controller_channel import BrokerToControllerChannel
@@ -109,6 +111,8 @@ class KafkaServer:
         self.request_stats = RequestStats()
         self.metrics = Registry()
         self.metrics_server: MetricsServer | None = None
+        self.authorizer: AclAuthorizer | None = None
+        """Set when authorizer.class.name is (ACLs from ZooKeeper); None: every request allowed."""
 
     async def startup(self) -> None:
         config = self.config
@@ -117,6 +121,13 @@ class KafkaServer:
         self.zk = BrokerZkClient(config)
         await self.zk.start()
         await self._load_dynamic_configs()
+        if config.authorizer_class_name:
+            zk = self.zk
+            self.authorizer = AclAuthorizer.from_config(
+                config.authorizer_class_name, config.super_users, config.allow_everyone_if_no_acl_found,
+                lambda: zk.calls, lambda: zk.session_id, self.clock)
+            await self.authorizer.start()
+            zk.registration_listeners.append(self.authorizer.on_registration)
         self.log_manager = LogManager(log_dirs(config), self.dynamic_config.current, clock=self.clock)
         await self._load_logs()
         self.metadata_cache = MetadataCache(config.broker_id)
@@ -166,11 +177,17 @@ class KafkaServer:
                 config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
                 config.request_timeout_ms)
             self.group_apis.verify_txn_offsets = self.apis.transaction_verifier.verify_offsets
-        self.apis.add_apis(ForwardedApis(self.controller_channel))
-        self.apis.add_apis(LogDirsApis(self.log_manager))
-        self.apis.add_apis(AclApis())
+        forwarded = ForwardedApis(self.controller_channel)
+        self.apis.add_apis(forwarded)
+        log_dirs_apis = LogDirsApis(self.log_manager)
+        self.apis.add_apis(log_dirs_apis)
+        self.apis.add_apis(AclApis(self.authorizer))
         self.apis.add_apis(SaslApis())
         self.apis.add_apis(ScramApis(self.zk))
+        authorizer = self.authorizer or ALLOW_ALL  # one object, consulted by every handler
+        for apis in (self.apis, self.metadata_apis, self.metadata_apis.config_apis, self.group_apis,
+                     self.transaction_apis, forwarded, log_dirs_apis):
+            apis.authorizer = authorizer
         self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
         self.apis.stop_replica_listeners.append(self._on_stop_replica)
         self.group_coordinator.startup()
@@ -461,6 +478,8 @@ class KafkaServer:
             await within(self.alter_partition_manager.shutdown(), 5, "stopping the AlterPartition sender", log)
         if self.config_manager is not None:
             await within(self.config_manager.stop(), 5, "stopping the config change listener", log)
+        if self.authorizer is not None:
+            await within(self.authorizer.stop(), 5, "stopping the ACL change listener", log)
         for server in self.socket_servers:
             server.stop_accepting()
         if self.group_coordinator is not None:

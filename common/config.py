@@ -440,6 +440,14 @@ class BrokerConfig(ZkClientConfig):
     transaction_partition_verification_enable: bool = Field(True, alias="transaction.partition.verification.enable")
     """KIP-890 part 1: leaders ask the coordinator before a producer's first transactional append."""
 
+    authorizer_class_name: str = Field("", alias="authorizer.class.name")
+    """Empty: every request is allowed (Kafka without an authorizer). Set (Kafka's
+    kafka.security.authorizer.AclAuthorizer, or any other name): ACLs from ZooKeeper decide."""
+    super_users: str = Field("", alias="super.users")
+    """Principals (User:name), separated by semicolons, allowed everything whatever the ACLs say."""
+    allow_everyone_if_no_acl_found: bool = Field(False, alias="allow.everyone.if.no.acl.found")
+    """With the authorizer on: a resource no ACL applies to is open to everyone (else to no one)."""
+
 
 CONTROLLER_ID_BASE = 1000
 """Controller ids start here (`odradek dev` numbers them 1000+j, the operator derives them from pod

@@ -17,6 +17,8 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64, i64Timedelta
 
 from odradek.broker.auth_helper import ResourceType, authorized_operations
+from odradek.broker.authorizer.acl import AclOperation
+from odradek.broker.authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
 from odradek.common.api_key import ApiKey
 from odradek.common.network.request_context import RequestContext
 from odradek.common.wire import (
@@ -57,6 +59,7 @@ class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, metadata_cache, admin, offsets_partitions: int,
                  offsets_replication_factor: int):
         self.coordinator = coordinator
+        self.authorizer: Authorizer = ALLOW_ALL
         self.metadata_cache = metadata_cache
         self.admin = admin
         self.offsets_partitions = offsets_partitions
@@ -102,8 +105,16 @@ class GroupApis:
 
         self._creating = asyncio.get_running_loop().create_task(create())
 
-    def find_coordinator(self, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-        """(error, error message, node, host, port) of the coordinator of `key`."""
+    def find_coordinator(self, key: str, key_type: int, context: RequestContext | None = None
+                         ) -> tuple[ErrorCode, str | None, int, str, int]:
+        """(error, error message, node, host, port) of the coordinator of `key`; Kafka asks for
+        DESCRIBE on the group or the transactional id first."""
+        if context is not None and key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+            rt = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
+            if not self.authorizer.authorize(context, AclOperation.DESCRIBE, rt, key or ""):
+                code = (ErrorCode.group_authorization_failed if key_type == KEY_TYPE_GROUP
+                        else ErrorCode.transactional_id_authorization_failed)
+                return code, None, -1, "", -1
         if key_type == KEY_TYPE_TRANSACTION:
             if self.find_transaction_coordinator is None:
                 return ErrorCode.coordinator_not_available, None, -1, "", -1
@@ -130,11 +141,11 @@ class GroupApis:
         if version >= 4:
             out = []
             for key in request.coordinator_keys:
-                code, message, node, host, port = self.find_coordinator(key, key_type)
+                code, message, node, host, port = self.find_coordinator(key, key_type, context)
                 out.append(mod.Coordinator(key=key, node_id=i32(node), host=host, port=i32(port), error_code=code,
                                            error_message=message))
             return mod.FindCoordinatorResponse(throttle_time=NO_THROTTLE, coordinators=tuple(out))
-        code, message, node, host, port = self.find_coordinator(request.key, key_type)
+        code, message, node, host, port = self.find_coordinator(request.key, key_type, context)
         return make_entity(mod.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=code,
                            error_message=message, node_id=i32(node), host=host, port=i32(port))
 
@@ -143,6 +154,11 @@ class GroupApis:
     async def handle_join_group(self, context: RequestContext, request):
         version = context.api_version
         mod = response_module(ApiKey.JOIN_GROUP, version)
+        if not self._may_read_group(context, request.group_id):
+            return make_entity(
+                mod.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
+                generation_id=i32(-1), protocol_type=None, protocol_name=None if version >= 7 else "", leader="",
+                skip_assignment=False, member_id="", members=())
         session = ms(request.session_timeout)
         rebalance = ms(getattr(request, "rebalance_timeout", session)) if version >= 1 else session
         result = await self.coordinator.join_group(
@@ -164,6 +180,10 @@ class GroupApis:
     async def handle_sync_group(self, context: RequestContext, request):
         version = context.api_version
         mod = response_module(ApiKey.SYNC_GROUP, version)
+        if not self._may_read_group(context, request.group_id):
+            return make_entity(mod.SyncGroupResponse, throttle_time=NO_THROTTLE,
+                               error_code=ErrorCode.group_authorization_failed, protocol_type=None,
+                               protocol_name=None, assignment=b"")
         code, assignment = await self.coordinator.sync_group(
             request.group_id, int(request.generation_id), request.member_id,
             getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
@@ -179,6 +199,9 @@ class GroupApis:
 
     async def handle_heartbeat(self, context: RequestContext, request):
         mod = response_module(ApiKey.HEARTBEAT, context.api_version)
+        if not self._may_read_group(context, request.group_id):
+            return make_entity(mod.HeartbeatResponse, throttle_time=NO_THROTTLE,
+                               error_code=ErrorCode.group_authorization_failed)
         code = self.coordinator.heartbeat(request.group_id, request.member_id,
                                           getattr(request, "group_instance_id", None), int(request.generation_id))
         return make_entity(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
@@ -186,6 +209,9 @@ class GroupApis:
     async def handle_leave_group(self, context: RequestContext, request):
         version = context.api_version
         mod = response_module(ApiKey.LEAVE_GROUP, version)
+        if not self._may_read_group(context, request.group_id):
+            return make_entity(mod.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                               error_code=ErrorCode.group_authorization_failed, members=())
         if version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
@@ -202,6 +228,13 @@ class GroupApis:
 
     # --- OffsetCommit / OffsetFetch -------------------------------------------------------------
 
+    def _may_read_group(self, context: RequestContext, group_id: str) -> bool:
+        return self.authorizer.authorize(context, AclOperation.READ, ResourceType.GROUP, group_id)
+
+    def _unreadable_topics(self, context: RequestContext, topics) -> set[str]:
+        names = {t.name for t in topics}
+        return names - authorized_names(self.authorizer, context, AclOperation.READ, ResourceType.TOPIC, names)
+
     def _known_partition(self, topic: str, partition: int) -> bool:
         return self.metadata_cache.partition_state(topic, partition) is not None
 
@@ -213,9 +246,15 @@ class GroupApis:
         now = self.coordinator.clock_ms()
         offsets = {}
         results = {}
+        group_ok = self._may_read_group(context, request.group_id)  # Kafka: READ on the group, then each topic
+        unreadable = self._unreadable_topics(context, request.topics) if group_ok else set()
         for t in request.topics:
             for p in t.partitions:
                 key = (t.name, int(p.partition_index))
+                if not group_ok or t.name in unreadable:
+                    results[key] = (ErrorCode.topic_authorization_failed if group_ok
+                                    else ErrorCode.group_authorization_failed)
+                    continue
                 if not self._known_partition(*key):
                     results[key] = ErrorCode.unknown_topic_or_partition
                     continue
@@ -237,14 +276,29 @@ class GroupApis:
         )
         return make_entity(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
 
-    def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls, require_stable: bool = False):
+    def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls, require_stable: bool = False,
+                     context: RequestContext | None = None):
         wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
-        code, found = self.coordinator.fetch_offsets(group_id, wanted)
+        if context is not None and not self._may_read_group(context, group_id):
+            code, found = ErrorCode.group_authorization_failed, {}
+        else:
+            code, found = self.coordinator.fetch_offsets(group_id, wanted)
         per_topic: dict[str, list] = {}
         if code == ErrorCode.none:
             keys = wanted if wanted is not None else sorted(found)
             group = self.coordinator.manager.groups.get(group_id) if require_stable else None
+            described = None
+            if context is not None and self.authorizer.enabled:  # Kafka: DESCRIBE on each topic
+                described = authorized_names(self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                             {t for t, _ in keys})
             for topic, p in keys:
+                if described is not None and topic not in described:
+                    if wanted is not None:  # listed: refused; all topics: left out
+                        per_topic.setdefault(topic, []).append(make_entity(
+                            part_cls, partition_index=i32(p), committed_offset=i64(-1),
+                            committed_leader_epoch=i32(-1), metadata="",
+                            error_code=ErrorCode.topic_authorization_failed))
+                    continue
                 if require_stable and txn_offsets.has_pending(group, (topic, p)):
                     # KIP-447: a transaction may still change this offset; the consumer retries
                     per_topic.setdefault(topic, []).append(make_entity(
@@ -270,11 +324,13 @@ class GroupApis:
             groups = []
             for g in request.groups:
                 code, topics = self._fetch_group(version, g.group_id, g.topics, mod.OffsetFetchResponseTopics,
-                                                 mod.OffsetFetchResponsePartitions, bool(request.require_stable))
+                                                 mod.OffsetFetchResponsePartitions, bool(request.require_stable),
+                                                 context)
                 groups.append(mod.OffsetFetchResponseGroup(group_id=g.group_id, topics=topics, error_code=code))
             return mod.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
         code, topics = self._fetch_group(version, request.group_id, request.topics, mod.OffsetFetchResponseTopic,
-                                         mod.OffsetFetchResponsePartition, bool(getattr(request, "require_stable", False)))
+                                         mod.OffsetFetchResponsePartition, bool(getattr(request, "require_stable", False)),
+                                         context)
         return make_entity(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 
     async def handle_txn_offset_commit(self, context: RequestContext, request):
@@ -285,10 +341,23 @@ class GroupApis:
                 int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata or "", now)
             for t in request.topics for p in t.partitions
         }
+        # Kafka: WRITE on the transactional id, READ on the group, READ on each topic
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        if not self.authorizer.authorize(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                         request.transactional_id):
+            refused = dict.fromkeys(offsets, ErrorCode.transactional_id_authorization_failed)
+        elif not self._may_read_group(context, request.group_id):
+            refused = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+        else:
+            unreadable = self._unreadable_topics(context, request.topics)
+            refused = {k: ErrorCode.topic_authorization_failed for k in offsets if k[0] in unreadable}
+        offsets = {k: v for k, v in offsets.items() if k not in refused}
         results = await txn_offsets.commit_txn_offsets(
             self.coordinator, request.group_id, int(request.producer_id), int(request.producer_epoch),
             getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
-            int(getattr(request, "generation_id", -1)), offsets, request.transactional_id, self.verify_txn_offsets)
+            int(getattr(request, "generation_id", -1)), offsets, request.transactional_id,
+            self.verify_txn_offsets) if offsets else {}
+        results = {**results, **refused}
         topics = tuple(
             mod.TxnOffsetCommitResponseTopic(name=t.name, partitions=tuple(
                 mod.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
@@ -302,9 +371,15 @@ class GroupApis:
 
     async def handle_describe_groups(self, context: RequestContext, request):
         mod = response_module(ApiKey.DESCRIBE_GROUPS, context.api_version)
-        ops = authorized_operations(ResourceType.GROUP, bool(getattr(request, "include_authorized_operations", False)))
+        want_ops = bool(getattr(request, "include_authorized_operations", False))
         out = []
         for gid in request.groups:
+            ops = authorized_operations(ResourceType.GROUP, want_ops, self.authorizer, context, gid)
+            if not self.authorizer.authorize(context, AclOperation.DESCRIBE, ResourceType.GROUP, gid):
+                out.append(make_entity(mod.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
+                                       group_id=gid, group_state="", protocol_type="", protocol_data="", members=(),
+                                       authorized_operations=ops))
+                continue
             code, group = self.coordinator.describe_group(gid)
             if group is None:
                 state = "Dead" if code == ErrorCode.none else ""
@@ -334,6 +409,10 @@ class GroupApis:
         code, groups = self.coordinator.list_groups(states or None)
         if types and CLASSIC_GROUP_TYPE not in types:
             groups = []
+        if not authorize_cluster(self.authorizer, context, AclOperation.DESCRIBE):  # else those it may describe
+            visible = authorized_names(self.authorizer, context, AclOperation.DESCRIBE, ResourceType.GROUP,
+                                       [g.group_id for g in groups])
+            groups = [g for g in groups if g.group_id in visible]
         listed = tuple(
             make_entity(mod.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
                         group_state=g.state.value, group_type=CLASSIC_GROUP_TYPE)
@@ -343,7 +422,10 @@ class GroupApis:
 
     async def handle_delete_groups(self, context: RequestContext, request):
         mod = response_module(ApiKey.DELETE_GROUPS, context.api_version)
-        results = await self.coordinator.delete_groups(list(request.groups_names))
+        names = list(request.groups_names)
+        deletable = authorized_names(self.authorizer, context, AclOperation.DELETE, ResourceType.GROUP, names)
+        results = await self.coordinator.delete_groups([g for g in names if g in deletable])
+        results.update({g: ErrorCode.group_authorization_failed for g in names if g not in deletable})
         return mod.DeleteGroupsResponse(throttle_time=NO_THROTTLE, results=tuple(
             mod.DeletableGroupResult(group_id=g, error_code=c) for g, c in results.items()))
 
@@ -354,12 +436,18 @@ class GroupApis:
         UNKNOWN_TOPIC_OR_PARTITION (as in OffsetCommit); a group error answers alone, with no topics
         (Kafka's getErrorResponse)."""
         mod = response_module(ApiKey.OFFSET_DELETE, context.api_version)
+        if not self.authorizer.authorize(context, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+            return mod.OffsetDeleteResponse(error_code=ErrorCode.group_authorization_failed,
+                                            throttle_time=NO_THROTTLE, topics=())
         results: dict[tuple[str, int], ErrorCode] = {}
         wanted = []
+        unreadable = self._unreadable_topics(context, request.topics)
         for t in request.topics:
             for p in t.partitions:
                 key = (t.name, int(p.partition_index))
-                if self._known_partition(*key):
+                if t.name in unreadable:
+                    results[key] = ErrorCode.topic_authorization_failed
+                elif self._known_partition(*key):
                     wanted.append(key)
                 else:
                     results[key] = ErrorCode.unknown_topic_or_partition

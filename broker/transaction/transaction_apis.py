@@ -13,6 +13,8 @@ import logging
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
+from odradek.broker.authorizer.acl import AclOperation, ResourceType
+from odradek.broker.authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
 from odradek.common.api_key import ApiKey
 from odradek.common.network.request_context import RequestContext
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
@@ -57,6 +59,7 @@ class TransactionApis:
     def __init__(self, coordinator: TransactionCoordinator, marker_writer: MarkerWriter, metadata_cache,
                  replica_manager, offsets_partition_for, admin):
         self.coordinator = coordinator
+        self.authorizer: Authorizer = ALLOW_ALL
         self.admin = admin
         self._creating: asyncio.Task | None = None
         self.marker_writer = marker_writer
@@ -151,10 +154,24 @@ class TransactionApis:
 
         if version <= 3:
             partitions = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-            codes = await self._add(request.v3_and_below_transactional_id, int(request.v3_and_below_producer_id),
-                                    int(request.v3_and_below_producer_epoch), partitions, False)
+            txn_id = request.v3_and_below_transactional_id
+            unwritable = {t for t, _ in partitions} - authorized_names(
+                self.authorizer, context, AclOperation.WRITE, ResourceType.TOPIC, {t for t, _ in partitions})
+            if not self._may_write(context, txn_id):
+                codes = dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed)
+            elif unwritable:  # Kafka: refused topics say so, unknown ones too, the rest are not attempted
+                codes = {p: ErrorCode.topic_authorization_failed if p[0] in unwritable
+                         else ErrorCode.unknown_topic_or_partition if self._unknown(*p)
+                         else ErrorCode.operation_not_attempted for p in partitions}
+            else:
+                codes = await self._add(txn_id, int(request.v3_and_below_producer_id),
+                                        int(request.v3_and_below_producer_epoch), partitions, False)
             codes = {k: fenced_for_version(c, ApiKey.ADD_PARTITIONS_TO_TXN, version) for k, c in codes.items()}
             return mod.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=topic_results(codes))
+        if not authorize_cluster(self.authorizer, context, AclOperation.CLUSTER_ACTION):  # v4: brokers only
+            return mod.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE,
+                                                  error_code=ErrorCode.cluster_authorization_failed,
+                                                  results_by_transaction=())
         results = []
         for txn in request.transactions:
             partitions = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
@@ -167,7 +184,11 @@ class TransactionApis:
 
     async def handle_add_offsets_to_txn(self, context: RequestContext, request):
         mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, context.api_version)
-        if not request.group_id:
+        if not self._may_write(context, request.transactional_id):
+            code = ErrorCode.transactional_id_authorization_failed
+        elif not self.authorizer.authorize(context, AclOperation.READ, ResourceType.GROUP, request.group_id or ""):
+            code = ErrorCode.group_authorization_failed
+        elif not request.group_id:
             code = ErrorCode.invalid_group_id
         else:
             from odradek.broker.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
@@ -180,10 +201,16 @@ class TransactionApis:
 
     async def handle_end_txn(self, context: RequestContext, request):
         mod = response_module(ApiKey.END_TXN, context.api_version)
+        if not self._may_write(context, request.transactional_id):
+            return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE,
+                               error_code=ErrorCode.transactional_id_authorization_failed)
         code = await self.coordinator.end_transaction(request.transactional_id, int(request.producer_id),
                                                       int(request.producer_epoch), bool(request.committed))
         return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE,
                            error_code=fenced_for_version(code, ApiKey.END_TXN, context.api_version))
+
+    def _may_write(self, context: RequestContext, transactional_id: str) -> bool:
+        return self.authorizer.authorize(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
     # --- WriteTxnMarkers (partition leaders) ----------------------------------------------------
 
@@ -212,10 +239,15 @@ class TransactionApis:
         """The producers a partition leader knows, with their open transactions."""
         mod = response_module(ApiKey.DESCRIBE_PRODUCERS, context.api_version)
         topics = []
+        readable = authorized_names(self.authorizer, context, AclOperation.READ, ResourceType.TOPIC,
+                                    [t.name for t in request.topics])
         for t in request.topics:
             partitions = []
             for index in t.partition_indexes:
-                p, error = self.replica_manager.leader_partition(t.name, int(index))
+                if t.name in readable:
+                    p, error = self.replica_manager.leader_partition(t.name, int(index))
+                else:
+                    p, error = None, ErrorCode.topic_authorization_failed
                 producers = ()
                 if p is not None:
                     producers = tuple(
@@ -233,15 +265,20 @@ class TransactionApis:
         mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, context.api_version)
         out = []
         for txn_id in request.transactional_ids:
-            code, m = self.coordinator.describe(txn_id)
+            if not self.authorizer.authorize(context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                code, m = ErrorCode.transactional_id_authorization_failed, None
+            else:
+                code, m = self.coordinator.describe(txn_id)
             if m is None:
                 out.append(mod.TransactionState(
                     error_code=code, transactional_id=txn_id, transaction_state="",
                     transaction_timeout=_ms_delta(0), transaction_start_time=_time(-1), producer_id=i64(-1),
                     producer_epoch=i16(-1), topics=()))
                 continue
+            described = authorized_names(self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                         {t for t, _ in m.partitions})
             topics = tuple(mod.TopicData(topic=topic, partitions=tuple(i32(p) for p in sorted(ps)))
-                           for topic, ps in _by_topic(sorted(m.partitions)).items())
+                           for topic, ps in _by_topic(sorted(m.partitions)).items() if topic in described)
             out.append(mod.TransactionState(
                 error_code=ErrorCode.none, transactional_id=txn_id, transaction_state=m.state.title,
                 transaction_timeout=_ms_delta(m.txn_timeout_ms), transaction_start_time=_time(m.txn_start_timestamp),
@@ -253,6 +290,9 @@ class TransactionApis:
         code, found, unknown = self.coordinator.list_transactions(
             set(request.state_filters), {int(p) for p in request.producer_id_filters},
             int(getattr(request, "duration_filter", -1)))
+        visible = authorized_names(self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                   [m.transactional_id for m in found])
+        found = [m for m in found if m.transactional_id in visible]
         states = tuple(mod.TransactionState(transactional_id=m.transactional_id, producer_id=i64(m.producer_id),
                                             transaction_state=m.state.title) for m in found)
         return mod.ListTransactionsResponse(throttle_time=NO_THROTTLE, error_code=code,

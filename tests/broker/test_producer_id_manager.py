@@ -209,6 +209,7 @@ def test_init_producer_id_answers_a_retriable_error_while_no_block_can_be_claime
 
     from kio.schema.errors import ErrorCode
 
+    from odradek.broker.authorizer.authorizer import ALLOW_ALL
     from odradek.broker.kafka_apis import KafkaApis
     from odradek.common import wire
 
@@ -216,7 +217,7 @@ def test_init_producer_id_answers_a_retriable_error_while_no_block_can_be_claime
     header = SimpleNamespace(request_api_version=0)
 
     async def answer(zk):
-        apis = SimpleNamespace(producer_id_manager=ZkProducerIdManager(0, zk))
+        apis = SimpleNamespace(producer_id_manager=ZkProducerIdManager(0, zk), authorizer=ALLOW_ALL)
         return await KafkaApis.handle_init_producer_id(apis, RequestContext(header), request)
 
     down = asyncio.run(answer(FakeZk(fail=True)))

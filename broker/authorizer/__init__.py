@@ -1,0 +1,2 @@
+"""The authorizer (Kafka's ZooKeeper-mode AclAuthorizer): ACL vocabulary, decision core,
+ZooKeeper store and the broker's shell around them."""

@@ -1,0 +1,268 @@
+"""AclAuthorizer: Kafka's ZooKeeper-mode authorizer, the shell around the decision core.
+
+Decisions come from an in-memory snapshot (decision.AclSnapshot), so a check on the produce or
+fetch path costs a few dictionary look-ups (and repeated checks one, from a decision cache that
+each new snapshot empties). The snapshot is loaded from ZooKeeper at start-up and kept current
+from the change notifications, as Kafka's ZkNodeChangeNotificationListener does: each broker
+watches `/kafka-acl-changes` and `/kafka-acl-extended-changes`, re-reads each resource named by a
+new notification and swaps the snapshot; after a new ZooKeeper session (watches lost,
+notifications maybe purged) it reloads everything. Notifications older than 15 minutes are
+deleted by whichever broker sees them first. Changes made through this broker's CreateAcls and
+DeleteAcls are compare-and-set updates of the resource znode (zk_acl_store.update_resource) and
+land in this broker's snapshot at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from odradek.common.clock import Clock, now_ms
+from odradek.common.network.request_context import RequestContext
+from odradek.common.zk_calls import BoundedCalls
+
+from . import zk_acl_store as store
+from .acl import AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, ResourcePattern, ResourceType
+from .decision import AclSnapshot, Settings, authorize, authorize_by_type, parse_super_users
+
+log = logging.getLogger(__name__)
+audit = logging.getLogger("kafka.authorizer.logger")
+"""Kafka's audit logger name: denials at INFO, grants at DEBUG."""
+
+ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+RETRY_S = 1.0
+DECISION_CACHE_MAX = 100_000
+
+
+def host_of(context: RequestContext) -> str:
+    """The client address as Kafka's authorizer compares it: the IP, without Kafka's "/"."""
+    return context.client_host.lstrip("/")
+
+
+class AclAuthorizer:
+    enabled = True
+
+    def __init__(self, settings: Settings, calls: Callable[[], BoundedCalls],
+                 session_id: Callable[[], int | None] = lambda: None, clock: Clock = now_ms):
+        self.settings = settings
+        self.clock = clock
+        self._calls = calls
+        self._session_id = session_id
+        self.snapshot = AclSnapshot()
+        self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self._last_seen: dict[str, int] = dict.fromkeys(store.CHANGE_PATHS, -1)
+        self._created: dict[tuple[str, str], int] = {}
+        self._wake = asyncio.Event()
+        self._full_sync = False
+        self._session: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._write_lock = asyncio.Lock()
+
+    @classmethod
+    def from_config(cls, class_name: str, super_users: str | None, allow_everyone: bool,
+                    calls: Callable[[], BoundedCalls], session_id: Callable[[], int | None],
+                    clock: Clock = now_ms) -> AclAuthorizer:
+        if class_name != ACL_AUTHORIZER:
+            log.warning("authorizer.class.name=%s: using Odradek's AclAuthorizer (%s's rules)", class_name,
+                        ACL_AUTHORIZER)
+        return cls(Settings(parse_super_users(super_users), allow_everyone), calls, session_id, clock)
+
+    # --- decisions ------------------------------------------------------------------------------
+
+    def authorize(self, context: RequestContext, op: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        principal, host = str(context.principal), host_of(context)
+        key = (principal, host, op, resource_type, name)
+        allowed = self._decisions.get(key)
+        if allowed is None:
+            allowed = authorize(self.snapshot, self.settings, principal, host, op, resource_type, name)
+            if len(self._decisions) >= DECISION_CACHE_MAX:
+                self._decisions.clear()
+            self._decisions[key] = allowed
+            if not allowed:
+                audit.info("Principal = %s is Denied Operation = %s from host = %s on resource = %s:LITERAL:%s",
+                           principal, op.name, host, resource_type.name, name[:200])
+        return allowed
+
+    def authorize_by_type(self, context: RequestContext, op: AclOperation, resource_type: ResourceType) -> bool:
+        return authorize_by_type(self.snapshot, self.settings, str(context.principal), host_of(context), op,
+                                 resource_type)
+
+    def acls(self, binding_filter: AclBindingFilter) -> list[AclBinding]:
+        """The bindings a DescribeAcls filter matches, from the snapshot (AclAuthorizer.acls)."""
+        out: list[AclBinding] = []
+        for pattern, entries in self.snapshot.acls.items():
+            if binding_filter.pattern.matches(pattern):
+                out.extend(AclBinding(pattern, e) for e in entries if binding_filter.entry.matches(e))
+        return out
+
+    def _replace(self, changes: dict[ResourcePattern, frozenset[AccessControlEntry]]) -> None:
+        self.snapshot = self.snapshot.updated(changes)
+        self._decisions = {}
+
+    # --- changes through this broker ------------------------------------------------------------
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[Exception | None]:
+        """Store valid bindings, one compare-and-set write per resource; one result per binding."""
+        by_resource: dict[ResourcePattern, list[int]] = {}
+        for i, b in enumerate(bindings):
+            by_resource.setdefault(b.pattern, []).append(i)
+        results: list[Exception | None] = [None] * len(bindings)
+        async with self._write_lock:
+            for pattern, indexes in by_resource.items():
+                added = frozenset(bindings[i].entry for i in indexes)
+
+                def add(current: frozenset[AccessControlEntry], added: frozenset[AccessControlEntry] = added
+                        ) -> frozenset[AccessControlEntry]:
+                    return current | added
+
+                try:
+                    now = await asyncio.to_thread(store.update_resource, self._calls(), pattern, add)
+                    self._replace({pattern: now})
+                except Exception as e:
+                    log.warning("creating ACLs on %s failed: %s", pattern, e)
+                    for i in indexes:
+                        results[i] = e
+        return results
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]
+                          ) -> list[list[tuple[AclBinding, Exception | None]]]:
+        """Delete what each filter matches (AclAuthorizer.deleteAcls): resources from the snapshot
+        plus those a filter names exactly; per filter, the bindings deleted (or failed)."""
+        results: list[list[tuple[AclBinding, Exception | None]]] = [[] for _ in filters]
+        async with self._write_lock:
+            resources = set(self.snapshot.acls)
+            for f in filters:
+                resources.update(f.pattern.exact_patterns())
+            for pattern in sorted(resources):
+                matching = [(i, f) for i, f in enumerate(filters) if f.pattern.matches(pattern)]
+                if not matching:
+                    continue
+                removed: dict[AccessControlEntry, int] = {}
+
+                def change(current: frozenset[AccessControlEntry],
+                           matching: list[tuple[int, AclBindingFilter]] = matching,
+                           removed: dict[AccessControlEntry, int] = removed) -> frozenset[AccessControlEntry]:
+                    removed.clear()
+                    for entry in current:
+                        for i, f in matching:
+                            if f.entry.matches(entry):
+                                removed.setdefault(entry, i)
+                    return current - removed.keys()
+
+                try:
+                    now = await asyncio.to_thread(store.update_resource, self._calls(), pattern, change)
+                    self._replace({pattern: now})
+                    error: Exception | None = None
+                except Exception as e:
+                    log.warning("deleting ACLs on %s failed: %s", pattern, e)
+                    error = e
+                for entry, i in removed.items():
+                    results[i].append((AclBinding(pattern, entry), error))
+        return results
+
+    # --- start, stop, change notifications ------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create Kafka's ACL paths, arm the change watches, load every ACL, then follow changes."""
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(store.ensure_paths, self._calls())
+        await self._sync(full=True)
+        log.info("authorizer loaded %d ACLs on %d resources (super users: %s, allow.everyone.if.no.acl.found=%s)",
+                 sum(len(a) for a in self.snapshot.acls.values()), len(self.snapshot.acls),
+                 ",".join(sorted(self.settings.super_users)) or "none", self.settings.allow_everyone_if_no_acl_found)
+        self._task = self._loop.create_task(self._run(), name="acl-changes")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def on_registration(self, _broker_epoch: int) -> None:
+        """A new ZooKeeper session lost the watches: read everything again."""
+        if self._session_id() != self._session:
+            self._full_sync = True
+            self._wake.set()
+
+    def _watch(self, _event: object) -> None:
+        """kazoo's thread: wake the follower on the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not self._stopping:
+            try:
+                loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:
+                pass
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            await self._wake.wait()
+            self._wake.clear()
+            full, self._full_sync = self._full_sync, False
+            try:
+                await self._sync(full)
+            except Exception:
+                log.warning("processing ACL changes failed; retrying in %.0f s", RETRY_S, exc_info=True)
+                self._full_sync |= full
+                await asyncio.sleep(RETRY_S)
+                self._wake.set()
+
+    async def _sync(self, full: bool) -> None:
+        self._session = self._session_id()
+        loaded, changed = await asyncio.to_thread(self._sync_blocking, full)
+        if loaded is not None:
+            self.snapshot = loaded
+            self._decisions = {}
+        elif changed:
+            self._replace(changed)
+
+    def _sync_blocking(self, full: bool
+                       ) -> tuple[AclSnapshot | None, dict[ResourcePattern, frozenset[AccessControlEntry]]]:
+        """Re-arm the watches and read what changed: everything when `full` (the notifications seen
+        so far are then skipped), else the resources new notifications name."""
+        calls = self._calls()
+        named: set[ResourcePattern] = set()
+        for folder in store.CHANGE_PATHS:
+            children = store.changes(calls, folder, watch=self._watch)
+            fresh = sorted((seq, c) for c in children
+                           if (seq := store.change_sequence(c)) is not None and seq > self._last_seen[folder])
+            read = store.read_changes(calls, folder, [c for _, c in fresh])
+            for _, child in fresh:
+                got = read.get(child)
+                if got is None:
+                    continue
+                self._created[(folder, child)] = got[1]
+                if not full:
+                    try:
+                        named.add(store.decode_change(folder, got[0]))
+                    except ValueError as e:
+                        log.warning("ignoring ACL change %s/%s: %s", folder, child, e)
+            if fresh:
+                self._last_seen[folder] = max(self._last_seen[folder], fresh[-1][0])
+            self._purge(calls, folder)
+        if full:
+            loaded = store.load_all(calls, lambda path, e: log.warning("ignoring ACL znode %s: %s", path, e))
+            return AclSnapshot.of(loaded), {}
+        out = {}
+        for pattern in named:
+            try:
+                out[pattern] = store.read_resource(calls, pattern)[0]
+            except ValueError as e:
+                log.warning("ignoring unreadable ACLs of %s: %s", pattern, e)
+                out[pattern] = frozenset()
+        if out:
+            log.info("applied ACL changes on %d resources", len(out))
+        return None, out
+
+    def _purge(self, calls: BoundedCalls, folder: str) -> None:
+        now = self.clock()
+        doomed = [child for (f, child), ctime in self._created.items()
+                  if f == folder and now - ctime > CHANGE_EXPIRATION_MS]
+        if doomed:
+            store.delete_changes(calls, folder, doomed)
+            for child in doomed:
+                self._created.pop((folder, child), None)

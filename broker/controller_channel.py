@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,10 @@ class ControllerNotAvailableError(TimeoutError):
 
 
 class BrokerToControllerChannel:
-    def __init__(self, zk, broker_id: int, retry_backoff_ms: int = 100, connect_timeout_s: float = 5.0):
+    def __init__(self, zk, broker_id: int, retry_backoff_ms: int = 100, connect_timeout_s: float = 5.0,
+                 security_for: Callable[[str], ClientSecurity] | None = None):
+        self.security_for = security_for
+        """The controller's listener's security protocol (from `/controller`) → how to connect."""
         self.zk = zk
         self.broker_id = broker_id
         self.backoff_s = max(0.01, retry_backoff_ms / 1000)
@@ -51,8 +56,10 @@ class BrokerToControllerChannel:
             return self.client
         self.controller_id = info.controller_id
         self.endpoint = (info.endpoint.host, int(info.endpoint.port))
+        protocol = info.endpoint.security_protocol
+        security = self.security_for(protocol) if self.security_for is not None else PLAINTEXT
         self.client = NetworkClient(*self.endpoint, client_id=f"broker-{self.broker_id}-to-controller",
-                                    connect_timeout=self.connect_timeout_s, connect_attempts=1)
+                                    connect_timeout=self.connect_timeout_s, connect_attempts=1, security=security)
         return self.client
 
     async def send(self, request, timeout_s: float):

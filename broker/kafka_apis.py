@@ -39,7 +39,7 @@ from odradek.common.clock import Clock, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.errors import KafkaError
 from odradek.common.network.encoding import Body, frame, response_header
-from odradek.common.network.request_context import DEFAULT_LISTENER, Handler, RequestContext, client_host
+from odradek.common.network.request_context import ANONYMOUS, DEFAULT_LISTENER, Handler, RequestContext, client_host
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,9 @@ class KafkaApis:
                 peer, api_key, version, e,
             )
             raise CloseConnection() from None
-        context = RequestContext(header, client_host(peer), listener or DEFAULT_LISTENER)
+        context = RequestContext(header, client_host(peer), listener or DEFAULT_LISTENER,
+                                 str(getattr(conn, "principal", ANONYMOUS)),
+                                 getattr(conn, "security_protocol", "PLAINTEXT"))
         gate = CLUSTER_GATED_APIS.get(api_key)
         gate_refused = gate is not None and not authorize_cluster(self.authorizer, context, gate)
         if gate_refused and api_key not in control_plane.CONTROL_PLANE_APIS:

@@ -21,7 +21,7 @@ from odradek.common.api_key import ApiKey
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import UpdateMetadataBroker, UpdateMetadataResponse
 from odradek.common.network.encoding import Body, uvarint
-from odradek.common.network.request_context import Handler, RequestContext
+from odradek.common.network.request_context import DEFAULT_LISTENER, Handler, RequestContext
 
 from . import config_helper as ch
 from .admin_manager import (
@@ -178,9 +178,13 @@ class MetadataApis:
         return {tid: name for name, tid in ids.items() if tid != ZERO_UUID}
 
     @staticmethod
-    def broker_address(broker: UpdateMetadataBroker) -> tuple[str, int] | None:
-        """The PLAINTEXT endpoint, else the first one (Metadata must list the broker somewhere)."""
-        endpoint = broker_endpoint(broker) or (broker.endpoints[0] if broker.endpoints else None)
+    def broker_address(broker: UpdateMetadataBroker, listener: str = DEFAULT_LISTENER) -> tuple[str, int] | None:
+        """The broker's endpoint on the listener the client came through, as Kafka answers (a
+        broker without that listener is left out). A request from no listener (in-process) gets
+        the PLAINTEXT endpoint, else the first one."""
+        endpoint = broker_endpoint(broker, listener)
+        if endpoint is None and listener == DEFAULT_LISTENER:
+            endpoint = broker.endpoints[0] if broker.endpoints else None
         return None if endpoint is None else (endpoint.host, int(endpoint.port))
 
     # --- Metadata (3) --------------------------------------------------------------------------
@@ -265,7 +269,7 @@ class MetadataApis:
             )
         chunks = encode_metadata_response(
             mod.MetadataResponse,
-            brokers=self._metadata_brokers(mod, version),
+            brokers=self._metadata_brokers(mod, version, context.listener),
             cluster_id=await self.cluster_id(),
             controller_id=self.controller_id(),
             topics=topics_out,
@@ -280,15 +284,15 @@ class MetadataApis:
             return 0
         return authorized_operations(ResourceType.CLUSTER, requested, self.authorizer, context)
 
-    def _metadata_brokers(self, mod, version: int) -> list[bytes]:
+    def _metadata_brokers(self, mod, version: int, listener: str = DEFAULT_LISTENER) -> list[bytes]:
         self._sync_topic_cache()
-        key = (version, "")  # topic names are never empty: this slot holds the encoded broker list
+        key = (version, ":" + listener)  # no topic name has a ':': this slot holds the encoded broker list
         cached = self._topic_cache.get(key)
         if cached is not None:
             return cached
         out = []
         for broker_id, broker in sorted(self.metadata_cache.live_brokers().items()):
-            address = self.broker_address(broker)
+            address = self.broker_address(broker, listener)
             if address is not None:
                 out.append(
                     wire.encode_entity(
@@ -503,7 +507,7 @@ class MetadataApis:
             )
         brokers = []
         for broker_id, broker in sorted(self.metadata_cache.live_brokers().items()):
-            address = self.broker_address(broker)
+            address = self.broker_address(broker, context.listener)
             if address is not None:
                 brokers.append(
                     wire.make_entity(

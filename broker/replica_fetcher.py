@@ -40,6 +40,7 @@ from odradek.broker.replica_fetch_codec import (
 )
 from odradek.broker.replication_quota import is_throttled
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class ReplicaFetcher:
         self.host, self.port = host, port
         self.partitions: dict[tuple[str, int], PartitionFetchState] = {}
         self.client = NetworkClient(host, port, client_id=f"replica-fetcher-{self.broker_id}-{source_id}",
-                                    connect_attempts=1)
+                                    connect_attempts=1, security=getattr(manager, "security", PLAINTEXT))
         self._wakeup = asyncio.Event()
         self._added = asyncio.Event()
         """Set when partitions join while a long poll is in flight (see `_long_poll`)."""
@@ -433,6 +434,8 @@ class ReplicaFetcherManager:
         self.config = config
         self.broker_id = int(config.broker_id)
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.security = PLAINTEXT
+        """How fetchers connect to their leaders' inter-broker listener (set by the server)."""
         self._closing: set[asyncio.Task] = set()
         self._closed = False
         """Set by shutdown: a LeaderAndIsr still arriving then starts no fetcher (it would outlive

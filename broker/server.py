@@ -63,6 +63,10 @@ from odradek.common.config import BrokerConfig, load_properties, parse_listeners
 from odradek.common.config_def import ConfigException
 from odradek.common.metrics import MetricsServer, Registry
 from odradek.common.network.socket_server import ConnectionLimits, SocketServer
+from odradek.common.security.channel import ClientSecurity
+from odradek.common.security.listeners import listener_security, outgoing_security
+from odradek.common.security.reload import CertificateWatcher
+from odradek.common.security.ssl_factory import SECURITY_PROTOCOLS
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
@@ -109,6 +113,9 @@ class KafkaServer:
         self._announcements: set[asyncio.Task] = set()
         """Log directory failure notifications being written (retried while ZooKeeper is down)."""
         self.request_stats = RequestStats()
+        self.cert_watcher = CertificateWatcher()
+        """Reloads the certificates of TLS listeners and outgoing TLS connections when their files change."""
+        self._controller_security: dict[str, ClientSecurity] = {}
         self.metrics = Registry()
         self.metrics_server: MetricsServer | None = None
         self.authorizer: AclAuthorizer | None = None
@@ -118,6 +125,9 @@ class KafkaServer:
         config = self.config
         listeners = parse_listeners(config.listeners)
         check_listeners(config)
+        inter_broker = outgoing_security(config, config.inter_broker_listener,
+                                         config.security_protocol(config.inter_broker_listener), self.cert_watcher)
+        listener_securities = {name: listener_security(config, name, self.cert_watcher) for name, _, _ in listeners}
         self.zk = BrokerZkClient(config)
         await self.zk.start()
         await self._load_dynamic_configs()
@@ -132,6 +142,7 @@ class KafkaServer:
         await self._load_logs()
         self.metadata_cache = MetadataCache(config.broker_id)
         self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk, clock=self.clock)
+        self.replica_manager.fetcher_manager.security = inter_broker
         self.replica_manager.load_high_watermarks()
         dynamic = self.dynamic_config  # the rates are dynamic broker configs, read at every check
         self.replica_manager.leader_quota = ReplicationQuota(
@@ -141,7 +152,8 @@ class KafkaServer:
         self.zk.fencing_listeners.append(self._drop_connections_on_fencing)  # before the partitions change
         self.zk.fencing_listeners.append(self.replica_manager.set_fenced)
         self.replica_manager.log_dir_failure_listeners.append(self._on_log_dir_failure)
-        self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id)
+        self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id,
+                                                            security_for=self._security_to_controller)
         self.alter_partition_manager = AlterPartitionManager(
             self.controller_channel, config.broker_id, lambda: self.zk.broker_epoch,
             self.replica_manager.isr_change_still_wanted, config.controller_socket_timeout_ms,
@@ -176,6 +188,8 @@ class KafkaServer:
             self.apis.transaction_verifier = TransactionVerifier(
                 config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
                 config.request_timeout_ms)
+            self.apis.transaction_verifier.listener = config.inter_broker_listener
+            self.apis.transaction_verifier.security = inter_broker
             self.group_apis.verify_txn_offsets = self.apis.transaction_verifier.verify_offsets
         forwarded = ForwardedApis(self.controller_channel)
         self.apis.add_apis(forwarded)
@@ -198,14 +212,16 @@ class KafkaServer:
         limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                   config.connections_max_idle_ms, config.queued_max_request_bytes)
         for name, host, port in listeners:
+            security = listener_securities[name]
             handler = sasl_listener_handler(metered(self.apis.handle, self.request_stats), name, protocols,
                                             self.props, self.credentials, error_response)
-            server = SocketServer(host, port, handler,
-                                  config.socket_request_max_bytes, listener=name, limits=limits)
+            server = SocketServer(host, port, handler, config.socket_request_max_bytes, listener=name,
+                                  limits=limits, security=security)
             bound_port = await server.start()
             bound[name] = (host, bound_port)
             self.socket_servers.append(server)
-            log.info("listening on %s://%s:%d", name, host, bound_port)
+            log.info("listening on %s://%s:%d (%s)", name, host, bound_port, security.security_protocol)
+        self.cert_watcher.start()
 
         self.endpoints = self._advertised_endpoints(bound)
         await self._start_metrics()
@@ -285,6 +301,8 @@ class KafkaServer:
 
         state = TransactionStateManager(self.replica_manager, partition_count, tconfig, clock=self.clock)
         channel = TransactionMarkerChannel(c.broker_id, cache, self.marker_writer, c.request_timeout_ms)
+        channel.listener = c.inter_broker_listener
+        channel.security = self.replica_manager.fetcher_manager.security
         return TransactionCoordinator(state, self.producer_id_manager, channel, tconfig, clock=self.clock)
 
     def _on_txn_marker(self, marker, written) -> None:
@@ -348,6 +366,15 @@ class KafkaServer:
             elif t.name == TRANSACTION_STATE_TOPIC_NAME:
                 for p in t.partition_indexes:
                     self.transaction_coordinator.on_resignation(int(p))
+
+    def _security_to_controller(self, security_protocol: str) -> ClientSecurity:
+        """How to reach the controller's listener (its protocol is in `/controller`): with this
+        broker's settings of its control-plane listener (the credentials of controller traffic)."""
+        security = self._controller_security.get(security_protocol)
+        if security is None:
+            security = self._controller_security[security_protocol] = outgoing_security(
+                self.config, self.config.control_plane_listener_name, security_protocol, self.cert_watcher)
+        return security
 
     def _advertised_endpoints(self, bound: dict[str, tuple[str, int]]) -> list[EndPoint]:
         """advertised.listeners, else listeners; port 0 means the port actually bound."""
@@ -480,6 +507,7 @@ class KafkaServer:
             await within(self.config_manager.stop(), 5, "stopping the config change listener", log)
         if self.authorizer is not None:
             await within(self.authorizer.stop(), 5, "stopping the ACL change listener", log)
+        await self.cert_watcher.stop()
         for server in self.socket_servers:
             server.stop_accepting()
         if self.group_coordinator is not None:
@@ -533,6 +561,17 @@ def check_listeners(config: BrokerConfig) -> None:
                          "controller requests are accepted on that listener only")
     if len(set(names)) < 2:
         raise ValueError(f"listeners ({config.listeners}) need a client listener besides {plane}")
+    inter_broker = config.inter_broker_listener
+    advertised_names = ([name for name, _, _ in parse_listeners(config.advertised_listeners)]
+                        if config.advertised_listeners else names)
+    if inter_broker not in advertised_names:
+        key = "inter.broker.listener.name" if config.inter_broker_listener_name else "security.inter.broker.protocol"
+        raise ValueError(f"{key}: inter.broker.listener.name must be a listener name defined in advertised.listeners "
+                         f"(the inter-broker listener {inter_broker} is not among {','.join(advertised_names)})")
+    for name in names:
+        if protocols[name] not in SECURITY_PROTOCOLS:
+            raise ValueError(f"listener {name}: unknown security protocol {protocols[name]} "
+                             "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)")
     if config.advertised_listeners:
         advertised = [name for name, _, _ in parse_listeners(config.advertised_listeners)]
         if plane not in advertised:

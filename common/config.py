@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .config_def import (
     LONG_MAX,
@@ -62,7 +62,7 @@ class _KafkaKeys(BaseModel):
         warning in the log for every key this process does not know."""
         known = cls.config_keys()
         for key in props:
-            if key not in known:
+            if key not in known and not key.startswith(LISTENER_PREFIX):
                 log.warning("unknown configuration key %s is ignored", key)
         try:
             return cls.model_validate(props)
@@ -174,7 +174,95 @@ def _ms(ctype: ConfigType, minimum: int | None = None):
     return Kafka(ctype, at_least(minimum) if minimum is not None else None)
 
 
-class BrokerConfig(ZkClientConfig):
+LISTENER_PREFIX = "listener.name."
+"""Kafka's per-listener keys: `listener.name.<listener in lower case>.<key>` overrides `<key>`."""
+PASSWORD = ConfigType.PASSWORD
+
+
+class SecurityConfig(ZkClientConfig):
+    """Kafka's `ssl.*` keys and listener security protocols, shared by brokers and controllers.
+
+    Every `ssl.*` key may be set per listener with Kafka's prefix (`listener.name.ssl.ssl.client.auth`);
+    `listener_values` resolves them. Only PEM key and trust stores are supported
+    (common/security/ssl_factory)."""
+
+    listener_security_protocol_map: str = Field(
+        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        alias="listener.security.protocol.map",
+    )
+    """Listener name → security protocol; every listener's name must be here (Kafka's rule)."""
+    ssl_keystore_type: str | None = Field(None, alias="ssl.keystore.type")
+    """PEM (the only type supported; Kafka's JKS and PKCS12 are not)."""
+    ssl_keystore_location: str | None = Field(None, alias="ssl.keystore.location")
+    """A PEM file with the private key and the certificate chain."""
+    ssl_keystore_certificate_chain: Annotated[str | None, Kafka(PASSWORD)] = Field(
+        None, alias="ssl.keystore.certificate.chain")
+    """The certificate chain in PEM, inline (with ssl.keystore.key)."""
+    ssl_keystore_key: Annotated[str | None, Kafka(PASSWORD)] = Field(None, alias="ssl.keystore.key")
+    """The private key in PEM, inline (with ssl.keystore.certificate.chain)."""
+    ssl_keystore_password: Annotated[str | None, Kafka(PASSWORD)] = Field(None, alias="ssl.keystore.password")
+    """Unused with PEM key stores (Kafka's meaning for JKS/PKCS12)."""
+    ssl_key_password: Annotated[str | None, Kafka(PASSWORD)] = Field(None, alias="ssl.key.password")
+    """The password of an encrypted private key."""
+    ssl_truststore_type: str | None = Field(None, alias="ssl.truststore.type")
+    """PEM (the only type supported)."""
+    ssl_truststore_location: str | None = Field(None, alias="ssl.truststore.location")
+    """A PEM file of trusted CA certificates."""
+    ssl_truststore_certificates: Annotated[str | None, Kafka(PASSWORD)] = Field(
+        None, alias="ssl.truststore.certificates")
+    """Trusted CA certificates in PEM, inline."""
+    ssl_truststore_password: Annotated[str | None, Kafka(PASSWORD)] = Field(None, alias="ssl.truststore.password")
+    """Unused with PEM trust stores."""
+    ssl_enabled_protocols: Annotated[str, Kafka(LIST, list_of("TLSv1.2", "TLSv1.3"))] = Field(
+        "TLSv1.2,TLSv1.3", alias="ssl.enabled.protocols")
+    """TLS versions accepted and offered."""
+    ssl_protocol: str = Field("TLSv1.3", alias="ssl.protocol")
+    """Kafka's SSLContext protocol; the versions used are ssl.enabled.protocols."""
+    ssl_cipher_suites: Annotated[str, Kafka(LIST)] = Field("", alias="ssl.cipher.suites")
+    """TLS 1.2 cipher suites (IANA or OpenSSL names); empty: OpenSSL's defaults."""
+    ssl_client_auth: Annotated[str, Kafka(None, one_of("none", "requested", "required"))] = Field(
+        "none", alias="ssl.client.auth")
+    """Whether TLS listeners ask clients for a certificate (mTLS)."""
+    ssl_endpoint_identification_algorithm: str = Field("https", alias="ssl.endpoint.identification.algorithm")
+    """https: outgoing connections verify the server's host name against its certificate; empty: not."""
+    ssl_principal_mapping_rules: str = Field("DEFAULT", alias="ssl.principal.mapping.rules")
+    """Client certificate subject → principal name (Kafka's rules, RULE:pattern/replacement/[LU],DEFAULT)."""
+
+    _listener_prefixed: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_listener_prefixed(cls, data: Any, handler: Any) -> Any:
+        """Keeps `listener.name.*` keys, which are not fields (any listener, any key)."""
+        model = handler(data)
+        if isinstance(data, dict):
+            model._listener_prefixed = {k: str(v) for k, v in data.items()
+                                        if isinstance(k, str) and k.startswith(LISTENER_PREFIX) and v is not None}
+        return model
+
+    @property
+    def listener_prefixed(self) -> dict[str, str]:
+        return dict(self._listener_prefixed)
+
+    def listener_value(self, listener: str, key: str) -> object:
+        """`key` for `listener`: `listener.name.<listener>.<key>` when set, else `key`."""
+        prefixed = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        if prefixed in self._listener_prefixed:
+            return self._listener_prefixed[prefixed]
+        try:
+            return self.value_of(key)
+        except KeyError:
+            return None
+
+    def listener_values(self, listener: str, keys: tuple[str, ...]) -> dict[str, object]:
+        return {key: self.listener_value(listener, key) for key in keys}
+
+    def security_protocol(self, listener: str) -> str:
+        """The listener's security protocol (listener.security.protocol.map)."""
+        return parse_protocol_map(self.listener_security_protocol_map).get(listener, listener)
+
+
+class BrokerConfig(SecurityConfig):
     broker_id: Annotated[int, Kafka(INT, at_least(0))] = Field(alias="broker.id")
     """This broker's id, unique in the cluster."""
     broker_rack: str | None = Field(None, alias="broker.rack")
@@ -186,11 +274,11 @@ class BrokerConfig(ZkClientConfig):
     """Where the broker listens: NAME://host:port,... (the control-plane listener among them)."""
     advertised_listeners: Annotated[str | None, Kafka(LIST)] = Field(None, alias="advertised.listeners")
     """What the broker publishes for clients, when not its listeners."""
-    listener_security_protocol_map: str = Field(
-        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        alias="listener.security.protocol.map",
-    )
-    """Listener name → security protocol; every listener's name must be here (Kafka's rule)."""
+    inter_broker_listener_name: str | None = Field(None, alias="inter.broker.listener.name")
+    """The listener brokers replicate through (and send transaction markers to); when unset, the
+    listener named after security.inter.broker.protocol. Only one of the two may be set."""
+    security_inter_broker_protocol: str | None = Field(None, alias="security.inter.broker.protocol")
+    """Kafka's older key: the inter-broker listener is the one named after this protocol (default PLAINTEXT)."""
     connections_max_idle_ms: int = Field(600_000, alias="connections.max.idle.ms")
     max_connections: int = Field(2147483647, alias="max.connections")
     max_connections_per_ip: int = Field(2147483647, alias="max.connections.per.ip")
@@ -387,6 +475,9 @@ class BrokerConfig(ZkClientConfig):
     @model_validator(mode="after")
     def _check_combinations(self):
         """Kafka's KafkaConfig.validateValues, the checks that concern this broker."""
+        if self.inter_broker_listener_name and self.security_inter_broker_protocol:
+            raise ConfigException("inter.broker.listener.name", message=(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."))
         if not [d for d in self.log_dirs.split(",") if d.strip()]:
             raise ConfigException("log.dirs", message="At least one log directory must be defined via log.dirs")
         if self.replica_fetch_wait_max_ms > self.replica_socket_timeout_ms:
@@ -403,6 +494,11 @@ class BrokerConfig(ZkClientConfig):
         return self
 
     # --- Kafka's resolution of alternative keys -------------------------------------------------
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """inter.broker.listener.name, else the listener named after security.inter.broker.protocol."""
+        return self.inter_broker_listener_name or self.security_inter_broker_protocol or "PLAINTEXT"
 
     @property
     def log_retention_time_millis(self) -> int:
@@ -454,13 +550,16 @@ CONTROLLER_ID_BASE = 1000
 names above it), apart from broker ids, which are StatefulSet ordinals and small."""
 
 
-class ControllerConfig(ZkClientConfig):
+class ControllerConfig(SecurityConfig):
     controller_id: int = Field(alias="controller.id")
     control_plane_listener_name: str = Field("CONTROLLER", alias="control.plane.listener.name")
     """The brokers' listener the controller sends its requests to, found in each broker's
     registration (as Kafka's controller does)."""
     listeners: str = Field("PLAINTEXT://127.0.0.1:9190", alias="listeners")
     """Where brokers send AlterPartition and ControlledShutdown; not 9093, which `odradek dev` brokers use."""
+    inter_broker_listener_name: str = Field("PLAINTEXT", alias="inter.broker.listener.name")
+    """The brokers' listener named to followers as their leader's address (LeaderAndIsr live
+    leaders): replication goes through it. Must match the brokers' inter-broker listener."""
     default_replication_factor: int = Field(1, alias="default.replication.factor")
     unclean_leader_election_enable: bool = Field(False, alias="unclean.leader.election.enable")
     auto_leader_rebalance_enable: bool = Field(True, alias="auto.leader.rebalance.enable")

@@ -293,12 +293,16 @@ def encode_controller(info: ControllerInfo) -> bytes:
     if info.endpoint is not None:
         obj["host"] = info.endpoint.host
         obj["port"] = info.endpoint.port
+        obj["listener"] = info.endpoint.listener
+        obj["security_protocol"] = info.endpoint.security_protocol
     return _dump(obj)
 
 
 def decode_controller(data: bytes) -> ControllerInfo:
     obj = json.loads(data)
-    endpoint = EndPoint(obj["host"], int(obj["port"])) if "host" in obj else None
+    endpoint = (EndPoint(obj["host"], int(obj["port"]), str(obj.get("listener", "PLAINTEXT")),
+                         str(obj.get("security_protocol", "PLAINTEXT")))
+                if "host" in obj else None)
     return ControllerInfo(int(obj["brokerid"]), endpoint)
 
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 from odradek.common.zk_data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,10 @@ class _BrokerChannel:
         """`ep`: the broker's control-plane endpoint."""
         self.manager = manager
         self.info = info
+        security = manager.security_for(ep.security_protocol) if manager.security_for is not None else PLAINTEXT
         self.client = NetworkClient(
             ep.host, ep.port, client_id=f"controller-{manager.controller_id}", connect_attempts=1,
-            connect_timeout=manager.request_timeout,
+            connect_timeout=manager.request_timeout, security=security,
         )
         self.queue: asyncio.Queue[object] = asyncio.Queue()
         self.task = asyncio.get_running_loop().create_task(self._send_loop(), name=f"controller-channel-{info.id}")
@@ -85,8 +87,11 @@ class ControllerChannelManager:
 
     def __init__(self, controller_id: int, *, listener: str = "CONTROLLER", request_timeout: float = 30.0,
                  backoff_ms: int = 100, backoff_max_ms: int = 1000, gate: asyncio.Event | None = None,
-                 on_response: ResponseHook | None = None):
+                 on_response: ResponseHook | None = None,
+                 security_for: Callable[[str], ClientSecurity] | None = None):
         self.controller_id = controller_id
+        self.security_for = security_for
+        """A broker endpoint's security protocol → how to connect to it (common/security)."""
         self.listener = listener
         """The brokers' control-plane listener (`control.plane.listener.name`): requests go to its
         endpoint in each broker's registration, and to no other."""

@@ -70,6 +70,8 @@ class ControllerContext:
     topics_to_delete: set[str] = field(default_factory=set)
     """Topics marked under /admin/delete_topics that still exist (deletion waits for replicas)."""
     unclean_leader_election: bool = False
+    inter_broker_listener: str = "PLAINTEXT"
+    """The brokers' listener named to followers as their leader's address (inter.broker.listener.name)."""
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
     """broker → its replicas on a failed log directory (Kafka's replicasOnOfflineDirs), learned
     from LeaderAndIsr answers (KAFKA_STORAGE_ERROR); forgotten when the broker re-registers."""

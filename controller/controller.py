@@ -25,6 +25,9 @@ from odradek.common.api_key import ApiKey
 from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.network.socket_server import SocketServer
+from odradek.common.security.channel import ClientSecurity
+from odradek.common.security.listeners import listener_security, outgoing_security
+from odradek.common.security.reload import CertificateWatcher
 from odradek.common.zk_data import ControllerInfo, EndPoint
 from odradek.controller.metrics import ControllerStats, request_event_name
 
@@ -156,6 +159,9 @@ class KafkaController:
         self._suspended_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.listener: SocketServer | None = None
+        self.cert_watcher = CertificateWatcher()
+        """Reloads the TLS certificates of the listener and of the channels to brokers."""
+        self._broker_security: dict[str, ClientSecurity] = {}
         self._listener_endpoint: EndPoint | None = None
         """Published in /controller: where brokers find the active controller's listener."""
         self._inflight: set[asyncio.Future[object]] = set()
@@ -191,11 +197,23 @@ class KafkaController:
         ep = controller_endpoint(self.config)
         if ep is None or self.listener is not None:
             return self._listener_endpoint
-        self.listener = SocketServer(ep.host, ep.port, ControllerApis(self).handle, MAX_REQUEST_BYTES)
+        security = listener_security(self.config, ep.listener, self.cert_watcher)
+        self.listener = SocketServer(ep.host, ep.port, ControllerApis(self).handle, MAX_REQUEST_BYTES,
+                                     listener=ep.listener, security=security)
         port = await self.listener.start()
-        self._listener_endpoint = EndPoint(ep.host, port, ep.listener)
+        self.cert_watcher.start()
+        self._listener_endpoint = EndPoint(ep.host, port, ep.listener, security.security_protocol)
         log.info("controller %d: listening on %s", self.controller_id, self._listener_endpoint.url())
         return self._listener_endpoint
+
+    def _security_to_brokers(self, security_protocol: str) -> ClientSecurity:
+        """How to reach a broker's control-plane listener (its protocol from the broker's
+        registration), with this controller's settings for that listener name."""
+        security = self._broker_security.get(security_protocol)
+        if security is None:
+            security = self._broker_security[security_protocol] = outgoing_security(
+                self.config, self.config.control_plane_listener_name, security_protocol, self.cert_watcher)
+        return security
 
     async def submit(self, api_key: int, payload: object) -> object:
         """A broker's request, decided by the active controller's event loop; None when this
@@ -223,6 +241,7 @@ class KafkaController:
             await self.start_listener()
             await self._run_sessions()
         finally:
+            await self.cert_watcher.stop()
             if self.listener is not None:
                 await self.listener.stop()
                 self.listener = None
@@ -388,6 +407,7 @@ class KafkaController:
         self.stats.controller_elections += 1
         self.channels = ControllerChannelManager(
             self.controller_id, listener=self.config.control_plane_listener_name, request_timeout=self.request_timeout,
+            security_for=self._security_to_brokers,
             gate=self._connected,
             on_response=lambda b, request, response: self._on_channel_response(gen, b, request, response),
         )
@@ -423,6 +443,7 @@ class KafkaController:
             deletions_watch=self._watch(gen, TopicDeletion()), topic_watch=self._topic_watch(gen),
         )
         ctx.unclean_leader_election = self.config.unclean_leader_election_enable
+        ctx.inter_broker_listener = self.config.inter_broker_listener_name
         self.context = ctx
         self._active_channels().update_brokers(ctx.live_brokers)
         await self._execute(zk, sm.on_controller_failover)

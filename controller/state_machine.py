@@ -262,7 +262,7 @@ class RequestBatch:
                 leaders.add(state.leader)
         live_leaders = []
         for leader in sorted(leaders):
-            ep = self.live[leader].endpoint("PLAINTEXT")
+            ep = self.live[leader].endpoint(self.ctx.inter_broker_listener)
             live_leaders.append(m.LeaderAndIsrLiveLeader(broker_id=i32(leader), host_name=ep.host, port=i32(ep.port)))
         return m.LeaderAndIsrRequest(
             controller_id=i32(self.ctx.controller_id), controller_epoch=i32(self.ctx.epoch),

@@ -22,7 +22,9 @@ from kazoo.exceptions import NoNodeError
 from odradek.common import process_logging, zk_data
 from odradek.common.config import CONTROLLER_ID_BASE, load_properties
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity, client_security_from_properties
 from odradek.common.zk_connect import ensure_chroot, new_client
+from odradek.dev.security import ClusterSecurity
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 
 DEFAULT_CHROOT = "/odradek"
@@ -155,7 +157,8 @@ class ManagedProcess:
         return "\n".join(out)
 
 
-def metadata_brokers(port: int, timeout: float = 2.0, host: str = "127.0.0.1") -> set[int]:
+def metadata_brokers(port: int, timeout: float = 2.0, host: str = "127.0.0.1",
+                     security: ClientSecurity = PLAINTEXT) -> set[int]:
     """The broker ids that the broker on `port` lists in its Metadata answer. Registration alone
     is not readiness: until the controller's first UpdateMetadata reaches it, a broker answers
     with no brokers and no controller, and clients (librdkafka's admin client) wait for one."""
@@ -163,7 +166,7 @@ def metadata_brokers(port: int, timeout: float = 2.0, host: str = "127.0.0.1") -
 
     async def ask() -> set[int]:
         client = NetworkClient(host, port, client_id="odradek-dev", connect_attempts=1,
-                               connect_timeout=timeout)
+                               connect_timeout=timeout, security=security)
         try:
             response = await client.send(MetadataRequest(topics=(), allow_auto_topic_creation=False,
                                                          include_topic_authorized_operations=False),
@@ -190,6 +193,13 @@ class LocalCluster:
     `hosts` places processes in network namespaces (fault tests, dev/netns.py): process name
     ("zookeeper", "broker-0", "controller-1") → (netns, address it listens on); the others run
     on 127.0.0.1 in the caller's namespace.
+
+    `security` (dev/security.ClusterSecurity) puts every path on TLS: brokers listen on CLIENT
+    (`broker_ports`), INTERNAL (replication) and CONTROLLER, the controllers on CONTROLLER, each
+    with its own certificate from the cluster's CA; there is no plaintext listener. `client_security`
+    is how this class's own requests (readiness) and tests reach the CLIENT listener.
+    `advertised_host` is the host brokers advertise for their client listener (`localhost` for
+    client test suites).
     """
 
     def __init__(
@@ -207,8 +217,16 @@ class LocalCluster:
         log_settings: LogSettings | None = None,
         hosts: dict[str, tuple[str, str]] | None = None,
         metrics: bool = False,
+        security: ClusterSecurity | None = None,
+        advertised_host: str | None = None,
     ):
         self.hosts = dict(hosts or {})
+        self.advertised_host = advertised_host
+        self.security = security
+        if security is not None:
+            if advertised_host and advertised_host not in security.hosts:
+                security.hosts = (*security.hosts, advertised_host)
+            security.prepare(brokers, controllers)
         self.metrics = metrics
         self.metrics_urls: dict[str, str] = {}
         """Process name → its Prometheus endpoint (with `metrics`: each process on a free port)."""
@@ -240,7 +258,25 @@ class LocalCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"{self.broker_host(i)}:{p}" for i, p in enumerate(self.broker_ports))
+        return ",".join(f"{self.advertised_host or self.broker_host(i)}:{p}" for i, p in enumerate(self.broker_ports))
+
+    @property
+    def client_listener(self) -> str:
+        return "CLIENT" if self.security is not None else "PLAINTEXT"
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """Kafka client properties for the client listener (security.protocol, ssl.ca.location, ...)."""
+        return self.security.client_properties() if self.security is not None else {}
+
+    @property
+    def client_security(self) -> ClientSecurity:
+        """How a NetworkClient reaches the client listener."""
+        if self.security is None:
+            return PLAINTEXT
+        if getattr(self, "_client_security", None) is None:
+            self._client_security = client_security_from_properties(self.client_properties, "odradek dev")
+        return self._client_security
 
     def broker_host(self, i: int) -> str:
         """The address broker `i` listens on."""
@@ -248,14 +284,23 @@ class LocalCluster:
 
     def _broker_process(self, i: int) -> ManagedProcess:
         netns, host = self.hosts.get(f"broker-{i}", (None, "127.0.0.1"))
+        # the control plane (and, secure, replication) on ports of their own, fixed for the
+        # process's life: a restart that registered other endpoints would not be recognised as
+        # this broker's leftover
+        client = self.client_listener
+        others = ("INTERNAL", "CONTROLLER") if self.security is not None else ("CONTROLLER",)
+        ports = {client: self.broker_ports[i], **{name: free_port() for name in others}}
         overrides = {
             "broker.id": str(i),
             "zookeeper.connect": self.zookeeper_connect,
-            # the control plane on a port of its own, fixed for the process's life: a restart
-            # that registered other endpoints would not be recognised as this broker's leftover
-            "listeners": f"PLAINTEXT://{host}:{self.broker_ports[i]},CONTROLLER://{host}:{free_port()}",
+            "listeners": ",".join(f"{name}://{host}:{port}" for name, port in ports.items()),
             "log.dirs": str(self.data_dir / f"broker-{i}"),
         }
+        if self.advertised_host:
+            overrides["advertised.listeners"] = ",".join(
+                f"{name}://{self.advertised_host if name == client else host}:{port}" for name, port in ports.items())
+        if self.security is not None:
+            overrides.update(self.security.broker_overrides(i))
         self._metrics_port(f"broker-{i}", host, overrides)
         overrides.update(self._broker_overrides)
         return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log", self.log_settings,
@@ -268,8 +313,10 @@ class LocalCluster:
         overrides = {
             "controller.id": str(CONTROLLER_ID_BASE + j),
             "zookeeper.connect": self.zookeeper_connect,
-            "listeners": f"PLAINTEXT://{host}:{free_port()}",
+            "listeners": f"{'CONTROLLER' if self.security is not None else 'PLAINTEXT'}://{host}:{free_port()}",
         }
+        if self.security is not None:
+            overrides.update(self.security.controller_overrides(j))
         self._metrics_port(f"controller-{j}", host, overrides)
         overrides.update(self._controller_overrides)
         return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log",
@@ -388,7 +435,8 @@ class LocalCluster:
                 missing = wanted - self.registered_brokers(zk)
                 unaware = [] if controller is None or missing else [
                     i for i in sorted(wanted)
-                    if not metadata_brokers(self.broker_ports[i], host=self.broker_host(i)) >= wanted]
+                    if not metadata_brokers(self.broker_ports[i], host=self.broker_host(i),
+                                            security=self.client_security) >= wanted]
                 if controller is not None and not missing and not unaware:
                     return
                 if time.monotonic() > deadline:
@@ -487,6 +535,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=9092, help="broker i listens on PORT+i")
     parser.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper client port (0: a free one)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to come up")
+    parser.add_argument("--security", action="store_true",
+                        help="TLS on every path (a generated CA in DATA_DIR/security); prints client.config=PATH")
+    parser.add_argument("--advertised-host", default=None, metavar="HOST",
+                        help="the host brokers advertise to clients (e.g. localhost); they still listen on 127.0.0.1")
     parser.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
                         help="extra broker configuration (repeatable)")
     parser.add_argument("--controller-override", action="append", default=[], metavar="KEY=VALUE",
@@ -532,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         controller_overrides=_pairs(args.controller_override),
         log_settings=LogSettings(args.log_level, args.log_file_max_bytes, args.log_file_backups),
         metrics=True,
+        security=ClusterSecurity(Path(args.data_dir).absolute() / "security") if args.security else None,
+        advertised_host=args.advertised_host,
     )
     log = lambda msg: print(f"odradek dev: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     try:
@@ -542,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         log(f"ZooKeeper {cluster.zookeeper_connect}; logs in {cluster.log_dir}; Ctrl-C stops")
         print(f"bootstrap.servers={cluster.bootstrap}", flush=True)
+        if cluster.security is not None:
+            print(f"client.config={cluster.security.client_config_path}", flush=True)
         for name, url in cluster.metrics_urls.items():
             print(f"metrics {name} {url}", flush=True)
         reported: set[str] = set()

@@ -107,8 +107,9 @@ class GroupApis:
 
     def find_coordinator(self, key: str, key_type: int, context: RequestContext | None = None
                          ) -> tuple[ErrorCode, str | None, int, str, int]:
-        """(error, error message, node, host, port) of the coordinator of `key`; Kafka asks for
-        DESCRIBE on the group or the transactional id first."""
+        """(error, error message, node, host, port) of the coordinator of `key`, its address on
+        the client's listener; Kafka asks for DESCRIBE on the group or the transactional id first."""
+        listener = context.listener if context is not None else "PLAINTEXT"
         if context is not None and key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             rt = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
             if not self.authorizer.authorize(context, AclOperation.DESCRIBE, rt, key or ""):
@@ -118,7 +119,7 @@ class GroupApis:
         if key_type == KEY_TYPE_TRANSACTION:
             if self.find_transaction_coordinator is None:
                 return ErrorCode.coordinator_not_available, None, -1, "", -1
-            code, node, host, port = self.find_transaction_coordinator(key)
+            code, node, host, port = self.find_transaction_coordinator(key, listener)
             return code, None, node, host, port
         if key_type != KEY_TYPE_GROUP:
             return ErrorCode.invalid_request, f"Unknown coordinator type {key_type}", -1, "", -1
@@ -128,7 +129,7 @@ class GroupApis:
             self._ensure_offsets_topic()
             return ErrorCode.coordinator_not_available, None, -1, "", -1
         p = self.coordinator.manager.partition_for(key)
-        endpoint = self.metadata_cache.leader_endpoint(GROUP_METADATA_TOPIC_NAME, p)
+        endpoint = self.metadata_cache.leader_endpoint(GROUP_METADATA_TOPIC_NAME, p, listener)
         if endpoint is None:
             return ErrorCode.coordinator_not_available, None, -1, "", -1
         node, host, port = endpoint

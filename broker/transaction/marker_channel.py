@@ -19,6 +19,7 @@ from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableT
 from kio.static.primitive import i16, i32
 
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT
 
 from .marker_writer import MarkerWriter, TxnMarker
 
@@ -43,13 +44,18 @@ class TransactionMarkerChannel:
         self.request_timeout_s = request_timeout_ms / 1000
         self._clients: dict[int, NetworkClient] = {}
         self._closed = False
+        self.listener = "PLAINTEXT"
+        """The inter-broker listener: markers go to each leader's endpoint on it (set by the server)."""
+        self.security = PLAINTEXT
+        """How to connect to that listener (common/security/channel.ClientSecurity)."""
 
     def _client(self, broker_id: int, host: str, port: int) -> NetworkClient:
         client = self._clients.get(broker_id)
         if client is None or (client.host, client.port) != (host, port):
             if client is not None:
                 client.disconnect()  # the broker moved: nothing more goes to its old address
-            client = self._clients[broker_id] = NetworkClient(host, port, client_id=f"txn-markers-{self.broker_id}")
+            client = self._clients[broker_id] = NetworkClient(host, port, client_id=f"txn-markers-{self.broker_id}",
+                                                                security=self.security)
         return client
 
     async def send(self, marker: TxnMarker, still_valid) -> None:
@@ -66,7 +72,7 @@ class TransactionMarkerChannel:
                     log.info("topic %s is gone: no marker for %s-%d", topic, topic, partition)
                     pending.discard((topic, partition))
                     continue
-                endpoint = self.metadata_cache.leader_endpoint(topic, partition)
+                endpoint = self.metadata_cache.leader_endpoint(topic, partition, self.listener)
                 if endpoint is not None:
                     by_leader.setdefault(endpoint, []).append((topic, partition))
             if by_leader:

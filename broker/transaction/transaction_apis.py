@@ -102,15 +102,15 @@ class TransactionApis:
 
         self._creating = asyncio.get_running_loop().create_task(create())
 
-    def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str, int]:
-        """The leader of the id's `__transaction_state` partition."""
+    def find_coordinator(self, transactional_id: str, listener: str = "PLAINTEXT") -> tuple[ErrorCode, int, str, int]:
+        """The leader of the id's `__transaction_state` partition (its address on `listener`)."""
         if not transactional_id:
             return ErrorCode.invalid_request, -1, "", -1
         if not self.metadata_cache.contains(TRANSACTION_STATE_TOPIC_NAME):
             self._ensure_topic()
             return ErrorCode.coordinator_not_available, -1, "", -1
         endpoint = self.metadata_cache.leader_endpoint(TRANSACTION_STATE_TOPIC_NAME,
-                                                       self.coordinator.state.partition_for(transactional_id))
+                                                       self.coordinator.state.partition_for(transactional_id), listener)
         if endpoint is None:
             return ErrorCode.coordinator_not_available, -1, "", -1
         node, host, port = endpoint

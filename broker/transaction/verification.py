@@ -25,6 +25,7 @@ from kio.static.primitive import i16, i32
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK
 from odradek.broker.log.record_batch import HEADER
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT
 
 from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 
@@ -60,6 +61,9 @@ class TransactionVerifier:
         self.coordinator = coordinator
         self.timeout_s = timeout_ms / 1000
         self._clients: dict[int, NetworkClient] = {}
+        self.listener = "PLAINTEXT"
+        """The inter-broker listener, where the coordinator is asked (set by the server)."""
+        self.security = PLAINTEXT
 
     def needs_verification(self, key, producer_id: int) -> int | None:
         """The guard (last marker offset, -1 if none) when the producer has no transaction open
@@ -114,7 +118,7 @@ class TransactionVerifier:
         if not count:
             return {}
         endpoint = self.metadata_cache.leader_endpoint(TRANSACTION_STATE_TOPIC_NAME,
-                                                       partition_for(transactional_id, count))
+                                                       partition_for(transactional_id, count), self.listener)
         if endpoint is None:
             return {}
         broker_id, host, port = endpoint
@@ -130,7 +134,8 @@ class TransactionVerifier:
                                            for t, ps in by_topic.items())),))
         client = self._clients.get(broker_id)
         if client is None or (client.host, client.port) != (host, port):
-            client = self._clients[broker_id] = NetworkClient(host, port, client_id=f"txn-verify-{self.broker_id}")
+            client = self._clients[broker_id] = NetworkClient(host, port, client_id=f"txn-verify-{self.broker_id}",
+                                                                security=self.security)
         try:
             response = await client.send(request, self.timeout_s)
         except (ConnectionError, TimeoutError, OSError) as e:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from odradek.common import wire
 from odradek.common.network.framing import FrameDecoder, FrameSizeError
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +28,7 @@ RECV_BUFFER = 64 * 1024
 class _Pending:
     __slots__ = ("future", "schema")
 
-    def __init__(self, schema: type | None, future: asyncio.Future):
+    def __init__(self, schema: type | None, future: asyncio.Future[Any]):
         self.schema = schema
         """The request's kio class, whose response is decoded; None: the caller decodes (`send_frame`)."""
         self.future = future
@@ -41,15 +44,16 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def __init__(self, owner: NetworkClient):
         self.owner = owner
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None
+        """asyncio.Transport (the TLS one on SSL and SASL_SSL)."""
         self.decoder = FrameDecoder(MAX_RESPONSE_BYTES, min_size=4, recv_buffer=RECV_BUFFER, trust_sizes=True)
         self.pending: dict[int, _Pending] = {}
-        self.closed = asyncio.get_running_loop().create_future()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def connection_made(self, transport):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
 
-    def get_buffer(self, sizehint: int):
+    def get_buffer(self, sizehint: int) -> memoryview:
         return self.decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -61,11 +65,11 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         for frame in frames:
             self._complete(frame)
 
-    def keep_spare(self, buffer) -> None:
+    def keep_spare(self, buffer: Any) -> None:
         """Keep a large frame's buffer for the next one (the larger of it and the current spare)."""
         self.decoder.recycle(buffer)
 
-    def _complete(self, frame: bytes | memoryview):
+    def _complete(self, frame: bytes | memoryview) -> None:
         """`frame` is bytes, or a view of a large buffer that goes back to `spare` unless the
         caller decodes it itself (`send_frame`) and recycles it when done."""
         (correlation_id,) = wire.SIZE.unpack_from(frame, 0)
@@ -89,18 +93,18 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             return
         pending.future.set_result(payload)
 
-    def _abort(self, exc: Exception):
+    def _abort(self, exc: Exception) -> None:
         self._fail_all(exc)
         if self.transport is not None:
             self.transport.abort()
 
-    def _fail_all(self, exc: Exception):
+    def _fail_all(self, exc: Exception) -> None:
         pending, self.pending = self.pending, {}
         for p in pending.values():
             if not p.future.done():
                 p.future.set_exception(exc)
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(ConnectionError(f"connection lost: {exc or 'closed'}"))
         if not self.closed.done():
             self.closed.set_result(None)
@@ -123,7 +127,10 @@ class NetworkClient:
         connect_attempts: int = 3,
         backoff_ms: int = 50,
         backoff_max_ms: int = 1000,
+        security: ClientSecurity = PLAINTEXT,
     ):
+        self.security = security
+        """The security protocol and its TLS context and SASL step (common/security/channel)."""
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -136,7 +143,7 @@ class NetworkClient:
         self._correlation = itertools.count(1)
         self._closed = False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"NetworkClient({self.host}:{self.port})"
 
     @property
@@ -157,15 +164,26 @@ class NetworkClient:
                 if attempt:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, self.backoff_max_ms / 1000)
+                context = self.security.ssl_context()
+                tls: dict[str, Any] = {} if context is None else {
+                    "ssl": context, "server_hostname": self.host,
+                    "ssl_handshake_timeout": self.connect_timeout}
                 try:
                     _, protocol = await asyncio.wait_for(
-                        loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port),
+                        loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port, **tls),
                         self.connect_timeout,
                     )
-                except (TimeoutError, OSError) as e:
+                except (TimeoutError, OSError) as e:  # ssl.SSLError (an untrusted server) is an OSError
                     last = e
                     continue
                 self._protocol = protocol
+                if self.security.authenticate is not None:
+                    try:
+                        await self.security.authenticate(self)
+                    except BaseException:
+                        self._protocol = None
+                        protocol._abort(ConnectionError("authentication failed"))
+                        raise
                 return
             raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {last}")
 
@@ -175,7 +193,7 @@ class NetworkClient:
             self._correlation = itertools.count(1)
         return cid
 
-    async def send(self, payload: object, timeout: float = 30.0, *, expect_response: bool = True):
+    async def send(self, payload: object, timeout: float = 30.0, *, expect_response: bool = True) -> Any:
         """Send one request and return its decoded response payload.
 
         Raises ConnectionError when the connection fails or closes, TimeoutError after `timeout`
@@ -187,7 +205,7 @@ class NetworkClient:
             type(payload), timeout, expect_response,
         )
 
-    async def send_frame(self, encode, what: str, timeout: float = 30.0) -> memoryview | bytes:
+    async def send_frame(self, encode: Callable[[int], bytes], what: str, timeout: float = 30.0) -> Any:
         """Send a request frame the caller encodes (`encode(correlation_id) -> bytes`, size
         prefix included) and return the response frame body undecoded, from its correlation id
         on. A memoryview answer is a view of a reused buffer: pass it to `recycle` when done."""
@@ -201,14 +219,17 @@ class NetworkClient:
             frame.release()
             protocol.keep_spare(buffer)
 
-    async def _send(self, encode, schema: type | None, timeout: float, expect_response: bool, what: str = ""):
-        what = what or schema.__name__
+    async def _send(self, encode: Callable[[int], bytes], schema: type | None, timeout: float,
+                    expect_response: bool, what: str = "") -> Any:
+        what = what or (schema.__name__ if schema is not None else "request")
         if not self.connected:
             await self.connect()
         protocol = self._protocol
+        if protocol is None:
+            raise ConnectionError(f"{self}: not connected")
         correlation_id = self._next_correlation_id()
         frame = encode(correlation_id)
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if expect_response:
             protocol.pending[correlation_id] = _Pending(schema, future)
         protocol.transport.write(frame)

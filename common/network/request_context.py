@@ -1,8 +1,10 @@
 """RequestContext: who sent a request and where (Kafka's RequestContext), handed to every handler.
 
 Handlers need more than the request: the header (version, client id, correlation id), the client's
-address (JoinGroup reports it as the member's client host), the listener it arrived on and the
-principal (always User:ANONYMOUS until authentication exists).
+address (JoinGroup reports it as the member's client host), the listener it arrived on, its
+security protocol and the principal (`User:ANONYMOUS` on PLAINTEXT; the mapped certificate subject
+on TLS with a client certificate; the SASL user once authenticated), printed as Kafka prints a
+KafkaPrincipal.
 """
 
 from collections.abc import Awaitable, Callable
@@ -23,6 +25,7 @@ class RequestContext:
     """The client's address as Kafka prints it: "/" + IP."""
     listener: str = DEFAULT_LISTENER
     principal: str = ANONYMOUS
+    security_protocol: str = "PLAINTEXT"
 
     @property
     def api_version(self) -> int:

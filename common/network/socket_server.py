@@ -25,19 +25,35 @@ A response is a list of chunks: bytes, written as they are, and file regions (`.
 `.position`, `.size`), sent with sendfile so record data never enters Python. Writes bypass the
 transport while it has nothing buffered (one writev per run of bytes, os.sendfile per large
 region): loop.sendfile pauses reading, waits for a drain and resumes around every call.
+
+TLS (listeners whose security protocol is SSL or SASL_SSL, common/security): the connection is
+accepted in plain TCP and wrapped with `loop.start_tls`, using the listener's SSLContext of the
+moment (a reloaded certificate serves new connections; open ones keep theirs), the handshake
+bounded by a timeout. A handshake that fails (a plaintext client, garbage, an untrusted or expired
+client certificate) closes the connection with one rate-limited log line. The connection's
+principal is then the mapped subject of the client's certificate (ANONYMOUS without one); SASL
+replaces it after authentication (`principal` is settable). On TLS nothing bypasses the transport:
+file regions are read in bounded chunks (TLS_CHUNK) and written through it, never a whole segment
+in memory; plaintext keeps sendfile.
 """
+
+from __future__ import annotations
 
 import asyncio
 import collections
 import logging
 import os
 import socket
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import IO, Any, Protocol, cast
 
 from odradek.common.api_key import ApiKey
 from odradek.common.network.framing import FrameDecoder, FrameSizeError
+from odradek.common.security.channel import PLAINTEXT_LISTENER, ListenerSecurity
+from odradek.common.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, principal_from_certificate
 
 from .pipeline import RequestPipeline
 
@@ -57,13 +73,35 @@ pipeline carries more batches per round trip. bench/replication.py-style runs, R
 4 → 0.54M rec/s, 16 → 0.74M, 32 → 0.89M, 64 → 0.81M (2M records, alternated on one machine)."""
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 """Most buffers one writev takes; a longer gather is joined first."""
+TLS_CHUNK = 256 * 1024
+"""On TLS, file regions are read and written in pieces of this size (the transport's write
+buffer bounds how many wait)."""
+_TLS_RECORD = 0x16
+"""A TLS handshake record's first byte: a size prefix starting with it is a TLS client on a plaintext listener."""
+
+
+class FileRegion(Protocol):
+    """A part of a file to send (a log segment's record batches)."""
+
+    @property
+    def file(self) -> Any: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+
+Chunk = bytes | bytearray | memoryview | FileRegion
+"""A piece of a response: bytes, or a file region (sent with sendfile on plaintext)."""
 
 
 class CloseConnection(Exception):
     """Raised by a handler: close this connection without answering (Kafka's answer to some input)."""
 
 
-Handler = Callable[[memoryview, "KafkaConnection"], Awaitable[list | None]]
+Handler = Callable[[Any, "KafkaConnection"], Awaitable[list[Any] | None]]
+"""(frame body, connection) → the response's chunks, or None for no answer."""
+
 
 
 class RateLimitedLog:
@@ -73,9 +111,9 @@ class RateLimitedLog:
         self._log = logger
         self._interval = interval_s
         self._last: dict[str, float] = {}
-        self._skipped: collections.Counter = collections.Counter()
+        self._skipped: collections.Counter[str] = collections.Counter()
 
-    def warning(self, kind: str, msg: str, *args, exc_info=None) -> None:
+    def warning(self, kind: str, msg: str, *args: object, exc_info: Any = None) -> None:
         now = time.monotonic()
         last = self._last.get(kind)
         if last is not None and now - last < self._interval:
@@ -113,32 +151,38 @@ class _PositionalFile:
     def tell(self) -> int:
         return self._pos
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Any) -> int:
         n = os.preadv(self._fd, [buf], self._pos)
         self._pos += n
         return n
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: "SocketServer"):
+    def __init__(self, server: SocketServer):
         self.server = server
         self.loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.peer = None
+        self.transport: Any = None
+        """The connection's transport (asyncio.Transport; the TLS one once the handshake is done)."""
+        self.peer: Any = None
+        self.listener = server.listener
+        self.security_protocol = server.security.security_protocol
+        self.principal: KafkaPrincipal = ANONYMOUS
+        """Who the peer is: ANONYMOUS, the mapped certificate subject (mTLS), or the SASL user (set
+        by the authenticator once it succeeds)."""
         self._fd = -1
-        """The socket's descriptor, for writes that bypass the transport while it is idle."""
+        """The socket's descriptor, for writes that bypass the transport while it is idle (plaintext only)."""
         self._decoder = FrameDecoder(server.max_request_bytes)
-        self._frames: collections.deque = collections.deque()
+        self._frames: collections.deque[bytes | memoryview] = collections.deque()
         self._queued = 0
         self._held = 0
         """Bytes this connection holds (queued frames + the frame being received), as counted
         in the server's total."""
         self._reading_paused = False
         self._closed = False
-        self._wake: asyncio.Future | None = None
-        self._can_write: asyncio.Future | None = None
-        self._task: asyncio.Task | None = None
-        self._pipeline: RequestPipeline[asyncio.Task] = RequestPipeline(MAX_IN_FLIGHT)
+        self._wake: asyncio.Future[None] | None = None
+        self._can_write: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pipeline: RequestPipeline[asyncio.Task[list[Any] | None]] = RequestPipeline(MAX_IN_FLIGHT)
         self._pipelined = server.pipelined_apis
         self._busy = False
         """A barrier request is being handled (the connection is not idle)."""
@@ -146,29 +190,82 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # --- asyncio callbacks --------------------------------------------------------------------
 
-    def connection_made(self, transport):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.transport is not None:
+            return  # the TLS transport after start_tls: set by _handshake
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
         refusal = self.server.admit(self)
         if refusal is not None:
             self.server.bad_input.warning("limit", "closing connection from %s: %s", self.peer, refusal)
             self._closed = True
-            transport.abort()
+            cast(asyncio.Transport, transport).abort()
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            self._fd = sock.fileno()
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
             except OSError:
                 pass
-        transport.set_write_buffer_limits(high=SOCKET_BUFFER_BYTES)
         self.server.add(self)
+        if self.server.security.tls:
+            assert isinstance(transport, asyncio.ReadTransport)
+            transport.pause_reading()  # nothing is read until the TLS layer takes the socket
+            self._task = self.loop.create_task(self._handshake(transport))
+            return
+        if sock is not None:
+            self._fd = sock.fileno()
+        self.transport.set_write_buffer_limits(high=SOCKET_BUFFER_BYTES)
         self._task = self.loop.create_task(self._run())
 
-    def get_buffer(self, sizehint: int):
+    async def _handshake(self, transport: asyncio.BaseTransport) -> None:
+        """Wraps the connection in TLS, then serves it; a failed handshake closes it."""
+        security = self.server.security
+        assert security.ssl_context is not None
+        try:
+            tls_transport = await self.loop.start_tls(
+                transport, self, security.ssl_context(), server_side=True,  # type: ignore[arg-type]
+                ssl_handshake_timeout=security.handshake_timeout_s,
+            )
+            if tls_transport is None:
+                raise ConnectionError("closed during the TLS handshake")
+        except asyncio.CancelledError:
+            self._abandon(transport)
+            raise
+        except (OSError, ConnectionError, TimeoutError, RuntimeError, ValueError) as e:
+            self.server.bad_input.warning(
+                "tls-handshake", "closing connection from %s on %s listener %s: TLS handshake failed: %s",
+                self.peer, self.security_protocol, self.listener, _handshake_failure(e))
+            self._abandon(transport)
+            return
+        self.transport = tls_transport
+        tls_transport.set_write_buffer_limits(high=SOCKET_BUFFER_BYTES)
+        if self._closed:  # closed (server stopping) while the handshake ran
+            tls_transport.abort()
+            return
+        ssl_object = tls_transport.get_extra_info("ssl_object")
+        mapper = security.principal_mapper
+        if ssl_object is not None and mapper is not None:
+            try:
+                self.principal = principal_from_certificate(ssl_object.getpeercert(binary_form=True), mapper)
+            except (NoMatchingRule, ValueError) as e:
+                self.server.bad_input.warning(
+                    "tls-principal", "closing connection from %s on listener %s: no principal for its certificate: %s",
+                    self.peer, self.listener, e)
+                self.close()
+                return
+        self.last_active = time.monotonic()
+        await self._run()
+
+    def _abandon(self, transport: asyncio.BaseTransport) -> None:
+        """A connection that never got past its handshake: gone, and no longer counted."""
+        self._closed = True
+        cast(asyncio.Transport, transport).abort()
+        self.server.discard(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
         return self._decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -176,9 +273,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             frames = self._decoder.buffer_updated(nbytes)
         except FrameSizeError as e:
+            hint = (" (a TLS client on a plaintext listener?)"
+                    if (e.size >> 24) == _TLS_RECORD and not self.server.security.tls else "")
             self.server.bad_input.warning(
-                "size", "closing connection from %s: request size %d outside [0, %d] (socket.request.max.bytes)",
-                self.peer, e.size, self.server.max_request_bytes,
+                "size", "closing connection from %s: request size %d outside [0, %d] (socket.request.max.bytes)%s",
+                self.peer, e.size, self.server.max_request_bytes, hint,
             )
             self.close()
             return
@@ -211,7 +310,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return (now - self.last_active > idle_s and not self._frames and not len(self._pipeline)
                 and not self._busy)
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.server.discard(self)
         self._account()
@@ -221,11 +320,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
-    def pause_writing(self):
+    def pause_writing(self) -> None:
         if self._can_write is None or self._can_write.done():
             self._can_write = self.loop.create_future()
 
-    def resume_writing(self):
+    def resume_writing(self) -> None:
         if self._can_write is not None and not self._can_write.done():
             self._can_write.set_result(None)
 
@@ -235,10 +334,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # --- request processing -------------------------------------------------------------------
 
-    def _is_pipelined(self, frame) -> bool:
+    def _is_pipelined(self, frame: bytes | memoryview) -> bool:
         return len(frame) >= 2 and (frame[0] << 8 | frame[1]) in self._pipelined
 
-    def _on_inflight_done(self, task: asyncio.Task) -> None:
+    def _on_inflight_done(self, task: asyncio.Task[list[Any] | None]) -> None:
         self._pipeline.finish(task)
         self._wakeup()
 
@@ -264,7 +363,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._account()
                 self.server.resume_paused()
                 if self._is_pipelined(frame):
-                    task = self.loop.create_task(self.server.handler(frame, self))
+                    task = asyncio.ensure_future(self.server.handler(frame, self), loop=self.loop)
                     pipeline.start(task, pipelined=True)
                     task.add_done_callback(self._on_inflight_done)
                     continue
@@ -296,15 +395,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 elif not task.cancelled():
                     task.exception()  # retrieved: an abandoned request's failure is not news
 
-    async def _send_done(self, done: list[asyncio.Task]) -> None:
+    async def _send_done(self, done: list[asyncio.Task[list[Any] | None]]) -> None:
         """Answers finished requests (in request order) with one write.
 
         Pipelined Produce requests finish together (one high-watermark move releases many), and a
         send per answer would cost a syscall here and a wakeup of the client each. A request that
         failed (CloseConnection, ...) ends the batch: the answers before it still go out first.
         """
-        chunks: list = []
-        failure = None
+        chunks: list[Any] = []
+        failure: BaseException | None = None
         for task in done:
             try:
                 response = task.result()
@@ -319,7 +418,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if failure is not None:
             raise failure
 
-    async def _send(self, chunks: list) -> None:
+    async def _send(self, chunks: Sequence[Any]) -> None:
         """Writes one or more whole responses, in order, before anything else is written.
 
         Consecutive bytes (and small file regions, read with pread) are gathered into one writev;
@@ -329,7 +428,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         back-pressure. (TCP_CORK around a response's pieces was tried: two more syscalls per
         response, no saving at the reader.)
         """
-        out: list = []
+        out: list[bytes | bytearray | memoryview] = []
         for chunk in chunks:
             if self._closed:
                 return
@@ -349,18 +448,34 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if out:
                 self._write(out)
                 out = []
-            await self._sendfile(fd, chunk.position, size)
+            if self._fd < 0:  # TLS: through the transport, in bounded pieces
+                await self._stream(fd, chunk.position, size)
+            else:
+                await self._sendfile(fd, chunk.position, size)
         if out and not self._closed:
             self._write(out)
         if self._can_write is not None and not self._can_write.done():
             await self._can_write
+
+    async def _stream(self, fd: int, position: int, size: int) -> None:
+        """Sends a file region through the transport (TLS): TLS_CHUNK bytes at a time, waiting
+        while the transport's buffer is full, so at most a few chunks are in memory."""
+        sent = 0
+        while sent < size and not self._closed:
+            data = os.pread(fd, min(TLS_CHUNK, size - sent), position + sent)
+            if not data:
+                raise OSError(f"short read of a log segment: {sent} of {size} bytes")
+            self.transport.write(data)
+            sent += len(data)
+            if self._can_write is not None and not self._can_write.done():
+                await self._can_write
 
     def _direct(self) -> bool:
         """True if bytes may go straight to the socket: the transport holds none still to send."""
         transport = self.transport
         return self._fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing()
 
-    def _write(self, out: list) -> None:
+    def _write(self, out: list[bytes | bytearray | memoryview]) -> None:
         """Writes bytes-like `out` in order: one writev when the socket takes it all."""
         sent = 0
         if self._direct():
@@ -374,6 +489,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 pass
             if sent == sum(map(len, out)):
                 return
+        if not sent and self._fd < 0 and len(out) > 1:
+            self.transport.writelines(out)
+            return
         rest = b"".join(out)
         self.transport.write(memoryview(rest)[sent:] if sent else rest)
 
@@ -391,7 +509,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 sent += n
         if sent < size:
             n = await self.loop.sendfile(
-                self.transport, _PositionalFile(fd), position + sent, size - sent, fallback=True
+                self.transport, cast(IO[bytes], _PositionalFile(fd)), position + sent, size - sent, fallback=True
             )
             if n != size - sent:
                 raise OSError(f"sendfile sent {sent + n} of {size} bytes")
@@ -420,7 +538,11 @@ class SocketServer:
 
     def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int,
                  pipelined_apis: frozenset[int] = frozenset({ApiKey.PRODUCE}), *, listener: str = "PLAINTEXT",
-                 limits: ConnectionLimits = ConnectionLimits()):
+                 limits: ConnectionLimits = ConnectionLimits(), security: ListenerSecurity = PLAINTEXT_LISTENER):
+        if security.tls and security.ssl_context is None:
+            raise ValueError(f"listener {listener} ({security.security_protocol}) needs a TLS context")
+        self.security = security
+        """The listener's security protocol and, on TLS, its context (see ListenerSecurity)."""
         self.pipelined_apis = pipelined_apis
         """API keys whose handlers may run while earlier ones of the same kind wait (see above):
         their handler must do its ordered work before its first await."""
@@ -432,13 +554,13 @@ class SocketServer:
         self.max_request_bytes = max_request_bytes
         self.limits = limits
         self.connections: set[KafkaConnection] = set()
-        self._per_ip: collections.Counter = collections.Counter()
+        self._per_ip: collections.Counter[str] = collections.Counter()
         self.held_bytes = 0
         """Bytes received and not yet handled, over every connection."""
         self.paused: set[KafkaConnection] = set()
         self.bad_input = RateLimitedLog(log)
-        self._server: asyncio.base_events.Server | None = None
-        self._reaper: asyncio.Task | None = None
+        self._server: asyncio.Server | None = None
+        self._reaper: asyncio.Task[None] | None = None
 
     # --- limits ---------------------------------------------------------------------------------
 
@@ -528,5 +650,17 @@ class SocketServer:
                 log.warning("socket server did not close within 5 s")
 
 
-def _ip(peer) -> str:
-    return peer[0] if isinstance(peer, tuple) and peer else str(peer)
+def _ip(peer: object) -> str:
+    return str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+
+
+def _handshake_failure(e: BaseException) -> str:
+    """Why a handshake failed, in a few words (OpenSSL's reason: WRONG_VERSION_NUMBER for a
+    plaintext client, CERTIFICATE_VERIFY_FAILED, ...; a timeout; a peer that left)."""
+    if isinstance(e, ssl.SSLError):
+        return str(e.reason or e.__class__.__name__)
+    if isinstance(e, ConnectionAbortedError):
+        return "not completed in time" if "taking longer" in str(e) else "aborted"
+    if isinstance(e, TimeoutError):
+        return "not completed in time"
+    return f"{e.__class__.__name__}: {e}" if str(e) else e.__class__.__name__

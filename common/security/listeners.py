@@ -1,0 +1,39 @@
+"""A process's listener and outgoing-connection security from its config (Kafka's ChannelBuilders).
+
+A listener's settings are Kafka's keys read through the listener's prefix
+(`listener.name.<listener>.ssl.keystore.location` over `ssl.keystore.location`); an outgoing
+connection to a listener uses the settings of the same listener name (its trust store to verify
+the server, its key store as the client certificate), as Kafka's inter-broker client does. Every
+TLS context built here is registered with the process's CertificateWatcher, so replaced files
+reach new connections, incoming and outgoing.
+"""
+
+from __future__ import annotations
+
+from odradek.common.config import SecurityConfig
+
+from .channel import ClientSecurity, ListenerSecurity, client_security
+from .principal import SslPrincipalMapper
+from .reload import CertificateWatcher, ReloadingSslContext
+from .ssl_factory import SSL_KEYS, TLS_SECURITY_PROTOCOLS, SslConfig, server_context
+
+
+def listener_security(config: SecurityConfig, listener: str, watcher: CertificateWatcher) -> ListenerSecurity:
+    """The security of the listener named `listener` (its protocol from listener.security.protocol.map)."""
+    protocol = config.security_protocol(listener)
+    if protocol not in TLS_SECURITY_PROTOCOLS:
+        return ListenerSecurity(protocol)
+    ssl_config = SslConfig.from_values(config.listener_values(listener, SSL_KEYS))
+    context = watcher.watch(ReloadingSslContext(ssl_config, server_context, f"listener {listener}"))
+    return ListenerSecurity(protocol, context.current, SslPrincipalMapper(ssl_config.principal_mapping_rules))
+
+
+def outgoing_security(config: SecurityConfig, listener: str, security_protocol: str,
+                      watcher: CertificateWatcher) -> ClientSecurity:
+    """The security of connections this process opens to a peer's `listener` whose protocol is
+    `security_protocol`, with this process's settings for that listener name."""
+    security = client_security(security_protocol, config.listener_values(listener, SSL_KEYS),
+                               f"connections to {listener}")
+    if security.context is not None:
+        watcher.watch(security.context)
+    return security

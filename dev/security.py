@@ -1,0 +1,208 @@
+"""`odradek dev --security`: a cluster CA, certificates for every process, and the settings that
+put every path on TLS (clients, replication, controller traffic), as a real deployment would.
+
+Everything is generated with `cryptography` into `<data dir>/security/` (kept across restarts of
+`odradek dev`: clients keep trusting the same CA). Certificates are valid for 127.0.0.1 and
+localhost (and the advertised host), so clients that verify host names accept them. Listeners:
+
+- CLIENT (the port clients bootstrap from): `client_protocol` (SSL here; SASL_SSL once users exist);
+- INTERNAL: replication and transaction markers, SSL with client certificates required;
+- CONTROLLER: controller requests to brokers, SSL with client certificates required;
+- the controller's own listener: AlterPartition and ControlledShutdown, SSL, client certificates required.
+
+Principals are the certificates' common names (`ssl.principal.mapping.rules`): User:broker-0,
+User:controller-1000, User:client.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+PRINCIPAL_RULES = "RULE:^CN=([^,]+)(,.*)?$/$1/,DEFAULT"
+"""The principal of a certificate is its common name (User:broker-0, User:client)."""
+VALIDITY = datetime.timedelta(days=365)
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _pem_cert(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+@dataclass
+class CertificateAuthority:
+    """A CA that signs the cluster's and clients' certificates."""
+
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    @classmethod
+    def create(cls, name: str = "odradek dev CA") -> CertificateAuthority:
+        key = _key()
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+                .not_valid_after(now + VALIDITY * 5)
+                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                             content_commitment=False, key_encipherment=False,
+                                             data_encipherment=False, key_agreement=False,
+                                             encipher_only=False, decipher_only=False), critical=True)
+                .sign(key, hashes.SHA256()))
+        return cls(key, cert)
+
+    @classmethod
+    def load(cls, cert_path: Path, key_path: Path) -> CertificateAuthority:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        return cls(key, x509.load_pem_x509_certificate(cert_path.read_bytes()))
+
+    def issue(self, common_name: str, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), *,
+              not_before: datetime.datetime | None = None, validity: datetime.timedelta = VALIDITY,
+              organizational_unit: str | None = None) -> tuple[bytes, bytes]:
+        """A new key and certificate (PEM) for `common_name`, valid for `hosts` (IP and DNS SANs)
+        as server and client: (key PEM, certificate PEM)."""
+        key = _key()
+        # most significant first: the subject prints (RFC 2253) as CN=<name>,[OU=<unit>,]O=odradek
+        names = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "odradek")]
+        if organizational_unit:
+            names.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, organizational_unit))
+        names.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+        sans: list[x509.GeneralName] = []
+        for host in hosts:
+            try:
+                sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                sans.append(x509.DNSName(host))
+        start = not_before or datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+        cert = (x509.CertificateBuilder().subject_name(x509.Name(names)).issuer_name(self.cert.subject)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(start).not_valid_after(start + validity)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .sign(self.key, hashes.SHA256()))
+        return _pem_key(key), _pem_cert(cert)
+
+    def write_keystore(self, path: Path, common_name: str, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+                       **kwargs: object) -> Path:
+        """A PEM key store (key, then certificate chain) for `ssl.keystore.location`. Written to a
+        temporary name and renamed, as a Secret update swaps files: a reader never sees half of it."""
+        key, cert = self.issue(common_name, hosts, **kwargs)  # type: ignore[arg-type]
+        tmp = path.with_name(path.name + ".tmp")
+        _write_private(tmp, key + cert + _pem_cert(self.cert))
+        os.replace(tmp, path)
+        return path
+
+
+@dataclass
+class ClusterSecurity:
+    """The TLS material and listener settings of a secure local cluster."""
+
+    directory: Path
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    client_protocol: str = "SSL"
+    """The security protocol of the CLIENT listener."""
+    client_properties_extra: dict[str, str] = field(default_factory=dict)
+    """More client properties (the SASL mechanism and credentials, when the client listener uses SASL)."""
+    broker_overrides_extra: dict[str, str] = field(default_factory=dict)
+    ca: CertificateAuthority | None = None
+
+    @property
+    def ca_path(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def client_config_path(self) -> Path:
+        return self.directory / "client.properties"
+
+    def prepare(self, brokers: int, controllers: int) -> ClusterSecurity:
+        """Creates (or reuses) the CA and writes every process's key store and the client files."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ca_key = self.directory / "ca-key.pem"
+        if self.ca_path.exists() and ca_key.exists():
+            self.ca = CertificateAuthority.load(self.ca_path, ca_key)
+        else:
+            self.ca = CertificateAuthority.create()
+            _write_private(ca_key, _pem_key(self.ca.key))
+            self.ca_path.write_bytes(_pem_cert(self.ca.cert))
+        for i in range(brokers):
+            self.keystore(f"broker-{i}")
+        for j in range(controllers):
+            self.keystore(f"controller-{j}")
+        self.keystore("client")
+        self.write_client_config()
+        return self
+
+    def keystore(self, name: str) -> Path:
+        """The key store of process (or client) `name`, created when missing."""
+        path = self.directory / f"{name}.pem"
+        if not path.exists():
+            assert self.ca is not None
+            self.ca.write_keystore(path, name, self.hosts)
+        return path
+
+    def client_properties(self) -> dict[str, str]:
+        """A Kafka client's properties (confluent-kafka, kcat -F, `odradek` tools' --command-config)."""
+        return {"security.protocol": self.client_protocol, "ssl.ca.location": str(self.ca_path),
+                **self.client_properties_extra}
+
+    def write_client_config(self) -> Path:
+        text = "".join(f"{k}={v}\n" for k, v in self.client_properties().items())
+        _write_private(self.client_config_path, text.encode())
+        return self.client_config_path
+
+    def _common(self, keystore: Path) -> dict[str, str]:
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_path),
+            "ssl.principal.mapping.rules": PRINCIPAL_RULES,
+            "ssl.endpoint.identification.algorithm": "https",
+        }
+
+    def broker_overrides(self, i: int) -> dict[str, str]:
+        """Broker `i`'s security keys (its listeners are LocalCluster's: CLIENT, INTERNAL, CONTROLLER)."""
+        return {
+            **self._common(self.keystore(f"broker-{i}")),
+            "listener.security.protocol.map": f"CLIENT:{self.client_protocol},INTERNAL:SSL,CONTROLLER:SSL",
+            "inter.broker.listener.name": "INTERNAL",
+            "control.plane.listener.name": "CONTROLLER",
+            "listener.name.internal.ssl.client.auth": "required",
+            "listener.name.controller.ssl.client.auth": "required",
+            **self.broker_overrides_extra,
+        }
+
+    def controller_overrides(self, j: int) -> dict[str, str]:
+        return {
+            **self._common(self.keystore(f"controller-{j}")),
+            "listener.security.protocol.map": "CONTROLLER:SSL",
+            "ssl.client.auth": "required",
+            "inter.broker.listener.name": "INTERNAL",
+            "control.plane.listener.name": "CONTROLLER",
+        }

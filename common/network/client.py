@@ -176,6 +176,9 @@ class NetworkClient:
                 except (TimeoutError, OSError) as e:  # ssl.SSLError (an untrusted server) is an OSError
                     last = e
                     continue
+                if self._closed:  # closed while connecting: nothing may start on this connection
+                    protocol._abort(ConnectionError("client closed"))
+                    raise ConnectionError(f"{self} is closed")
                 self._protocol = protocol
                 if self.security.authenticate is not None:
                     try:

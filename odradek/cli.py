@@ -9,6 +9,7 @@ COMMANDS = {
     "dev": ("odradek.dev.cluster", "run a local cluster: ZooKeeper, controllers, brokers"),
     "reassign": ("odradek.reassign", "move partitions between brokers (kafka-reassign-partitions.sh)"),
     "transactions": ("odradek.transactions", "list, describe and abort transactions (kafka-transactions.sh)"),
+    "acls": ("odradek.acls", "add, remove and list ACLs through the admin API (kafka-acls.sh)"),
     "users": ("odradek.users", "SCRAM credentials in ZooKeeper, before any broker runs (kafka-configs --zookeeper)"),
 }
 

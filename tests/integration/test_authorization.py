@@ -410,3 +410,36 @@ def _kp_values(consumer) -> list[bytes]:
     got = [r.value for batch in consumer.poll(2000).values() for r in batch]
     assert got
     return got
+
+
+def test_acls_tool(cluster, acls):
+    """`odradek acls --add/--list/--remove` through the admin API: refused without ALTER on the
+    Cluster, then adds, lists and removes (ALTER implies the DESCRIBE --list needs)."""
+    import subprocess
+
+    def tool(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "odradek.cli", "acls", "--bootstrap-server", cluster.bootstrap,
+                               "--timeout", "15", *args], capture_output=True, text=True, timeout=60)
+
+    topic, group = unique("tool"), unique("tool-group")
+    add = ("--add", "--allow-principal", "User:alice", "--consumer", "--topic", topic, "--group", group)
+    refused = tool(*add)
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stdout, refused
+    acls.add(acl(RT.CLUSTER, "kafka-cluster", OP.ALTER))
+    added = eventually(lambda: _ok(tool(*add)), "odradek acls --add with ALTER on the Cluster")
+    assert added.stdout.count("Added ACL") == 3
+    listed = tool("--list", "--topic", topic)
+    assert listed.returncode == 0
+    assert sorted(listed.stdout.splitlines()) == [
+        f"Topic:LITERAL:{topic}\t(principal=User:alice, host=*, operation=DESCRIBE, permissionType=ALLOW)",
+        f"Topic:LITERAL:{topic}\t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)"]
+    removed = tool("--remove", "--topic", topic, "--group", group)
+    assert removed.returncode == 0 and removed.stdout.count("Removed ACL") == 3, removed
+    assert tool("--list", "--topic", topic).stdout == ""
+    bad = tool("--add", "--allow-principal", "alice", "--topic", topic)
+    assert bad.returncode == 2 and "principalType:principalName" in bad.stderr
+
+
+def _ok(result):
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    return result

@@ -66,6 +66,7 @@ from odradek.common.network.socket_server import ConnectionLimits, SocketServer
 from odradek.common.security.channel import ClientSecurity
 from odradek.common.security.listeners import listener_security, outgoing_security
 from odradek.common.security.reload import CertificateWatcher
+from odradek.common.security.sasl_client import sasl_properties
 from odradek.common.security.ssl_factory import SECURITY_PROTOCOLS
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
 
@@ -84,13 +85,10 @@ def log_dirs(config: BrokerConfig) -> list[Path]:
 
 
 class KafkaServer:
-    def __init__(self, config: BrokerConfig, props: dict[str, str] | None = None, *, clock: Clock = now_ms):
+    def __init__(self, config: BrokerConfig, *, clock: Clock = now_ms):
         self.config = config
         self.clock = clock
         """The broker's one clock (Kafka's Time), handed to every component that reads the time."""
-        self.props = dict(props or {})
-        """The properties as given: keys with a listener prefix (`listener.name.<l>.`) and the JAAS
-        configs are read from here."""
         self.credentials = CredentialCache()
         self.log_manager: LogManager | None = None
         self.metadata_cache: MetadataCache | None = None
@@ -214,7 +212,7 @@ class KafkaServer:
         for name, host, port in listeners:
             security = listener_securities[name]
             handler = sasl_listener_handler(metered(self.apis.handle, self.request_stats), name, protocols,
-                                            self.props, self.credentials, error_response)
+                                            sasl_properties(config), self.credentials, error_response, self.clock)
             server = SocketServer(host, port, handler, config.socket_request_max_bytes, listener=name,
                                   limits=limits, security=security)
             bound_port = await server.start()
@@ -579,12 +577,12 @@ def check_listeners(config: BrokerConfig) -> None:
                              "the controller connects to it as advertised")
 
 
-async def run(config: BrokerConfig, props: dict[str, str] | None = None) -> int:
+async def run(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = KafkaServer(config, props)
+    server = KafkaServer(config)
     startup = loop.create_task(server.startup())
     stopper = loop.create_task(stop.wait())
     await asyncio.wait({startup, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -618,13 +616,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     process_logging.configure(args, "broker")
     try:
-        props = load_properties(args.config, args.override)
-        config = BrokerConfig.from_properties(props)
-        check_sasl_listeners(config, props)
+        config = BrokerConfig.from_properties(load_properties(args.config, args.override))
+        check_sasl_listeners(config)
     except (ConfigException, OSError, ValueError) as e:  # one clear line, no traceback
         log.error("invalid configuration: %s", e)
         return 1
-    return asyncio.run(run(config, props))
+    return asyncio.run(run(config))
 
 
 if __name__ == "__main__":

@@ -228,6 +228,26 @@ class SecurityConfig(ZkClientConfig):
     ssl_principal_mapping_rules: str = Field("DEFAULT", alias="ssl.principal.mapping.rules")
     """Client certificate subject → principal name (Kafka's rules, RULE:pattern/replacement/[LU],DEFAULT)."""
 
+    sasl_enabled_mechanisms: Annotated[str, Kafka(LIST)] = Field(
+        "SCRAM-SHA-256,SCRAM-SHA-512", alias="sasl.enabled.mechanisms")
+    """Mechanisms SASL listeners offer (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512). Kafka's default is
+    GSSAPI, which is not supported here."""
+    sasl_jaas_config: Annotated[str | None, Kafka(PASSWORD)] = Field(None, alias="sasl.jaas.config")
+    """A JAAS login module with this process's own username and password (and PLAIN's users);
+    per listener and mechanism: listener.name.<l>.<mechanism>.sasl.jaas.config."""
+    sasl_mechanism_inter_broker_protocol: str = Field("GSSAPI", alias="sasl.mechanism.inter.broker.protocol")
+    """The mechanism brokers authenticate with on a SASL inter-broker listener."""
+    sasl_mechanism_controller_protocol: str | None = Field(None, alias="sasl.mechanism.controller.protocol")
+    """The mechanism of controller traffic on a SASL control-plane listener (else the inter-broker one)."""
+    connections_max_reauth_ms: Annotated[int, Kafka(LONG, at_least(0))] = Field(0, alias="connections.max.reauth.ms")
+    """KIP-368: SASL sessions last this long; 0: forever."""
+    connection_failed_authentication_delay_ms: Annotated[int, Kafka(INT, at_least(0))] = Field(
+        100, alias="connection.failed.authentication.delay.ms")
+    """How long the answer to a failed authentication (and the close) waits."""
+    sasl_server_max_receive_size: Annotated[int, Kafka(INT, at_least(1))] = Field(
+        524288, alias="sasl.server.max.receive.size")
+    """The largest frame a connection may send before it has authenticated."""
+
     _listener_prefixed: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="wrap")

@@ -18,6 +18,7 @@ from typing import Any
 from odradek.common.clock import now_ms
 from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 from odradek.common.security import scram
+from odradek.common.security.principal import KafkaPrincipal
 
 from .authenticator import ErrorResponse, SaslServer, SaslServerAuthenticator
 from .credential_cache import CredentialCache
@@ -32,11 +33,7 @@ FrameHandler = Callable[[memoryview, Any], Awaitable["list[Any] | None"]]
 
 def set_principal(conn: Any, username: str) -> None:
     """Record the authenticated user on the connection (the request context reads it there)."""
-    try:
-        from odradek.common.security.principal import KafkaPrincipal  # type: ignore[import-not-found,unused-ignore]
-        conn.principal = KafkaPrincipal.user(username)
-    except ImportError:
-        conn.principal = f"User:{username}"
+    conn.principal = KafkaPrincipal.user(username)
 
 
 class SaslHandler:

@@ -16,6 +16,7 @@ from typing import Any
 
 from odradek.common.config_def import ConfigException
 
+from . import sasl_client
 from .principal import PrincipalMapper
 from .reload import ReloadingSslContext
 from .ssl_factory import SECURITY_PROTOCOLS, TLS_SECURITY_PROTOCOLS, SslConfig, client_context
@@ -105,8 +106,9 @@ def client_security_from_properties(props: Mapping[str, str], name: str = "clien
         raise ConfigException("enable.ssl.certificate.verification", "false",
                               "connections without certificate verification are not supported")
     security = client_security(props.get("security.protocol", "PLAINTEXT"), values, name)
-    sasl = {k: v for k, v in props.items() if k.startswith("sasl.")}
-    return ClientSecurity(security.security_protocol, security.context, None, sasl or None)
+    credentials = sasl_client.SaslCredentials.from_properties(props)
+    authenticate = sasl_client.authenticate_step(credentials) if credentials is not None else None
+    return ClientSecurity(security.security_protocol, security.context, authenticate, credentials)
 
 
 def _read(path: str, key: str) -> str:

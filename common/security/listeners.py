@@ -10,8 +10,11 @@ reach new connections, incoming and outgoing.
 
 from __future__ import annotations
 
+import dataclasses
+
 from odradek.common.config import SecurityConfig
 
+from . import sasl_client
 from .channel import ClientSecurity, ListenerSecurity, client_security
 from .principal import SslPrincipalMapper
 from .reload import CertificateWatcher, ReloadingSslContext
@@ -36,4 +39,8 @@ def outgoing_security(config: SecurityConfig, listener: str, security_protocol: 
                                f"connections to {listener}")
     if security.context is not None:
         watcher.watch(security.context)
+    if security.security_protocol in sasl_client.SASL_PROTOCOLS:
+        credentials = sasl_client.outgoing_credentials(config, listener)
+        security = dataclasses.replace(security, authenticate=sasl_client.authenticate_step(credentials),
+                                       sasl=credentials)
     return security

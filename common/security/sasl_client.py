@@ -192,3 +192,30 @@ def listener_credentials(props: Mapping[str, str], listener: str, mechanism_key:
     if not username or password is None:
         raise ValueError(f"{key}: the login module needs username and password options")
     return SaslCredentials(mechanism, username, password)
+
+
+SASL_KEYS = ("sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.mechanism.inter.broker.protocol",
+             "sasl.mechanism.controller.protocol", "connections.max.reauth.ms",
+             "connection.failed.authentication.delay.ms", "sasl.server.max.receive.size")
+
+
+def sasl_properties(config: Any) -> dict[str, str]:
+    """A broker's or controller's SASL keys (common.config.SecurityConfig) as properties, with the
+    listener-prefixed ones (`listener.name.<l>.<mechanism>.sasl.jaas.config`, ...)."""
+    out = dict(config.listener_prefixed)
+    for key in SASL_KEYS:
+        try:
+            value = config.value_of(key)
+        except KeyError:
+            continue
+        if value is not None:
+            out[key] = ",".join(value) if isinstance(value, list) else str(value)
+    return out
+
+
+def outgoing_credentials(config: Any, listener: str) -> SaslCredentials:
+    """This process's credentials for connections to a peer's SASL `listener`: controller traffic
+    (the control-plane listener) with `sasl.mechanism.controller.protocol`, else the inter-broker mechanism."""
+    key = ("sasl.mechanism.controller.protocol" if listener == getattr(config, "control_plane_listener_name", None)
+           else "sasl.mechanism.inter.broker.protocol")
+    return listener_credentials(sasl_properties(config), listener, key, "sasl.mechanism.inter.broker.protocol")

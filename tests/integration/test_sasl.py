@@ -1,10 +1,11 @@
 """SASL on a real broker with real clients (issue 25, SASL half).
 
-One broker whose client listener is SASL_PLAINTEXT with PLAIN (users in the listener's JAAS config)
-and SCRAM-SHA-256/512 (users created before the broker starts with `odradek users`, as
-kafka-configs --zookeeper does), and a second SASL listener with a short session lifetime for
-the re-authentication rules. confluent-kafka, kafka-python, aiokafka and kcat produce and
-consume; the bad inputs of the issue are sent on raw sockets.
+Two brokers whose client listener is SASL_PLAINTEXT with PLAIN (users in the listener's JAAS
+config) and SCRAM-SHA-256/512 (users created before the brokers start with `odradek users`, as
+kafka-configs --zookeeper does), replicating over a SCRAM-SHA-512 inter-broker listener, and a
+SASL listener with a short session lifetime for the re-authentication rules. confluent-kafka,
+kafka-python, aiokafka and kcat produce and consume; the bad inputs of the issue are sent on raw
+sockets.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from odradek.common import wire
+from odradek.common.security import jaas
 from odradek.common.security.sasl_client import ScramClient
 from odradek.common.zk_connect import ensure_chroot
 from odradek.dev.zookeeper import free_ports
@@ -33,32 +35,45 @@ from .conftest import new_cluster
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="bob" '
               'password="bob-secret" user_bob="bob-secret";')
 ALICE = ("alice", "alice-secret")
+BROKER = ("broker", "broker-secret")
 REAUTH_MS = 1500
 
 
 @pytest.fixture(scope="module")
 def sasl_cluster(zookeeper, tmp_path_factory):
-    reauth_port, = free_ports(1)
-    cluster = new_cluster(zookeeper, tmp_path_factory.mktemp("sasl"), brokers=1, broker_overrides={
-        "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+    """Two brokers: CLIENT (SASL_PLAINTEXT, every mechanism) for the clients, INTERNAL
+    (SASL_PLAINTEXT, SCRAM-SHA-512 as user `broker`) for replication and transaction markers,
+    REAUTH (broker 0, 1.5 s sessions), and PLAINTEXT kept only for the harness's readiness check."""
+    client_ports, internal_ports, reauth_port = free_ports(2), free_ports(2), free_ports(1)[0]
+    cluster = new_cluster(zookeeper, tmp_path_factory.mktemp("sasl"), brokers=2, broker_overrides={
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT,INTERNAL:SASL_PLAINTEXT,"
+                                          "REAUTH:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas.client_config("SCRAM-SHA-512", *BROKER),
+        "listener.name.client.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.client.plain.sasl.jaas.config": PLAIN_JAAS,
         "listener.name.reauth.connections.max.reauth.ms": REAUTH_MS,
         "listener.name.reauth.sasl.enabled.mechanisms": "SCRAM-SHA-512",
         "connection.failed.authentication.delay.ms": 300,
-        "offsets.topic.replication.factor": 1, "offsets.topic.num.partitions": 3,
-        "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1,
+        "offsets.topic.replication.factor": 2, "offsets.topic.num.partitions": 3,
+        "transaction.state.log.replication.factor": 2, "transaction.state.log.min.isr": 1,
         "transaction.state.log.num.partitions": 3, "group.initial.rebalance.delay.ms": 0,
-    })
-    broker = cluster.brokers[0]
-    broker.overrides["listeners"] += f",REAUTH://127.0.0.1:{reauth_port}"
+    }, controller_overrides={"inter.broker.listener.name": "INTERNAL"})
+    for i, broker in enumerate(cluster.brokers):
+        broker.overrides["listeners"] += (f",CLIENT://127.0.0.1:{client_ports[i]},"
+                                          f"INTERNAL://127.0.0.1:{internal_ports[i]}")
+    cluster.brokers[0].overrides["listeners"] += f",REAUTH://127.0.0.1:{reauth_port}"
     try:
         ensure_chroot(cluster.zookeeper_connect, timeout=15)
         run_users(cluster, "--entity-name", ALICE[0], "--add-scram",
                   f"SCRAM-SHA-512=[iterations=8192,password={ALICE[1]}],SCRAM-SHA-256=[password={ALICE[1]}]")
-        for p in cluster.controllers + cluster.brokers:
-            p.start()
-        cluster.sasl_port = cluster.broker_ports[0]
+        run_users(cluster, "--entity-name", BROKER[0], "--add-scram", "SCRAM-SHA-512", "--password-file", "-",
+                  stdin=BROKER[1] + "\n")
+        cluster.start()
+        cluster.sasl_port = client_ports[0]
+        cluster.client_bootstrap = ",".join(f"127.0.0.1:{p}" for p in client_ports)
         cluster.reauth_port = reauth_port
         wait_serving(cluster)
         yield cluster
@@ -74,7 +89,7 @@ def run_users(cluster, *args, stdin: str | None = None) -> subprocess.CompletedP
 
 
 def conf(cluster, mechanism="SCRAM-SHA-512", user=ALICE[0], password=ALICE[1]) -> dict:
-    return {"bootstrap.servers": f"127.0.0.1:{cluster.sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+    return {"bootstrap.servers": cluster.client_bootstrap, "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
 
 
@@ -84,7 +99,7 @@ def wait_serving(cluster, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if admin.list_topics(timeout=2).brokers:
+            if len(admin.list_topics(timeout=2).brokers) == len(cluster.brokers):
                 return
         except Exception:
             pass
@@ -151,7 +166,7 @@ def test_kafka_python(sasl_cluster, mechanism):
     from kafka import KafkaConsumer, KafkaProducer
 
     user, password = ("bob", "bob-secret") if mechanism == "PLAIN" else ALICE
-    kw = dict(bootstrap_servers=f"127.0.0.1:{sasl_cluster.sasl_port}", security_protocol="SASL_PLAINTEXT",
+    kw = dict(bootstrap_servers=sasl_cluster.client_bootstrap, security_protocol="SASL_PLAINTEXT",
               sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
     topic = f"kp-{mechanism.lower()}"
     producer = KafkaProducer(**kw, acks=1, max_block_ms=30_000)
@@ -170,7 +185,7 @@ def test_aiokafka(sasl_cluster, mechanism):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     user, password = ("bob", "bob-secret") if mechanism == "PLAIN" else ALICE
-    kw = dict(bootstrap_servers=f"127.0.0.1:{sasl_cluster.sasl_port}", security_protocol="SASL_PLAINTEXT",
+    kw = dict(bootstrap_servers=sasl_cluster.client_bootstrap, security_protocol="SASL_PLAINTEXT",
               sasl_mechanism=mechanism, sasl_plain_username=user, sasl_plain_password=password)
     topic = f"aio-{mechanism.lower()}"
 
@@ -205,7 +220,7 @@ def test_kcat(sasl_cluster, mechanism, tmp_path):
     props.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanisms={mechanism}\n"
                      f"sasl.username={user}\nsasl.password={password}\n")
     topic = f"kcat-{mechanism.lower()}"
-    base = ["kcat", "-F", str(props), "-b", f"127.0.0.1:{sasl_cluster.sasl_port}", "-t", topic]
+    base = ["kcat", "-F", str(props), "-b", sasl_cluster.client_bootstrap, "-t", topic]
     subprocess.run([*base, "-P"], input="one\ntwo\nthree\n", text=True, check=True, timeout=60)
     out = subprocess.run([*base, "-C", "-o", "beginning", "-c", "3", "-e"], capture_output=True, text=True,
                          check=True, timeout=60)
@@ -365,3 +380,19 @@ def test_password_from_stdin(sasl_cluster):
     wait_login(sasl_cluster, "erin", "erin-pw", "SCRAM-SHA-512", True)
     run_users(sasl_cluster, "--entity-name", "erin", "--delete-scram", "SCRAM-SHA-512")
     wait_login(sasl_cluster, "erin", "erin-pw", "SCRAM-SHA-512", False)
+
+
+def test_replication_over_the_sasl_listener(sasl_cluster):
+    from .kafka_helpers import wait_isr_full
+
+    admin = AdminClient(conf(sasl_cluster))
+    from confluent_kafka.admin import NewTopic
+    admin.create_topics([NewTopic("replicated", 2, 2)])["replicated"].result(30)
+    got = produce_consume_confluent(conf(sasl_cluster), "replicated", n=50, extra={"acks": "all"})
+    assert len(got) == 50
+    views = wait_isr_full(sasl_cluster.bootstrap, "replicated", 2)  # the plaintext harness listener
+    assert all(len(v.isr) == 2 for v in views.values())
+    for p in range(2):
+        sasl_cluster.wait_logs_identical("replicated", p)
+    logs = "".join(b.log_path.read_text() for b in sasl_cluster.brokers)
+    assert "INTERNAL" in logs and "authentication of user 'broker' failed" not in logs

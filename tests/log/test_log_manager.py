@@ -5,6 +5,7 @@ import pytest
 
 from odradek.broker.log import LogConfig, LogManager
 from odradek.broker.log.errors import KafkaStorageError
+from odradek.common.clock import ManualClock
 from odradek.common.config import BrokerConfig
 
 from .helpers import batch, read_all
@@ -63,7 +64,8 @@ def test_same_partition_in_two_dirs_is_refused(tmp_path):
 
 
 def test_delete_log_renames_then_background_removes(tmp_path):
-    manager = LogManager([tmp_path], broker_config())
+    clock = ManualClock()
+    manager = LogManager([tmp_path], broker_config(), clock=clock)
     manager.startup()
     lg = manager.get_or_create_log("gone", 0, LogConfig(file_delete_delay_ms=200))
     append(lg, 3)
@@ -77,7 +79,11 @@ def test_delete_log_renames_then_background_removes(tmp_path):
     # a new topic of the same name starts empty
     fresh = manager.get_or_create_log("gone", 0, LogConfig())
     assert fresh.log_end_offset == 0
-    asyncio.run(run_until(manager, lambda: not doomed[0].exists()))
+    clock.advance(199)
+    manager._remove_doomed_dirs()
+    assert doomed[0].exists(), "removed before file.delete.delay.ms"
+    clock.advance(1)
+    asyncio.run(run_until(manager, lambda: not doomed[0].exists()))  # the background's first pass
     assert (tmp_path / "gone-0").exists()
     manager.shutdown()
 

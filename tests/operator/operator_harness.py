@@ -177,7 +177,7 @@ class Kubelet:
 class OperatorThread:
     """`odradek.operator.main.run` in a thread, against the emulator, until stop()."""
 
-    def __init__(self, url: str, view, interval: float = 0.3, data_mover=None, **run_kwargs):
+    def __init__(self, url: str, view, interval: float = 0.1, data_mover=None, **run_kwargs):
         import kopf
 
         from odradek.operator.main import run
@@ -234,6 +234,20 @@ class Api:
 
     async def close(self):
         await self.session.close()
+
+
+def resync_lists(server: KubernetesServer) -> int:
+    """How many times the operator listed KafkaClusters: one per resync round (after kopf's one
+    initial list), so a test can wait for rounds instead of sleeping through them."""
+    return sum(1 for r in list(server)
+               if r.action is not None and r.action.name == "LIST" and r.resource is not None
+               and r.resource.plural == "kafkaclusters" and (r.headers or {}).get("User-Agent") != TEST_CLIENT)
+
+
+async def resync_rounds(server: KubernetesServer, n: int, timeout: float = 20.0) -> None:
+    """Wait until the operator has started n more resync rounds (each lists every KafkaCluster)."""
+    target = resync_lists(server) + n
+    await wait_for(lambda: resync_lists(server) >= target, timeout, f"{n} more resync rounds")
 
 
 def writes(server: KubernetesServer, since: int = 0, exclude=("kafkaclusters", "events")) -> list:

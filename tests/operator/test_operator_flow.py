@@ -24,6 +24,7 @@ from operator_harness import (
     new_server,
     object_path,
     put_node,
+    resync_rounds,
     wait_for,
     writes,
 )
@@ -206,7 +207,7 @@ async def test_invalid_spec_is_a_condition_not_a_crash(env):
     ready = condition(env.cluster(), "Ready")
     assert ready["status"] == "False" and "broker.id" in ready["message"]
     invalid_status_writes = status_writes(env.server)
-    await asyncio.sleep(1.5)  # about five timer passes (interval 0.3 s)
+    await resync_rounds(env.server, 6)  # five whole passes of the resync timer, at least
     assert [w for w in writes(env.server) if w[1] in OWNED] == [], "nothing applied from an invalid spec"
     again = status_writes(env.server)
     assert again == invalid_status_writes, "an unchanged invalid spec writes no new status"

@@ -45,8 +45,10 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
-from odradek.common.network.bootstrap import BootstrapConnections
+from odradek.common.config_def import ConfigException
+from odradek.common.network.bootstrap import BootstrapConnections, add_command_config, command_security
 from odradek.common.replica_balance import BalanceError, balance
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 Plan = dict[tuple[str, int], tuple[int, ...]]
 POLL_S = 1.0
@@ -181,8 +183,8 @@ def _bytes(n: float) -> str:
 
 
 class Cluster(BootstrapConnections):
-    def __init__(self, bootstrap: str, timeout_s: float):
-        super().__init__(bootstrap, timeout_s, client_id="odradek-reassign")
+    def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
+        super().__init__(bootstrap, timeout_s, client_id="odradek-reassign", security=security)
 
     async def metadata(self, topics: list[str] | None):
         request = MetadataRequest(
@@ -397,6 +399,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--throttle", type=int, help="--execute: replication bytes/s while moving")
     parser.add_argument("--wait", type=float, default=0.0, help="--verify: poll up to this many seconds")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    add_command_config(parser)
     args = parser.parse_args(argv)
     if args.generate and not (args.topics_to_move_json_file and args.broker_list):
         parser.error("--generate needs --topics-to-move-json-file and --broker-list")
@@ -408,7 +411,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> int:
-    cluster = Cluster(args.bootstrap_server, args.timeout)
+    cluster = Cluster(args.bootstrap_server, args.timeout, command_security(args.command_config))
     try:
         if args.generate:
             return await generate(cluster, args.topics_to_move_json_file, args.broker_list)
@@ -425,7 +428,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
         return asyncio.run(run(args))
-    except ToolError as e:
+    except (ToolError, ConfigException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (ConnectionError, TimeoutError, OSError) as e:

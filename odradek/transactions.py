@@ -29,7 +29,9 @@ from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableT
 from kio.static.primitive import i8, i16, i32
 
 from odradek.common import wire
-from odradek.common.network.bootstrap import BootstrapConnections
+from odradek.common.config_def import ConfigException
+from odradek.common.network.bootstrap import BootstrapConnections, add_command_config, command_security
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 
 class ToolError(Exception):
@@ -91,8 +93,8 @@ def decode_describe_transactions(frame: bytes) -> list[dict]:
 
 
 class Tool(BootstrapConnections):
-    def __init__(self, bootstrap: str, timeout_s: float):
-        super().__init__(bootstrap, timeout_s, client_id="odradek-transactions")
+    def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
+        super().__init__(bootstrap, timeout_s, client_id="odradek-transactions", security=security)
 
     async def metadata(self, topics=None):
         request = MetadataRequest(
@@ -181,11 +183,12 @@ def parse_args(argv):
     parser.add_argument("--partition", type=int)
     parser.add_argument("--start-offset", type=int)
     parser.add_argument("--timeout", type=float, default=15.0, help="seconds per request")
+    add_command_config(parser)
     return parser.parse_args(argv)
 
 
 async def run(args) -> object:
-    tool = Tool(args.bootstrap_server, args.timeout)
+    tool = Tool(args.bootstrap_server, args.timeout, command_security(args.command_config))
     try:
         if args.list:
             return await tool.list_transactions(args.state)
@@ -206,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         result = asyncio.run(run(args))
-    except (ToolError, ConnectionError, TimeoutError, OSError) as e:
+    except (ToolError, ConfigException, ConnectionError, TimeoutError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2))

@@ -52,7 +52,8 @@ def choose_guarantee(options: WriteOptions) -> str:
     if options.delivery_guarantee == AT_LEAST_ONCE:
         return AT_LEAST_ONCE
     bootstrap = options.kafka_params["bootstrap.servers"]
-    supported = transactions_supported(bootstrap)
+    supported = transactions_supported(
+        bootstrap, props={k: str(v) for k, v in options.kafka_params.items() if k.startswith(CONNECTION_KEYS)})
     if supported:
         return EXACTLY_ONCE
     if options.delivery_guarantee == EXACTLY_ONCE:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity, client_security_from_properties
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,9 @@ def _hosts(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-async def _advertised(host: str, port: int, timeout: float) -> set[int]:
-    client = NetworkClient(host, port, client_id="odradek-spark", connect_attempts=1, connect_timeout=timeout)
+async def _advertised(host: str, port: int, timeout: float, security: ClientSecurity = PLAINTEXT) -> set[int]:
+    client = NetworkClient(host, port, client_id="odradek-spark", connect_attempts=1, connect_timeout=timeout,
+                           security=security)
     try:
         response = await client.send(
             ApiVersionsRequest(client_software_name="odradek-spark", client_software_version="0.1"), timeout=timeout)
@@ -42,13 +45,15 @@ async def _advertised(host: str, port: int, timeout: float) -> set[int]:
     return {int(k.api_key) for k in response.api_keys}
 
 
-def transactions_supported(bootstrap: str, timeout: float = 10.0) -> bool:
+def transactions_supported(bootstrap: str, timeout: float = 10.0, props: Mapping[str, str] | None = None) -> bool:
     """True when a bootstrap broker advertises every transactional API. Raises ConnectionError
-    when none of them answers."""
+    when none of them answers. `props`: the client's security keys (`security.protocol`, `ssl.*`,
+    `sasl.*`), as the Spark options give them to confluent-kafka."""
+    security = client_security_from_properties(props or {}, "odradek-spark")
     last: Exception | None = None
     for host, port in _hosts(bootstrap):
         try:
-            return asyncio.run(_advertised(host, port, timeout)) >= TRANSACTION_APIS
+            return asyncio.run(_advertised(host, port, timeout, security)) >= TRANSACTION_APIS
         except (OSError, ConnectionError, TimeoutError) as e:
             last = e
             log.warning("ApiVersions from %s:%d failed: %s", host, port, e)

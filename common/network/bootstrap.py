@@ -7,7 +7,11 @@ named may be the very broker that crashed. `send_any` does so and remembers the 
 
 from __future__ import annotations
 
+import argparse
+
+from odradek.common.config import load_properties
 from odradek.common.network.client import NetworkClient
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity, client_security_from_properties
 
 
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:
@@ -20,8 +24,23 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
     return out
 
 
+def add_command_config(parser: argparse.ArgumentParser) -> None:
+    """Kafka's `--command-config FILE`: client properties (security.protocol, ssl.*, sasl.*)."""
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties: security.protocol, ssl.ca.location / ssl.truststore.location, "
+                             "sasl.mechanism, sasl.username, sasl.password, ...")
+
+
+def command_security(path: str | None) -> ClientSecurity:
+    """The security of a tool's connections from its --command-config file (PLAINTEXT without one)."""
+    if not path:
+        return PLAINTEXT
+    return client_security_from_properties(load_properties(path), "command-config")
+
+
 class BootstrapConnections:
-    def __init__(self, bootstrap: str, timeout_s: float, client_id: str):
+    def __init__(self, bootstrap: str, timeout_s: float, client_id: str, security: ClientSecurity = PLAINTEXT):
+        self.security = security
         self.bootstraps = parse_bootstrap(bootstrap)
         self.timeout_s = timeout_s
         self.client_id = client_id
@@ -30,7 +49,7 @@ class BootstrapConnections:
     def client(self, endpoint: tuple[str, int]) -> NetworkClient:
         if endpoint not in self._clients:
             self._clients[endpoint] = NetworkClient(*endpoint, client_id=self.client_id,
-                                                    connect_timeout=self.timeout_s)
+                                                    connect_timeout=self.timeout_s, security=self.security)
         return self._clients[endpoint]
 
     async def send(self, endpoint: tuple[str, int], request):

@@ -16,9 +16,9 @@ from typing import Any
 
 from odradek.common.config_def import ConfigException
 
-from . import sasl_client
 from .principal import PrincipalMapper
 from .reload import ReloadingSslContext
+from .sasl_client import SaslCredentials, authenticate_step
 from .ssl_factory import SECURITY_PROTOCOLS, TLS_SECURITY_PROTOCOLS, SslConfig, client_context
 
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -94,7 +94,8 @@ def client_security_from_properties(props: Mapping[str, str], name: str = "clien
     """A Kafka client properties file (`--command-config`, `odradek dev`'s client.config): Java
     client keys (`ssl.truststore.location`, `ssl.keystore.location`, ...) and librdkafka's
     (`ssl.ca.location`, `ssl.certificate.location` + `ssl.key.location`,
-    `enable.ssl.certificate.verification`); SASL keys are left in `sasl` for the SASL client side."""
+    `enable.ssl.certificate.verification`); on SASL_* the SASL client's keys (`sasl.mechanism`,
+    `sasl.username` + `sasl.password` or `sasl.jaas.config`) make the `authenticate` step."""
     values: dict[str, object] = {k: v for k, v in props.items() if k.startswith("ssl.")}
     if "ssl.ca.location" in props and "ssl.truststore.location" not in props:
         values["ssl.truststore.location"] = props["ssl.ca.location"]
@@ -106,9 +107,13 @@ def client_security_from_properties(props: Mapping[str, str], name: str = "clien
         raise ConfigException("enable.ssl.certificate.verification", "false",
                               "connections without certificate verification are not supported")
     security = client_security(props.get("security.protocol", "PLAINTEXT"), values, name)
-    credentials = sasl_client.SaslCredentials.from_properties(props)
-    authenticate = sasl_client.authenticate_step(credentials) if credentials is not None else None
-    return ClientSecurity(security.security_protocol, security.context, authenticate, credentials)
+    try:
+        credentials = SaslCredentials.from_properties(props)
+    except ValueError as e:
+        raise ConfigException("sasl.mechanism", props.get("sasl.mechanism"), str(e)) from None
+    if credentials is None:
+        return security
+    return ClientSecurity(security.security_protocol, security.context, authenticate_step(credentials), credentials)
 
 
 def _read(path: str, key: str) -> str:

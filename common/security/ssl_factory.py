@@ -93,6 +93,8 @@ class SslConfig:
             raise ConfigException("ssl.client.auth", client_auth, "must be one of none, requested, required")
         raw_algorithm = text("ssl.endpoint.identification.algorithm")
         algorithm = "https" if raw_algorithm is None else raw_algorithm.strip().lower()
+        if algorithm == "none":  # librdkafka's spelling of "no host name check"
+            algorithm = ""
         if algorithm not in ("https", ""):
             raise ConfigException("ssl.endpoint.identification.algorithm", algorithm, "must be https or empty")
         return cls(

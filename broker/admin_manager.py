@@ -574,6 +574,7 @@ class AdminManager:
                 default_replication_factor=self.config.default_replication_factor,
                 live_brokers=self._live_brokers(),
                 validate_config=lambda _: None,
+                existing=await self._exists(name),  # our view may lag ZooKeeper: never "create" a topic that exists
                 colliding=await self._colliding(name),
             )
             await self._write(plan)

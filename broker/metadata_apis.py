@@ -244,6 +244,8 @@ class MetadataApis:
                 error = ErrorCode.invalid_topic_exception
             elif auto and not (may_create or auth.authorize(context, AclOperation.CREATE, ResourceType.TOPIC, name)):
                 error = ErrorCode.topic_authorization_failed
+            elif not cache.initialized:  # no view yet: the topic may well exist; retriable, created by nobody
+                error = ErrorCode.leader_not_available
             elif auto:
                 try:  # bounded: a slow ZooKeeper must not hold the Metadata answer
                     error = await asyncio.wait_for(self.admin.auto_create_topic(name), AUTO_CREATE_WAIT_S)

@@ -85,6 +85,13 @@ class MetadataCache:
 
     # --- reads -----------------------------------------------------------------------------------
 
+    @property
+    def initialized(self) -> bool:
+        """Whether a controller has described the cluster to us yet (one UpdateMetadata accepted).
+        Before that the cache is empty, not the cluster: it tells nobody that a topic or a broker
+        is missing."""
+        return self.generation > 0
+
     def partition_state(self, topic: str, partition: int) -> UpdateMetadataPartitionState | None:
         parts = self._partitions.get(topic)
         return None if parts is None else parts.get(partition)

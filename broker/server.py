@@ -1,9 +1,12 @@
 """KafkaServer: wires the broker's parts together, and `odradek broker` (main).
 
 Start-up order follows Kafka's: ZooKeeper → logs (recovery, each with its topic's config from
-ZooKeeper) → metadata cache → replica manager →
-APIs → listener → registration in `/brokers/ids/<id>` only once the listener serves, so the
-controller never sends requests to a broker that cannot answer them. SIGTERM/SIGINT first run the
+ZooKeeper) → metadata cache → replica manager → APIs → listeners bound → the control-plane
+listener serves → registration in `/brokers/ids/<id>` (so the controller never sends requests to a
+broker that cannot answer them) → the client listeners serve once the controller's first
+UpdateMetadata arrived (Kafka starts its data plane only after registering; until then a client
+would get an empty cluster, and a Metadata naming a topic would "auto-create" it: its connection
+is refused instead, and it asks another broker). SIGTERM/SIGINT first run the
 controlled shutdown (the controller moves our leaderships away while we keep serving), then stop
 accepting, close the ZooKeeper session (the registration goes at once), and shut the logs down.
 """
@@ -78,6 +81,8 @@ NO_CONTROLLER_WAIT_S = 2.0
 """With no controller registered at all, how long a controlled shutdown waits for one."""
 LEADERSHIP_HANDOFF_WAIT_S = 3.0
 """After the controller moved our leaderships, how long we wait for its LeaderAndIsr to arrive."""
+DATA_PLANE_WAIT_LOG_S = 30.0
+"""While the client listeners wait for the controller's first UpdateMetadata, a line this often."""
 
 
 def log_dirs(config: BrokerConfig) -> list[Path]:
@@ -118,6 +123,12 @@ class KafkaServer:
         self.metrics_server: MetricsServer | None = None
         self.authorizer: AclAuthorizer | None = None
         """Set when authorizer.class.name is (ACLs from ZooKeeper); None: every request allowed."""
+        self._data_plane: asyncio.Task | None = None
+
+    @property
+    def data_plane_servers(self) -> list[SocketServer]:
+        """The client listeners: every listener but the control plane's."""
+        return [s for s in self.socket_servers if s.listener != self.config.control_plane_listener_name]
 
     async def startup(self) -> None:
         config = self.config
@@ -215,10 +226,15 @@ class KafkaServer:
                                             sasl_properties(config), self.credentials, error_response, self.clock)
             server = SocketServer(host, port, handler, config.socket_request_max_bytes, listener=name,
                                   limits=limits, security=security)
-            bound_port = await server.start()
+            control_plane = name == config.control_plane_listener_name
+            bound_port = await server.start(serving=control_plane)
             bound[name] = (host, bound_port)
             self.socket_servers.append(server)
-            log.info("listening on %s://%s:%d (%s)", name, host, bound_port, security.security_protocol)
+            if control_plane:
+                log.info("listening on %s://%s:%d (%s)", name, host, bound_port, security.security_protocol)
+            else:
+                log.info("bound %s://%s:%d (%s); clients are served once registered with the controller's metadata",
+                         name, host, bound_port, security.security_protocol)
         self.cert_watcher.start()
 
         self.endpoints = self._advertised_endpoints(bound)
@@ -232,7 +248,23 @@ class KafkaServer:
         self._replica_background = asyncio.get_running_loop().create_task(
             self.replica_manager.run_background(self._stop_background)
         )
+        self._data_plane = asyncio.get_running_loop().create_task(self._serve_clients_when_ready(),
+                                                                  name="data-plane-start")
         log.info("broker %d started (epoch %d)", config.broker_id, epoch)
+
+    async def _serve_clients_when_ready(self) -> None:
+        """Kafka's startProcessingRequests for the data plane, once this broker is registered (it
+        is: called after registering) and knows the cluster (the controller's first UpdateMetadata,
+        sent to a broker as soon as it sees it registered). Waits as long as no controller
+        answers: clients use the other brokers meanwhile. Cancelled by shutdown."""
+        cache, waited = self.metadata_cache, 0.0
+        while not await cache.wait_for(lambda: cache.initialized, DATA_PLANE_WAIT_LOG_S):
+            waited += DATA_PLANE_WAIT_LOG_S
+            log.info("broker %d: no UpdateMetadata from a controller after %.0fs; client listeners stay closed",
+                     self.config.broker_id, waited)
+        for server in self.data_plane_servers:
+            await server.start_serving()
+            log.info("listening on %s://%s:%d (clients)", server.listener, server.host, server.port)
 
     async def _start_metrics(self) -> None:
         """The Prometheus endpoint (metrics.port), before registration: scraped from the start."""
@@ -338,10 +370,13 @@ class KafkaServer:
         which an idempotent client (librdkafka) bumps its epoch and resends, under new sequence
         numbers, records it believes were refused but that the log already holds (duplicates). So
         every client connection is dropped at each turn: what was in flight is retried, in order,
-        on a new connection, and a response computed across the turn is never sent."""
-        closed = sum(server.close_connections() for server in self.socket_servers)
-        log.info("broker %d %s: dropped %d client connections", self.config.broker_id,
-                 "fenced" if fenced else "unfenced", closed)
+        on a new connection, and a response computed across the turn is never sent. The controller's
+        connection stays: a request of its may be waiting for this very registration (control_plane).
+        The first registration drops nothing: the client listeners do not serve yet."""
+        closed = sum(server.close_connections() for server in self.data_plane_servers)
+        if closed or fenced:
+            log.info("broker %d %s: dropped %d client connections", self.config.broker_id,
+                     "fenced" if fenced else "unfenced", closed)
 
     def _on_log_dir_failure(self, log_dir, keys) -> None:
         """A log directory failed: resign the coordinators of its offsets partitions and tell the
@@ -494,6 +529,8 @@ class KafkaServer:
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
+        if self._data_plane is not None:
+            self._data_plane.cancel()
         if self.socket_servers:
             try:
                 await self.controlled_shutdown()

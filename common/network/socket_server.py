@@ -614,16 +614,28 @@ class SocketServer:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self) -> int:
-        """Starts listening; returns the bound port (useful when configured as 0)."""
+    async def start(self, serving: bool = True) -> int:
+        """Binds and, if `serving`, listens; returns the bound port (useful when configured as 0).
+        Bound but not serving, the port is the server's and a connection to it is refused, until
+        `start_serving` (a broker's client listeners before it is ready: KafkaServer)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=128
+            lambda: KafkaConnection(self), self.host, self.port, reuse_address=True, backlog=128,
+            start_serving=serving,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         if self.limits.connections_max_idle_ms >= 0:
             self._reaper = loop.create_task(self._reap_idle(), name=f"idle-reaper-{self.port}")
         return self.port
+
+    async def start_serving(self) -> None:
+        """Listens and accepts (after `start(serving=False)`)."""
+        if self._server is not None:
+            await self._server.start_serving()
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
 
     def stop_accepting(self) -> None:
         if self._server is not None:

@@ -100,14 +100,50 @@ class BrokerProcess:
         ]
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 60.0) -> "BrokerProcess":
+    def start(self, timeout: float = 60.0, announce: bool = True) -> "BrokerProcess":
+        """Start and wait until registered; with `announce`, also until it serves clients (after
+        the UpdateMetadata a controller would send it)."""
+        self.spawn()
+        self.wait_registered(timeout)
+        if announce:
+            self.announce(timeout)
+        return self
+
+    def spawn(self) -> "BrokerProcess":
         args = [sys.executable, "-m", "odradek.cli", "broker"]
         for o in self.overrides:
             args += ["--override", o]
         self._stderr = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self._stderr, cwd="/")
-        self.wait_registered(timeout)
         return self
+
+    @property
+    def control_port(self) -> int:
+        listeners = next(o for o in self.overrides if o.startswith("listeners="))
+        return int(listeners.rsplit(":", 1)[1])
+
+    def announce(self, timeout: float) -> None:
+        """What a controller does when it sees a broker register: an UpdateMetadata (the cluster as
+        it knows it: this broker, no topics), after which the broker serves clients; wait for that."""
+        ctl = FakeController(self.zk_connect, {self.broker_id: self.port})
+        try:
+            response = ctl.update_metadata_brokers(self.broker_id)
+            assert response.error_code == 0, response
+        finally:
+            ctl.close()
+        self.wait_serving(timeout)
+
+    def wait_serving(self, timeout: float) -> None:
+        """Until the client listener accepts connections."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise AssertionError(f"client listener not serving after {timeout}s:\n{self.stderr_tail()}") from None
+                time.sleep(0.05)
 
     def wait_registered(self, timeout: float) -> None:
         zk = KazooClient(hosts=self.zk_connect, timeout=10)
@@ -269,6 +305,14 @@ class FakeController:
             controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=self.broker_epoch(broker),
             topic_states=(UpdateMetadataTopicState(topic_name=topic, partition_states=states),),
             live_brokers=self.live_brokers(),
+        )
+        return self.client(broker).request(request)
+
+    def update_metadata_brokers(self, broker: int):
+        """An UpdateMetadata with the live brokers and no partitions."""
+        request = UpdateMetadataRequest(
+            controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=self.broker_epoch(broker),
+            topic_states=(), live_brokers=self.live_brokers(),
         )
         return self.client(broker).request(request)
 

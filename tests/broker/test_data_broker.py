@@ -2,6 +2,7 @@
 wire requests (sent by the test) and used by real clients: confluent-kafka, kafka-python, kcat."""
 
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -446,3 +447,56 @@ def test_find_coordinator_answers_not_available_while_offsets_topic_has_no_leade
         assert c.request(V0(key="g")).error_code == ErrorCode.coordinator_not_available  # still serving
     finally:
         c.close()
+
+
+# --- start-up: clients wait for registration and the controller's metadata (issue 32) ---------------
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_clients_are_refused_until_registered_with_the_controllers_metadata(zk_connect, tmp_path):
+    """Kafka serves its data plane only after registering: a broker whose previous registration
+    (a killed process's live ZooKeeper session) still stands, or which has had no UpdateMetadata,
+    refuses client connections (clients ask another broker) and never answers Metadata from an
+    empty cache; its control-plane listener serves all along, since the controller uses it."""
+    b = BrokerProcess(zk_connect, tmp_path)
+    zk = KazooClient(hosts=zk_connect, timeout=10)
+    zk.start(timeout=10)
+    try:
+        # the previous process's registration: its endpoints, held by a session that is still alive
+        leftover = zk_data.BrokerInfo(b.broker_id, (zk_data.EndPoint("127.0.0.1", b.port, "PLAINTEXT"),
+                                                    zk_data.EndPoint("127.0.0.1", b.control_port, "CONTROLLER")))
+        zk.create(zk_data.broker_path(b.broker_id), zk_data.encode_broker(leftover), ephemeral=True, makepath=True)
+        b.spawn()
+        deadline = time.monotonic() + 60
+        while _refused(b.control_port):  # the control plane listens before registering
+            assert time.monotonic() < deadline and b.alive(), b.stderr_tail()
+            time.sleep(0.05)
+        assert _refused(b.port)
+        time.sleep(1.0)
+        assert "waiting for the previous registration" in b.stderr_tail()
+        assert _refused(b.port)
+        zk.delete(zk_data.broker_path(b.broker_id))  # the old session expires
+        b.wait_registered(30)
+        time.sleep(0.5)
+        assert _refused(b.port), "registered, but no UpdateMetadata yet: still no clients"
+        b.announce(30)  # the controller's UpdateMetadata: now clients are served
+        c = WireClient(b.port)
+        try:
+            from kio.schema.metadata.v12.request import MetadataRequest
+            response = c.request(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                 include_topic_authorized_operations=False))
+            assert [int(x.node_id) for x in response.brokers] == [b.broker_id]
+        finally:
+            c.close()
+        assert "auto-creation" not in b.stderr_tail(200)
+    finally:
+        zk.stop()
+        zk.close()
+        assert b.stop() == 0, b.stderr_tail()

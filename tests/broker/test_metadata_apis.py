@@ -259,6 +259,40 @@ def test_metadata_auto_creation_error_is_reported(zk_connect):
     run(zk_connect, scenario, **{"default.replication.factor": "3"})
 
 
+def test_metadata_from_an_empty_cache_auto_creates_nothing(zk_connect):
+    """Before the controller's first UpdateMetadata the cache is empty, not the cluster (issue 32:
+    a restarted broker answered `Replication factor: 1 larger than available brokers: 0` for a
+    topic that existed): a named topic is retriable LEADER_NOT_AVAILABLE and nothing is written."""
+
+    async def scenario(h: Harness):
+        existing = zk_data.encode_topic_assignment(zk_data.TopicAssignment({0: (0,)}, topic_id="AAAAAAAAAAAAAAAAAAAACQ"))
+        await asyncio.to_thread(h.raw.create, zk_data.topic_path("jepsen"), existing, makepath=True)
+        response = await h.call(metadata_request(12, ["jepsen", "missing", "__consumer_offsets"]))
+        assert {t.name: t.error_code for t in response.topics} == dict.fromkeys(
+            ["jepsen", "missing", "__consumer_offsets"], ErrorCode.leader_not_available)
+        assert response.brokers == ()
+        assert not await asyncio.to_thread(h.raw.exists, zk_data.topic_path("missing"))
+        assert not await asyncio.to_thread(h.raw.exists, zk_data.topic_path("__consumer_offsets"))
+        assert (await asyncio.to_thread(h.raw.get, zk_data.topic_path("jepsen")))[0] == existing
+
+    run(zk_connect, scenario)
+
+
+def test_auto_creation_never_creates_a_topic_zookeeper_has(zk_connect):
+    """A cache that lags ZooKeeper (the controller has not announced the topic yet): the topic is
+    being created, LEADER_NOT_AVAILABLE, never an error from planning it again."""
+
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        existing = zk_data.encode_topic_assignment(zk_data.TopicAssignment({0: (0, 1, 2)}, topic_id="AAAAAAAAAAAAAAAAAAAACg"))
+        await asyncio.to_thread(h.raw.create, zk_data.topic_path("jepsen"), existing, makepath=True)
+        response = await h.call(metadata_request(12, ["jepsen"]))
+        assert response.topics[0].error_code == ErrorCode.leader_not_available  # not INVALID_REPLICATION_FACTOR
+        assert (await asyncio.to_thread(h.raw.get, zk_data.topic_path("jepsen")))[0] == existing
+
+    run(zk_connect, scenario, **{"default.replication.factor": "3"})
+
+
 def test_metadata_by_topic_id(zk_connect):
     async def scenario(h: Harness):
         await asyncio.to_thread(

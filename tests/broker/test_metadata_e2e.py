@@ -160,6 +160,7 @@ def broker(zookeeper, tmp_path):
         zk.create(zk_data.CONTROLLER_EPOCH, zk_data.encode_controller_epoch(CONTROLLER_EPOCH))
         controller = ControllerWire(port, control_port, stat.czxid)
         controller.update_metadata({})  # a new broker gets full metadata first
+        poll(lambda: _accepts(port), 30)  # and serves clients from then on
         yield port, zk, controller
         controller.close()
     finally:
@@ -172,6 +173,14 @@ def broker(zookeeper, tmp_path):
             process.kill()
             process.wait(10)
             raise
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 class Background:

@@ -39,8 +39,9 @@ CONTROLLER_OVERRIDES = {"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS}
 
 class NemesisCluster:
     def __init__(self, data_dir: Path, brokers: int = 3, controllers: int = 2, use_netns: bool = True,
-                 use_disks: bool = True):
+                 use_disks: bool = True, session_timeout_ms: int = SESSION_TIMEOUT_MS):
         self.data_dir = Path(data_dir)
+        self.session_timeout_ms = session_timeout_ms
         self.n_brokers = brokers
         self.n_controllers = controllers
         self.netns_reason = unavailable_reason() if use_netns else "namespaces not asked for"
@@ -51,6 +52,9 @@ class NemesisCluster:
         self.disks: dict[int, SmallDisk] = {}
         self.cluster: LocalCluster | None = None
         self._zk: KazooClient | None = None
+        self.dead_sessions: set[int] = set()
+        """ZooKeeper sessions of SIGKILLed processes: their ephemeral znodes (a registration,
+        `/controller`) outlive them until the session times out, and do not mean healed."""
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -67,7 +71,9 @@ class NemesisCluster:
             self.cluster = LocalCluster(
                 self.data_dir / "cluster", brokers=self.n_brokers, controllers=self.n_controllers,
                 broker_ports=free_ports(self.n_brokers), zookeeper_port=free_port(),
-                broker_overrides=BROKER_OVERRIDES, controller_overrides=CONTROLLER_OVERRIDES, hosts=hosts,
+                broker_overrides={**BROKER_OVERRIDES, "zookeeper.session.timeout.ms": self.session_timeout_ms},
+                controller_overrides={**CONTROLLER_OVERRIDES, "zookeeper.session.timeout.ms": self.session_timeout_ms},
+                hosts=hosts,
             )
             if self.disk_reason is None:
                 for i, b in enumerate(self.cluster.brokers):
@@ -130,6 +136,21 @@ class NemesisCluster:
         got = self.zk_get(zk_data.CONTROLLER)
         return None if got is None else json.loads(got[0])["brokerid"] - CONTROLLER_ID_BASE
 
+    def owned_by(self, name: str) -> set[int]:
+        """The sessions holding `name`'s ephemeral znodes now (its registration, or `/controller`
+        if it is the active controller), to mark dead before killing it."""
+        role, index = name.rsplit("-", 1)
+        path = zk_data.broker_path(int(index)) if role == "broker" else zk_data.CONTROLLER
+        try:
+            got = self.zk_get(path)
+        except TimeoutError:
+            return set()
+        if got is None:
+            return set()
+        if role == "controller" and json.loads(got[0])["brokerid"] - CONTROLLER_ID_BASE != int(index):
+            return set()
+        return {got[1].ephemeralOwner}
+
     def registered_brokers(self) -> set[int]:
         try:
             return {int(c) for c in self.zk().get_children_async(zk_data.BROKER_IDS).get(timeout=3)}
@@ -168,6 +189,10 @@ class NemesisCluster:
         registered = self.registered_brokers()
         if registered != set(range(self.n_brokers)):
             return f"registered brokers {sorted(registered)}"
+        stale = [path for path in [zk_data.CONTROLLER, *(zk_data.broker_path(b) for b in registered)]
+                 if (got := self.zk_get(path)) is not None and got[1].ephemeralOwner in self.dead_sessions]
+        if stale:
+            return f"{stale} still held by killed processes' sessions"
         for topic, partitions in topics.items():
             for p in range(partitions):
                 state = self.partition_state(topic, p)

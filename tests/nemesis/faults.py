@@ -2,7 +2,10 @@
 
 Process faults: SIGKILL (restarted at the end), SIGSTOP (SIGCONT at the end) and SIGTERM (it must
 exit by itself with code 0; restarted at the end) of a broker (the leader of some partition), the
-active controller, or ZooKeeper (an outage). Network faults (namespaces): a partition leader cut
+active controller, or ZooKeeper (an outage); and the combined crash of issue 32: every controller
+SIGKILLed, one second later the leader of a partition, all restarted at the end (with a short
+fault, while the killed processes' ZooKeeper sessions, and so their registrations, still live).
+Network faults (namespaces): a partition leader cut
 from ZooKeeper, or from everything but the clients; a follower cut from its leader; the active
 controller cut from ZooKeeper, or from every broker. A full disk: a broker's tmpfs log directory
 filled; at the end freed and the broker restarted (as Kafka, a broker brings a failed directory
@@ -20,6 +23,7 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,11 +35,14 @@ NETWORK_KINDS = ("partition-leader-zookeeper", "partition-leader-all-but-clients
                  "partition-controller-zookeeper", "partition-controller-brokers")
 PROCESS_KINDS = tuple(f"{sig}-{role}" for role in ("broker", "controller", "zookeeper")
                       for sig in ("kill", "stop", "term"))
+COMBINED_KINDS = ("kill-controllers-leader",)
 DISK_KINDS = ("disk-full",)
 INPUT_KINDS = ("bad-input", "fuzz")
-ALL_KINDS = PROCESS_KINDS + NETWORK_KINDS + DISK_KINDS + INPUT_KINDS
+ALL_KINDS = PROCESS_KINDS + COMBINED_KINDS + NETWORK_KINDS + DISK_KINDS + INPUT_KINDS
 TERM_EXIT_S = 30.0
 """How long a SIGTERMed process may take to exit by itself."""
+LEADER_KILL_DELAY_S = 1.0
+"""kill-controllers-leader: the pause between killing the controllers and the leader broker."""
 FUZZ_FRAMES = 40
 """Fuzzed frames per fuzz fault and target (each run draws another window of every key and
 version; tests/safety fuzzes them all)."""
@@ -150,6 +157,7 @@ class Nemesis:
                 return Active(kind, f"ZooKeeper {'killed' if sig_name == 'kill' else 'stopped'}",
                               lambda: self._restart_zookeeper(), busy)
             if sig_name == "kill":
+                self.nc.dead_sessions |= self.nc.owned_by(name)
                 process.kill(signal.SIGKILL)
             else:
                 self._terminate(name, process)
@@ -158,6 +166,35 @@ class Nemesis:
         except BaseException:
             self.busy -= busy
             raise
+
+    def controllers_and_leader_fault(self, kind: str, choice: int) -> Active:
+        """Every controller SIGKILLed, LEADER_KILL_DELAY_S later the leader of partition `choice`;
+        all restarted at the end. Nothing is left to elect a new leader meanwhile, and if the fault
+        is shorter than the session timeout, the restarted broker finds its own registration (and
+        the controllers theirs) still in ZooKeeper and must outwait it before serving."""
+        _, leader = self.leader(choice)
+        controllers = [f"controller-{j}" for j in range(self.nc.n_controllers)]
+        broker = f"broker-{leader}"
+        busy = self.claim(*controllers, broker)
+        try:
+            for name in controllers:
+                self.expected_down.add(name)
+                self.nc.dead_sessions |= self.nc.owned_by(name)
+                self.nc.process(name).kill(signal.SIGKILL)
+            time.sleep(LEADER_KILL_DELAY_S)
+            self.expected_down.add(broker)
+            self.nc.dead_sessions |= self.nc.owned_by(broker)
+            self.nc.process(broker).kill(signal.SIGKILL)
+        except BaseException:
+            self.busy -= busy
+            raise
+
+        def end() -> None:
+            for name in [*controllers, broker]:
+                self._restart(name, self.nc.process(name))
+
+        return Active(kind, f"{', '.join(controllers)} killed, then {broker} (leader of {self.topic}-{choice % self.partitions})",
+                      end, busy)
 
     def _terminate(self, name: str, process: ManagedProcess) -> None:
         """SIGTERM: the process must exit by itself, with code 0, within TERM_EXIT_S."""
@@ -284,6 +321,8 @@ class Nemesis:
             raise Skip(reason)
         if kind in PROCESS_KINDS:
             return self.signal_fault(kind, choice)
+        if kind in COMBINED_KINDS:
+            return self.controllers_and_leader_fault(kind, choice)
         if kind in NETWORK_KINDS:
             return self.network_fault(kind, choice)
         if kind in DISK_KINDS:

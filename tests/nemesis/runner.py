@@ -11,7 +11,7 @@ import random
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,6 +25,10 @@ PARTITIONS = 6
 STREAMS = (Stream("nemesis-idempotent", PARTITIONS, True), Stream("nemesis-plain", PARTITIONS, False))
 HEAL_BOUND_S = 90.0
 """After the last fault ends, every ISR must be full again within this."""
+LIVENESS_S = 15.0
+"""With the liveness check: once the faults of an episode ended and every ISR is whole, every
+record the producers still hold is acknowledged within this (request.timeout.ms plus a metadata
+refresh: nothing may wait for message.timeout.ms)."""
 TICK_S = 0.2
 
 
@@ -55,6 +59,11 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
     heal_s: float | None = None
     elapsed_s: float = 0.0
+    expired: int = 0
+    """Records whose delivery report was an error (message.timeout.ms ran out, or a fatal error)."""
+    liveness: bool = False
+    """Whether this run checks liveness: then an expired record fails it, and so does a record
+    still held LIVENESS_S after an episode healed (`problems`)."""
 
     @property
     def acknowledged(self) -> int:
@@ -83,7 +92,7 @@ class RunResult:
     def ok(self) -> bool:
         return (all(v.ok for v in self.verdicts) and len(self.verdicts) == len(STREAMS) and not self.changed
                 and not self.crashes and not self.replica_mismatches and not self.problems
-                and self.heal_s is not None)
+                and self.heal_s is not None and not (self.liveness and self.expired))
 
     def report(self) -> str:
         """What a failing run needs to be understood and replayed."""
@@ -91,6 +100,8 @@ class RunResult:
                  "schedule: " + "; ".join(map(str, self.schedule))]
         lines += [f"  applied: {a}" for a in self.applied]
         lines += [f"  skipped: {s}" for s in self.skipped]
+        if self.expired:
+            lines.append(f"  expired (delivery failed): {self.expired}")
         for v in self.verdicts:
             lines.append(f"  {v.topic}: acknowledged {v.acknowledged}, lost {len(v.lost)} {v.lost_detail[:10]}, "
                          f"duplicates {len(v.duplicates)} {v.duplicates[:10]}, order {v.out_of_order[:3]}")
@@ -110,12 +121,29 @@ def random_schedule(rng: random.Random, kinds: tuple[str, ...] = ALL_KINDS, faul
         kind = rng.choice(kinds)
         if kind.endswith("-zookeeper") and not kind.startswith("partition"):
             duration = rng.uniform(5, 40)
+        elif kind == "kill-controllers-leader":  # restarted while the killed sessions still live
+            duration = rng.uniform(1, 3)
         elif kind in ("bad-input", "fuzz"):
             duration = 0.0
         else:
             duration = rng.uniform(3, 20)
         out.append(Scheduled(round(rng.uniform(0, span_s), 1), kind, round(duration, 1), rng.randrange(1 << 30)))
     return sorted(out, key=lambda s: s.at_s)
+
+
+RESTART_REGISTERED = "restart-registered"
+"""Issue 32's scenario: every controller and a partition leader SIGKILLed, restarted while their
+ZooKeeper sessions still live; played with the liveness check, a 10 s session timeout and
+message.timeout.ms 60 s (SCENARIOS)."""
+SCENARIOS = {RESTART_REGISTERED: {"liveness": True, "session_timeout_ms": 10_000, "message_timeout_ms": 60_000}}
+"""Fixed scenarios (`soak.py --scenario`): run_once's keyword arguments for each."""
+
+
+def restart_registered_schedule(rng: random.Random, rounds: int = 3) -> list[Scheduled]:
+    """`rounds` times kill-controllers-leader, each restarted 1-3 s after the leader died (well
+    inside the 10 s session timeout), on a partition drawn from the seed."""
+    return [Scheduled(30.0 * i, "kill-controllers-leader", round(rng.uniform(1.0, 3.0), 1), rng.randrange(1 << 30))
+            for i in range(rounds)]
 
 
 def _create_topics(bootstrap: str) -> None:
@@ -140,12 +168,49 @@ def _wait_acked(producers: list[StreamProducer], more: int, timeout: float, what
     return True
 
 
+def episodes(schedule: list[Scheduled]) -> list[list[Scheduled]]:
+    """The schedule cut where no fault is active: each episode's faults overlap (or touch)."""
+    out: list[list[Scheduled]] = []
+    end = float("-inf")
+    for s in sorted(schedule, key=lambda s: s.at_s):
+        if not out or s.at_s > end:
+            out.append([])
+        out[-1].append(s)
+        end = max(end, s.at_s + s.duration_s)
+    return out
+
+
+def check_liveness(producers: list[StreamProducer], bound_s: float, what: str, problems: list[str]) -> None:
+    """Every record the producers hold now has its delivery report within `bound_s` (a failed
+    one is counted apart, as expired)."""
+    held = [p.held() for p in producers]
+    deadline = time.monotonic() + bound_s
+    while True:
+        left = []
+        for p, ids in zip(producers, held, strict=True):
+            acked, failed = p.reported(ids)
+            left.append(ids - acked - failed)
+        if not any(left) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for p, ids, waiting in zip(producers, held, left, strict=True):
+        if waiting:
+            problems.append(f"{what}: {p.stream.topic}: {len(waiting)} of the {len(ids)} records held at healing "
+                            f"not acknowledged within {bound_s:.0f}s (ids {sorted(waiting)[:5]}...)")
+
+
 def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, rate: float = 100.0,
-             use_netns: bool = True, use_disks: bool = True) -> RunResult:
-    result = RunResult(run, seed, schedule)
+             use_netns: bool = True, use_disks: bool = True, liveness: bool = False,
+             session_timeout_ms: int | None = None, message_timeout_ms: int = 120_000,
+             client_debug: bool = False) -> RunResult:
+    """One run. With `liveness`, the schedule is played episode by episode (faults that overlap go
+    together); after each, every ISR must be whole within HEAL_BOUND_S and then every record the
+    producers hold acknowledged within LIVENESS_S; a failed delivery fails the run."""
+    result = RunResult(run, seed, schedule, liveness=liveness)
     started = time.monotonic()
     os.environ["PYTHONFAULTHANDLER"] = "1"  # processes stuck past a bound are aborted: their stacks land in the log
-    nc = NemesisCluster(workdir, use_netns=use_netns, use_disks=use_disks)
+    extra = {} if session_timeout_ms is None else {"session_timeout_ms": session_timeout_ms}
+    nc = NemesisCluster(workdir, use_netns=use_netns, use_disks=use_disks, **extra)
     producers: list[StreamProducer] = []
     reader: Reader | None = None
     try:
@@ -153,11 +218,24 @@ def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, r
         _create_topics(nc.bootstrap)
         topics = {s.topic: s.partitions for s in STREAMS}
         nc.wait_healed(topics, 60)
-        producers = [StreamProducer(nc.bootstrap, s, rate).start() for s in STREAMS]
+        producers = [StreamProducer(nc.bootstrap, s, rate, message_timeout_ms=message_timeout_ms,
+                                    debug_log=workdir / f"librdkafka-{s.topic}.log" if client_debug else None).start()
+                     for s in STREAMS]
         reader = Reader(nc.bootstrap, list(STREAMS)).start()
         _wait_acked(producers, 100, 60, "warm-up", result.problems)
         nemesis = Nemesis(nc, STREAMS[0].topic, PARTITIONS, result.problems)
-        _play(nemesis, schedule, result)
+        if liveness:
+            for i, episode in enumerate(episodes(schedule)):
+                first = episode[0].at_s
+                _play(nemesis, [replace(s, at_s=s.at_s - first) for s in episode], result)
+                try:
+                    nc.wait_healed(topics, HEAL_BOUND_S)
+                except TimeoutError as e:
+                    result.problems.append(f"episode {i}: {e}")
+                    break
+                check_liveness(producers, LIVENESS_S, f"episode {i}", result.problems)
+        else:
+            _play(nemesis, schedule, result)
         healing = time.monotonic()
         try:
             nc.wait_healed(topics, HEAL_BOUND_S)
@@ -172,6 +250,7 @@ def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, r
             left = p.stop()
             if left:
                 result.problems.append(f"{p.stream.topic}: {left} records without a delivery report")
+        result.expired = sum(len(p.stats.failed) for p in producers)
         reader.stop()
         log = read_all(nc.bootstrap, list(STREAMS))
         result.verdicts = [check_stream(p.stream, dict(p.stats.acked), log) for p in producers]

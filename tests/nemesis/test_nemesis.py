@@ -4,14 +4,15 @@ a network namespace of its own where the machine allows) under an acks=all workl
 without idempotence, and a fixed schedule of faults, alone and overlapping. It passes when no
 acknowledged record is lost, duplicated or out of order (with idempotence), no record a reader saw
 changed, every ISR is full again within the bound, every replica holds the same bytes after a
-clean stop, and no process crashed."""
+clean stop, and no process crashed; with the liveness check (issue 32's scenario), also when every
+record held at healing is acknowledged within 15 s and none expired."""
 
 import pytest
 
 from odradek.dev.netns import unavailable_reason
 from odradek.dev.small_disk import can_mount
 
-from .runner import Scheduled, run_once
+from .runner import RESTART_REGISTERED, SCENARIOS, Scheduled, run_once
 
 pytestmark = pytest.mark.integration  # each run starts ZooKeeper, brokers and controllers itself
 
@@ -40,12 +41,26 @@ DISK_AND_INPUT_FAULTS = [
 ]
 
 
-def _run(tmp_path, schedule, seed):
-    result = run_once(0, seed, schedule, tmp_path / "run")
+RESTARTED_WHILE_REGISTERED = [
+    Scheduled(0, "kill-controllers-leader", 2, 0),    # the leader of partition 0, back after 2 s
+    Scheduled(30, "kill-controllers-leader", 1, 4),   # of partition 4, back after 1 s
+]
+"""Issue 32, short: `make nemesis-restart-registered` plays it 20 times with drawn timings."""
+
+
+def _run(tmp_path, schedule, seed, **options):
+    result = run_once(0, seed, schedule, tmp_path / "run", **options)
     assert result.ok, result.report()
     assert len(result.applied) == len(schedule), result.report()
     assert result.acknowledged > 0
     return result
+
+
+def test_controllers_and_leader_restarted_while_registered(tmp_path):
+    """Every controller and a leader killed, restarted while their ZooKeeper sessions live: once
+    healed, every record the producers hold is acknowledged within 15 s, none expires."""
+    result = _run(tmp_path, RESTARTED_WHILE_REGISTERED, 4, rate=300.0, **SCENARIOS[RESTART_REGISTERED])
+    assert result.expired == 0, result.report()
 
 
 def test_process_faults(tmp_path):

@@ -8,10 +8,12 @@ report without error is an acknowledgement: the id, its partition and its offset
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
@@ -55,7 +57,8 @@ class ProducerStats:
 class StreamProducer:
     """A confluent-kafka producer thread writing `stream` at `rate` records per second."""
 
-    def __init__(self, bootstrap: str, stream: Stream, rate: float):
+    def __init__(self, bootstrap: str, stream: Stream, rate: float, *, message_timeout_ms: int = 120_000,
+                 debug_log: Path | None = None):
         self.stream = stream
         self.rate = rate
         conf = {
@@ -65,13 +68,15 @@ class StreamProducer:
             # Without idempotence one request in flight keeps retries from reordering records.
             "max.in.flight.requests.per.connection": 5 if stream.idempotent else 1,
             "linger.ms": 5,
-            "message.timeout.ms": 120_000,
+            "message.timeout.ms": message_timeout_ms,
             "request.timeout.ms": 15_000,
             "retry.backoff.ms": 100,
             "retry.backoff.max.ms": 1000,
             "socket.connection.setup.timeout.ms": 5000,
             "error_cb": self._on_error,
         }
+        if debug_log is not None:  # librdkafka's own account of what it did, for a failing run
+            conf.update({"debug": "broker,topic,msg,eos", "logger": _file_logger(stream.topic, debug_log)})
         self.producer = Producer(conf)
         self.stats = ProducerStats()
         self._lock = threading.Lock()
@@ -115,12 +120,33 @@ class StreamProducer:
         with self._lock:
             return len(self.stats.acked)
 
+    def held(self) -> set[int]:
+        """Ids sent and still without a delivery report (what the client holds)."""
+        with self._lock:
+            sent, acked, failed = self.stats.sent, set(self.stats.acked), set(self.stats.failed)
+        return {i for i in range(sent) if i not in acked and i not in failed}
+
+    def reported(self, ids: set[int]) -> tuple[set[int], set[int]]:
+        """Of `ids`: (acknowledged, failed) so far."""
+        with self._lock:
+            return ({i for i in ids if i in self.stats.acked}, {i for i in ids if i in self.stats.failed})
+
     def stop(self, flush_timeout: float = 150.0) -> int:
         """Stop sending and wait for every delivery report (message.timeout.ms bounds them);
         returns how many records are still without one."""
         self._stop.set()
         self._thread.join(10)
         return self.producer.flush(flush_timeout)
+
+
+def _file_logger(name: str, path: Path) -> logging.Logger:
+    logger = logging.getLogger(f"nemesis.librdkafka.{name}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.handlers = [handler]
+    return logger
 
 
 class Reader:

@@ -105,37 +105,37 @@ def main() -> int:
     args = parser.parse_args()
 
     from odradek.common.zk_connect import ensure_chroot
-    from odradek.dev.cluster import LocalCluster
+    from odradek.dev.cluster import LocalCluster, secure_cluster
     from odradek.dev.zookeeper import free_ports
 
     data = Path(tempfile.mkdtemp(prefix="bench-sasl-"))
-    plain, sasl_port, tls_port = free_ports(3)
-    overrides = {"listener.security.protocol.map":
-                 "PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,TLS:SASL_SSL,CONTROLLER:PLAINTEXT",
-                 "sasl.enabled.mechanisms": "SCRAM-SHA-512", "connection.failed.authentication.delay.ms": 0}
+    client, plain, sasl_port = free_ports(3)
+    protocols = "PLAIN:PLAINTEXT,SASL:SASL_PLAINTEXT"
+    overrides = {"sasl.enabled.mechanisms": "SCRAM-SHA-512", "connection.failed.authentication.delay.ms": 0}
+    security = None
     cafile = None
-    listeners = f",SASL://127.0.0.1:{sasl_port}"
-    if args.tls:
-        from odradek.dev.certificates import write_dev_pki  # the tls helper's CA (odradek dev --security)
-
-        pki = write_dev_pki(data / "pki")
-        cafile = str(pki.ca)
-        overrides.update(pki.broker_properties("TLS"))
-        listeners += f",TLS://127.0.0.1:{tls_port}"
-    cluster = LocalCluster(data, brokers=1, broker_ports=[plain], broker_overrides=overrides)
-    cluster.brokers[0].overrides["listeners"] += listeners
+    if args.tls:  # odradek dev --security: CLIENT is SASL_SSL with SCRAM-SHA-512, INTERNAL/CONTROLLER mTLS
+        security = secure_cluster(data / "security", 1, 1)
+        security.scram_users[USER] = PASSWORD
+        security.broker_overrides_extra["listener.security.protocol.map"] = (
+            f"CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL,{protocols}")
+        cafile = str(security.ca_path)
+    else:
+        overrides["listener.security.protocol.map"] = f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,{protocols}"
+    cluster = LocalCluster(data, brokers=1, broker_ports=[client], broker_overrides=overrides, security=security)
+    cluster.brokers[0].overrides["listeners"] += f",PLAIN://127.0.0.1:{plain},SASL://127.0.0.1:{sasl_port}"
     try:
-        cluster.zookeeper.start()
-        ensure_chroot(cluster.zookeeper_connect, timeout=15)
-        subprocess.run([sys.executable, "-m", "odradek.cli", "users", "--zookeeper", cluster.zookeeper_connect,
-                        "--entity-name", USER, "--add-scram", f"SCRAM-SHA-512=[iterations=4096,password={PASSWORD}]"],
-                       check=True, capture_output=True)
-        for p in cluster.controllers + cluster.brokers:
-            p.start()
-        cluster.wait_ready(60)
+        if security is None:
+            cluster.zookeeper.start()
+            ensure_chroot(cluster.zookeeper_connect, timeout=15)
+            subprocess.run([sys.executable, "-m", "odradek.cli", "users", "--zookeeper", cluster.zookeeper_connect,
+                            "--entity-name", USER, "--add-scram", "SCRAM-SHA-512=[iterations=4096]",
+                            "--password-file", "-"], input=PASSWORD + "\n", text=True, check=True,
+                           capture_output=True)
+        cluster.start(60)
         cases = {"plaintext": (plain, False, None), "sasl-scram": (sasl_port, True, None)}
         if args.tls:
-            cases["tls-scram"] = (tls_port, True, cafile)
+            cases["tls-scram"] = (client, True, cafile)
         results: dict[str, list[float]] = {name: [] for name in cases}
         for r in range(args.rounds):
             for name, (port, sasl, ca) in cases.items():

@@ -366,6 +366,8 @@ class LocalCluster:
             if self.zookeeper is not None:
                 self.zookeeper.start()
             ensure_chroot(self.zookeeper_connect, timeout=15)
+            if self.security is not None:
+                self.security.bootstrap(self.zookeeper_connect)
             for c in self.controllers:
                 c.start()
             for b in self.brokers:
@@ -524,6 +526,13 @@ class LocalCluster:
 # --- `odradek dev` ------------------------------------------------------------------------------
 
 
+def secure_cluster(directory: Path, brokers: int, controllers: int) -> ClusterSecurity:
+    """`--security`: TLS on every path, and clients on SASL_SSL with SCRAM-SHA-512 as a super user."""
+    security = ClusterSecurity(directory)
+    security.use_scram_client_listener(brokers, controllers)
+    return security
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="odradek dev",
@@ -536,7 +545,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper client port (0: a free one)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to come up")
     parser.add_argument("--security", action="store_true",
-                        help="TLS on every path (a generated CA in DATA_DIR/security); prints client.config=PATH")
+                        help="TLS on every path (a generated CA in DATA_DIR/security), clients on SASL_SSL with "
+                        "SCRAM-SHA-512 as a generated super user; prints client.config=PATH")
     parser.add_argument("--advertised-host", default=None, metavar="HOST",
                         help="the host brokers advertise to clients (e.g. localhost); they still listen on 127.0.0.1")
     parser.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
@@ -584,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         controller_overrides=_pairs(args.controller_override),
         log_settings=LogSettings(args.log_level, args.log_file_max_bytes, args.log_file_backups),
         metrics=True,
-        security=ClusterSecurity(Path(args.data_dir).absolute() / "security") if args.security else None,
+        security=secure_cluster(Path(args.data_dir).absolute() / "security", args.brokers, args.controllers)
+        if args.security else None,
         advertised_host=args.advertised_host,
     )
     log = lambda msg: print(f"odradek dev: {msg}", file=sys.stderr, flush=True)  # noqa: E731

@@ -5,7 +5,8 @@ Everything is generated with `cryptography` into `<data dir>/security/` (kept ac
 `odradek dev`: clients keep trusting the same CA). Certificates are valid for 127.0.0.1 and
 localhost (and the advertised host), so clients that verify host names accept them. Listeners:
 
-- CLIENT (the port clients bootstrap from): `client_protocol` (SSL here; SASL_SSL once users exist);
+- CLIENT (the port clients bootstrap from): `client_protocol`, SASL_SSL with SCRAM-SHA-512 and a
+  generated super user `admin` under `odradek dev --security` (`use_scram_client_listener`);
 - INTERNAL: replication and transaction markers, SSL with client certificates required;
 - CONTROLLER: controller requests to brokers, SSL with client certificates required;
 - the controller's own listener: AlterPartition and ControlledShutdown, SSL, client certificates required.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 PRINCIPAL_RULES = "RULE:^CN=([^,]+)(,.*)?$/$1/,DEFAULT"
 """The principal of a certificate is its common name (User:broker-0, User:client)."""
 VALIDITY = datetime.timedelta(days=365)
+SUPER_USER = "admin"
+"""The SCRAM user `odradek dev --security` creates for clients (a super user)."""
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -131,6 +135,33 @@ class ClusterSecurity:
     """More client properties (the SASL mechanism and credentials, when the client listener uses SASL)."""
     broker_overrides_extra: dict[str, str] = field(default_factory=dict)
     ca: CertificateAuthority | None = None
+    scram_users: dict[str, str] = field(default_factory=dict, repr=False)
+    """SCRAM-SHA-512 users (name → password) written to ZooKeeper before the brokers start (`bootstrap`)."""
+
+    def use_scram_client_listener(self, brokers: int, controllers: int, user: str = SUPER_USER) -> None:
+        """CLIENT becomes SASL_SSL with SCRAM-SHA-512 and one super user whose password is generated
+        once (kept in the security directory, 0600) and written into the client properties file.
+        Brokers and controllers stay on mTLS and are super users by their certificates' names."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{user}.password"
+        if not path.exists():
+            _write_private(path, secrets.token_urlsafe(24).encode())
+        password = path.read_text().strip()
+        self.scram_users[user] = password
+        self.client_protocol = "SASL_SSL"
+        self.client_properties_extra.update({"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                                             "sasl.password": password})
+        supers = [f"User:{user}", *(f"User:broker-{i}" for i in range(brokers)),
+                  *(f"User:controller-{j}" for j in range(controllers))]
+        self.broker_overrides_extra.update({"listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                                            "super.users": ";".join(supers)})
+
+    def bootstrap(self, zookeeper_connect: str) -> None:
+        """Writes `scram_users` to ZooKeeper (odradek users' bootstrap path), before any broker runs."""
+        from odradek.users import bootstrap_user
+
+        for user, password in self.scram_users.items():
+            bootstrap_user(zookeeper_connect, user, password)
 
     @property
     def ca_path(self) -> Path:

@@ -120,6 +120,29 @@ def describe(zk, users: list[str] | None) -> list[dict]:
     return out
 
 
+def changes(adds: list[tuple[str, int, str]], deletes: list[str]):
+    """The edit of a user's config: `deletes` removed, `adds` (mechanism, iterations, password) set."""
+    def change(config: dict[str, str]) -> None:
+        for mechanism in deletes:
+            config.pop(mechanism, None)
+        for mechanism, iterations, password in adds:
+            credential = scram.MECHANISMS[mechanism].credential_from_password(password, iterations)
+            config[mechanism] = scram.credential_to_string(credential)
+    return change
+
+
+def bootstrap_user(zookeeper_connect: str, user: str, password: str, mechanisms: tuple[str, ...] = ("SCRAM-SHA-512",),
+                   iterations: int = DEFAULT_ITERATIONS, timeout: float = 15.0) -> None:
+    """Create or replace a user's SCRAM credentials before (or while) brokers run (`odradek dev --security`)."""
+    ensure_chroot(zookeeper_connect, timeout)
+    zk = new_client(zookeeper_connect, timeout)
+    start_client(zk, timeout)
+    try:
+        write_user(zk, user, changes([(m, iterations, password) for m in mechanisms], []))
+    finally:
+        close_client(zk)
+
+
 def run(args: argparse.Namespace) -> int:
 
     adds = parse_add_scram(args.add_scram) if args.add_scram else []
@@ -141,13 +164,7 @@ def run(args: argparse.Namespace) -> int:
     start_client(zk, args.timeout)
     try:
         if adds or deletes:
-            def change(config: dict[str, str]) -> None:
-                for mechanism in deletes:
-                    config.pop(mechanism, None)
-                for mechanism, iterations, password in complete:
-                    credential = scram.MECHANISMS[mechanism].credential_from_password(password, iterations)
-                    config[mechanism] = scram.credential_to_string(credential)
-            write_user(zk, args.entity_name, change)
+            write_user(zk, args.entity_name, changes(complete, deletes))
             done = [f"{m} (iterations {i}) added" for m, i, _ in adds] + [f"{m} deleted" for m in deletes]
             print(f"Completed updating config for user {args.entity_name}: {', '.join(done)}.")
         if args.describe:

@@ -1,0 +1,174 @@
+"""SASL_SSL as `odradek dev --security` sets it up: TLS on every path, clients on SCRAM over TLS.
+
+A 2-broker secure cluster (dev/security, with the SCRAM client listener and its generated super
+user, created through `odradek users`' bootstrap path before the brokers start); the client
+properties it writes are used as they are by confluent-kafka, kcat, kafka-python and aiokafka.
+A password changed through AlterUserScramCredentials is in force on every broker within seconds.
+"""
+
+import asyncio
+import ssl
+import subprocess
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+from kio.schema.errors import ErrorCode
+
+from odradek.common.config import parse_properties
+from odradek.dev.cluster import LocalCluster, secure_cluster
+from odradek.dev.zookeeper import free_ports
+
+from .test_sasl import Raw, raw_scram_login
+
+
+@pytest.fixture(scope="module")
+def secure(zookeeper, tmp_path_factory):
+    data = tmp_path_factory.mktemp("sasl-ssl")
+    security = secure_cluster(data / "security", 2, 1)
+    cluster = LocalCluster(
+        data, brokers=2, controllers=1, broker_ports=free_ports(2),
+        zookeeper_connect=f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}",
+        broker_overrides={"zookeeper.session.timeout.ms": 6000, "offsets.topic.num.partitions": 3,
+                          "offsets.topic.replication.factor": 2, "transaction.state.log.num.partitions": 3,
+                          "transaction.state.log.replication.factor": 2, "transaction.state.log.min.isr": 1,
+                          "group.initial.rebalance.delay.ms": 0,
+                          "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512"},
+        controller_overrides={"zookeeper.session.timeout.ms": 6000}, security=security)
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def client_conf(cluster, **extra) -> dict:
+    props = parse_properties(cluster.security.client_config_path.read_text())
+    return {"bootstrap.servers": cluster.bootstrap, **props, **extra}
+
+
+def test_client_config_is_sasl_ssl_with_scram(secure):
+    props = parse_properties(secure.security.client_config_path.read_text())
+    assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert props["sasl.username"] == "admin" and len(props["sasl.password"]) >= 24
+    assert (secure.security.client_config_path.stat().st_mode & 0o077) == 0  # the password is private
+
+
+def test_confluent_group_and_transactions(secure):
+    conf = client_conf(secure)
+    producer = Producer({**conf, "transactional.id": "ssl-txn", "message.timeout.ms": 30_000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce("ssl-topic", f"m{i}".encode())
+    producer.commit_transaction(30)
+    consumer = Consumer({**conf, "group.id": "ssl-group", "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe(["ssl-topic"])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 20 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    assert sorted(got) == sorted(f"m{i}".encode() for i in range(20))
+
+
+def test_kcat_with_the_client_config(secure):
+    base = ["kcat", "-F", str(secure.security.client_config_path), "-b", secure.bootstrap, "-t", "kcat-ssl"]
+    subprocess.run([*base, "-P"], input="a\nb\n", text=True, check=True, timeout=60)
+    out = subprocess.run([*base, "-C", "-o", "beginning", "-c", "2", "-e"], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.split() == ["a", "b"]
+
+
+def python_client_kwargs(cluster, mechanism="SCRAM-SHA-512", user=None, password=None) -> dict:
+    props = parse_properties(cluster.security.client_config_path.read_text())
+    ctx = ssl.create_default_context(cafile=props["ssl.ca.location"])
+    return dict(bootstrap_servers=cluster.bootstrap, security_protocol="SASL_SSL", ssl_context=ctx,
+                sasl_mechanism=mechanism, sasl_plain_username=user or props["sasl.username"],
+                sasl_plain_password=password or props["sasl.password"])
+
+
+def test_kafka_python_and_aiokafka_scram_256_and_512(secure):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer
+
+    admin = AdminClient(client_conf(secure))
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "sha256-user", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw-256")])["sha256-user"].result(15)
+    time.sleep(0.5)  # the credential reaches both brokers through the change notification
+    kw256 = python_client_kwargs(secure, "SCRAM-SHA-256", "sha256-user", "pw-256")
+    producer = KafkaProducer(**kw256, acks="all", max_block_ms=30_000)
+    for i in range(5):
+        producer.send("py-ssl", f"k{i}".encode())
+    producer.flush(30)
+    producer.close(10)
+    consumer = KafkaConsumer("py-ssl", **kw256, auto_offset_reset="earliest", consumer_timeout_ms=20_000)
+    assert sorted(m.value for _, m in zip(range(5), consumer, strict=False)) == [f"k{i}".encode() for i in range(5)]
+    consumer.close()
+
+    kw512 = python_client_kwargs(secure)
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(**kw512)
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait("aio-ssl", f"a{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("aio-ssl", **kw512, auto_offset_reset="earliest")
+        await consumer.start()
+        got = []
+        try:
+            async with asyncio.timeout(30):
+                async for msg in consumer:
+                    got.append(msg.value)
+                    if len(got) == 5:
+                        break
+        finally:
+            await consumer.stop()
+        return got
+
+    assert sorted(asyncio.run(run())) == [f"a{i}".encode() for i in range(5)]
+
+
+class TlsRaw(Raw):
+    def __init__(self, port: int, cafile: str):
+        import socket
+
+        ctx = ssl.create_default_context(cafile=cafile)
+        self.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                    server_hostname="localhost")
+        self.correlation = 0
+
+
+def login_everywhere(cluster, user: str, password: str) -> list[bool]:
+    ca = str(cluster.security.ca_path)
+    return [raw_scram_login(port, user, password, "SCRAM-SHA-512", raw=TlsRaw(port, ca))[0] == ErrorCode.none
+            for port in cluster.broker_ports]
+
+
+def test_password_change_applies_on_every_broker(secure):
+    admin = AdminClient(client_conf(secure))
+
+    def set_password(password: bytes) -> None:
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "rotating", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password)])["rotating"].result(15)
+
+    def wait(expected_old: bool, expected_new: bool, old: str, new: str, timeout: float = 10.0) -> float:
+        started = time.monotonic()
+        while True:
+            olds, news = login_everywhere(secure, "rotating", old), login_everywhere(secure, "rotating", new)
+            if all(o == expected_old for o in olds) and all(n == expected_new for n in news):
+                return time.monotonic() - started
+            assert time.monotonic() - started < timeout, f"old {olds}, new {news}"
+            time.sleep(0.1)
+
+    set_password(b"old-password")
+    wait(True, False, "old-password", "new-password")
+    set_password(b"new-password")
+    took = wait(False, True, "old-password", "new-password")
+    assert took < 10

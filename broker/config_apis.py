@@ -52,7 +52,7 @@ class ConfigApis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
         }
         self.versions: dict[int, tuple[int, int]] = {
-            ApiKey.DESCRIBE_CONFIGS: (1, 4),
+            ApiKey.DESCRIBE_CONFIGS: (0, 4),  # v0 from common/legacy_schemas
             ApiKey.ALTER_CONFIGS: (0, 2),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
         }

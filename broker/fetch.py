@@ -1,30 +1,46 @@
-"""Fetch (api 1, v4–v12) response encoding by hand, so record data goes out by sendfile.
+"""Fetch (api 1, v4–v17) response encoding by hand, so record data goes out by sendfile.
 
 Layout per version (Kafka's FetchResponse.json): throttle_time_ms; v7+ error_code, session_id;
-topics[name, partitions[partition_index, error_code, high_watermark, last_stable_offset,
-v5+ log_start_offset, aborted_transactions (nullable), v11+ preferred_read_replica, records]];
-v12 is flexible (compact lengths, a tagged-field section after every struct).
+topics[name (v13+: topic_id), partitions[partition_index, error_code, high_watermark,
+last_stable_offset, v5+ log_start_offset, aborted_transactions (nullable), v11+
+preferred_read_replica, records, v16+ tagged current_leader]], v16+ tagged node_endpoints;
+v12 is flexible (compact lengths, a tagged-field section after every struct). v14 (tiered
+storage's error) and v15 (the request's replica state) and v17 (the request's directory id) change
+nothing here. KIP-951 (v16): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+names the leader the broker knows, and the response carries its endpoint.
 """
+
+import uuid
+from collections.abc import Mapping, Sequence
 
 from odradek.common.network.encoding import BodyWriter
 
 MIN_VERSION = 4
-MAX_VERSION = 12
-"""v13+ name topics by id; Metadata hands out no stable topic ids yet, so they stop here."""
+MAX_VERSION = 17
+TOPIC_IDS_VERSION = 13
+"""From here topics are named by id (Kafka's topic ids, from the topics' znodes)."""
 
 
 def encode_fetch_response(
-    version: int, topics: list[tuple[str, list[tuple[int, object]]]], *, error_code: int = 0, session_id: int = 0
+    version: int, topics: list[tuple[str, list[tuple[int, object]]]], *, error_code: int = 0, session_id: int = 0,
+    topic_ids: Mapping[str, uuid.UUID] | None = None, leaders: Mapping[tuple[str, int], tuple[int, int]] | None = None,
+    endpoints: Sequence[tuple[int, str, int, str | None]] = (),
 ) -> tuple[list, int]:
-    """(chunks, size) of a FetchResponse body; `topics` = [(name, [(partition_index, FetchResult)])]."""
+    """(chunks, size) of a FetchResponse body; `topics` = [(name, [(partition_index, FetchResult)])];
+    v13+: `topic_ids` = {name: id}; v16+: `leaders` = {(name, index): (leader id, epoch)} and
+    `endpoints` = [(node id, host, port, rack)] (see above)."""
     w = BodyWriter(flexible=version >= 12)
+    leaders = leaders if version >= 16 and leaders else {}
     w.int32(0)  # throttle_time_ms
     if version >= 7:
         w.int16(error_code)
         w.int32(session_id)
     w.array(len(topics))
     for name, partitions in topics:
-        w.string(name)
+        if version >= TOPIC_IDS_VERSION:
+            w.uuid((topic_ids or {})[name].bytes)
+        else:
+            w.string(name)
         w.array(len(partitions))
         for index, r in partitions:
             w.int32(index)
@@ -45,9 +61,28 @@ def encode_fetch_response(
             if version >= 11:
                 w.int32(-1)  # preferred_read_replica
             w.records(r.regions, r.size)
-            w.tags()
+            leader = leaders.get((name, index))
+            if leader is None:
+                w.tags()
+            else:
+                hint = BodyWriter(flexible=True)
+                hint.int32(leader[0])
+                hint.int32(leader[1])
+                hint.tags()
+                w.tagged([(1, hint.take())])  # current_leader
         w.tags()
-    w.tags()
+    if version >= 16 and endpoints:
+        nodes = BodyWriter(flexible=True)
+        nodes.array(len(endpoints))
+        for node_id, host, port, rack in endpoints:
+            nodes.int32(node_id)
+            nodes.string(host)
+            nodes.int32(port)
+            nodes.string(rack)
+            nodes.tags()
+        w.tagged([(0, nodes.take())])  # node_endpoints
+    else:
+        w.tags()
     chunks = w.chunks()
     return chunks, w.size
 

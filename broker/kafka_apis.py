@@ -33,7 +33,7 @@ from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, 
 from odradek.broker.replica_manager import FetchInfo, FetchResult, ProduceResult, ReplicaManager
 from odradek.broker.transaction.transaction_apis import TransactionApis
 from odradek.broker.transaction.verification import TransactionVerifier
-from odradek.common import wire
+from odradek.common import legacy_schemas, wire
 from odradek.common.api_key import ApiKey
 from odradek.common.clock import Clock, now_ms
 from odradek.common.config import BrokerConfig
@@ -51,14 +51,18 @@ never send); v6 (KIP-939 two-phase commit) only means something to transactions.
 DATA_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (produce_codec.MIN_VERSION, produce_codec.MAX_VERSION),
     ApiKey.FETCH: (fetch_codec.MIN_VERSION, fetch_codec.MAX_VERSION),
-    ApiKey.LIST_OFFSETS: (1, 9),  # v1 for librdkafka; v7 MAX_TIMESTAMP, v8/v9 tiered-storage specs (replica_manager)
+    ApiKey.LIST_OFFSETS: (0, 9),  # v0 (legacy_schemas): offsets before a time; v7 MAX_TIMESTAMP, v8/v9 tiered specs
     ApiKey.LEADER_AND_ISR: (2, 2),
     ApiKey.STOP_REPLICA: (1, 1),
-    ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.FIND_COORDINATOR: (0, 4),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 4),  # v3+ carry replica_id (followers truncating)
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),  # v3+ carry replica_id (followers truncating); v0, v1: legacy_schemas
     ApiKey.DELETE_RECORDS: (0, 2),
 }
+
+
+UNKNOWN_TOPIC_ID_PREFIX = "\0unknown-topic-id:"
+"""The name Fetch v13+ gives a topic id no topic has (no topic name holds a NUL)."""
 
 
 # --- the generic error response -------------------------------------------------------------------
@@ -182,6 +186,9 @@ class KafkaApis:
             ApiKey.DELETE_RECORDS: self.handle_delete_records,
         }
         self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
+        self.metadata_apis = metadata_apis
+        """Topic ids for Fetch v13+ (without it, unknown to every id)."""
+        self._names_by_id: dict[uuid.UUID, str] = {}
         if producer_id_manager is not None:
             self.handlers[ApiKey.INIT_PRODUCER_ID] = self.handle_init_producer_id
             self.versions[ApiKey.INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
@@ -271,6 +278,11 @@ class KafkaApis:
                                        api_key, peer, listener, code.name)
                 return [wire.encode_response(control_plane.refusal(api_key, code), correlation_id,
                                              flexible_header=False)]
+        legacy_version = legacy_schemas.LEGACY.get((api_key, version))
+        if legacy_version is not None and legacy_version.translated:
+            # a version kio lacks: the handler sees its base version (common/legacy_schemas)
+            request = legacy_schemas.upgrade(request)
+            header = dataclasses.replace(header, request_api_version=i16(legacy_version.base))
         try:
             result = await self.handlers[api_key](context, request)
         except CloseConnection:
@@ -290,6 +302,8 @@ class KafkaApis:
                 raise CloseConnection() from None
         if result is None:
             return None
+        if legacy_version is not None and legacy_version.translated and not isinstance(result, Body):
+            result = legacy_schemas.downgrade(result, api_key, version)
         flexible = wire.response_header_flexible(api_key, schema.__flexible__)
         if isinstance(result, Body):
             return frame(response_header(correlation_id, flexible), result.chunks, result.size)
@@ -429,10 +443,14 @@ class KafkaApis:
         them all) and what the response carries (incremental: only partitions with something to
         say). v4–v6 have no session fields: they are sessionless, as (session 0, FINAL epoch) is."""
         version = context.api_version
-        replica_id = int(request.replica_id)
+        replica_id = int(request.replica_state.replica_id if version >= 15 else request.replica_id)
+        by_id: dict[uuid.UUID, str] = {}
+        if version >= fetch_codec.TOPIC_IDS_VERSION:
+            by_id = await self._topic_names(
+                {t.topic_id for t in request.topics} | {t.topic_id for t in request.forgotten_topics_data})
         infos = [
             FetchInfo(
-                t.topic,
+                by_id[t.topic_id] if by_id else t.topic,
                 int(p.partition),
                 int(p.fetch_offset),
                 int(p.partition_max_bytes),
@@ -447,7 +465,8 @@ class KafkaApis:
         max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
         if version >= 7:
             session_id, epoch = int(request.session_id), int(request.session_epoch)
-            to_forget = [(t.topic, int(p)) for t in request.forgotten_topics_data for p in t.partitions]
+            to_forget = [(by_id[t.topic_id] if by_id else t.topic, int(p))
+                         for t in request.forgotten_topics_data for p in t.partitions]
         else:
             session_id, epoch, to_forget = INVALID_SESSION_ID, FINAL_EPOCH, []
         fetch_context = self.fetch_manager.new_context(session_id, epoch, infos, to_forget, replica_id >= 0)
@@ -470,10 +489,50 @@ class KafkaApis:
             results = [FetchResult(error=ErrorCode.topic_authorization_failed) if i.topic in denied else next(found)
                        for i in fetch_context.infos]
         error, session_id, pairs = fetch_context.response(results)
+        topics = fetch_codec.group_by_topic(pairs)
+        topic_ids: dict[str, uuid.UUID] = {}
+        if version >= fetch_codec.TOPIC_IDS_VERSION:
+            topic_ids, topics = await self._with_topic_ids(topics)
+        leaders: dict[tuple[str, int], tuple[int, int]] = {}
+        endpoints: list[tuple[int, str, int, str | None]] = []
+        if version >= 16:
+            leaders, endpoints = self._leader_hints(context, [
+                (name, index) for name, parts in topics for index, r in parts
+                if getattr(r, "error", None) in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)])
         chunks, size = fetch_codec.encode_fetch_response(
-            version, fetch_codec.group_by_topic(pairs), error_code=int(error), session_id=session_id
+            version, topics, error_code=int(error), session_id=session_id, topic_ids=topic_ids, leaders=leaders,
+            endpoints=endpoints,
         )
         return Body(chunks, size)
+
+    async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Fetch v13+: topic id → name. An id no topic has now gets a name no topic can have
+        (it holds a NUL), so its partitions are read as unknown and answered UNKNOWN_TOPIC_ID."""
+        names = self._names_by_id
+        if any(i not in names for i in ids) and self.metadata_apis is not None:
+            names = await self.metadata_apis.topic_names_by_id()
+            self._names_by_id = names
+        out = {}
+        for topic_id in ids:
+            name = names.get(topic_id)
+            if name is None or not self.replica_manager.metadata_cache.contains(name):
+                name = f"{UNKNOWN_TOPIC_ID_PREFIX}{topic_id}"
+            out[topic_id] = name
+        return out
+
+    async def _with_topic_ids(self, topics: list) -> tuple[dict[str, uuid.UUID], list]:
+        """The response's topic ids by name (an unknown id's partitions say UNKNOWN_TOPIC_ID)."""
+        names = [name for name, _ in topics]
+        known = [n for n in names if not n.startswith(UNKNOWN_TOPIC_ID_PREFIX)]
+        ids = await self.metadata_apis.topic_ids(known) if self.metadata_apis is not None and known else {}
+        out = []
+        for name, parts in topics:
+            if name.startswith(UNKNOWN_TOPIC_ID_PREFIX):
+                ids[name] = uuid.UUID(name[len(UNKNOWN_TOPIC_ID_PREFIX):])
+                parts = [(index, dataclasses.replace(r, error=ErrorCode.unknown_topic_id)
+                          if r.error == ErrorCode.unknown_topic_or_partition else r) for index, r in parts]
+            out.append((name, parts))
+        return dict(ids), out
 
     # --- ListOffsets ----------------------------------------------------------------------------
 
@@ -481,6 +540,8 @@ class KafkaApis:
         version = context.api_version
         mod = wire.response_module(ApiKey.LIST_OFFSETS, version)
         rm = self.replica_manager
+        if version == 0:
+            return self._list_offsets_v0(mod, request)
         topics = []
         denied = self.unauthorized_topics(context, AclOperation.DESCRIBE, [t.name for t in request.topics])
         for t in request.topics:
@@ -510,6 +571,24 @@ class KafkaApis:
         if version >= 2:
             fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ListOffsetsResponse(**fields)
+
+    def _list_offsets_v0(self, mod, request):
+        """Kafka's handleListOffsetRequestV0: up to max_num_offsets segment start offsets before
+        the time (-1 latest, -2 earliest; other negative times UNSUPPORTED_VERSION)."""
+        topics = []
+        for t in request.topics:
+            partitions = []
+            for p in t.partitions:
+                timestamp = int(p.timestamp)
+                if timestamp < -2:
+                    code, offsets = ErrorCode.unsupported_version, []
+                else:
+                    code, offsets = self.replica_manager.legacy_fetch_offsets_before(
+                        t.name, int(p.partition_index), timestamp, int(p.max_num_offsets), int(request.replica_id))
+                partitions.append(mod.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index, error_code=code, old_style_offsets=tuple(map(i64, offsets))))
+            topics.append(mod.ListOffsetsTopicResponse(name=t.name, partitions=tuple(partitions)))
+        return mod.ListOffsetsResponse(topics=tuple(topics))
 
     # --- FindCoordinator ------------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ class LogDirsApis:
     def __init__(self, log_manager: LogManager):
         self.log_manager = log_manager
         self.authorizer: Authorizer = ALLOW_ALL
-        self.versions: dict[int, tuple[int, int]] = {ApiKey.DESCRIBE_LOG_DIRS: (1, 4)}
+        self.versions: dict[int, tuple[int, int]] = {ApiKey.DESCRIBE_LOG_DIRS: (0, 4)}  # v0: legacy_schemas
         self.handlers: dict[int, Handler] = {
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}
 

@@ -134,8 +134,8 @@ class MetadataApis:
         self.versions: dict[int, tuple[int, int]] = {
             ApiKey.METADATA: (0, 13),
             ApiKey.UPDATE_METADATA: (5, 5),
-            ApiKey.CREATE_TOPICS: (2, 7),
-            ApiKey.DELETE_TOPICS: (1, 6),
+            ApiKey.CREATE_TOPICS: (0, 7),  # v0, v1 from common/legacy_schemas
+            ApiKey.DELETE_TOPICS: (0, 6),
             ApiKey.CREATE_PARTITIONS: (0, 3),
             ApiKey.DESCRIBE_CLUSTER: (0, 2),
             **self.config_apis.versions,

@@ -966,6 +966,22 @@ class ReplicaManager:
         epoch = found[2] if len(found) > 2 else -1
         return ListOffsetResult(offset=int(found[0]), timestamp=int(found[1]), leader_epoch=epoch)
 
+    def legacy_fetch_offsets_before(self, topic: str, index: int, timestamp: int, max_num_offsets: int,
+                                    replica_id: int) -> tuple[ErrorCode, list[int]]:
+        """ListOffsets v0 (Kafka's Partition.legacyFetchOffsetsForTimestamp): a consumer sees the
+        high watermark in place of offsets past it."""
+        p, error = self.leader_partition(topic, index, -1, replica_id)
+        if p is None:
+            return error, []
+        try:
+            offsets = p.log.legacy_fetch_offsets_before(timestamp, max_num_offsets, self.clock())
+        except LogError as e:
+            return e.error_code, []
+        hw = p.log.high_watermark
+        if replica_id == CONSUMER_REPLICA_ID and any(o > hw for o in offsets):
+            offsets = [hw, *[o for o in offsets if o <= hw]]
+        return ErrorCode.none, offsets
+
     # --- shutdown -------------------------------------------------------------------------------
 
     async def shutdown_async(self) -> None:

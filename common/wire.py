@@ -24,7 +24,7 @@ from kio.static.protocol import Payload
 
 from odradek.common.api_key import ApiKey
 
-from . import message_bounds
+from . import legacy_schemas, message_bounds
 from .messages import INTER_BROKER_REQUESTS, INTER_BROKER_RESPONSES
 
 SIZE = struct.Struct(">i")
@@ -53,6 +53,8 @@ def request_schema(api_key: int, version: int) -> type:
         if _payload_class(own).__version__ != version:
             raise KeyError((api_key, version))
         return own
+    if (api_key, version) in legacy_schemas.LEGACY:
+        return legacy_schemas.request_schema(api_key, version)
     try:
         return load_request_schema(api_key, version)
     except Exception as e:  # kio raises its own index errors, and ImportError underneath
@@ -64,6 +66,8 @@ def response_schema(api_key: int, version: int) -> type:
     own = INTER_BROKER_RESPONSES.get(api_key)
     if own is not None:
         return own
+    if (api_key, version) in legacy_schemas.LEGACY:
+        return legacy_schemas.response_schema(api_key, version)
     return load_response_schema(api_key, version)
 
 

@@ -37,9 +37,9 @@ from .offsets_topic import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAM
 log = logging.getLogger(__name__)
 
 VERSIONS = {
-    ApiKey.FIND_COORDINATOR: (0, 4),
-    ApiKey.OFFSET_COMMIT: (1, 8),  # v9+ belong to the KIP-848 protocol
-    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.FIND_COORDINATOR: (0, 6),  # v5 and v6 only add error codes and the share key type
+    ApiKey.OFFSET_COMMIT: (1, 9),  # v9 as v8 for classic groups (Kafka 3.9); v10 is 4.x
+    ApiKey.OFFSET_FETCH: (1, 9),  # v9's member id and epoch are for KIP-848 groups only
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
@@ -48,7 +48,7 @@ VERSIONS = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # v4+ belong to transaction version 2
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),  # v4 adds TRANSACTION_ABORTABLE, never sent; v5 is transaction version 2
 }
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 CLASSIC_GROUP_TYPE = "classic"

@@ -543,6 +543,25 @@ class Log:
                 break
         return out
 
+    def legacy_fetch_offsets_before(self, timestamp: int, max_num_offsets: int, now: int) -> list[int]:
+        """ListOffsets v0 (Kafka's legacyFetchOffsetsBefore): segment start offsets (and the log end
+        offset, the last segment being non-empty) whose segment was last modified at or before
+        `timestamp`, newest first, at most `max_num_offsets`; -1 latest, -2 earliest."""
+        self._check_open()
+        points = [(max(seg.base_offset, self.log_start_offset), int(os.fstat(seg.file.fileno()).st_mtime * 1000))
+                  for seg in self.segments]
+        if self.segments[-1].size > 0:
+            points.append((self.log_end_offset, now))
+        if timestamp == -1:
+            start = len(points) - 1
+        elif timestamp == -2:
+            start = 0
+        else:
+            start = len(points) - 1
+            while start >= 0 and points[start][1] > timestamp:
+                start -= 1
+        return [points[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)]
+
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`; None if none."""
         self._check_open()

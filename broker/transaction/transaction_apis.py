@@ -26,10 +26,10 @@ from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 log = logging.getLogger(__name__)
 
 VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 (KIP-1050 error codes) belongs to transaction version 2
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),  # v5 adds TRANSACTION_ABORTABLE (never sent here)
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),  # v4 adds TRANSACTION_ABORTABLE (never sent here)
     ApiKey.END_TXN: (0, 4),
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is gone from Kafka 4; v2 adds the KIP-890 transaction version
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),  # v0 (common/legacy_schemas) is gone from Kafka 4; v2 is KIP-890's
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),

@@ -82,6 +82,10 @@ class BodyWriter:
         if self.flexible:
             self._buf.append(0)
 
+    def uuid(self, value: bytes) -> None:
+        """A uuid field: its 16 bytes (`uuid.UUID.bytes`)."""
+        self._buf += value
+
     def tagged(self, fields: list[tuple[int, bytes]]) -> None:
         """A tagged-field section holding `fields` ((tag, encoded value), tags ascending)."""
         if not fields:

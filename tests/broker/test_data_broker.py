@@ -48,10 +48,10 @@ def test_api_versions_advertises_data_and_metadata_apis(broker):
         for resp in (v0, v3):
             assert resp.error_code == ErrorCode.none
             versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-            assert versions[0] == (0, 9)  # Produce advertised from 0 (librdkafka), real from 3
-            assert versions[1] == (4, 12)
-            assert versions[2][0] == 1
-            assert versions[18] == (0, 3)
+            assert versions[0] == (0, 11)  # Produce advertised from 0 (librdkafka), real from 3
+            assert versions[1] == (4, 17)
+            assert versions[2][0] == 0  # ListOffsets v0 (legacy_schemas)
+            assert versions[18] == (0, 4)
             assert 3 in versions and 19 in versions  # broker-metadata's APIs merged in
         # A newer ApiVersions than ours: UNSUPPORTED_VERSION and the list, in v0 layout.
         c.send_raw(wire.SIZE.pack(10) + b"\x00\x12\x00\x63\x00\x00\x00\x07\xff\xff")

@@ -47,3 +47,26 @@ def test_fetch_response_encoding_reads_back_with_kio(version, tmp_path):
         assert p0.log_start_offset == 3
     if version >= 7:
         assert resp.session_id == 0 and resp.error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("version", [13, 15, 16, 17])
+def test_fetch_v13_names_topics_by_id_and_v16_hints_the_leader(version):
+    import uuid
+
+    tid = uuid.uuid4()
+    moved = FetchResult(error=ErrorCode.not_leader_or_follower)
+    ok = FetchResult(high_watermark=1, last_stable_offset=1, log_start_offset=0)
+    chunks, size = fetch_codec.encode_fetch_response(
+        version, [("t", [(0, ok), (1, moved)])], topic_ids={"t": tid}, leaders={("t", 1): (2, 9)},
+        endpoints=[(2, "b2", 9092, None)])
+    body = _join(chunks)
+    assert len(body) == size
+    resp, used = entity_reader(wire.response_schema(1, version))(body, 0)
+    assert used == len(body)
+    (topic,) = resp.responses
+    assert topic.topic_id == tid
+    first, second = topic.partitions
+    if version >= 16:
+        assert (second.current_leader.leader_id, second.current_leader.leader_epoch) == (2, 9)
+        assert [(n.node_id, n.host, n.port) for n in resp.node_endpoints] == [(2, "b2", 9092)]
+    assert first.current_leader.leader_id == -1

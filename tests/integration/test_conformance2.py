@@ -21,7 +21,14 @@ from odradek.common.network.client import NetworkClient
 from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster
-from .kafka_helpers import create_topic, wait_for_leaders
+from .kafka_helpers import (
+    confluent_consume,
+    confluent_produce,
+    create_topic,
+    kafka_python_consume,
+    make_records,
+    wait_for_leaders,
+)
 
 BROKER = {
     "transaction.state.log.num.partitions": 1,
@@ -330,3 +337,163 @@ def test_produce_v8_names_every_invalid_record_with_kafkas_messages(cluster):
         assert [(int(e.batch_index), e.batch_index_error_message) for e in p.record_errors] == [(1, message),
                                                                                                (2, message)]
         assert p.error_message.startswith("One or more records have been rejected due to 2 record errors")
+
+
+# --- versions Kafka 3.9 serves -------------------------------------------------------------------
+
+KAFKA_39_MAX = {0: 11, 1: 17, 2: 9, 3: 12, 8: 9, 9: 9, 10: 6, 11: 9, 12: 4, 13: 5, 14: 5, 15: 5, 16: 5, 18: 4,
+                19: 7, 20: 6, 21: 2, 22: 5, 23: 4, 24: 5, 25: 4, 26: 4, 27: 1, 28: 4, 32: 4, 33: 2, 35: 4, 37: 3,
+                42: 2, 43: 2, 44: 1, 45: 0, 46: 0, 47: 0, 61: 0, 65: 0, 66: 1}
+"""Kafka 3.9's highest version of each client API a ZooKeeper-mode broker here serves (its
+message specs' validVersions); Metadata and DescribeCluster may go beyond (Kafka 4's)."""
+
+
+def advertised(port: int, version: int = 4) -> dict[int, tuple[int, int]]:
+    (r,) = ask(port, [request(18, version, client_software_name="conf2", client_software_version="1")])
+    assert r.error_code == ErrorCode.none
+    return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in r.api_keys}
+
+
+def test_versions_reach_kafka_39s(cluster):
+    versions = advertised(cluster.broker_ports[0])
+    low = {api: lo for api, (lo, hi) in versions.items()}
+    high = {api: hi for api, (lo, hi) in versions.items() if api in KAFKA_39_MAX}
+    assert {api: hi for api, hi in high.items() if api not in (3,)} == {
+        api: hi for api, hi in KAFKA_39_MAX.items() if api != 3}
+    assert versions[3][1] >= 12
+    # every version from 0 (librdkafka needs Produce 0, FindCoordinator 0, ListOffsets 1, ...)
+    assert {api: lo for api, lo in low.items() if api in (0, 2, 10, 18, 19, 20, 23, 27, 32, 35)} == dict.fromkeys(
+        (0, 2, 10, 18, 19, 20, 23, 27, 32, 35), 0)
+
+
+def test_list_offsets_v0_answers_offsets_before_a_time(cluster):
+    topic = unique("lo-v0")
+    create_topic(cluster.bootstrap, topic, 1)
+    wait_for_leaders(cluster.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(5):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    mod = request_module(2, 0)
+
+    def v0(timestamp: int, max_num: int):
+        (r,) = ask(cluster.broker_ports[0], [request(2, 0, replica_id=i32(-1), topics=(mod.ListOffsetsTopic(
+            name=topic, partitions=(mod.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(timestamp),
+                                                             max_num_offsets=i32(max_num)),)),))])
+        (p,) = r.topics[0].partitions
+        return ErrorCode(p.error_code), [int(o) for o in p.old_style_offsets]
+
+    assert v0(-1, 10) == (ErrorCode.none, [5, 0])  # the log end, then the segment's start
+    assert v0(-1, 1) == (ErrorCode.none, [5])
+    assert v0(-2, 10) == (ErrorCode.none, [0])
+    assert v0(-3, 10) == (ErrorCode.unsupported_version, [])
+
+
+def test_versions_kio_lacks_are_served_with_their_own_fields(cluster):
+    port = cluster.broker_ports[0]
+    topic = unique("old-versions")
+    mod = request_module(19, 0)
+    (created,) = ask(port, [request(19, 0, timeout=i32Timedelta.parse(datetime.timedelta(seconds=20)), topics=(
+        mod.CreatableTopic(name=topic, num_partitions=i32(1), replication_factor=i16(1), assignments=(),
+                           configs=()),))])
+    assert [(t.name, t.error_code) for t in created.topics] == [(topic, ErrorCode.none)]
+    wait_for_leaders(cluster.bootstrap, topic, 1)
+
+    mod = request_module(23, 0)
+    (epochs,) = ask(port, [request(23, 0, topics=(mod.OffsetForLeaderTopic(topic=topic, partitions=(
+        mod.OffsetForLeaderPartition(partition=i32(0), leader_epoch=i32(0)),)),))])
+    (p,) = epochs.topics[0].partitions
+    assert (p.error_code, int(p.end_offset)) == (ErrorCode.none, 0)
+
+    mod = request_module(32, 0)
+    (described,) = ask(port, [request(32, 0, resources=(mod.DescribeConfigsResource(
+        resource_type=i8(2), resource_name=topic, configuration_keys=("cleanup.policy",)),))])
+    (config,) = described.results[0].configs
+    assert (config.name, config.value, config.is_default) == ("cleanup.policy", "delete", True)
+
+    (dirs,) = ask(port, [request(35, 0, topics=None)])
+    assert dirs.results and dirs.results[0].error_code == ErrorCode.none
+
+    (deleted,) = ask(port, [request(20, 0, topic_names=(topic,), timeout=i32Timedelta.parse(
+        datetime.timedelta(seconds=20)))])
+    assert [(t.name, t.error_code) for t in deleted.responses] == [(topic, ErrorCode.none)]
+
+
+def test_an_unsupported_version_is_answered_as_kafka_does(cluster):
+    """ApiVersions: UNSUPPORTED_VERSION and the list, in v0 layout (KIP-511). Any other API: Kafka's
+    SocketServer refuses the header (InvalidRequestException) and closes the connection."""
+    port = cluster.broker_ports[0]
+    body = raw_exchange(port, header_v1(18, 99, 7))
+    (correlation_id, code) = struct.unpack_from(">ih", body, 0)
+    assert (correlation_id, code) == (7, ErrorCode.unsupported_version)
+    assert raw_exchange(port, header_v1(3, 99, 8) + b"\0\0\0\0") == b""
+
+
+def fetch_by_id(port: int, version: int, topic_ids: list[uuid.UUID]):
+    mod = request_module(1, version)
+    fields = dict(max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=10)), min_bytes=i32(0),
+                  max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1),
+                  forgotten_topics_data=(), rack_id="", replica_id=i32(-1), topics=tuple(
+                      mod.FetchTopic(topic_id=tid, partitions=(mod.FetchPartition(
+                          partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0),
+                          last_fetched_epoch=i32(-1), log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),))
+                      for tid in topic_ids))
+    (r,) = ask(port, [request(1, version, **fields)])
+    return r
+
+
+def test_fetch_v13_to_v17_name_topics_by_id_and_clients_read_through_them(cluster):
+    topic = unique("by-id")
+    create_topic(cluster.bootstrap, topic, 1)
+    wait_for_leaders(cluster.bootstrap, topic, 1)
+    records = make_records(30, "by-id")
+    confluent_produce(cluster.bootstrap, topic, records)
+    (meta,) = ask(cluster.broker_ports[0], [request(3, 12, topics=(request_module(3, 12).MetadataRequestTopic(
+        name=topic, topic_id=None),), allow_auto_topic_creation=False, include_topic_authorized_operations=False)])
+    topic_id = meta.topics[0].topic_id
+    assert topic_id != uuid.UUID(int=0)
+    stranger = uuid.uuid4()
+    for version in (13, 14, 15, 16, 17):
+        r = fetch_by_id(cluster.broker_ports[0], version, [topic_id, stranger])
+        answers = {t.topic_id: (t.partitions[0].error_code, len(t.partitions[0].records or b"")) for t in r.responses}
+        assert answers[stranger] == (ErrorCode.unknown_topic_id, 0), version
+        assert answers[topic_id][0] == ErrorCode.none and answers[topic_id][1] > 0, version
+    # librdkafka and kafka-python pick their newest Fetch (v13+ here) and read through topic ids
+    assert [c.record.value for c in confluent_consume(cluster.bootstrap, topic, 1, 30)[0]] == [
+        r.value for r in records]
+    assert [c.record.value for c in kafka_python_consume(cluster.bootstrap, topic, 1, 30)[0]] == [
+        r.value for r in records]
+
+
+def test_produce_and_fetch_name_the_leader_to_a_client_at_the_wrong_broker(cluster_factory):
+    """KIP-951: Produce v10+ and Fetch v16+ answered NOT_LEADER_OR_FOLLOWER carry the leader's id,
+    epoch and endpoint."""
+    two = cluster_factory(brokers=2)
+    topic = unique("moved")
+    create_topic(two.bootstrap, topic, 1, replication_factor=1)
+    leader = wait_for_leaders(two.bootstrap, topic, 1)[0]
+    other = 1 - leader
+
+    def known_at_other() -> bool:
+        (m,) = ask(two.broker_ports[other], [request(3, 12, topics=(request_module(3, 12).MetadataRequestTopic(
+            name=topic, topic_id=None),), allow_auto_topic_creation=False, include_topic_authorized_operations=False)])
+        return m.topics[0].error_code == ErrorCode.none and int(m.topics[0].partitions[0].leader_id) == leader
+
+    wait_until(known_at_other, "the other broker knows the leader", 30)
+    mod = request_module(PRODUCE, 11)
+    (r,) = ask(two.broker_ports[other], [request(
+        PRODUCE, 11, transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+        topic_data=(mod.TopicProduceData(name=topic, partition_data=(
+            mod.PartitionProduceData(index=i32(0), records=build_batch([b"x"])),)),))])
+    (p,) = r.responses[0].partition_responses
+    assert p.error_code == ErrorCode.not_leader_or_follower
+    assert int(p.current_leader.leader_id) == leader and int(p.current_leader.leader_epoch) >= 0
+    assert [(int(n.node_id), n.host, int(n.port)) for n in r.node_endpoints] == [
+        (leader, "127.0.0.1", two.broker_ports[leader])]
+    (meta,) = ask(two.broker_ports[leader], [request(3, 12, topics=(request_module(3, 12).MetadataRequestTopic(
+        name=topic, topic_id=None),), allow_auto_topic_creation=False, include_topic_authorized_operations=False)])
+    f = fetch_by_id(two.broker_ports[other], 16, [meta.topics[0].topic_id])
+    (fp,) = f.responses[0].partitions
+    assert fp.error_code == ErrorCode.not_leader_or_follower
+    assert int(fp.current_leader.leader_id) == leader
+    assert [int(n.node_id) for n in f.node_endpoints] == [leader]

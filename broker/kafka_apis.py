@@ -283,6 +283,7 @@ class KafkaApis:
             # a version kio lacks: the handler sees its base version (common/legacy_schemas)
             request = legacy_schemas.upgrade(request)
             header = dataclasses.replace(header, request_api_version=i16(legacy_version.base))
+            context = dataclasses.replace(context, header=header)
         try:
             result = await self.handlers[api_key](context, request)
         except CloseConnection:
@@ -530,7 +531,8 @@ class KafkaApis:
             if name.startswith(UNKNOWN_TOPIC_ID_PREFIX):
                 ids[name] = uuid.UUID(name[len(UNKNOWN_TOPIC_ID_PREFIX):])
                 parts = [(index, dataclasses.replace(r, error=ErrorCode.unknown_topic_id)
-                          if r.error == ErrorCode.unknown_topic_or_partition else r) for index, r in parts]
+                          if r.error in (ErrorCode.unknown_topic_or_partition, ErrorCode.topic_authorization_failed)
+                          else r) for index, r in parts]  # Kafka: unknown ids before any authorization
             out.append((name, parts))
         return dict(ids), out
 
@@ -540,10 +542,10 @@ class KafkaApis:
         version = context.api_version
         mod = wire.response_module(ApiKey.LIST_OFFSETS, version)
         rm = self.replica_manager
-        if version == 0:
-            return self._list_offsets_v0(mod, request)
         topics = []
         denied = self.unauthorized_topics(context, AclOperation.DESCRIBE, [t.name for t in request.topics])
+        if version == 0:
+            return self._list_offsets_v0(mod, request, denied)
         for t in request.topics:
             partitions = []
             for p in t.partitions:
@@ -572,7 +574,7 @@ class KafkaApis:
             fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ListOffsetsResponse(**fields)
 
-    def _list_offsets_v0(self, mod, request):
+    def _list_offsets_v0(self, mod, request, denied) -> object:
         """Kafka's handleListOffsetRequestV0: up to max_num_offsets segment start offsets before
         the time (-1 latest, -2 earliest; other negative times UNSUPPORTED_VERSION)."""
         topics = []
@@ -580,8 +582,11 @@ class KafkaApis:
             partitions = []
             for p in t.partitions:
                 timestamp = int(p.timestamp)
-                if timestamp < -2:
-                    code, offsets = ErrorCode.unsupported_version, []
+                offsets: list[int] = []
+                if t.name in denied:
+                    code = ErrorCode.topic_authorization_failed
+                elif timestamp < -2:
+                    code = ErrorCode.unsupported_version
                 else:
                     code, offsets = self.replica_manager.legacy_fetch_offsets_before(
                         t.name, int(p.partition_index), timestamp, int(p.max_num_offsets), int(request.replica_id))

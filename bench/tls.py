@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from throughput import CONSUME_OPTS, PRODUCE_OPTS, Result, median, write_records  # noqa: E402
+from throughput import CONSUME_OPTS, PRODUCE_OPTS, Result, median, write_records
 
 
 def kcat(args: list[str], config: Path | None) -> list[str]:

@@ -159,9 +159,9 @@ class ManagedProcess:
 
 def metadata_brokers(port: int, timeout: float = 2.0, host: str = "127.0.0.1",
                      security: ClientSecurity = PLAINTEXT) -> set[int]:
-    """The broker ids that the broker on `port` lists in its Metadata answer. Registration alone
-    is not readiness: until the controller's first UpdateMetadata reaches it, a broker answers
-    with no brokers and no controller, and clients (librdkafka's admin client) wait for one."""
+    """The broker ids that the broker on `port` lists in its Metadata answer (none while it
+    refuses connections). Registration alone is not readiness: until the controller's first
+    UpdateMetadata reaches it, a broker refuses client connections (broker/server.py)."""
     from kio.schema.metadata.v12.request import MetadataRequest
 
     async def ask() -> set[int]:

@@ -199,6 +199,22 @@ def check_liveness(producers: list[StreamProducer], bound_s: float, what: str, p
                             f"not acknowledged within {bound_s:.0f}s (ids {sorted(waiting)[:5]}...)")
 
 
+def auto_creations(nc: NemesisCluster) -> list[str]:
+    """Brokers that tried to auto-create a stream topic: it existed all along, so such an attempt
+    came from a view the broker did not have (issue 32: an empty cache before registering)."""
+    out = []
+    for b in nc.cluster.brokers:
+        try:
+            text = b.log_path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if "auto-creation of topic" in line and any(f"'{s.topic}'" in line for s in STREAMS):
+                out.append(f"{b.name}: {line[-160:]}")
+                break
+    return out
+
+
 def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, rate: float = 100.0,
              use_netns: bool = True, use_disks: bool = True, liveness: bool = False,
              session_timeout_ms: int | None = None, message_timeout_ms: int = 120_000,
@@ -251,6 +267,8 @@ def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, r
             if left:
                 result.problems.append(f"{p.stream.topic}: {left} records without a delivery report")
         result.expired = sum(len(p.stats.failed) for p in producers)
+        if liveness:
+            result.problems += auto_creations(nc)
         reader.stop()
         log = read_all(nc.bootstrap, list(STREAMS))
         result.verdicts = [check_stream(p.stream, dict(p.stats.acked), log) for p in producers]

@@ -19,7 +19,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from cryptography import x509
 
@@ -43,7 +43,13 @@ def secure(zookeeper, tmp_path_factory):
         zookeeper_connect=f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}",
         broker_overrides={**BROKER_DEFAULTS, "default.replication.factor": 3, "min.insync.replicas": 2,
                           "offsets.topic.num.partitions": 3, "transaction.state.log.num.partitions": 3,
-                          "group.initial.rebalance.delay.ms": 0},
+                          "group.initial.rebalance.delay.ms": 0,
+                          # principals from certificates, checked: brokers and the controller are
+                          # super users by their certificates' names (replication, LeaderAndIsr need
+                          # CLUSTER_ACTION); anonymous TLS clients may do what no ACL forbids
+                          "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                          "super.users": "User:broker-0;User:broker-1;User:broker-2;User:controller-0;User:client",
+                          "allow.everyone.if.no.acl.found": "true"},
         controller_overrides=CONTROLLER_DEFAULTS,
         security=ClusterSecurity(d / "security"),
     )
@@ -258,6 +264,39 @@ def test_mtls_on_the_internal_listener(secure):
     for refused in (base, {**base, "ssl.certificate.location": str(stranger), "ssl.key.location": str(stranger)}):
         with pytest.raises(KafkaException):
             AdminClient(refused).list_topics(timeout=5)
+
+
+def test_mtls_principal_is_the_mapped_certificate_subject(secure):
+    """The authorizer sees `User:<CN>` (ssl.principal.mapping.rules): a DENY for User:mallory
+    refuses mallory's certificate and not the super user's, on the same listener."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    internal = ",".join(f"127.0.0.1:{ports(secure, b)['INTERNAL']}" for b in secure.brokers)
+    d = secure.security.directory
+    mallory = secure.security.ca.write_keystore(d / "mallory.pem", "mallory", secure.security.hosts)
+
+    def client(keystore):
+        return {"bootstrap.servers": internal, "security.protocol": "SSL", "ssl.ca.location": str(d / "ca.pem"),
+                "ssl.certificate.location": str(keystore), "ssl.key.location": str(keystore)}
+
+    topic = make_topic(secure, "tls-principal")
+    deny = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:mallory", "*",
+                      AclOperation.WRITE, AclPermissionType.DENY)
+    admin = AdminClient(client(d / "client.pem"))  # a super user by its certificate
+    admin.create_acls([deny])[deny].result(30)
+
+    def write(keystore) -> object:
+        errors: list = []
+        producer = Producer({**client(keystore), "acks": "all", "message.timeout.ms": 10000})
+        producer.produce(topic, b"x", on_delivery=lambda err, msg: errors.append(err))
+        producer.flush(20)
+        return errors[0] if errors else "no answer"
+
+    deadline = time.monotonic() + 30
+    while (refused := write(mallory)) is None and time.monotonic() < deadline:
+        time.sleep(0.5)  # the ACL reaches every broker within a second or so
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
+    assert write(d / "client.pem") is None
 
 
 def test_odradek_tools_take_command_config(secure):

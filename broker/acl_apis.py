@@ -44,7 +44,7 @@ from .authorizer.authorizer import authorize_cluster
 
 log = logging.getLogger(__name__)
 
-VERSIONS = (1, 3)
+VERSIONS = (0, 3)  # v0 (no pattern types: LITERAL) from common/legacy_schemas
 
 DESCRIBE_MESSAGE = "No Authorizer is configured on the broker"
 ALTER_MESSAGE = "No Authorizer is configured."

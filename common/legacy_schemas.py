@@ -94,6 +94,12 @@ LEGACY: dict[tuple[int, int], LegacyVersion] = {
                       request_defaults={"DescribeConfigsRequest.include_synonyms": False},
                       computed={"DescribeConfigsResourceResult.is_default": _is_default}),
         LegacyVersion(ApiKey.DESCRIBE_LOG_DIRS, 0, 1),
+        # ACLs before KIP-290's pattern types: every pattern is LITERAL (the field's default)
+        LegacyVersion(ApiKey.DESCRIBE_ACLS, 0, 1, request_drop=_drop("DescribeAclsRequest.pattern_type_filter"),
+                      response_drop=_drop("DescribeAclsResource.pattern_type")),
+        LegacyVersion(ApiKey.CREATE_ACLS, 0, 1, request_drop=_drop("AclCreation.resource_pattern_type")),
+        LegacyVersion(ApiKey.DELETE_ACLS, 0, 1, request_drop=_drop("DeleteAclsFilter.pattern_type_filter"),
+                      response_drop=_drop("DeleteAclsMatchingAcl.pattern_type")),
         LegacyVersion(ApiKey.WRITE_TXN_MARKERS, 0, 1, flexible=False),
     )
 }

@@ -339,3 +339,13 @@ def test_a_replaced_certificate_is_served_to_new_connections(secure):
     assert producer.flush(30) == 0
     assert after != before, "the new certificate was not served within a minute"
     assert not errors, errors
+
+
+def test_spark_transaction_probe_passes_the_security_keys(secure):
+    """The Spark sink asks ApiVersions before a transactional write: with the `kafka.*` security
+    keys it reaches a TLS listener; without them it cannot."""
+    from odradek.pipeline.transactions import transactions_supported
+
+    assert transactions_supported(secure.bootstrap, 10, props=secure.client_properties)
+    with pytest.raises(ConnectionError):
+        transactions_supported(secure.bootstrap, 3)

@@ -20,6 +20,7 @@ from odradek.common.config import CONTROLLER_ID_BASE
 from odradek.common.zk_connect import close_client, new_client
 from odradek.dev.cluster import LocalCluster, ManagedProcess
 from odradek.dev.netns import NetworkLab, unavailable_reason
+from odradek.dev.security import ClusterSecurity
 from odradek.dev.small_disk import FILLER, SmallDisk, can_mount
 from odradek.dev.zookeeper import free_port, free_ports
 
@@ -39,8 +40,10 @@ CONTROLLER_OVERRIDES = {"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS}
 
 class NemesisCluster:
     def __init__(self, data_dir: Path, brokers: int = 3, controllers: int = 2, use_netns: bool = True,
-                 use_disks: bool = True, session_timeout_ms: int = SESSION_TIMEOUT_MS):
+                 use_disks: bool = True, session_timeout_ms: int = SESSION_TIMEOUT_MS, tls: bool = False):
         self.data_dir = Path(data_dir)
+        self.tls = tls
+        """TLS on every path (`odradek dev --security`'s listeners, mTLS between the processes)."""
         self.session_timeout_ms = session_timeout_ms
         self.n_brokers = brokers
         self.n_controllers = controllers
@@ -68,12 +71,17 @@ class NemesisCluster:
                 for name in names:
                     host = self.lab.add_host(name)
                     hosts[name] = (host.netns, host.ip)
+            security = None
+            if self.tls:  # certificates valid for every host's address, as clients verify them
+                addresses = ("127.0.0.1", "localhost", *sorted({ip for _, ip in hosts.values()}))
+                security = ClusterSecurity(self.data_dir / "security", hosts=addresses)
             self.cluster = LocalCluster(
                 self.data_dir / "cluster", brokers=self.n_brokers, controllers=self.n_controllers,
                 broker_ports=free_ports(self.n_brokers), zookeeper_port=free_port(),
                 broker_overrides={**BROKER_OVERRIDES, "zookeeper.session.timeout.ms": self.session_timeout_ms},
                 controller_overrides={**CONTROLLER_OVERRIDES, "zookeeper.session.timeout.ms": self.session_timeout_ms},
                 hosts=hosts,
+                security=security,
             )
             if self.disk_reason is None:
                 for i, b in enumerate(self.cluster.brokers):
@@ -110,6 +118,11 @@ class NemesisCluster:
     @property
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """The clients' security keys (empty without TLS)."""
+        return self.cluster.client_properties
 
     def zk(self) -> KazooClient:
         """A client of the cluster's ZooKeeper, kept for the run (reconnects by itself)."""

@@ -146,8 +146,8 @@ def restart_registered_schedule(rng: random.Random, rounds: int = 3) -> list[Sch
             for i in range(rounds)]
 
 
-def _create_topics(bootstrap: str) -> None:
-    client = AdminClient({"bootstrap.servers": bootstrap})
+def _create_topics(bootstrap: str, client_properties: dict[str, str] | None = None) -> None:
+    client = AdminClient({**(client_properties or {}), "bootstrap.servers": bootstrap})
     futures = client.create_topics(
         [NewTopic(s.topic, num_partitions=s.partitions, replication_factor=3, config={"min.insync.replicas": "2"})
          for s in STREAMS], operation_timeout=60, request_timeout=60)
@@ -218,7 +218,7 @@ def auto_creations(nc: NemesisCluster) -> list[str]:
 def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, rate: float = 100.0,
              use_netns: bool = True, use_disks: bool = True, liveness: bool = False,
              session_timeout_ms: int | None = None, message_timeout_ms: int = 120_000,
-             client_debug: bool = False) -> RunResult:
+             client_debug: bool = False, tls: bool = False) -> RunResult:
     """One run. With `liveness`, the schedule is played episode by episode (faults that overlap go
     together); after each, every ISR must be whole within HEAL_BOUND_S and then every record the
     producers hold acknowledged within LIVENESS_S; a failed delivery fails the run."""
@@ -226,18 +226,20 @@ def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, r
     started = time.monotonic()
     os.environ["PYTHONFAULTHANDLER"] = "1"  # processes stuck past a bound are aborted: their stacks land in the log
     extra = {} if session_timeout_ms is None else {"session_timeout_ms": session_timeout_ms}
-    nc = NemesisCluster(workdir, use_netns=use_netns, use_disks=use_disks, **extra)
+    nc = NemesisCluster(workdir, use_netns=use_netns, use_disks=use_disks, tls=tls, **extra)
     producers: list[StreamProducer] = []
     reader: Reader | None = None
     try:
         nc.open()
-        _create_topics(nc.bootstrap)
+        props = nc.client_properties
+        _create_topics(nc.bootstrap, props)
         topics = {s.topic: s.partitions for s in STREAMS}
         nc.wait_healed(topics, 60)
         producers = [StreamProducer(nc.bootstrap, s, rate, message_timeout_ms=message_timeout_ms,
-                                    debug_log=workdir / f"librdkafka-{s.topic}.log" if client_debug else None).start()
+                                    debug_log=workdir / f"librdkafka-{s.topic}.log" if client_debug else None,
+                                    client_properties=props).start()
                      for s in STREAMS]
-        reader = Reader(nc.bootstrap, list(STREAMS)).start()
+        reader = Reader(nc.bootstrap, list(STREAMS), props).start()
         _wait_acked(producers, 100, 60, "warm-up", result.problems)
         nemesis = Nemesis(nc, STREAMS[0].topic, PARTITIONS, result.problems)
         if liveness:
@@ -270,7 +272,7 @@ def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, r
         if liveness:
             result.problems += auto_creations(nc)
         reader.stop()
-        log = read_all(nc.bootstrap, list(STREAMS))
+        log = read_all(nc.bootstrap, list(STREAMS), client_properties=props)
         result.verdicts = [check_stream(p.stream, dict(p.stats.acked), log) for p in producers]
         result.changed = changed_reads(dict(reader.seen), log)
         _check_replicas(nc, result)

@@ -67,6 +67,12 @@ def test_process_faults(tmp_path):
     _run(tmp_path, PROCESS_FAULTS, 1)
 
 
+def test_process_faults_with_tls_on_every_path(tmp_path):
+    """Issue 25: the process faults again with TLS on every path (clients, replication, controller
+    traffic; mTLS between the processes): no acknowledged record lost."""
+    _run(tmp_path, PROCESS_FAULTS, 5, tls=True)
+
+
 @pytest.mark.skipif(unavailable_reason() is not None, reason=f"namespace faults skipped: {unavailable_reason()}")
 def test_network_partitions(tmp_path):
     _run(tmp_path, NETWORK_FAULTS, 2)

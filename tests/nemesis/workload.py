@@ -58,10 +58,11 @@ class StreamProducer:
     """A confluent-kafka producer thread writing `stream` at `rate` records per second."""
 
     def __init__(self, bootstrap: str, stream: Stream, rate: float, *, message_timeout_ms: int = 120_000,
-                 debug_log: Path | None = None):
+                 debug_log: Path | None = None, client_properties: dict[str, str] | None = None):
         self.stream = stream
         self.rate = rate
         conf = {
+            **(client_properties or {}),
             "bootstrap.servers": bootstrap,
             "acks": "all",
             "enable.idempotence": stream.idempotent,
@@ -153,8 +154,9 @@ class Reader:
     """A consumer thread reading every partition of `streams` from the start, as far as the
     brokers serve (the high watermark); `seen[(topic, partition, offset)]` is what it was served."""
 
-    def __init__(self, bootstrap: str, streams: list[Stream]):
+    def __init__(self, bootstrap: str, streams: list[Stream], client_properties: dict[str, str] | None = None):
         self.consumer = Consumer({
+            **(client_properties or {}),
             "bootstrap.servers": bootstrap, "group.id": f"nemesis-reader-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": False,
             "fetch.wait.max.ms": 200, "socket.connection.setup.timeout.ms": 5000,
@@ -186,11 +188,11 @@ class Reader:
         self._thread.join(30)
 
 
-def read_all(bootstrap: str, streams: list[Stream],
-             timeout: float = 180.0) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
+def read_all(bootstrap: str, streams: list[Stream], timeout: float = 180.0,
+             client_properties: dict[str, str] | None = None) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
     """Every record of every partition of `streams`, up to each partition's end when called:
     (topic, partition) → [(offset, value)] in offset order."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"nemesis-check-{uuid.uuid4().hex[:8]}",
+    c = Consumer({**(client_properties or {}), "bootstrap.servers": bootstrap, "group.id": f"nemesis-check-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True})
     try:
         ends = {}

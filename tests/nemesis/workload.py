@@ -192,7 +192,8 @@ def read_all(bootstrap: str, streams: list[Stream], timeout: float = 180.0,
              client_properties: dict[str, str] | None = None) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
     """Every record of every partition of `streams`, up to each partition's end when called:
     (topic, partition) → [(offset, value)] in offset order."""
-    c = Consumer({**(client_properties or {}), "bootstrap.servers": bootstrap, "group.id": f"nemesis-check-{uuid.uuid4().hex[:8]}",
+    c = Consumer({**(client_properties or {}), "bootstrap.servers": bootstrap,
+                  "group.id": f"nemesis-check-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True})
     try:
         ends = {}

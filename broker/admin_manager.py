@@ -8,7 +8,7 @@ thin shell that writes ZooKeeper and waits until the controller's UpdateMetadata
 import logging
 import random
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -129,7 +129,8 @@ def _replica_index(first_index: int, shift: int, j: int, n: int) -> int:
     return (first_index + 1 + (shift + j) % (n - 1)) % n
 
 
-def _leader_positions(n: int, n_parts: int, fixed_start: int, start_partition: int, rng: random.Random):
+def _leader_positions(n: int, n_parts: int, fixed_start: int, start_partition: int, rng: random.Random
+                      ) -> Iterator[tuple[int, int, int]]:
     """(partition, index of its leader, follower shift) in Kafka's order: leaders round-robin from a
     random start, the follower shift growing by one after every n partitions."""
     start = fixed_start if fixed_start >= 0 else rng.randrange(n)

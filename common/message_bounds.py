@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterable
 from functools import cache
-from typing import cast
+from typing import Any, cast
 
 from kio.serial._introspect import (
     EntityField,
@@ -47,6 +48,11 @@ class MalformedMessage(ValueError):
     """A length, count or marker that the frame cannot hold: the frame is refused undecoded."""
 
 
+Step = tuple[Any, ...]
+"""A plan step: a tuple whose first item says what to read (the opcodes below)."""
+Plan = tuple[Step, ...]
+Buffer = bytes | bytearray | memoryview
+
 # Plan steps: tuples whose first item says what to read.
 _SKIP = 0  # (_SKIP, n): n fixed bytes
 _STR16 = 1  # (_STR16, nullable): int16 length + bytes (legacy string)
@@ -57,7 +63,7 @@ _NULLABLE = 5  # (_NULLABLE, plan): int8 marker (-1 null, 1 present) then the st
 _TAGS = 6  # (_TAGS, {tag: plan}): a tagged-field section
 
 
-def _read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
+def _read_uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
     if pos < end and buf[pos] < 0x80:  # the usual one-byte case first
         return buf[pos], pos + 1
     value = shift = 0
@@ -73,13 +79,13 @@ def _read_uvarint(buf, pos: int, end: int) -> tuple[int, int]:
     raise MalformedMessage("varint longer than 5 bytes")
 
 
-def _string_step(kafka_type: str, flexible: bool, nullable: bool) -> tuple:
+def _string_step(kafka_type: str, flexible: bool, nullable: bool) -> Step:
     if flexible:
         return (_CSTR, nullable)
     return (_STR16, nullable) if kafka_type == "string" else (_STR32, nullable)
 
 
-def _primitive_step(kafka_type: str, flexible: bool, nullable: bool) -> tuple:
+def _primitive_step(kafka_type: str, flexible: bool, nullable: bool) -> Step:
     size = FIXED_SIZES.get(kafka_type)
     if size is not None:
         return (_SKIP, size)
@@ -88,7 +94,7 @@ def _primitive_step(kafka_type: str, flexible: bool, nullable: bool) -> tuple:
     raise TypeError(f"no bounds rule for kafka_type {kafka_type!r}")
 
 
-def _field_steps(field: dataclasses.Field, flexible: bool, tagged: bool, header: bool) -> list[tuple]:
+def _field_steps(field: dataclasses.Field[Any], flexible: bool, tagged: bool, header: bool) -> list[Step]:
     """The steps of one field, as kio reads it (kio.serial's writer is the reference layout)."""
     if header and field.name == "client_id":
         return [(_STR16, True)]  # RequestHeader.client_id stays a legacy string in every version
@@ -109,7 +115,7 @@ def _field_steps(field: dataclasses.Field, flexible: bool, tagged: bool, header:
     return [(_ARRAY, flexible, tuple(element), _min_size(element), fixed)]
 
 
-def _min_size(plan) -> int:
+def _min_size(plan: Iterable[Step]) -> int:
     """The fewest bytes a value of `plan` takes: counts are bounded by what is left / this."""
     size = 0
     for step in plan:
@@ -127,8 +133,8 @@ def _min_size(plan) -> int:
     return size
 
 
-def _merge(steps: list[tuple]) -> tuple:
-    out: list[tuple] = []
+def _merge(steps: list[Step]) -> Plan:
+    out: list[Step] = []
     for step in steps:
         if step[0] == _SKIP and out and out[-1][0] == _SKIP:
             out[-1] = (_SKIP, out[-1][1] + step[1])
@@ -138,12 +144,12 @@ def _merge(steps: list[tuple]) -> tuple:
 
 
 @cache
-def entity_plan(cls: type) -> tuple:
+def entity_plan(cls: type) -> Plan:
     """The plan of a kio (or kio-style) entity class: its fields, then its tagged fields."""
     flexible = bool(cast("type[Entity]", cls).__flexible__)
     header = cls.__name__ == "RequestHeader"
-    steps: list[tuple] = []
-    tags: dict[int, tuple] = {}
+    steps: list[Step] = []
+    tags: dict[int, Plan] = {}
     for f in dataclasses.fields(cls):
         tag = get_field_tag(f)
         if tag is None:
@@ -155,7 +161,7 @@ def entity_plan(cls: type) -> tuple:
     return _merge(steps)
 
 
-def walk(plan: tuple, buf, pos: int, end: int) -> int:
+def walk(plan: Plan, buf: Buffer, pos: int, end: int) -> int:
     """Checks `buf[pos:end]` against `plan`; returns where the value ends. Raises MalformedMessage."""
     for step in plan:
         op = step[0]
@@ -209,7 +215,11 @@ def walk(plan: tuple, buf, pos: int, end: int) -> int:
     return pos
 
 
-def _walk_array(step: tuple, buf, pos: int, end: int) -> int:
+def _walk_array(step: Step, buf: Buffer, pos: int, end: int) -> int:
+    compact: bool
+    element: Plan
+    min_size: int
+    fixed: int
     _, compact, element, min_size, fixed = step
     if compact:
         n, pos = _read_uvarint(buf, pos, end)
@@ -234,7 +244,7 @@ def _walk_array(step: tuple, buf, pos: int, end: int) -> int:
     return pos
 
 
-def _walk_tags(known: dict, buf, pos: int, end: int) -> int:
+def _walk_tags(known: dict[int, Plan], buf: Buffer, pos: int, end: int) -> int:
     count, pos = _read_uvarint(buf, pos, end)
     if count > end - pos:
         raise MalformedMessage(f"{count} tagged fields but only {end - pos} bytes remain")
@@ -251,6 +261,6 @@ def _walk_tags(known: dict, buf, pos: int, end: int) -> int:
     return pos
 
 
-def check(cls: type, buf, pos: int = 0, end: int | None = None) -> int:
+def check(cls: type, buf: Buffer, pos: int = 0, end: int | None = None) -> int:
     """Checks one `cls` value at `buf[pos:]`; returns where it ends. Raises MalformedMessage."""
     return walk(entity_plan(cls), buf, pos, len(buf) if end is None else end)

@@ -11,6 +11,7 @@ import struct
 import sys
 from dataclasses import fields
 from functools import cache
+from types import ModuleType
 from typing import Any, cast
 
 from kio.index import load_request_schema, load_response_schema
@@ -163,7 +164,7 @@ def decode_response(schema: type, frame: bytes) -> tuple[int, object]:
 
 
 @cache
-def response_module(api_key: int, version: int):
+def response_module(api_key: int, version: int) -> ModuleType:
     """The kio module of a response version, whose classes (response and nested) build the answer."""
     return sys.modules[response_schema(api_key, version).__module__]
 
@@ -173,19 +174,19 @@ def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
-def make_entity(cls: type, **values):
+def make_entity(cls: type, **values: Any) -> Any:
     """An instance of a kio class with the values its version has; the others are dropped."""
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def encode_entity(value) -> bytes:
+def encode_entity(value: object) -> bytes:
     """A kio entity's bytes, without framing (entity_writer caches its writer per class)."""
     buf = io.BytesIO()
-    entity_writer(type(value))(buf, value)
+    _write_payload(buf, value)
     return buf.getvalue()
 
 
-def ms(td) -> int:
+def ms(td: datetime.timedelta | int) -> int:
     """Milliseconds of a kio duration field (a timedelta), or of a plain int."""
     return int(td.total_seconds() * 1000) if isinstance(td, datetime.timedelta) else int(td)

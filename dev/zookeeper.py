@@ -99,7 +99,7 @@ class ZooKeeperServer:
         """A network namespace to run in (fault tests); its `host` address must be reachable."""
         self.port = port or free_port(host if netns is None else "127.0.0.1")
         self.tick_ms = tick_ms
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def connect(self) -> str:
@@ -180,8 +180,8 @@ class ZooKeeperServer:
             p.kill()
             p.wait(timeout)
 
-    def __enter__(self):
+    def __enter__(self) -> "ZooKeeperServer":
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()

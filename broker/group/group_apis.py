@@ -280,6 +280,7 @@ class GroupApis:
     def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls, require_stable: bool = False,
                      context: RequestContext | None = None):
         wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+        found: dict[tuple[str, int], OffsetAndMetadata | None]
         if context is not None and not self._may_read_group(context, group_id):
             code, found = ErrorCode.group_authorization_failed, {}
         else:

@@ -11,8 +11,9 @@ from `clock_ms` and the event loop, so tests can run the coordinator on a virtua
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -62,8 +63,8 @@ class GroupCoordinator:
         """Groups whose join phase is in the initial delay of a new group (the timer decides)."""
         self._heartbeats: dict[tuple[str, str], asyncio.TimerHandle] = {}
         """(group, member) → the timer that expires the member at its session deadline."""
-        self._tasks: set[asyncio.Task] = set()
-        self._offset_expiry: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._offset_expiry: asyncio.Task[None] | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -108,7 +109,7 @@ class GroupCoordinator:
             m.answer_join(JoinResult(code, m.member_id))
             m.answer_sync(code)
 
-    def _spawn(self, awaitable) -> None:
+    def _spawn(self, awaitable: Awaitable[Any]) -> None:
         t = asyncio.ensure_future(awaitable)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
@@ -156,8 +157,9 @@ class GroupCoordinator:
         return await self._join_known(group, member_id, instance_id, client_id, client_host,
                                       rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols)
 
-    async def _join_unknown(self, group, instance_id, require_known, client_id, client_host,
-                            rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
+    async def _join_unknown(self, group: GroupMetadata, instance_id: str | None, require_known: bool, client_id: str,
+                            client_host: str, rebalance_ms: int, session_ms: int, protocol_type: str,
+                            protocols: list[tuple[str, bytes]]) -> JoinResult:
         new_id = f"{client_id}-{uuid.uuid4()}" if instance_id is None else f"{instance_id}-{uuid.uuid4()}"
         if instance_id is not None:
             old_id = group.static_member_id(instance_id)
@@ -170,7 +172,8 @@ class GroupCoordinator:
         return await self._add_and_rebalance(group, new_id, instance_id, client_id, client_host,
                                              rebalance_ms, session_ms, protocol_type, protocols)
 
-    async def _replace_static(self, group, instance_id, old_id, new_id, protocols, rebalance_ms, session_ms) -> JoinResult:
+    async def _replace_static(self, group: GroupMetadata, instance_id: str, old_id: str, new_id: str,
+                              protocols: list[tuple[str, bytes]], rebalance_ms: int, session_ms: int) -> JoinResult:
         """A known static member restarted: same place, new id, no rebalance unless its protocols changed."""
         old = group.members[old_id]
         old.answer_join(JoinResult(ErrorCode.fenced_instance_id, old_id))
@@ -186,8 +189,9 @@ class GroupCoordinator:
                               group.leader_id or "", [])
         return await self._await_join(group, member, f"static member {instance_id} rejoined")
 
-    async def _add_and_rebalance(self, group, member_id, instance_id, client_id, client_host,
-                                 rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
+    async def _add_and_rebalance(self, group: GroupMetadata, member_id: str, instance_id: str | None, client_id: str,
+                                 client_host: str, rebalance_ms: int, session_ms: int, protocol_type: str,
+                                 protocols: list[tuple[str, bytes]]) -> JoinResult:
         member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
                                 protocol_type, list(protocols), is_new=True)
         group.add(member)
@@ -197,13 +201,15 @@ class GroupCoordinator:
 
     async def _await_join(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> JoinResult:
         """Puts the member in the join phase (rebalancing if the group may) and waits for its answer."""
-        fut = member.awaiting_join = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.awaiting_join = fut
         self._maybe_prepare_rebalance(group, reason)
         self._check_join_complete(group)
         return await fut
 
-    async def _join_known(self, group, member_id, instance_id, client_id, client_host,
-                          rebalance_ms, session_ms, protocol_type, protocols) -> JoinResult:
+    async def _join_known(self, group: GroupMetadata, member_id: str, instance_id: str | None, client_id: str,
+                          client_host: str, rebalance_ms: int, session_ms: int, protocol_type: str,
+                          protocols: list[tuple[str, bytes]]) -> JoinResult:
         if member_id in group.pending_members:
             return await self._add_and_rebalance(group, member_id, instance_id, client_id, client_host,
                                                  rebalance_ms, session_ms, protocol_type, protocols)
@@ -233,13 +239,16 @@ class GroupCoordinator:
             return await fut
         return JoinResult(ErrorCode.unknown_member_id, member_id)
 
-    def _update_member(self, group, member, protocols, rebalance_ms, session_ms, loop) -> asyncio.Future:
+    def _update_member(self, group: GroupMetadata, member: MemberMetadata, protocols: list[tuple[str, bytes]],
+                       rebalance_ms: int, session_ms: int, loop: asyncio.AbstractEventLoop
+                       ) -> "asyncio.Future[JoinResult]":
         """Records the member's (re)join; returns the future its JoinGroup answer will come on."""
         member.supported_protocols = list(protocols)
         member.rebalance_timeout_ms, member.session_timeout_ms = rebalance_ms, session_ms
-        if member.awaiting_join is None or member.awaiting_join.done():
-            member.awaiting_join = loop.create_future()
-        return member.awaiting_join  # a repeated JoinGroup shares the pending answer
+        fut: asyncio.Future[JoinResult] | None = member.awaiting_join
+        if fut is None or fut.done():
+            fut = member.awaiting_join = loop.create_future()
+        return fut  # a repeated JoinGroup shares the pending answer
 
     def _join_result(self, group: GroupMetadata, member_id: str) -> JoinResult:
         members = group.current_member_metadata() if group.is_leader(member_id) else []
@@ -370,9 +379,10 @@ class GroupCoordinator:
                 group.transition_to(GroupState.STABLE, self.clock_ms())
                 for m in group.members.values():
                     m.answer_sync(ErrorCode.none, m.assignment)
-        fut = member.awaiting_sync
-        if fut is None:  # answered already (this is the leader)
-            return (ErrorCode.none, member.assignment) if group.state == GroupState.STABLE else (
+        fut: asyncio.Future[tuple[ErrorCode, bytes]] | None = member.awaiting_sync
+        if fut is None:  # answered already (this is the leader); the state may have moved during the await
+            stable = group.state == GroupState.STABLE  # type: ignore[comparison-overlap]
+            return (ErrorCode.none, member.assignment) if stable else (
                 ErrorCode.rebalance_in_progress, b"")
         return await fut
 
@@ -459,7 +469,7 @@ class GroupCoordinator:
                 self._check_join_complete(group)
 
     def _schedule_pending_expiry(self, group: GroupMetadata, member_id: str, session_ms: int) -> None:
-        def expire():
+        def expire() -> None:
             if member_id in group.pending_members:
                 group.pending_members.discard(member_id)
                 self._check_join_complete(group)
@@ -519,7 +529,7 @@ class GroupCoordinator:
 
     async def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
                              offsets: dict[tuple[str, int], OffsetAndMetadata]) -> dict[tuple[str, int], ErrorCode]:
-        def all_(code):
+        def all_(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
             return dict.fromkeys(offsets, code)
 
         error = self._group_error(group_id)
@@ -559,7 +569,8 @@ class GroupCoordinator:
                 result[k] = code
         return {k: result[k] for k in offsets}
 
-    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None):
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
         """(error, {(topic, partition): OffsetAndMetadata | None}); None partitions = all committed."""
         error = self._group_error(group_id)
         if error != ErrorCode.none:

@@ -65,13 +65,13 @@ class MemberMetadata:
     def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
         return list(protocols) == list(self.supported_protocols)
 
-    def answer_join(self, result) -> None:
+    def answer_join(self, result: object) -> None:
         """Completes the pending JoinGroup answer, if any, and forgets it."""
         fut, self.awaiting_join = self.awaiting_join, None
         if fut is not None and not fut.done():
             fut.set_result(result)
 
-    def answer_sync(self, code, assignment: bytes = b"") -> None:
+    def answer_sync(self, code: int, assignment: bytes = b"") -> None:
         """Completes the pending SyncGroup answer, if any, with (code, assignment) and forgets it."""
         fut, self.awaiting_sync = self.awaiting_sync, None
         if fut is not None and not fut.done():

@@ -8,11 +8,12 @@ leader it replays them (load), when it stops leading it forgets them (unload).
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.broker.log.record_batch import build_batch, decode_records
+from odradek.broker.log.record_batch import Record, build_batch, decode_records
 from odradek.common.clock import Clock, monotonic_s, now_ms
 
 from . import records
@@ -24,10 +25,11 @@ log = logging.getLogger(__name__)
 
 
 class GroupMetadataManager:
-    def __init__(self, broker_id: int, replica_manager, partition_count, commit_timeout_ms: int = 5000, *,
-                 clock: Clock = now_ms):
+    def __init__(self, broker_id: int, replica_manager: Any, partition_count: int | Callable[[], int],
+                 commit_timeout_ms: int = 5000, *, clock: Clock = now_ms) -> None:
         """`partition_count`: an int, or a callable giving the offsets topic's current partition count;
-        `clock`: the broker's (stamps the records it appends)."""
+        `clock`: the broker's (stamps the records it appends). `replica_manager` is typed Any: importing
+        its module here closes an import cycle among the broker's modules (import-linter)."""
         self.broker_id = broker_id
         self.clock = clock
         self.replica_manager = replica_manager
@@ -37,14 +39,14 @@ class GroupMetadataManager:
         self.owned: dict[int, int] = {}
         """Offsets partitions this broker leads → the leader epoch it loaded them at."""
         self.loading: set[int] = set()
-        self._load_tasks: dict[int, asyncio.Task] = {}
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
 
     # --- ownership ------------------------------------------------------------------------------
 
     @property
     def partition_count(self) -> int:
         pc = self._partition_count
-        return pc() if callable(pc) else pc
+        return pc() if callable(pc) else int(pc)
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.partition_count)
@@ -83,7 +85,7 @@ class GroupMetadataManager:
 
     # --- loading --------------------------------------------------------------------------------
 
-    def replay(self, partition: int, recs) -> None:
+    def replay(self, partition: int, recs: Iterable[Record]) -> None:
         """Applies records in log order to the cached groups of `partition` (pure apart from self)."""
         for rec in recs:
             if rec.key is None:
@@ -123,13 +125,13 @@ class GroupMetadataManager:
                 self.replay(partition, decode_records(batch))
         transactional.finish()
 
-    def on_election(self, partition: int, epoch: int, on_loaded) -> None:
+    def on_election(self, partition: int, epoch: int, on_loaded: Callable[[int], None]) -> None:
         """Becomes coordinator of `partition`'s groups: loads them (COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
         if self.owned.get(partition) == epoch or partition in self.loading:
             return
         self.loading.add(partition)
 
-        async def load():
+        async def load() -> None:
             try:
                 await asyncio.sleep(0)
                 started = monotonic_s()

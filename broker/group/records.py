@@ -21,7 +21,7 @@ class _Reader:
     def _take(self, st: struct.Struct) -> int:
         (v,) = st.unpack_from(self.data, self.pos)
         self.pos += st.size
-        return v
+        return int(v)
 
     def int16(self) -> int:
         return self._take(_H)

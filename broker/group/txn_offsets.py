@@ -9,21 +9,28 @@ takes over never starts from offsets a transaction may still change.
 """
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK, read_marker
 from odradek.broker.log.producer_state import AppendOrigin
-from odradek.broker.log.record_batch import build_batch, decode_records
+from odradek.broker.log.record_batch import BatchInfo, Buffer, Record, build_batch, decode_records
 
 from . import records
 from .group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from .offsets_topic import GROUP_METADATA_TOPIC_NAME, append_error_to_commit_error
 
 log = logging.getLogger(__name__)
+# The coordinator and the metadata manager are typed Any here: both import this module.
+
+Verify = Callable[[str, int, int, tuple[str, int]], Awaitable[tuple[ErrorCode, Any]]]
+"""(transactional id, producer id, epoch, partition) → (error, guard): the transaction coordinator's
+confirmation that the partition is in the producer's open transaction."""
 
 
-def pending_of(group: GroupMetadata) -> dict[int, dict]:
+def pending_of(group: GroupMetadata) -> dict[int, dict[tuple[str, int], OffsetAndMetadata]]:
     """producer id → {(topic, partition): OffsetAndMetadata} not yet committed or aborted."""
     return group.pending_txn_offsets
 
@@ -32,16 +39,16 @@ def has_pending(group: GroupMetadata | None, key: tuple[str, int]) -> bool:
     return group is not None and any(key in offsets for offsets in group.pending_txn_offsets.values())
 
 
-async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch: int, member_id: str,
+async def commit_txn_offsets(coordinator: Any, group_id: str, producer_id: int, epoch: int, member_id: str,
                              instance_id: str | None, generation_id: int,
                              offsets: dict[tuple[str, int], OffsetAndMetadata], transactional_id: str = "",
-                             verify=None) -> dict[tuple[str, int], ErrorCode]:
+                             verify: Verify | None = None) -> dict[tuple[str, int], ErrorCode]:
     """Kafka's handleTxnCommitOffsets: member checks only when the request names a generation
     (v3+, KIP-447), then the transactional append. With `verify(transactional_id, producer id,
     epoch, partition) -> (error, guard)` the transaction coordinator first confirms the offsets
     partition is in the producer's open transaction (as for produce, KIP-890), so offsets no
     marker will ever end cannot be left pending."""
-    def all_(code):
+    def all_(code: ErrorCode) -> dict[tuple[str, int], ErrorCode]:
         return dict.fromkeys(offsets, code)
 
     manager = coordinator.manager
@@ -60,7 +67,9 @@ async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch
             return all_(ErrorCode.unknown_member_id)
         if generation_id >= 0 and generation_id != group.generation_id:
             return all_(ErrorCode.illegal_generation)
-    result, entries, accepted = {}, [], {}
+    result: dict[tuple[str, int], ErrorCode] = {}
+    entries: list[tuple[bytes, bytes | None]] = []
+    accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
     for key, om in offsets.items():
         if om.metadata is not None and len(om.metadata.encode()) > coordinator.config.offset_metadata_max_bytes:
             result[key] = ErrorCode.offset_metadata_too_large
@@ -94,7 +103,7 @@ async def commit_txn_offsets(coordinator, group_id: str, producer_id: int, epoch
     return {k: result[k] for k in offsets}
 
 
-def complete_txn(manager, producer_id: int, commit: bool, offsets_partitions: set[int]) -> None:
+def complete_txn(manager: Any, producer_id: int, commit: bool, offsets_partitions: set[int]) -> None:
     """A marker reached these `__consumer_offsets` partitions: the producer's pending offsets in
     their groups are committed or dropped (Kafka's handleTxnCompletion)."""
     for group in list(manager.groups.values()):
@@ -109,12 +118,12 @@ class TxnOffsetReplay:
     """Loading a `__consumer_offsets` partition: transactional offset records wait for their
     producer's marker; what is still open at the end stays pending in its group."""
 
-    def __init__(self, manager, partition: int):
+    def __init__(self, manager: Any, partition: int) -> None:
         self.manager = manager
         self.partition = partition
-        self.open: dict[int, list] = {}
+        self.open: dict[int, list[Record]] = {}
 
-    def batch(self, info, data) -> bool:
+    def batch(self, info: BatchInfo, data: Buffer) -> bool:
         """Handles one transactional or control batch; False for a plain batch (replayed as usual)."""
         if info.is_control:
             marker = read_marker(data, 0, len(data))
@@ -130,7 +139,12 @@ class TxnOffsetReplay:
     def finish(self) -> None:
         for producer_id, recs in self.open.items():
             for rec in recs:
-                key = records.decode_key(rec.key) if rec.key is not None else None
+                try:
+                    key = records.decode_key(rec.key) if rec.key is not None else None
+                except Exception:  # as replay does: a bad record is skipped, the load goes on
+                    log.warning("%s-%d: undecodable key at offset %d", GROUP_METADATA_TOPIC_NAME, self.partition,
+                                rec.offset)
+                    continue
                 if not isinstance(key, records.OffsetKey) or rec.value is None:
                     continue
                 group = self.manager.groups.get(key.group)

@@ -2,7 +2,8 @@
 
 Two brokers whose client listener is SASL_PLAINTEXT with PLAIN (users in the listener's JAAS
 config) and SCRAM-SHA-256/512 (users created before the brokers start with `odradek users`, as
-kafka-configs --zookeeper does), replicating over a SCRAM-SHA-512 inter-broker listener, and a
+kafka-configs --zookeeper does), replicating and taking controller requests over SCRAM-SHA-512
+listeners, and a
 SASL listener with a short session lifetime for the re-authentication rules. confluent-kafka,
 kafka-python, aiokafka and kcat produce and consume; the bad inputs of the issue are sent on raw
 sockets.
@@ -36,6 +37,7 @@ PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
               'password="bob-secret" user_bob="bob-secret";')
 ALICE = ("alice", "alice-secret")
 BROKER = ("broker", "broker-secret")
+CONTROLLER = ("controller", "controller-secret")
 REAUTH_MS = 1500
 
 
@@ -43,11 +45,15 @@ REAUTH_MS = 1500
 def sasl_cluster(zookeeper, tmp_path_factory):
     """Two brokers: CLIENT (SASL_PLAINTEXT, every mechanism) for the clients, INTERNAL
     (SASL_PLAINTEXT, SCRAM-SHA-512 as user `broker`) for replication and transaction markers,
+    CONTROLLER (SASL_PLAINTEXT, SCRAM-SHA-512 as user `controller`) for the controller's requests,
     REAUTH (broker 0, 1.5 s sessions), and PLAINTEXT kept only for the harness's readiness check."""
     client_ports, internal_ports, reauth_port = free_ports(2), free_ports(2), free_ports(1)[0]
     cluster = new_cluster(zookeeper, tmp_path_factory.mktemp("sasl"), brokers=2, broker_overrides={
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT,INTERNAL:SASL_PLAINTEXT,"
-                                          "REAUTH:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+                                          "REAUTH:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "listener.name.controller.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+        "listener.name.controller.scram-sha-512.sasl.jaas.config": jaas.client_config("SCRAM-SHA-512", *CONTROLLER),
         "inter.broker.listener.name": "INTERNAL",
         "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
         "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
@@ -60,7 +66,11 @@ def sasl_cluster(zookeeper, tmp_path_factory):
         "offsets.topic.replication.factor": 2, "offsets.topic.num.partitions": 3,
         "transaction.state.log.replication.factor": 2, "transaction.state.log.min.isr": 1,
         "transaction.state.log.num.partitions": 3, "group.initial.rebalance.delay.ms": 0,
-    }, controller_overrides={"inter.broker.listener.name": "INTERNAL"})
+    }, controller_overrides={
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+        "listener.name.controller.scram-sha-512.sasl.jaas.config": jaas.client_config("SCRAM-SHA-512", *CONTROLLER),
+    })
     for i, broker in enumerate(cluster.brokers):
         broker.overrides["listeners"] += (f",CLIENT://127.0.0.1:{client_ports[i]},"
                                           f"INTERNAL://127.0.0.1:{internal_ports[i]}")
@@ -69,8 +79,9 @@ def sasl_cluster(zookeeper, tmp_path_factory):
         ensure_chroot(cluster.zookeeper_connect, timeout=15)
         run_users(cluster, "--entity-name", ALICE[0], "--add-scram",
                   f"SCRAM-SHA-512=[iterations=8192,password={ALICE[1]}],SCRAM-SHA-256=[password={ALICE[1]}]")
-        run_users(cluster, "--entity-name", BROKER[0], "--add-scram", "SCRAM-SHA-512", "--password-file", "-",
-                  stdin=BROKER[1] + "\n")
+        for user, password in (BROKER, CONTROLLER):
+            run_users(cluster, "--entity-name", user, "--add-scram", "SCRAM-SHA-512", "--password-file", "-",
+                      stdin=password + "\n")
         cluster.start()
         cluster.sasl_port = client_ports[0]
         cluster.client_bootstrap = ",".join(f"127.0.0.1:{p}" for p in client_ports)

@@ -12,6 +12,7 @@ password).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
@@ -164,12 +165,45 @@ def authenticate_step(credentials: SaslCredentials) -> Callable[[Any], Awaitable
 
     async def step(client: Any) -> None:
         try:
-            await authenticate(lambda request: client.send(request, client.connect_timeout), credentials)
+            lifetime_ms = await authenticate(lambda request: client.send(request, client.connect_timeout), credentials)
         except (SaslClientError, ValueError) as e:
             raise ConnectionError(f"SASL {credentials.mechanism} authentication to {client.host}:{client.port} as "
                                   f"{credentials.username!r} failed: {e}") from None
+        if lifetime_ms > 0:
+            task = asyncio.get_running_loop().create_task(_retire(client, client._protocol, lifetime_ms / 1000))
+            _retiring.add(task)
+            task.add_done_callback(_retiring.discard)
 
     return step
+
+
+_retiring: set[asyncio.Task[None]] = set()
+RETIRE_AT = 0.85
+"""Share of a session's lifetime after which its connection is replaced (Kafka's client re-authenticates
+between 85 and 95 %)."""
+
+
+DRAIN_S = 30.0
+"""Longest wait for a retired connection's last answers."""
+
+
+async def _retire(client: Any, connection: Any, lifetime_s: float) -> None:
+    """KIP-368 for this process's own connections: rather than re-authenticate in place, after
+    RETIRE_AT of its session the connection is detached from its client, so the next request
+    connects and authenticates anew, while the requests already in flight on it (a replica
+    fetcher's long poll) are still answered there (a broker refuses only new requests past the
+    session's end); it is closed once they are. Ends at once when the connection was replaced or closed meanwhile."""
+    await asyncio.sleep(lifetime_s * RETIRE_AT)
+    if client._protocol is not connection or connection is None:
+        return
+    client._protocol = None
+    loop = asyncio.get_running_loop()
+    # the broker answers what was sent before the session's end: wait for it (bounded), send nothing more
+    end = loop.time() + max(lifetime_s, DRAIN_S)
+    while connection.pending and loop.time() < end:
+        await asyncio.sleep(0.02)
+    if connection.transport is not None:
+        connection.transport.close()
 
 
 def listener_credentials(props: Mapping[str, str], listener: str, mechanism_key: str,

@@ -39,6 +39,8 @@ ALICE = ("alice", "alice-secret")
 BROKER = ("broker", "broker-secret")
 CONTROLLER = ("controller", "controller-secret")
 REAUTH_MS = 1500
+INTERNAL_REAUTH_MS = 3000
+"""Replication connections last 3 s: the brokers replace them (common/security/sasl_client._retire)."""
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +59,7 @@ def sasl_cluster(zookeeper, tmp_path_factory):
         "inter.broker.listener.name": "INTERNAL",
         "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
         "listener.name.internal.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.internal.connections.max.reauth.ms": INTERNAL_REAUTH_MS,
         "listener.name.internal.scram-sha-512.sasl.jaas.config": jaas.client_config("SCRAM-SHA-512", *BROKER),
         "listener.name.client.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.client.plain.sasl.jaas.config": PLAIN_JAAS,
@@ -405,5 +408,12 @@ def test_replication_over_the_sasl_listener(sasl_cluster):
     assert all(len(v.isr) == 2 for v in views.values())
     for p in range(2):
         sasl_cluster.wait_logs_identical("replicated", p)
+    # replication keeps going across the 3 s sessions of the INTERNAL listener, never past one
+    time.sleep(INTERNAL_REAUTH_MS * 1.5 / 1000)
+    got = produce_consume_confluent(conf(sasl_cluster), "replicated", n=10, extra={"acks": "all"})
+    assert len(got) >= 10
+    for p in range(2):
+        sasl_cluster.wait_logs_identical("replicated", p)
     logs = "".join(b.log_path.read_text() for b in sasl_cluster.brokers)
-    assert "INTERNAL" in logs and "authentication of user 'broker' failed" not in logs
+    assert "authentication of user 'broker' failed" not in logs
+    assert "session of user 'broker' expired" not in logs

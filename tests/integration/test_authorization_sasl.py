@@ -2,9 +2,8 @@
 listener with SCRAM users, each its own principal, least-privilege ACLs per role, a super user
 managing them with `odradek acls --command-config`.
 
-One broker (no replication traffic). The controller still reaches the broker's control-plane
-listener over PLAINTEXT, as User:ANONYMOUS: as in Kafka, that principal needs CLUSTER_ACTION on
-the Cluster, written to ZooKeeper before the cluster starts.
+Brokers replicate and write transaction markers as User:broker, the controller sends its requests
+as User:controller, both super users: User:ANONYMOUS gets nothing.
 """
 
 import subprocess
@@ -16,54 +15,58 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.broker.authorizer import zk_acl_store as store
-from odradek.broker.authorizer.acl import (
-    AccessControlEntry,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
-from odradek.common.zk_calls import BoundedCalls
+from odradek.common.security import jaas
 from odradek.common.zk_connect import ensure_chroot
 from odradek.dev.waiting import wait_until
+from odradek.dev.zookeeper import free_ports
 
 from .conftest import new_cluster
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "mallory": "mallory-secret"}
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "mallory": "mallory-secret",
+         "broker": "broker-secret", "controller": "controller-secret"}
+SCRAM = "SCRAM-SHA-256"
 
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory):
-    c = new_cluster(zookeeper, tmp_path_factory.mktemp("authz-sasl"), brokers=1, broker_overrides={
-        "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+    """Two brokers: CLIENT (SASL) for the clients, INTERNAL (SASL, user `broker`) for replication
+    and transaction markers, CONTROLLER (SASL, user `controller`) for the controller's requests,
+    PLAINTEXT only for the harness's readiness check. Brokers and controller are super users;
+    User:ANONYMOUS has no ACL at all."""
+    client_ports, internal_ports = free_ports(2), free_ports(2)
+    c = new_cluster(zookeeper, tmp_path_factory.mktemp("authz-sasl"), brokers=2, broker_overrides={
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT,INTERNAL:SASL_PLAINTEXT,"
+                                          "CONTROLLER:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.enabled.mechanisms": SCRAM,
+        "sasl.mechanism.inter.broker.protocol": SCRAM,
+        "listener.name.internal.scram-sha-256.sasl.jaas.config": jaas.client_config(SCRAM, "broker", USERS["broker"]),
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-        "offsets.topic.replication.factor": 1, "offsets.topic.num.partitions": 2,
-        "group.initial.rebalance.delay.ms": 0,
+        "super.users": "User:admin;User:broker;User:controller",
+        "offsets.topic.replication.factor": 2, "offsets.topic.num.partitions": 2,
+        "transaction.state.log.replication.factor": 2, "transaction.state.log.min.isr": 1,
+        "transaction.state.log.num.partitions": 2, "group.initial.rebalance.delay.ms": 0,
+    }, controller_overrides={
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.mechanism.controller.protocol": SCRAM,
+        "sasl.mechanism.inter.broker.protocol": SCRAM,
+        "listener.name.controller.scram-sha-256.sasl.jaas.config": jaas.client_config(
+            SCRAM, "controller", USERS["controller"]),
+        "listener.name.internal.scram-sha-256.sasl.jaas.config": jaas.client_config(
+            SCRAM, "controller", USERS["controller"]),
     })
+    for i, broker in enumerate(c.brokers):
+        broker.overrides["listeners"] += (f",CLIENT://127.0.0.1:{client_ports[i]},"
+                                          f"INTERNAL://127.0.0.1:{internal_ports[i]}")
+    c.client_bootstrap = ",".join(f"127.0.0.1:{p}" for p in client_ports)
     try:
         ensure_chroot(c.zookeeper_connect, timeout=15)
         for user, password in USERS.items():
             subprocess.run([sys.executable, "-m", "odradek.cli", "users", "--zookeeper", c.zookeeper_connect,
-                            "--entity-name", user, "--add-scram", f"SCRAM-SHA-256=[password={password}]"],
+                            "--entity-name", user, "--add-scram", f"{SCRAM}=[password={password}]"],
                            check=True, capture_output=True, timeout=60)
-        zk = c.zk_client()
-        try:
-            calls = BoundedCalls(zk, 10)
-            store.ensure_paths(calls)
-            control_plane = AccessControlEntry("User:ANONYMOUS", "*", AclOperation.CLUSTER_ACTION,
-                                               AclPermissionType.ALLOW)
-            store.update_resource(calls, ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
-                                  lambda cur: cur | {control_plane})
-        finally:
-            zk.stop()
-            zk.close()
-        for p in c.controllers + c.brokers:
-            p.start()
-        wait_until(lambda: _serving(c), "the broker answers an authenticated Metadata request", 60, 0.2)
+        c.start()
+        wait_until(lambda: _serving(c), "the brokers answer an authenticated Metadata request", 60, 0.2)
         yield c
     finally:
         c.stop()
@@ -71,13 +74,13 @@ def cluster(zookeeper, tmp_path_factory):
 
 def _serving(c) -> bool:
     try:
-        return bool(AdminClient(conf(c, "admin")).list_topics(timeout=2).brokers)
+        return len(AdminClient(conf(c, "admin")).list_topics(timeout=2).brokers) == 2
     except KafkaException:
         return False
 
 
 def conf(c, user: str) -> dict:
-    return {"bootstrap.servers": c.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+    return {"bootstrap.servers": c.client_bootstrap, "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": USERS[user]}
 
 
@@ -86,7 +89,7 @@ def acls_tool(c, tmp_path, user: str, *args: str) -> subprocess.CompletedProcess
     props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
                      f'username="{user}" password="{USERS[user]}";\n')
-    return subprocess.run([sys.executable, "-m", "odradek.cli", "acls", "--bootstrap-server", c.bootstrap,
+    return subprocess.run([sys.executable, "-m", "odradek.cli", "acls", "--bootstrap-server", c.client_bootstrap,
                            "--command-config", str(props), "--timeout", "15", *args],
                           capture_output=True, text=True, timeout=60)
 
@@ -127,7 +130,7 @@ def consume(c, user: str, topic: str, group: str, n: int, seconds: float = 20) -
 def test_each_user_gets_exactly_its_acls(cluster, tmp_path):
     topic, group = f"orders-{uuid.uuid4().hex[:6]}", f"billing-{uuid.uuid4().hex[:6]}"
     admin = AdminClient(conf(cluster, "admin"))  # a super user
-    admin.create_topics([NewTopic(topic, 2, 1)], request_timeout=15)[topic].result(30)
+    admin.create_topics([NewTopic(topic, 2, 2)], request_timeout=15)[topic].result(30)
 
     # mallory, with no ACL, may not grant herself any
     refused = acls_tool(cluster, tmp_path, "mallory", "--add", "--allow-principal", "User:mallory",
@@ -169,3 +172,34 @@ def test_each_user_gets_exactly_its_acls(cluster, tmp_path):
     assert removed.returncode == 0 and "Removed ACL" in removed.stdout, removed
     _, codes = consume(cluster, "bob", topic, group, 1, 10)
     assert KafkaError.TOPIC_AUTHORIZATION_FAILED in codes, codes
+
+
+def test_transactions_replicate_and_commit_with_least_privilege(cluster, tmp_path):
+    """A transactional producer with WRITE on its transactional id and topic: its markers and its
+    replicated records go between brokers as User:broker; a read_committed consumer sees them."""
+    topic, txn, group = (f"{p}-{uuid.uuid4().hex[:6]}" for p in ("ledger", "tx", "audit"))
+    admin = AdminClient(conf(cluster, "admin"))  # outlives its futures
+    admin.create_topics([NewTopic(topic, 1, 2)], request_timeout=15)[topic].result(30)
+    for args in (("--producer", "--topic", topic, "--transactional-id", txn),
+                 ("--consumer", "--topic", topic, "--group", group)):
+        done = acls_tool(cluster, tmp_path, "admin", "--add", "--allow-principal", "User:alice", *args)
+        assert done.returncode == 0, done
+    p = Producer({**conf(cluster, "alice"), "transactional.id": txn, "transaction.timeout.ms": 10000})
+    p.init_transactions(20)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, b"t%d" % i)
+    p.commit_transaction(20)
+    consumer = Consumer({**conf(cluster, "alice"), "group.id": group, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 5 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    assert got == [b"t%d" % i for i in range(5)]

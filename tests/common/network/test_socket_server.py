@@ -116,3 +116,38 @@ def test_socket_server_closes_on_oversized_or_negative_size_and_keeps_serving(pr
         assert good.recv_frame() == b"still here"
 
     _run_server(handler, 1024, client)
+
+
+def test_a_bound_server_refuses_connections_until_it_serves():
+    """A broker's client listener before it is ready: the port is taken (and advertised) but a
+    client's connection is refused, so it goes to another broker; then it serves."""
+
+    async def handler(frame, conn):
+        return [struct.pack(">i", len(frame)), bytes(frame)]
+
+    def refused(port) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        except ConnectionRefusedError:
+            return True
+        return False
+
+    async def main():
+        server = SocketServer("127.0.0.1", 0, handler, 1024)
+        port = await server.start(serving=False)
+        try:
+            assert port > 0 and not server.serving
+            assert await asyncio.to_thread(refused, port)
+            await server.start_serving()
+            assert server.serving
+
+            def echo(port):
+                client = _Client(port)
+                client.send_frame(b"served")
+                return client.recv_frame()
+
+            assert await asyncio.wait_for(asyncio.to_thread(echo, port), 30) == b"served"
+        finally:
+            await server.stop()
+
+    asyncio.run(main())

@@ -67,7 +67,7 @@ from odradek.common.config_def import ConfigException
 from odradek.common.metrics import MetricsServer, Registry
 from odradek.common.network.socket_server import ConnectionLimits, SocketServer
 from odradek.common.security.channel import ClientSecurity
-from odradek.common.security.listeners import listener_security, outgoing_security
+from odradek.common.security.listeners import check_listener_security, listener_security, outgoing_security
 from odradek.common.security.reload import CertificateWatcher
 from odradek.common.security.sasl_client import sasl_properties
 from odradek.common.security.ssl_factory import SECURITY_PROTOCOLS
@@ -654,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     process_logging.configure(args, "broker")
     try:
         config = BrokerConfig.from_properties(load_properties(args.config, args.override))
+        check_listener_security(config)
         check_sasl_listeners(config)
     except (ConfigException, OSError, ValueError) as e:  # one clear line, no traceback
         log.error("invalid configuration: %s", e)

@@ -12,6 +12,7 @@ from odradek.common import process_logging
 from odradek.common.bounded_exit import end_leftover_tasks
 from odradek.common.config import ControllerConfig, load_properties
 from odradek.common.metrics import MetricsServer, Registry
+from odradek.common.security.listeners import check_listener_security
 
 from .controller import KafkaController
 from .metrics import families
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     process_logging.configure(args, "controller")
     try:
         config = ControllerConfig.from_properties(load_properties(args.config, args.override))
+        check_listener_security(config)
     except Exception as e:  # missing keys, bad values, unreadable file: say so and exit 2
         print(f"odradek controller: bad configuration: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from odradek.common.config import SecurityConfig
+from odradek.common.config import SecurityConfig, parse_listeners
+from odradek.common.config_def import ConfigException
 
 from . import sasl_client
 from .channel import ClientSecurity, ListenerSecurity, client_security
@@ -27,8 +28,20 @@ def listener_security(config: SecurityConfig, listener: str, watcher: Certificat
     if protocol not in TLS_SECURITY_PROTOCOLS:
         return ListenerSecurity(protocol)
     ssl_config = SslConfig.from_values(config.listener_values(listener, SSL_KEYS))
+    try:
+        mapper = SslPrincipalMapper(ssl_config.principal_mapping_rules)
+    except ValueError as e:
+        raise ConfigException("ssl.principal.mapping.rules", ssl_config.principal_mapping_rules, str(e)) from None
     context = watcher.watch(ReloadingSslContext(ssl_config, server_context, f"listener {listener}"))
-    return ListenerSecurity(protocol, context.current, SslPrincipalMapper(ssl_config.principal_mapping_rules))
+    return ListenerSecurity(protocol, context.current, mapper)
+
+
+def check_listener_security(config: SecurityConfig) -> None:
+    """Builds every listener's security once, so that a bad key, a missing or unreadable key
+    store or bad mapping rules stop the process at start-up with one ConfigException line."""
+    watcher = CertificateWatcher()
+    for name, _, _ in parse_listeners(str(getattr(config, "listeners", ""))):
+        listener_security(config, name, watcher)
 
 
 def outgoing_security(config: SecurityConfig, listener: str, security_protocol: str,

@@ -46,6 +46,8 @@ class SaslHandler:
         self.clock = clock
         self._secret = secrets.token_bytes(32)
         """Keys the decoy salts of unknown users (scram_server)."""
+        self.max_request_bytes_unauthenticated = settings.max_receive_size
+        """The socket server bounds a new connection's frames by this until `conn.authenticated()`."""
         self.bad_input = RateLimitedLog(log)
         self.failures = 0
         self.successes = 0
@@ -88,6 +90,9 @@ class SaslHandler:
         if auth.authenticated and auth.username is not None:
             if not was_authenticated:
                 self.successes += 1
+                raise_limit = getattr(conn, "authenticated", None)
+                if raise_limit is not None:
+                    raise_limit()
                 log.debug("listener %s, connection from %s: authenticated as User:%s with %s",
                           self.settings.listener, peer, auth.username, auth.mechanism)
             set_principal(conn, auth.username)

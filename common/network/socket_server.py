@@ -171,7 +171,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         by the authenticator once it succeeds)."""
         self._fd = -1
         """The socket's descriptor, for writes that bypass the transport while it is idle (plaintext only)."""
-        self._decoder = FrameDecoder(server.max_request_bytes)
+        first_limit = getattr(server.handler, "max_request_bytes_unauthenticated", None)
+        self._decoder = FrameDecoder(min(first_limit, server.max_request_bytes) if first_limit else
+                                     server.max_request_bytes)
+        """Until a SASL listener's handler says the peer authenticated (`authenticated`), frames are
+        bounded by its `max_request_bytes_unauthenticated` (sasl.server.max.receive.size)."""
         self._frames: collections.deque[bytes | memoryview] = collections.deque()
         self._queued = 0
         self._held = 0
@@ -268,6 +272,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._decoder.get_buffer()
 
+    def authenticated(self) -> None:
+        """The peer authenticated (SASL): its requests may be up to socket.request.max.bytes now."""
+        self._decoder.max_size = self.server.max_request_bytes
+
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         try:
@@ -275,9 +283,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except FrameSizeError as e:
             hint = (" (a TLS client on a plaintext listener?)"
                     if (e.size >> 24) == _TLS_RECORD and not self.server.security.tls else "")
+            key = ("socket.request.max.bytes" if self._decoder.max_size == self.server.max_request_bytes
+                   else "sasl.server.max.receive.size, before authentication")
             self.server.bad_input.warning(
-                "size", "closing connection from %s: request size %d outside [0, %d] (socket.request.max.bytes)%s",
-                self.peer, e.size, self.server.max_request_bytes, hint,
+                "size", "closing connection from %s: request size %d outside [0, %d] (%s)%s",
+                self.peer, e.size, self._decoder.max_size, key, hint,
             )
             self.close()
             return

@@ -371,9 +371,17 @@ def test_illegal_sasl_state_and_oversized_token(sasl_cluster):
     big.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
     answer = big.call(SaslAuthenticateRequest(auth_bytes=b"n,,n=" + b"x" * 100_000 + b",r=abc"))
     assert answer.error_code == ErrorCode.sasl_authentication_failed and big.closed()
-    huge = Raw(sasl_cluster.sasl_port)  # beyond sasl.server.max.receive.size: closed unanswered
-    huge.sock.sendall(struct.pack(">i", 600_000) + b"\0" * 600_000)
+    huge = Raw(sasl_cluster.sasl_port)  # a size beyond sasl.server.max.receive.size: closed at once, unread
+    huge.sock.sendall(struct.pack(">i", 600_000))
     assert huge.closed()
+
+
+def test_large_requests_once_authenticated(sasl_cluster):
+    value = b"x" * 800_000  # more than sasl.server.max.receive.size, less than message.max.bytes
+    producer = Producer({**conf(sasl_cluster), "message.max.bytes": 1_000_000})
+    errors: list = []
+    producer.produce("large", value, on_delivery=lambda e, m: e and errors.append(e))
+    assert producer.flush(30) == 0 and not errors, errors
 
 
 def test_reauthentication_and_session_expiry(sasl_cluster):

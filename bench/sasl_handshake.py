@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import functools
 import multiprocessing
+import os
 import ssl
 import struct
 import subprocess
@@ -87,13 +88,22 @@ def _client_process(port: int, sasl: bool, cafile: str | None, clients: int, sec
     out.put(asyncio.run(main()))
 
 
-def rate(port: int, sasl: bool, cafile: str | None, clients: int, seconds: float) -> float:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rate(port: int, sasl: bool, cafile: str | None, clients: int, seconds: float, broker_pid: int) -> tuple[float, float]:
+    """(connections/s, broker CPU milliseconds per connection)."""
     queue = multiprocessing.Queue()
     p = multiprocessing.Process(target=_client_process, args=(port, sasl, cafile, clients, seconds, queue))
+    before = cpu_seconds(broker_pid)
     p.start()
     count = queue.get(timeout=seconds + 60)
     p.join(30)
-    return count / seconds
+    cpu = cpu_seconds(broker_pid) - before
+    return count / seconds, 1000 * cpu / max(count, 1)
 
 
 def main() -> int:
@@ -137,14 +147,20 @@ def main() -> int:
         if args.tls:
             cases["tls-scram"] = (client, True, cafile)
         results: dict[str, list[float]] = {name: [] for name in cases}
+        costs: dict[str, list[float]] = {name: [] for name in cases}
+        pid = cluster.brokers[0].pid
         for r in range(args.rounds):
             for name, (port, sasl, ca) in cases.items():
-                results[name].append(rate(port, sasl, ca, args.clients, args.seconds))
-                print(f"round {r + 1}: {name:11} {results[name][-1]:8.0f} connections/s", flush=True)
+                per_s, cpu_ms = rate(port, sasl, ca, args.clients, args.seconds, pid)
+                results[name].append(per_s)
+                costs[name].append(cpu_ms)
+                print(f"round {r + 1}: {name:11} {per_s:8.0f} connections/s, broker {cpu_ms:.2f} CPU-ms each",
+                      flush=True)
         base = median(results["plaintext"])
         print(f"\nmedian of {args.rounds} rounds, {args.clients} client loops, {args.seconds:.0f} s each:")
         for name, values in results.items():
-            print(f"  {name:11} {median(values):8.0f} connections/s  ({median(values) / base:.2f}x plaintext)")
+            print(f"  {name:11} {median(values):8.0f} connections/s  ({median(values) / base:.2f}x plaintext), "
+                  f"broker {median(costs[name]):.2f} CPU-ms per connection")
     finally:
         cluster.stop()
     return 0

@@ -135,7 +135,9 @@ class MetadataCache:
 
     def all_partitions_have_leaders(self, topic: str) -> bool:
         parts = self._partitions.get(topic)
-        return bool(parts) and all(int(s.leader) >= 0 for s in parts.values())
+        if not parts:
+            return False
+        return all(int(s.leader) >= 0 for s in parts.values())
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """True once `predicate()` holds (checked now and after every update), False on timeout."""

@@ -42,7 +42,7 @@ class PartitionFetch(NamedTuple):
 
 def encode_fetch_request(
     correlation_id: int,
-    client_id: str,
+    client_id: str | None,
     *,
     replica_id: int,
     max_wait_ms: int,
@@ -54,8 +54,9 @@ def encode_fetch_request(
     forgotten: dict[str, list[int]],
 ) -> bytes:
     """A whole request frame (size prefix, header v1, body); isolation READ_UNCOMMITTED, no rack."""
-    client = client_id.encode()
-    parts = [b"", _REQUEST_HEADER.pack(ApiKey.FETCH, VERSION, correlation_id, len(client)), client,
+    client = b"" if client_id is None else client_id.encode()
+    client_len = -1 if client_id is None else len(client)  # a null client id: length -1, as Kafka writes it
+    parts = [b"", _REQUEST_HEADER.pack(ApiKey.FETCH, VERSION, correlation_id, client_len), client,
              _REQUEST_FIXED.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch),
              _ARRAY.pack(len(topics))]
     for topic, partitions in topics.items():

@@ -26,6 +26,7 @@ from kio.schema.offset_for_leader_epoch.v3.request import (
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
+from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32
 
 from odradek.broker.fetch_session_handler import FetchSessionHandler
@@ -201,8 +202,8 @@ class ReplicaFetcher:
                 leader_epoch=i32(p.log.leader_epoch_cache.latest_epoch),
             ))
         request = OffsetForLeaderEpochRequest(
-            replica_id=i32(self.broker_id),
-            topics=tuple(OffsetForLeaderTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            replica_id=BrokerId(self.broker_id),
+            topics=tuple(OffsetForLeaderTopic(topic=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items()),
         )
         response = await self.client.send(request, self.timeout_s)
         now = asyncio.get_running_loop().time()
@@ -304,7 +305,7 @@ class ReplicaFetcher:
             key = (r.topic, r.partition)
             state = ready.get(key)
             p = None if state is None else self.replica_manager.get_partition(key)
-            if p is not None and still_ours(p, state):
+            if state is not None and p is not None and still_ours(p, state):
                 answered.append((p, state, r))
         starting = await self._checkpoint_new_epochs(answered)
         now = asyncio.get_running_loop().time()

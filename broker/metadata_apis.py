@@ -235,7 +235,8 @@ class MetadataApis:
             if cache.contains(name):
                 ops = (authorized_operations(ResourceType.TOPIC, want_topic_ops, auth, context, name)
                        if auth.enabled else topic_ops)
-                topics_out.append(self._metadata_topic(mod, version, name, ids.get(name, ZERO_UUID), ops))
+                topics_out.append(self._metadata_topic(mod, version, name, ids.get(name, ZERO_UUID), ops,
+                                                       context.listener))
                 continue
             auto = allow_auto and self.config.auto_create_topics_enable and not all_topics
             if auto and may_create is None:
@@ -310,11 +311,15 @@ class MetadataApis:
             self._topic_cache.clear()
             self._topic_cache_generation = self.metadata_cache.generation
 
-    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID, authorized_ops: int) -> bytes:
-        """A topic's encoded entry, memoised per (version, topic, operations) until the next UpdateMetadata."""
+    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID, authorized_ops: int,
+                        listener: str = DEFAULT_LISTENER) -> bytes:
+        """A topic's encoded entry, memoised per (version, topic, operations, listener) until the next
+        UpdateMetadata. A live leader without an endpoint on the client's listener is no leader for
+        this client: LISTENER_NOT_FOUND (v6+; LEADER_NOT_AVAILABLE before), as Kafka answers."""
         cache = self.metadata_cache
         self._sync_topic_cache()
-        key = (version, name, authorized_ops)
+        key = (version, name, authorized_ops, listener)
+        live = cache.live_brokers()
         entry = self._topic_cache.get(key)
         if entry is not None:
             return entry
@@ -322,10 +327,14 @@ class MetadataApis:
         for p, state in sorted((cache.topic_partitions(name) or {}).items()):
             leader = int(state.leader)
             alive = leader >= 0 and cache.is_alive(leader)
+            code = ErrorCode.none if alive else ErrorCode.leader_not_available
+            if alive and listener != DEFAULT_LISTENER and leader in live and broker_endpoint(live[leader], listener) is None:
+                alive = False
+                code = ErrorCode.listener_not_found if version >= 6 else ErrorCode.leader_not_available
             partitions.append(
                 wire.make_entity(
                     mod.MetadataResponsePartition,
-                    error_code=ErrorCode.none if alive else ErrorCode.leader_not_available,
+                    error_code=code,
                     partition_index=p,
                     leader_id=leader if alive else -1,
                     leader_epoch=int(state.leader_epoch),

@@ -1,8 +1,8 @@
-"""Fetch (api 1, v4–v17) response encoding by hand, so record data goes out by sendfile.
+"""Fetch (api 1, v0–v17) response encoding by hand, so record data goes out by sendfile.
 
-Layout per version (Kafka's FetchResponse.json): throttle_time_ms; v7+ error_code, session_id;
-topics[name (v13+: topic_id), partitions[partition_index, error_code, high_watermark,
-last_stable_offset, v5+ log_start_offset, aborted_transactions (nullable), v11+
+Layout per version (Kafka's FetchResponse.json): v1+ throttle_time_ms; v7+ error_code, session_id;
+topics[name (v13+: topic_id), partitions[partition_index, error_code, high_watermark, v4+
+last_stable_offset, v5+ log_start_offset, v4+ aborted_transactions (nullable), v11+
 preferred_read_replica, records, v16+ tagged current_leader]], v16+ tagged node_endpoints;
 v12 is flexible (compact lengths, a tagged-field section after every struct). v14 (tiered
 storage's error) and v15 (the request's replica state) and v17 (the request's directory id) change
@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 
 from odradek.common.network.encoding import BodyWriter
 
-MIN_VERSION = 4
+MIN_VERSION = 0
+"""v0–v3 (message formats v0/v1) are down-converted (broker/log/legacy_records)."""
 MAX_VERSION = 17
 TOPIC_IDS_VERSION = 13
 """From here topics are named by id (Kafka's topic ids, from the topics' znodes)."""
@@ -31,7 +32,8 @@ def encode_fetch_response(
     `endpoints` = [(node id, host, port, rack)] (see above)."""
     w = BodyWriter(flexible=version >= 12)
     leaders = leaders if version >= 16 and leaders else {}
-    w.int32(0)  # throttle_time_ms
+    if version >= 1:
+        w.int32(0)  # throttle_time_ms
     if version >= 7:
         w.int16(error_code)
         w.int32(session_id)
@@ -46,11 +48,14 @@ def encode_fetch_response(
             w.int32(index)
             w.int16(int(r.error))
             w.int64(r.high_watermark)
-            w.int64(r.last_stable_offset)
+            if version >= 4:
+                w.int64(r.last_stable_offset)
             if version >= 5:
                 w.int64(r.log_start_offset)
             aborted = r.aborted_transactions
-            if aborted is None:
+            if version < 4:
+                pass  # no transactions before v4
+            elif aborted is None:
                 w.array(None)  # read_uncommitted: null
             else:
                 w.array(len(aborted))

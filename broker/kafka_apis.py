@@ -11,13 +11,15 @@ handler becomes Kafka's error code in an ordinary response (UNKNOWN_SERVER_ERROR
 """
 
 import dataclasses
+import datetime
 import logging
+import sys
 import typing
 import uuid
 from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from odradek.broker import control_plane
 from odradek.broker import fetch as fetch_codec
@@ -26,6 +28,9 @@ from odradek.broker.authorizer.acl import AclOperation, ResourceType
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, CLUSTER_GATED_APIS, Authorizer, authorize_cluster
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
 from odradek.broker.group.group_apis import GroupApis
+from odradek.broker.log.errors import LogError
+from odradek.broker.log.legacy_records import down_convert, up_convert
+from odradek.broker.log.log import FileRegion
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import broker_endpoint
@@ -63,6 +68,38 @@ DATA_VERSIONS: dict[int, tuple[int, int]] = {
 
 UNKNOWN_TOPIC_ID_PREFIX = "\0unknown-topic-id:"
 """The name Fetch v13+ gives a topic id no topic has (no topic name holds a NUL)."""
+
+
+def down_converted(result: typing.Any, magic: int, fetch_offset: int) -> FetchResult:
+    """A partition's fetched v2 batches (a FetchResult) as a magic 0/1 message set (Fetch v0–v3)."""
+    if not isinstance(result, FetchResult) or not result.size:
+        return result
+    data = b"".join(r.read_bytes() if isinstance(r, FileRegion) else bytes(r) for r in result.regions)
+    converted = down_convert(data, magic, fetch_offset)
+    return dataclasses.replace(result, regions=[converted] if converted else [], size=len(converted))
+
+
+def decode_legacy_produce(frame_body) -> tuple:
+    """A Produce v0–v2 frame as (its header, a v3 request whose message sets are up-converted to
+    v2 batches, the v3 schema): handle_produce serves it and answers in the frame's version. A set
+    that does not convert becomes empty records, answered INVALID_RECORD."""
+    header, _ = wire.read_request_header_v1(frame_body, 0)
+    acks, timeout, topics = produce_codec.parse_legacy_request(frame_body)
+    schema = wire.request_schema(ApiKey.PRODUCE, 3)
+    mod = sys.modules[schema.__module__]
+
+    def converted(message_set: bytes) -> bytes:
+        try:
+            return up_convert(message_set)
+        except (LogError, ValueError):
+            return b""
+
+    request = schema(transactional_id=None, acks=i16(acks), timeout=i32Timedelta.parse(
+        datetime.timedelta(milliseconds=timeout)), topic_data=tuple(
+            mod.TopicProduceData(name=name, partition_data=tuple(
+                mod.PartitionProduceData(index=i32(index), records=converted(records)) for index, records in parts))
+            for name, parts in topics))
+    return header, request, schema
 
 
 # --- the generic error response -------------------------------------------------------------------
@@ -195,7 +232,7 @@ class KafkaApis:
         for apis in (metadata_apis, transaction_apis):
             if apis is not None:
                 self.add_apis(apis)
-        self.legacy_requests: dict = {}
+        self.legacy_requests: dict = {(ApiKey.PRODUCE, v): decode_legacy_produce for v in produce_codec.LEGACY_VERSIONS}
         """(api, version) → decoder(frame body) → (header, request, schema), for versions kio lacks."""
         if group_apis is not None:
             # The group coordinator's FindCoordinator replaces the placeholder below.
@@ -249,8 +286,6 @@ class KafkaApis:
                 peer, api_key, version,
             )
             raise CloseConnection()
-        if api_key == ApiKey.PRODUCE and version < produce_codec.MIN_SUPPORTED_VERSION:
-            return self._produce_legacy(frame_body, version, correlation_id, peer)
         legacy = self.legacy_requests.get((api_key, version))
         try:
             header, request, schema = (legacy or wire.decode_request)(frame_body)
@@ -344,20 +379,6 @@ class KafkaApis:
         return frame(response_header(correlation_id, False), [data], len(data))
 
     # --- Produce --------------------------------------------------------------------------------
-
-    def _produce_legacy(self, frame_body, version: int, correlation_id: int, peer) -> list | None:
-        try:
-            acks, topics = produce_codec.parse_legacy_request(frame_body)
-        except ValueError as e:
-            self.bad_input.warning("malformed-0", "closing connection from %s: %s", peer, e)
-            raise CloseConnection() from None
-        if acks == 0:
-            raise CloseConnection()  # Kafka's way to tell an acks=0 producer about an error
-        rejected = ProduceResult(error=ErrorCode.unsupported_version)
-        chunks, size = produce_codec.encode_produce_response(
-            version, [(name, [(p, rejected) for p in parts]) for name, parts in topics]
-        )
-        return frame(response_header(correlation_id, False), chunks, size)
 
     async def handle_produce(self, context: RequestContext, request) -> Body | None:
         version = context.api_version
@@ -484,12 +505,14 @@ class KafkaApis:
             if readable:
                 read = await self.replica_manager.fetch_messages(
                     replica_id, max_wait_ms, min_bytes, max_bytes, readable, fetch_context.unchanged,
-                    int(request.isolation_level),
+                    int(getattr(request, "isolation_level", 0)),
                 )
             found = iter(read)
             results = [FetchResult(error=ErrorCode.topic_authorization_failed) if i.topic in denied else next(found)
                        for i in fetch_context.infos]
         error, session_id, pairs = fetch_context.response(results)
+        if version < 4:  # message formats v0/v1: the records down-converted
+            pairs = [(info, down_converted(r, 0 if version < 2 else 1, info.fetch_offset)) for info, r in pairs]
         topics = fetch_codec.group_by_topic(pairs)
         topic_ids: dict[str, uuid.UUID] = {}
         if version >= fetch_codec.TOPIC_IDS_VERSION:

@@ -8,9 +8,10 @@ a partition answered NOT_LEADER_OR_FOLLOWER names the leader the broker knows, a
 carries that leader's endpoint, so the client skips a Metadata round trip. v11 only adds the
 TRANSACTION_ABORTABLE error (transaction version 2), which this broker never sends.
 
-Produce v0–v2 (message format v0/v1) is advertised, because librdkafka only enables compression when
-it sees Produce 0 in ApiVersions, but rejected: kio cannot read it, so `parse_legacy_request` reads
-just enough of it to answer every partition with UNSUPPORTED_VERSION.
+Produce v0–v2 carry message sets of format v0/v1, which kio cannot read: `parse_legacy_request`
+reads the request, and broker/log/legacy_records up-converts each set to a v2 batch (as Kafka
+3.x does), so they are served like v3 requests (librdkafka also wants Produce 0 advertised to
+enable compression).
 """
 
 import struct
@@ -19,9 +20,8 @@ from collections.abc import Mapping, Sequence
 from odradek.common.network.encoding import BodyWriter
 
 MIN_VERSION = 0
-"""Advertised (see above)."""
-MIN_SUPPORTED_VERSION = 3
-"""Really implemented from here (record batch v2)."""
+LEGACY_VERSIONS = (0, 1, 2)
+"""Message format v0/v1 (see above)."""
 MAX_VERSION = 11
 """Kafka 3.9's."""
 
@@ -95,8 +95,9 @@ def encode_produce_response(
     return w.chunks(), w.size
 
 
-def parse_legacy_request(frame) -> tuple[int, list[tuple[str, list[int]]]]:
-    """(acks, [(topic, [partition])]) of a Produce v0–v2 request frame (header v1 included).
+def parse_legacy_request(frame) -> tuple[int, int, list[tuple[str, list[tuple[int, bytes]]]]]:
+    """(acks, timeout ms, [(topic, [(partition, message set)])]) of a Produce v0–v2 request frame
+    (header v1 included; the message sets are magic 0/1, still to be converted).
 
     Raises ValueError when the frame is not a well-formed request.
     """
@@ -105,6 +106,7 @@ def parse_legacy_request(frame) -> tuple[int, list[tuple[str, list[int]]]]:
         (client_len,) = _I16.unpack_from(frame, pos)
         pos += 2 + max(0, client_len)
         (acks,) = _I16.unpack_from(frame, pos)
+        (timeout,) = _I32.unpack_from(frame, pos + 2)
         pos += 2 + 4  # acks, timeout
         (n_topics,) = _I32.unpack_from(frame, pos)
         pos += 4
@@ -126,11 +128,14 @@ def parse_legacy_request(frame) -> tuple[int, list[tuple[str, list[int]]]]:
             for _ in range(n_parts):
                 (index,) = _I32.unpack_from(frame, pos)
                 (size,) = _I32.unpack_from(frame, pos + 4)
-                pos += 8 + max(0, size)
-                if pos > len(frame):
+                pos += 8
+                if pos + max(0, size) > len(frame):
                     raise ValueError("records run past the frame")
-                parts.append(index)
+                parts.append((index, bytes(frame[pos : pos + max(0, size)])))
+                pos += max(0, size)
             topics.append((name, parts))
-        return acks, topics
+        if pos != len(frame):
+            raise ValueError("trailing bytes after the request")
+        return acks, timeout, topics
     except (struct.error, UnicodeDecodeError) as e:
         raise ValueError(f"malformed produce request: {e}") from e

@@ -73,6 +73,11 @@ LEGACY: dict[tuple[int, int], LegacyVersion] = {
                       response_drop=_drop("ListOffsetsPartitionResponse.timestamp", "ListOffsetsPartitionResponse.offset"),
                       response_add=(Added("ListOffsetsPartitionResponse", "error_code", "old_style_offsets",
                                           tuple[i64, ...], "int64", ()),)),
+        *(LegacyVersion(ApiKey.FETCH, v, 4, translated=False,
+                        request_drop=_drop("FetchRequest.isolation_level", *(("FetchRequest.max_bytes",) if v < 3 else ())),
+                        response_drop=_drop("PartitionData.last_stable_offset", "PartitionData.aborted_transactions",
+                                            *(("FetchResponse.throttle_time",) if v == 0 else ())))
+          for v in range(4)),
         LegacyVersion(ApiKey.CREATE_TOPICS, 0, 2, request_drop=_drop("CreateTopicsRequest.validate_only"),
                       response_drop=_drop("CreateTopicsResponse.throttle_time", "CreatableTopicResult.error_message"),
                       request_defaults={"CreateTopicsRequest.validate_only": False}),

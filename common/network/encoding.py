@@ -106,6 +106,9 @@ class BodyWriter:
         else:
             self._buf += _I32.pack(size)
         for region in regions:
+            if isinstance(region, (bytes, bytearray)):  # records converted in memory (Fetch v0-v3)
+                self._buf += region
+                continue
             if self._buf:
                 self._chunks.append(bytes(self._buf))
                 self.size += len(self._buf)

@@ -3,6 +3,7 @@ wire requests (sent by the test) and used by real clients: confluent-kafka, kafk
 
 import os
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -48,8 +49,8 @@ def test_api_versions_advertises_data_and_metadata_apis(broker):
         for resp in (v0, v3):
             assert resp.error_code == ErrorCode.none
             versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-            assert versions[0] == (0, 11)  # Produce advertised from 0 (librdkafka), real from 3
-            assert versions[1] == (4, 17)
+            assert versions[0] == (0, 11)  # Produce from 0: formats v0/v1 up-converted
+            assert versions[1] == (0, 17)
             assert versions[2][0] == 0  # ListOffsets v0 (legacy_schemas)
             assert versions[18] == (0, 4)
             assert 3 in versions and 19 in versions  # broker-metadata's APIs merged in
@@ -294,15 +295,19 @@ def test_produce_errors_and_versions(broker, controller):
         resp = c.request(list_offsets_request(6, "known", 0, -1))
         assert resp.topics[0].partitions[0].offset == 21
 
-        # Produce v2 is advertised but answered UNSUPPORTED_VERSION (legacy message format).
+        # Produce v2 carries message format v1: up-converted and appended at the log end (21).
+        from odradek.broker.log.legacy_records import _message
+
+        message_set = _message(0, 1, 1000, b"k", b"old") + _message(1, 1, 1001, None, b"format")
         legacy = b"\x00\x00\x00\x02\x00\x00\x00\x63\x00\x01t" + b"\x00\x01\x00\x00\x03\xe8" + b"\x00\x00\x00\x01"
-        legacy += b"\x00\x05known\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00"
+        legacy += b"\x00\x05known\x00\x00\x00\x01\x00\x00\x00\x00" + struct.pack(">i", len(message_set)) + message_set
         c.send_raw(wire.SIZE.pack(len(legacy)) + legacy)
         frame = c.recv_frame()
         assert frame[:4] == b"\x00\x00\x00\x63"
-        # responses[1] "known" partitions[1]: index 0, error 35
+        # responses[1] "known" partitions[1]: index 0, error 0, base offset 21
         assert frame[4:8] == b"\x00\x00\x00\x01" and frame[8:15] == b"\x00\x05known"
-        assert frame[19:23] == b"\x00\x00\x00\x00" and frame[23:25] == b"\x00\x23"
+        assert frame[19:23] == b"\x00\x00\x00\x00" and frame[23:25] == b"\x00\x00"
+        assert struct.unpack_from(">q", frame, 25) == (21,)
     finally:
         c.close()
 

@@ -22,7 +22,7 @@ def _join(chunks) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("version", [4, 5, 7, 10, 11, 12])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4, 5, 7, 10, 11, 12])
 def test_fetch_response_encoding_reads_back_with_kio(version, tmp_path):
     data = b"".join(bytes([i]) * 100 for i in range(7))
     path = tmp_path / "seg"

@@ -38,9 +38,9 @@ def test_legacy_produce_request_is_parsed_for_its_partitions():
     body += struct.pack(">h", 1) + b"a" + struct.pack(">i", 2) + struct.pack(">ii", 0, 3) + b"xyz"
     body += struct.pack(">ii", 5, -1)
     body += struct.pack(">h", 2) + b"bb" + struct.pack(">i", 0)
-    acks, topics = produce_codec.parse_legacy_request(body)
-    assert acks == 1
-    assert topics == [("a", [0, 5]), ("bb", [])]
+    acks, timeout, topics = produce_codec.parse_legacy_request(body)
+    assert (acks, timeout) == (1, 1000)
+    assert topics == [("a", [(0, b"xyz"), (5, b"")]), ("bb", [])]
     with pytest.raises(ValueError):
         produce_codec.parse_legacy_request(body[:-3])
     with pytest.raises(ValueError):

@@ -8,6 +8,7 @@ import datetime
 import socket
 import struct
 import sys
+import time
 import uuid
 
 import pytest
@@ -362,7 +363,7 @@ def test_versions_reach_kafka_39s(cluster):
         api: hi for api, hi in KAFKA_39_MAX.items() if api != 3}
     assert versions[3][1] >= 12
     # every version from 0 (librdkafka needs Produce 0, FindCoordinator 0, ListOffsets 1, ...)
-    old = (0, 2, 10, 18, 19, 20, 23, 27, 29, 30, 31, 32, 35)
+    old = (0, 1, 2, 10, 18, 19, 20, 23, 27, 29, 30, 31, 32, 35)
     assert {api: lo for api, lo in low.items() if api in old} == dict.fromkeys(old, 0)
 
 
@@ -501,3 +502,40 @@ def test_produce_and_fetch_name_the_leader_to_a_client_at_the_wrong_broker(clust
     assert fp.error_code == ErrorCode.not_leader_or_follower
     assert int(fp.current_leader.leader_id) == leader
     assert [int(n.node_id) for n in f.node_endpoints] == [leader]
+
+
+@pytest.mark.parametrize("api_version", [(0, 10, 1), (0, 10, 0), (0, 9), (0, 8, 2)])
+def test_old_clients_produce_and_fetch_message_formats_v0_and_v1(cluster, api_version):
+    """kafka-python pinned to an old broker release speaks Produce v0-v2 and Fetch v0-v3 with
+    message formats v0/v1: stored as v2 batches (up-converted), read back down-converted."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    topic = unique("old-client")
+    create_topic(cluster.bootstrap, topic, 1)
+    wait_for_leaders(cluster.bootstrap, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, api_version=api_version, linger_ms=20,
+                             compression_type="gzip")
+    try:
+        futures = [producer.send(topic, key=b"k%d" % i if i % 2 else None, value=b"v%d" % i, partition=0)
+                   for i in range(20)]
+        offsets = [f.get(timeout=30).offset for f in futures]
+    finally:
+        producer.close(timeout=10)
+    assert offsets == list(range(20))
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, api_version=api_version, enable_auto_commit=False,
+                             consumer_timeout_ms=10_000)
+    try:
+        consumer.assign([KTopicPartition(topic, 0)])
+        consumer.seek(KTopicPartition(topic, 0), 5)
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 15 and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got += [(r.offset, r.key, r.value) for r in records]
+    finally:
+        consumer.close()
+    assert got == [(i, b"k%d" % i if i % 2 else None, b"v%d" % i) for i in range(5, 20)]
+    # and a new client reads what the old one wrote
+    assert [c.record.value for c in confluent_consume(cluster.bootstrap, topic, 1, 20)[0]] == [
+        b"v%d" % i for i in range(20)]

@@ -425,3 +425,24 @@ def test_replication_over_the_sasl_listener(sasl_cluster):
     logs = "".join(b.log_path.read_text() for b in sasl_cluster.brokers)
     assert "authentication of user 'broker' failed" not in logs
     assert "session of user 'broker' expired" not in logs
+
+
+def test_librdkafka_reauthenticates_without_a_disconnect(sasl_cluster):
+    """KIP-368 with a real client: librdkafka re-authenticates before each 1.5 s session ends."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient(conf(sasl_cluster))
+    admin.create_topics([NewTopic("reauth", 1, replica_assignment=[[0]])])["reauth"].result(30)
+    config = {**conf(sasl_cluster), "bootstrap.servers": f"127.0.0.1:{sasl_cluster.reauth_port}"}
+    errors: list = []
+    delivered: list = []
+    producer = Producer({**config, "message.timeout.ms": 20_000, "error_cb": errors.append})
+    deadline = time.monotonic() + 3.5 * REAUTH_MS / 1000
+    sent = 0
+    while time.monotonic() < deadline:
+        producer.produce("reauth", f"r{sent}".encode(), on_delivery=lambda e, m: delivered.append(e))
+        sent += 1
+        producer.poll(0.05)
+    assert producer.flush(20) == 0
+    assert delivered == [None] * sent
+    assert not errors, errors

@@ -1,0 +1,133 @@
+"""SCRAM credentials without ZooKeeper: the cache, and Describe/AlterUserScramCredentials' rules
+(Kafka's ZkAdminManager) over an in-memory store."""
+
+import asyncio
+
+from kio.schema.alter_user_scram_credentials.v0.request import (
+    AlterUserScramCredentialsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
+from kio.schema.describe_user_scram_credentials.v0.request import DescribeUserScramCredentialsRequest, UserName
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.static.primitive import i8, i16, i32
+
+from odradek.broker.security.credential_cache import CredentialCache, user_entity_path
+from odradek.broker.security.scram_apis import ScramApis
+from odradek.broker.zk_client import ConfigChangedError
+from odradek.common.api_key import ApiKey
+from odradek.common.network.request_context import RequestContext
+from odradek.common.security import scram
+
+SHA256, SHA512 = scram.SCRAM_SHA_256, scram.SCRAM_SHA_512
+
+
+class FakeZk:
+    """`/config/users` in memory, with the compare-and-set of change_entity_config."""
+
+    def __init__(self):
+        self.users: dict[str, tuple[dict[str, str], int]] = {}
+        self.notifications: list[str] = []
+
+    async def change_entity_config(self, entity_path, config, expected_version):
+        user = scram.desanitize(entity_path.split("/", 1)[1])
+        current = self.users.get(user)
+        if (current[1] if current else -1) != expected_version:
+            raise ConfigChangedError(entity_path)
+        self.users[user] = (dict(config), expected_version + 1)
+        self.notifications.append(entity_path)
+
+
+def apis(zk: FakeZk) -> ScramApis:
+    a = ScramApis(zk)
+
+    async def read(users):
+        if users is None:
+            users = list(zk.users)
+        return {u: zk.users.get(u) for u in users}
+
+    a._read = read
+    return a
+
+
+def context(api_key: int) -> RequestContext:
+    return RequestContext(RequestHeader(request_api_key=i16(api_key), request_api_version=i16(0),
+                                        correlation_id=i32(1), client_id="t"))
+
+
+def upsert(name, mech=SHA256, iterations=4096, password="pw", salt=b"salt"):
+    return ScramCredentialUpsertion(name=name, mechanism=i8(mech.type), iterations=i32(iterations), salt=salt,
+                                    salted_password=mech.salted_password(password, salt, iterations))
+
+
+def alter(a, upsertions=(), deletions=()):
+    response = asyncio.run(a.handle_alter(context(ApiKey.ALTER_USER_SCRAM_CREDENTIALS),
+                                          AlterUserScramCredentialsRequest(deletions=tuple(deletions),
+                                                                           upsertions=tuple(upsertions))))
+    return {r.user: (r.error_code, r.error_message) for r in response.results}
+
+
+def describe(a, names):
+    users = None if names is None else tuple(UserName(name=n) for n in names)
+    response = asyncio.run(a.handle_describe(context(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS),
+                                             DescribeUserScramCredentialsRequest(users=users)))
+    return [(r.user, r.error_code, tuple((int(i.mechanism), int(i.iterations)) for i in r.credential_infos))
+            for r in response.results]
+
+
+def test_alter_then_describe_and_the_stored_form_is_kafkas():
+    zk = FakeZk()
+    a = apis(zk)
+    assert alter(a, [upsert("alice"), upsert("alice", SHA512, 8192)]) == {"alice": (ErrorCode.none, None)}
+    stored = zk.users["alice"][0]
+    assert set(stored) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+    c = scram.credential_from_string(stored["SCRAM-SHA-512"])
+    assert c == SHA512.credential(SHA512.salted_password("pw", b"salt", 8192), b"salt", 8192)
+    assert zk.notifications == [user_entity_path("alice")]
+    assert describe(a, ["alice"]) == [("alice", ErrorCode.none, ((1, 4096), (2, 8192)))]
+    assert describe(a, None) == [("alice", ErrorCode.none, ((1, 4096), (2, 8192)))]
+    # the credential logs in, through the cache a broker fills from the same znode
+    cache = CredentialCache()
+    cache.update("alice", stored)
+    assert cache.get("alice", "SCRAM-SHA-512") == c and cache.get("bob", "SCRAM-SHA-512") is None
+
+
+def test_alter_refusals_are_kafkas():
+    zk = FakeZk()
+    a = apis(zk)
+    results = alter(a, [upsert("few", iterations=4095), upsert("many", iterations=16385), upsert(""),
+                        ScramCredentialUpsertion(name="odd", mechanism=i8(7), iterations=i32(4096), salt=b"s",
+                                                 salted_password=b"x" * 32),
+                        upsert("twice"), upsert("twice")],
+                    [ScramCredentialDeletion(name="ghost", mechanism=i8(1))])
+    assert results["few"] == (ErrorCode.unacceptable_credential, "Too few iterations")
+    assert results["many"] == (ErrorCode.unacceptable_credential, "Too many iterations")
+    assert results[""] == (ErrorCode.unacceptable_credential, "Username must not be empty")
+    assert results["odd"] == (ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
+    assert results["twice"][0] == ErrorCode.duplicate_resource
+    assert results["ghost"] == (ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
+    assert zk.users == {}
+
+
+def test_delete_and_describe_errors():
+    zk = FakeZk()
+    a = apis(zk)
+    alter(a, [upsert("carol")])
+    assert alter(a, deletions=[ScramCredentialDeletion(name="carol", mechanism=i8(1))]) == {
+        "carol": (ErrorCode.none, None)}
+    got = {u: code for u, code, _ in describe(a, ["carol", "", "dup", "dup"])}
+    assert got == {"carol": ErrorCode.resource_not_found, "": ErrorCode.resource_not_found,
+                   "dup": ErrorCode.duplicate_resource}
+    assert describe(a, None) == []
+
+
+def test_cache_ignores_malformed_and_other_keys():
+    cache = CredentialCache()
+    good = scram.credential_to_string(SHA256.credential_from_password("pw", 4096))
+    cache.update("dave", {"SCRAM-SHA-256": good, "SCRAM-SHA-512": "garbage", "producer_byte_rate": "1024"})
+    assert cache.get("dave", "SCRAM-SHA-256") is not None and cache.get("dave", "SCRAM-SHA-512") is None
+    cache.update("dave", None)
+    assert cache.users() == []
+    cache.replace_all({"erin": {"SCRAM-SHA-256": good}, "frank": {"producer_byte_rate": "1"}})
+    assert cache.users() == ["erin"]

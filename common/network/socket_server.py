@@ -76,6 +76,8 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16
 TLS_CHUNK = 256 * 1024
 """On TLS, file regions are read and written in pieces of this size (the transport's write
 buffer bounds how many wait)."""
+TLS_SHUTDOWN_TIMEOUT_S = 5.0
+"""A closed TLS connection waits this long at most for the peer's close_notify (asyncio's default: 30 s)."""
 _TLS_RECORD = 0x16
 """A TLS handshake record's first byte: a size prefix starting with it is a TLS client on a plaintext listener."""
 
@@ -231,7 +233,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             tls_transport = await self.loop.start_tls(
                 transport, self, security.ssl_context(), server_side=True,  # type: ignore[arg-type]
-                ssl_handshake_timeout=security.handshake_timeout_s,
+                ssl_handshake_timeout=security.handshake_timeout_s, ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT_S,
             )
             if tls_transport is None:
                 raise ConnectionError("closed during the TLS handshake")

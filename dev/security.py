@@ -141,7 +141,8 @@ class ClusterSecurity:
     def use_scram_client_listener(self, brokers: int, controllers: int, user: str = SUPER_USER) -> None:
         """CLIENT becomes SASL_SSL with SCRAM-SHA-512 and one super user whose password is generated
         once (kept in the security directory, 0600) and written into the client properties file.
-        Brokers and controllers stay on mTLS and are super users by their certificates' names."""
+        Brokers and controllers stay on mTLS and are super users by their certificates' names; the
+        authorizer is on, so every other user needs ACLs."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{user}.password"
         if not path.exists():
@@ -154,7 +155,9 @@ class ClusterSecurity:
         supers = [f"User:{user}", *(f"User:broker-{i}" for i in range(brokers)),
                   *(f"User:controller-{j}" for j in range(controllers))]
         self.broker_overrides_extra.update({"listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-                                            "super.users": ";".join(supers)})
+                                            "super.users": ";".join(supers),
+                                            # ACLs decide for everyone else (allow.everyone.if.no.acl.found=false)
+                                            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
 
     def bootstrap(self, zookeeper_connect: str) -> None:
         """Writes `scram_users` to ZooKeeper (odradek users' bootstrap path), before any broker runs."""

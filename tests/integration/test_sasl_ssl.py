@@ -98,7 +98,13 @@ def test_kafka_python_and_aiokafka_scram_256_and_512(secure):
     admin = AdminClient(client_conf(secure))
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
         "sha256-user", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw-256")])["sha256-user"].result(15)
-    time.sleep(0.5)  # the credential reaches both brokers through the change notification
+    # the authorizer is on: the new user needs an ACL (the super user grants it)
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    topic_all = AclBinding(ResourceType.TOPIC, "py-ssl", ResourcePatternType.LITERAL, "User:sha256-user", "*",
+                           AclOperation.ALL, AclPermissionType.ALLOW)
+    admin.create_acls([topic_all])[topic_all].result(15)
+    time.sleep(0.5)  # the credential and the ACL reach both brokers through the change notifications
     kw256 = python_client_kwargs(secure, "SCRAM-SHA-256", "sha256-user", "pw-256")
     producer = KafkaProducer(**kw256, acks="all", max_block_ms=30_000)
     for i in range(5):

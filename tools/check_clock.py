@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 FOLDERS = ("broker", "controller", "operator")
-BANNED = {"time.time", "time.monotonic", "now_ms"}
+BANNED = {"time.time", "time.monotonic", "time.time_ns", "time.monotonic_ns", "now_ms"}
 """Call targets, as written or as imported (`from time import monotonic as m; m()` is time.monotonic)."""
 
 ALLOWED: dict[str, str] = {
@@ -37,7 +37,7 @@ def _imported_names(tree: ast.AST) -> dict[str, str]:
                     names[a.asname or "time"] = "time"
         elif isinstance(node, ast.ImportFrom):
             for a in node.names:
-                if node.module == "time" and a.name in ("time", "monotonic"):
+                if node.module == "time" and a.name in ("time", "monotonic", "time_ns", "monotonic_ns"):
                     names[a.asname or a.name] = f"time.{a.name}"
                 elif a.name == "now_ms":
                     names[a.asname or a.name] = "now_ms"

@@ -446,3 +446,14 @@ def test_librdkafka_reauthenticates_without_a_disconnect(sasl_cluster):
     assert producer.flush(20) == 0
     assert delivered == [None] * sent
     assert not errors, errors
+
+
+def test_sasl_requests_on_a_listener_without_sasl(sasl_cluster):
+    """As Kafka's KafkaApis: ILLEGAL_SASL_STATE, and both APIs are advertised everywhere."""
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    raw = Raw(sasl_cluster.broker_ports[0])  # the PLAINTEXT listener
+    versions = raw.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    keys = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys}
+    assert keys[17] == (0, 1) and keys[36] == (0, 2) and keys[50] == (0, 0) and keys[51] == (0, 0)
+    assert raw.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.illegal_sasl_state

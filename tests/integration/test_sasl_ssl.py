@@ -7,6 +7,7 @@ A password changed through AlterUserScramCredentials is in force on every broker
 """
 
 import asyncio
+import json
 import ssl
 import subprocess
 import time
@@ -178,3 +179,36 @@ def test_password_change_applies_on_every_broker(secure):
     set_password(b"new-password")
     took = wait(False, True, "old-password", "new-password")
     assert took < 10
+
+
+def test_spark_writes_and_reads_over_sasl_ssl(spark, secure):
+    """The data source and the sink pass kafka.security.protocol, kafka.sasl.* and kafka.ssl.*
+    through: an exactly-once write and a batch read, both over SCRAM-SHA-512 on TLS."""
+    props = parse_properties(secure.security.client_config_path.read_text())
+    options = {f"kafka.{k}": v for k, v in props.items()}
+    topic = f"spark-sasl-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(client_conf(secure))
+    from confluent_kafka.admin import NewTopic
+    admin.create_topics([NewTopic(topic, 2, 2)])[topic].result(30)
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(200)], "key string, value string")
+    writer = df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", secure.bootstrap)
+    for k, v in {**options, "topic": topic}.items():
+        writer = writer.option(k, v)
+    writer.save()
+    reader = spark.read.format("odradek").option("kafka.bootstrap.servers", secure.bootstrap)
+    for k, v in {**options, "subscribe": topic}.items():
+        reader = reader.option(k, v)
+    values = sorted(bytes(r.value).decode() for r in reader.load().select("value").collect())
+    assert values == sorted(f"v{i}" for i in range(200))
+
+
+def test_tools_take_the_client_config(secure):
+    """`odradek transactions --command-config client.properties` authenticates with SCRAM over TLS."""
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "odradek.cli", "transactions", "--bootstrap-server", secure.bootstrap,
+                          "--command-config", str(secure.security.client_config_path), "--list"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert isinstance(json.loads(out.stdout), list)
+    assert secure.security.scram_users["admin"] not in out.stdout + out.stderr

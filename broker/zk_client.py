@@ -524,6 +524,28 @@ class BrokerZkClient:
             lambda: self._calls().exists(zk_data.delete_topic_path(topic)) is not None
         )
 
+    async def get_consumer_offset(self, group: str, topic: str, partition: int) -> int | None:
+        """OffsetFetch v0: the offset OffsetCommit v0 stored (Kafka's getConsumerOffset)."""
+        data = await self._get(zk_data.consumer_offset_path(group, topic, partition))
+        return int(data.decode()) if data else None
+
+    async def set_consumer_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """OffsetCommit v0 (Kafka's setOrCreateConsumerOffset)."""
+        path = zk_data.consumer_offset_path(group, topic, partition)
+
+        def write() -> None:
+            calls = self._calls()
+            try:
+                calls.set(path, str(offset).encode())
+            except NoNodeError:
+                calls.ensure_path(path.rsplit("/", 1)[0])
+                try:
+                    calls.create(path, str(offset).encode())
+                except NodeExistsError:
+                    calls.set(path, str(offset).encode())
+
+        await asyncio.to_thread(write)
+
     async def _get(self, path: str) -> bytes | None:
         def get() -> bytes | None:
             try:

@@ -98,6 +98,11 @@ LEGACY: dict[tuple[int, int], LegacyVersion] = {
                                           False),),
                       request_defaults={"DescribeConfigsRequest.include_synonyms": False},
                       computed={"DescribeConfigsResourceResult.is_default": _is_default}),
+        # Offsets kept in ZooKeeper (Kafka's version 0): handled by GroupApis itself
+        LegacyVersion(ApiKey.OFFSET_COMMIT, 0, 2, translated=False, request_drop=_drop(
+            "OffsetCommitRequest.generation_id_or_member_epoch", "OffsetCommitRequest.member_id",
+            "OffsetCommitRequest.retention_time")),
+        LegacyVersion(ApiKey.OFFSET_FETCH, 0, 1, translated=False),
         LegacyVersion(ApiKey.DESCRIBE_LOG_DIRS, 0, 1),
         # ACLs before KIP-290's pattern types: every pattern is LITERAL (the field's default)
         LegacyVersion(ApiKey.DESCRIBE_ACLS, 0, 1, request_drop=_drop("DescribeAclsRequest.pattern_type_filter"),

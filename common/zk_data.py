@@ -41,6 +41,11 @@ def topic_path(topic: str) -> str:
     return f"{BROKER_TOPICS}/{topic}"
 
 
+def consumer_offset_path(group: str, topic: str, partition: int) -> str:
+    """Kafka's ConsumerOffset znode: where OffsetCommit v0 keeps a group's offset (text)."""
+    return f"/consumers/{group}/offsets/{topic}/{partition}"
+
+
 def partitions_path(topic: str) -> str:
     return f"{BROKER_TOPICS}/{topic}/partitions"
 

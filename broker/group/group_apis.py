@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 VERSIONS = {
     ApiKey.FIND_COORDINATOR: (0, 6),  # v5 and v6 only add error codes and the share key type
-    ApiKey.OFFSET_COMMIT: (1, 9),  # v9 as v8 for classic groups (Kafka 3.9); v10 is 4.x
-    ApiKey.OFFSET_FETCH: (1, 9),  # v9's member id and epoch are for KIP-848 groups only
+    ApiKey.OFFSET_COMMIT: (0, 9),  # v9 as v8 for classic groups (Kafka 3.9); v10 is 4.x
+    ApiKey.OFFSET_FETCH: (0, 9),  # v9's member id and epoch are for KIP-848 groups only
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
@@ -263,7 +263,9 @@ class GroupApis:
                     int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                     p.committed_metadata or "", now,
                 )
-        if offsets:
+        if offsets and version == 0:
+            results.update(await self._commit_offsets_to_zookeeper(request.group_id, offsets))
+        elif offsets:
             results.update(await self.coordinator.commit_offsets(
                 request.group_id, request.member_id, getattr(request, "group_instance_id", None),
                 int(request.generation_id_or_member_epoch), offsets,
@@ -319,9 +321,61 @@ class GroupApis:
                     part_cls, partition_index=i32(p), committed_offset=i64(-1), metadata="", error_code=code))
         return code, tuple(topic_cls(name=n, partitions=tuple(ps)) for n, ps in per_topic.items())
 
+    async def _commit_offsets_to_zookeeper(self, group_id: str, offsets: dict) -> dict:
+        """OffsetCommit v0: offsets go to ZooKeeper (`/consumers/<group>/offsets/<topic>/<p>`), not
+        to the coordinator, as Kafka's KafkaApis.commitOffsetsToZookeeper does."""
+        results = {}
+        limit = self.coordinator.config.offset_metadata_max_bytes
+        for (topic, partition), om in offsets.items():
+            if len(om.metadata.encode()) > limit:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            try:
+                await self.admin.zk.set_consumer_offset(group_id, topic, partition, om.offset)
+                results[(topic, partition)] = ErrorCode.none
+            except Exception:
+                log.warning("storing offset %s-%d of group %s in ZooKeeper failed", topic, partition, group_id,
+                            exc_info=True)
+                results[(topic, partition)] = ErrorCode.unknown_server_error
+        return results
+
+    async def _fetch_offsets_from_zookeeper(self, context: RequestContext, mod, request):
+        """OffsetFetch v0: offsets from ZooKeeper (Kafka's handleOffsetFetchRequestFromZookeeper);
+        a partition unknown, or without an offset there, is UNKNOWN_TOPIC_OR_PARTITION."""
+        if not self.authorizer.authorize(context, AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+            code = ErrorCode.group_authorization_failed
+            return mod.OffsetFetchResponse(topics=tuple(mod.OffsetFetchResponseTopic(name=t.name, partitions=tuple(
+                mod.OffsetFetchResponsePartition(partition_index=i32(p), committed_offset=i64(-1), metadata="",
+                                                 error_code=code) for p in t.partition_indexes))
+                for t in request.topics or ()))
+        described = authorized_names(self.authorizer, context, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                     {t.name for t in request.topics or ()})
+        topics = []
+        for t in request.topics or ():
+            parts = []
+            for p in t.partition_indexes:
+                offset, code = -1, ErrorCode.unknown_topic_or_partition
+                if t.name not in described:
+                    code = ErrorCode.topic_authorization_failed
+                elif self._known_partition(t.name, int(p)):
+                    try:
+                        found = await self.admin.zk.get_consumer_offset(request.group_id, t.name, int(p))
+                    except Exception:
+                        log.warning("reading an offset of group %s from ZooKeeper failed", request.group_id,
+                                    exc_info=True)
+                        found, code = None, ErrorCode.unknown_server_error
+                    if found is not None:
+                        offset, code = found, ErrorCode.none
+                parts.append(mod.OffsetFetchResponsePartition(partition_index=i32(p), committed_offset=i64(offset),
+                                                              metadata="", error_code=code))
+            topics.append(mod.OffsetFetchResponseTopic(name=t.name, partitions=tuple(parts)))
+        return mod.OffsetFetchResponse(topics=tuple(topics))
+
     async def handle_offset_fetch(self, context: RequestContext, request):
         version = context.api_version
         mod = response_module(ApiKey.OFFSET_FETCH, version)
+        if version == 0:
+            return await self._fetch_offsets_from_zookeeper(context, mod, request)
         if version >= 8:
             groups = []
             for g in request.groups:

@@ -363,7 +363,7 @@ def test_versions_reach_kafka_39s(cluster):
         api: hi for api, hi in KAFKA_39_MAX.items() if api != 3}
     assert versions[3][1] >= 12
     # every version from 0 (librdkafka needs Produce 0, FindCoordinator 0, ListOffsets 1, ...)
-    old = (0, 1, 2, 10, 18, 19, 20, 23, 27, 29, 30, 31, 32, 35)
+    old = (0, 1, 2, 8, 9, 10, 18, 19, 20, 23, 27, 29, 30, 31, 32, 35)
     assert {api: lo for api, lo in low.items() if api in old} == dict.fromkeys(old, 0)
 
 
@@ -539,3 +539,23 @@ def test_old_clients_produce_and_fetch_message_formats_v0_and_v1(cluster, api_ve
     # and a new client reads what the old one wrote
     assert [c.record.value for c in confluent_consume(cluster.bootstrap, topic, 1, 20)[0]] == [
         b"v%d" % i for i in range(20)]
+
+
+def test_offset_commit_and_fetch_v0_keep_offsets_in_zookeeper(cluster):
+    """Kafka's version 0 stores a group's offsets in ZooKeeper, not in the coordinator."""
+    topic, group = unique("zk-offsets"), unique("g0")
+    create_topic(cluster.bootstrap, topic, 2)
+    wait_for_leaders(cluster.bootstrap, topic, 2)
+    port = cluster.broker_ports[0]
+    commit_mod, fetch_mod = request_module(8, 0), request_module(9, 0)
+    (committed,) = ask(port, [request(8, 0, group_id=group, topics=(commit_mod.OffsetCommitRequestTopic(
+        name=topic, partitions=(commit_mod.OffsetCommitRequestPartition(
+            partition_index=i32(1), committed_offset=i64(42), committed_metadata="m"),)),))])
+    assert [(int(p.partition_index), p.error_code) for p in committed.topics[0].partitions] == [(1, ErrorCode.none)]
+    (fetched,) = ask(port, [request(9, 0, group_id=group, topics=(fetch_mod.OffsetFetchRequestTopic(
+        name=topic, partition_indexes=(i32(0), i32(1))), fetch_mod.OffsetFetchRequestTopic(
+        name="no-such-topic", partition_indexes=(i32(0),))))])
+    got = {(t.name, int(p.partition_index)): (int(p.committed_offset), p.error_code)
+           for t in fetched.topics for p in t.partitions}
+    assert got == {(topic, 0): (-1, ErrorCode.unknown_topic_or_partition), (topic, 1): (42, ErrorCode.none),
+                   ("no-such-topic", 0): (-1, ErrorCode.unknown_topic_or_partition)}

@@ -410,7 +410,11 @@ class MetadataApis:
                     num_partitions=plan.num_partitions,
                     replication_factor=plan.replication_factor,
                 )
-                if version >= 5:
+                if version >= 5 and not self.authorizer.authorize(context, AclOperation.DESCRIBE_CONFIGS,
+                                                                  ResourceType.TOPIC, r.name):
+                    # Kafka: a creator that may not describe configs gets none, and says why
+                    values["topic_config_error_code"] = int(ErrorCode.topic_authorization_failed)
+                elif version >= 5:
                     try:
                         values["configs"] = tuple(
                             wire.make_entity(

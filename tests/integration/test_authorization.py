@@ -443,3 +443,92 @@ def test_acls_tool(cluster, acls):
 def _ok(result):
     assert result.returncode == 0, (result.stdout, result.stderr)
     return result
+
+
+def test_admin_matrix(cluster, acls):
+    """The admin APIs a client can call: Kafka's refusal without the ACL, success with exactly the
+    documented one (confluent-kafka's AdminClient)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, ElectionType, TopicCollection
+    from confluent_kafka.admin import (
+        AclOperation as CkOp,
+    )
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        NewPartitions,
+        OffsetSpec,
+    )
+
+    topic, group = unique("matrix"), unique("matrix-group")
+    acls.add(acl(RT.TOPIC, topic, OP.CREATE), acl(RT.TOPIC, topic, OP.WRITE))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    eventually(lambda: admin.create_topics([NewTopic(topic, 1, 2)], request_timeout=10)[topic].result(20),
+               "CreateTopics")
+    eventually(lambda: _all_delivered(produce(cluster.bootstrap, topic, [b"a", b"b", b"c"])), "Produce")
+
+    def refused(future) -> int:
+        with pytest.raises(KafkaException) as e:
+            future.result(20)
+        return error_code(e)
+
+    tp = TopicPartition(topic, 0)
+    # KIP-430: WRITE and CREATE granted, DESCRIBE implied by WRITE; nothing else
+    (described,) = admin.describe_topics(TopicCollection([topic]),
+                                         include_authorized_operations=True).values()
+    assert set(described.result(20).authorized_operations) == {CkOp.WRITE, CkOp.CREATE, CkOp.DESCRIBE}
+    cluster_ops = admin.describe_cluster(include_authorized_operations=True).result(20).authorized_operations
+    assert not cluster_ops  # no DESCRIBE on the Cluster: no bits
+    # ListOffsets: DESCRIBE (implied by WRITE)
+    latest = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=10)[tp].result(20)
+    assert latest.offset == 3
+
+    # CreatePartitions: ALTER on the topic
+    grow = NewPartitions(topic, 2)
+    assert refused(admin.create_partitions([grow], request_timeout=10)[topic]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.add(acl(RT.TOPIC, topic, OP.ALTER))
+    eventually(lambda: admin.create_partitions([grow], request_timeout=10)[topic].result(20), "CreatePartitions")
+
+    # DeleteRecords: DELETE on the topic
+    cut = TopicPartition(topic, 0, 1)
+    assert refused(admin.delete_records([cut], request_timeout=10)[cut]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls.add(acl(RT.TOPIC, topic, OP.DELETE))
+    eventually(lambda: admin.delete_records([cut], request_timeout=10)[cut].result(20), "DeleteRecords")
+
+    # a group with a committed offset, made with READ on the group and the topic
+    acls.add(acl(RT.GROUP, group, OP.READ), acl(RT.TOPIC, topic, OP.READ))
+    offsets = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 2)])
+    eventually(lambda: admin.alter_consumer_group_offsets([offsets], request_timeout=10)[group].result(20),
+               "OffsetCommit through AlterConsumerGroupOffsets")
+    acls.remove(acl(RT.GROUP, group, OP.READ))
+
+    def describe_refused() -> None:
+        code = None
+        try:
+            admin.describe_consumer_groups([group], request_timeout=10)[group].result(20)
+        except KafkaException as err:
+            code = err.args[0].code()
+        assert code == KafkaError.GROUP_AUTHORIZATION_FAILED, code
+
+    # DescribeGroups and ListGroups: DESCRIBE on the group (or the Cluster, for ListGroups)
+    eventually(describe_refused, "DescribeGroups refused once READ on the group is revoked")
+    listed = admin.list_consumer_groups(request_timeout=10).result(20)
+    assert group not in {g.group_id for g in listed.valid}
+    acls.add(acl(RT.GROUP, group, OP.DESCRIBE))
+    eventually(lambda: admin.describe_consumer_groups([group], request_timeout=10)[group].result(20),
+               "DescribeGroups with DESCRIBE")
+    assert group in {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result(20).valid}
+    # OffsetFetch: READ on the group
+    fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)[group]
+    assert refused(fetched) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    # DeleteGroups: DELETE on the group
+    assert refused(admin.delete_consumer_groups([group], request_timeout=10)[group]) == \
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    acls.add(acl(RT.GROUP, group, OP.DELETE))
+    eventually(lambda: admin.delete_consumer_groups([group], request_timeout=10)[group].result(20), "DeleteGroups")
+
+    # Cluster-level: IncrementalAlterConfigs on a broker (ALTER_CONFIGS), ElectLeaders (ALTER)
+    broker = ConfigResource("broker", "0", incremental_configs=[
+        ConfigEntry("log.cleaner.threads", "1", incremental_operation=AlterConfigOpType.SET)])
+    assert refused(admin.incremental_alter_configs([broker])[broker]) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert refused(admin.elect_leaders(ElectionType.PREFERRED, [tp])) == \
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED

@@ -173,7 +173,8 @@ async def run_pass(body: Mapping[str, Any], memo: OperatorMemo, logger: kopf.Log
                                             subresource="status")
             except ApiError as e:
                 # The status says why nothing moved (a stale status would keep `kubectl wait` waiting).
-                failed = status_mod.error_status(copy["status"], meta.get("generation"), f"Kubernetes API: {e}")
+                failed = status_mod.error_status(copy["status"], meta.get("generation"), f"Kubernetes API: {e}",
+                                                 permanent=status_mod.permanent_api_error(e.status))
                 try:
                     if status_mod.changed(copy["status"], failed):
                         await client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": failed},

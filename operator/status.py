@@ -4,8 +4,13 @@ Conditions follow the Kubernetes convention: Ready, Progressing and Degraded, ea
 a message, the generation it describes, and a lastTransitionTime that moves only when the
 condition's status changes (so `kubectl wait` and alerting see real transitions, not churn).
 Reconciling and Stalled are the two kstatus reads (Flux, `helm --wait`, Argo CD's health check):
-Reconciling mirrors Progressing; Stalled is True when the operator cannot go on without a person
-(an invalid spec, a change it refuses, an API error).
+Reconciling mirrors Progressing and covers whatever fixes itself (a roll, brokers starting, an
+unreachable cluster, a transient API error: each with its reason and the retry); Stalled (kstatus
+"Failed": Flux and `helm --wait` give up) is only for what will not fix itself without a person
+(an invalid spec, a change the operator refuses, an API answer such as 403 Forbidden), and only
+while nothing else is in progress. The conditions never contradict each other: Ready=True never
+stands beside Stalled=True or Degraded=True, and Reconciling=True never beside Stalled=True
+(tests/operator/test_operator_status.py checks every combination an Observation can produce).
 """
 
 from dataclasses import dataclass
@@ -17,6 +22,16 @@ Condition = dict[str, Any]
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 RECONCILING, STALLED = "Reconciling", "Stalled"
+RETRY = "retrying at the next pass"
+
+PERMANENT_API_STATUSES = frozenset({400, 403, 405, 422})
+"""API answers that the same request will get again until a person changes something (the RBAC,
+an object the API server rejects); every other one (409 conflicts, 429, 5xx, a lost connection,
+a 404 of an object deleted meanwhile, a 401 before the token is read again) fixes itself."""
+
+
+def permanent_api_error(status_code: int) -> bool:
+    return status_code in PERMANENT_API_STATUSES
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,6 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
     unreachable = o.unreachable if o.ready_broker_ids else None
     stalled = "; ".join(m for _, m in o.stalled)
     support = support_problem(o)
-    all_ready = brokers_ready and support is None
     if o.pending_restarts:
         progressing = (True, "RollingUpdate",
                        f"brokers {list(o.pending_restarts)} to restart with the new configuration"
@@ -96,6 +110,8 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
         progressing = (True, "MovingData", o.moving)
     elif o.running_brokers != o.desired_brokers and not o.refused:
         progressing = (True, "Scaling", f"{o.running_brokers} broker pods, {o.desired_brokers} desired")
+    elif unreachable:
+        progressing = (True, "ClusterUnreachable", f"{unreachable}; {RETRY}")
     elif not brokers_ready:
         progressing = (True, "WaitingForBrokers", o.waiting or f"{ready}/{o.desired_brokers} brokers ready")
     elif support is not None:
@@ -112,31 +128,54 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
         degraded = (True, "ClusterUnreachable", unreachable)
     else:
         degraded = (False, "AsExpected", "")
-    if all_ready:
+    # Ready: the cluster serves and matches the spec (a refused change is a spec not met).
+    if brokers_ready and support is None and not degraded[0]:
         ready_c = (True, "ClusterReady", f"{ready} brokers ready")
     else:
         ready_c = (False, progressing[1] if progressing[0] else degraded[1],
                    f"{ready}/{o.desired_brokers} brokers ready"
-                   + (f"; {support[1]}" if support is not None else ""))
-    stalled_c = (True, o.stalled[0][0], stalled) if o.stalled else (False, "AsExpected", "")
+                   + (f"; {support[1]}" if support is not None else "")
+                   + (f"; {stalled}" if o.stalled else ""))
+    # Stalled only once nothing else moves (kstatus reads Reconciling first; both True would say
+    # "in progress" and "failed" at once); until then Degraded carries the refusal.
+    if o.stalled and not progressing[0]:
+        stalled_c = (True, o.stalled[0][0], stalled)
+    else:
+        stalled_c = (False, "AsExpected", "")
     return [cond(READY, *ready_c), cond(PROGRESSING, *progressing), cond(DEGRADED, *degraded),
             cond(RECONCILING, *progressing), cond(STALLED, *stalled_c)]
 
 
 def error_status(previous: dict[str, Any] | None, generation: int | None, message: str,
-                 at: str | None = None) -> dict[str, Any]:
+                 permanent: bool = False, at: str | None = None) -> dict[str, Any]:
     """The status after a pass that the Kubernetes API failed: what was last observed stays, the
-    conditions say why nothing moved, for this generation (so `kubectl wait` and kstatus see it)."""
+    conditions say why nothing moved, for this generation (so `kubectl wait` and kstatus see it).
+    A transient error is Reconciling (reason KubernetesApiError, retried); only a `permanent` one
+    (see permanent_api_error) is Stalled."""
     previous = dict(previous or {})
     prev = {c.get("type"): c for c in previous.get("conditions") or []}
     when = at or now()
+    reason = "KubernetesApiError"
 
-    def cond(type_: str, ok: bool) -> Condition:
-        return condition(type_, ok, "KubernetesApiError", message, generation, prev, when)
+    def cond(type_: str, ok: bool, text: str = message) -> Condition:
+        return condition(type_, ok, reason, text, generation, prev, when)
 
-    return {**previous, "observedGeneration": generation,
-            "conditions": [cond(READY, False), cond(PROGRESSING, False), cond(DEGRADED, True),
-                           cond(RECONCILING, False), cond(STALLED, True)]}
+    if permanent:
+        conds = [cond(READY, False), cond(PROGRESSING, False), cond(DEGRADED, True),
+                 cond(RECONCILING, False), cond(STALLED, True)]
+    else:
+        retry = f"{message}; {RETRY}"
+        # Ready keeps what was last seen unless it would claim a spec met that this pass did not
+        # finish applying (a new generation).
+        old_ready = prev.get(READY) or {}
+        if old_ready.get("status") == "True" and old_ready.get("observedGeneration") == generation:
+            ready_c = condition(READY, True, str(old_ready.get("reason") or "ClusterReady"),
+                                str(old_ready.get("message") or ""), generation, prev, when)
+        else:
+            ready_c = cond(READY, False, retry)
+        conds = [ready_c, cond(PROGRESSING, True, retry), cond(DEGRADED, False, retry),
+                 cond(RECONCILING, True, retry), cond(STALLED, False, "")]
+    return {**previous, "observedGeneration": generation, "conditions": conds}
 
 
 def status(o: Observation, previous: dict[str, Any] | None = None, at: str | None = None) -> dict[str, Any]:

@@ -183,6 +183,8 @@ class KubernetesServer(kmock.KubernetesEmulator):
     _direct: dict = attrs.field(factory=dict, init=False)
     # Plurals whose writes a test wants refused (403), as an API server missing an RBAC rule does.
     forbidden_writes: set = attrs.field(factory=set, init=False)
+    # Plurals whose writes fail with 503, as an API server under load or restarting answers.
+    unavailable_writes: set = attrs.field(factory=set, init=False)
     # (request id, "create" | "update" | "delete", plural, name) of every request that changed
     # its object: an apply that changes nothing is a request, not a write.
     changes: list = attrs.field(factory=list, init=False)
@@ -232,6 +234,8 @@ class KubernetesServer(kmock.KubernetesEmulator):
         if request.action in (enums.action.CREATE, enums.action.UPDATE, enums.action.DELETE):
             if request.resource.plural in self.forbidden_writes:
                 raise _error(403, "Forbidden", f"{request.resource.plural} is forbidden")
+            if request.resource.plural in self.unavailable_writes:
+                raise _error(503, "ServiceUnavailable", "the server is currently unable to handle the request")
             async with self._lock:
                 name = request.name or ((request.data or {}).get("metadata") or {}).get("name")
                 before = self._version_of(self._key(request, name))

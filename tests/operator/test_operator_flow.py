@@ -390,6 +390,22 @@ async def test_an_api_error_reaches_the_status(env):
     assert value(samples, "odradek_operator_reconcile_duration_seconds_count", **demo) >= 2
 
 
+async def test_a_transient_api_error_is_reconciling_not_stalled(env):
+    """kstatus reads Stalled=True as Failed (Flux and `helm --wait` give up): a 503 is retried."""
+    env.server.unavailable_writes.add("poddisruptionbudgets")
+    env.start_operator()
+    await env.api.create_cluster(SPEC)
+    await wait_for(lambda: condition(env.cluster(), "Reconciling").get("reason") == "KubernetesApiError", 20,
+                   "the error in the status")
+    assert condition(env.cluster(), "Reconciling")["status"] == "True"
+    assert "503" in condition(env.cluster(), "Reconciling")["message"]
+    assert "retrying" in condition(env.cluster(), "Reconciling")["message"]
+    assert condition(env.cluster(), "Stalled")["status"] == "False"
+    env.server.unavailable_writes.clear()
+    await env.ready()
+    assert condition(env.cluster(), "Stalled")["status"] == "False"
+
+
 async def test_switching_to_an_existing_zookeeper_removes_the_managed_ensemble(env):
     env.start_operator()
     await env.api.create_cluster({})

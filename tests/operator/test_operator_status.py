@@ -137,8 +137,93 @@ def test_kstatus_conditions_follow_progress_and_refusals():
     failed = error_status(previous, 2, "Kubernetes API: 403 Forbidden", at="T2")
     c = by_type(failed["conditions"])
     assert failed["observedGeneration"] == 2 and all(x["observedGeneration"] == 2 for x in failed["conditions"])
-    assert c["Stalled"]["status"] == "True" and "403" in c["Stalled"]["message"]
+    assert c["Stalled"]["status"] == "False", "a transient error fixes itself: kstatus must not read Failed"
+    assert (c["Reconciling"]["status"], c["Reconciling"]["reason"]) == ("True", "KubernetesApiError")
+    assert "403" in c["Reconciling"]["message"] and "retrying" in c["Reconciling"]["message"]
     assert c["Ready"]["status"] == "False" and failed["brokers"] == previous["brokers"], "what was seen stays"
+    forbidden = by_type(error_status(previous, 2, "Kubernetes API: 403 Forbidden", permanent=True, at="T2")["conditions"])
+    assert (forbidden["Stalled"]["status"], forbidden["Reconciling"]["status"]) == ("True", "False")
+    assert forbidden["Ready"]["status"] == "False" and "403" in forbidden["Stalled"]["message"]
+    same_generation = by_type(error_status(previous, 1, "Kubernetes API: 503", at="T2")["conditions"])
+    assert same_generation["Ready"]["status"] == "True", "a blip does not unready a cluster that served the spec"
+    assert same_generation["Ready"]["lastTransitionTime"] == "T1"
+
+
+def test_which_api_errors_fix_themselves():
+    from odradek.operator.status import permanent_api_error
+
+    assert [s for s in (400, 401, 403, 404, 405, 409, 422, 429, 500, 503, 504) if permanent_api_error(s)] == [
+        400, 403, 405, 422]
+
+
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Reconciling", "Stalled")
+
+
+def check_consistent(conds, generation, stall_reasons):
+    """The rules every status obeys, whatever a pass saw."""
+    c = by_type(conds)
+    assert sorted(c) == sorted(CONDITION_TYPES) and len(conds) == len(CONDITION_TYPES)
+    assert all(x["status"] in ("True", "False") and x["reason"] and x["observedGeneration"] == generation
+               for x in conds)
+    true = {t for t, x in c.items() if x["status"] == "True"}
+    assert c["Reconciling"]["status"] == c["Progressing"]["status"]
+    assert not {"Ready", "Stalled"} <= true, "Argo CD Healthy beside kstatus Failed"
+    assert not {"Ready", "Degraded"} <= true
+    assert not {"Reconciling", "Stalled"} <= true, "kstatus: in progress and failed at once"
+    if "Stalled" in true:
+        assert "Degraded" in true and c["Stalled"]["reason"] in stall_reasons, c
+    if "Ready" not in true and "Reconciling" not in true:
+        assert "Degraded" in true or "Stalled" in true, f"not ready and not moving, with no reason: {c}"
+
+
+def test_every_combination_of_what_a_pass_sees_gives_consistent_conditions():
+    """A table over every Observation shape reconciler.reconcile produces: refusals, waits, rolls,
+    data movement, an unreachable cluster, missing support, every broker count relation."""
+    import itertools
+
+    refusal = (("ZooKeeperScalingRefused", "stays at 3"),)
+    checked = 0
+    for (invalid, stalled, refused, unreachable, pending, moving, waiting, running, ready, zk, ctl) in itertools.product(
+            (None, "spec.brokers.replicas: must be >= 1"), ((), refusal), (None, "brokers [3] still hold replicas"),
+            (None, "no broker answered Metadata"), ((), (1,)), (None, "moving 3 partitions"),
+            (None, "waiting for brokers [2] to register"), (2, 3, 4), ((), (0, 1), (0, 1, 2)),
+            (None, 2, 3), (0, 1)):
+        o = Observation(5, desired_brokers=3, running_brokers=running, ready_broker_ids=ready,
+                        desired_controllers=1, ready_controllers=ctl, desired_zookeeper=None if zk is None else 3,
+                        ready_zookeeper=zk or 0, invalid=invalid, waiting=waiting, refused=refused,
+                        pending_restarts=pending, unreachable=unreachable, stalled=stalled, moving=moving)
+        conds = conditions(o, at="T")
+        check_consistent(conds, 5, {"InvalidSpec", "ZooKeeperScalingRefused"})
+        c = by_type(conds)
+        if invalid is None and not stalled:
+            assert c["Stalled"]["status"] == "False", f"only a refusal or an invalid spec stalls: {o}"
+        if c["Ready"]["status"] == "True":
+            assert (running, ready, pending, unreachable, refused) == (3, (0, 1, 2), (), None, None)
+        checked += 1
+    assert checked == 2 ** 7 * 3 * 3 * 3 * 2
+
+    from odradek.operator.status import error_status
+
+    for previous_o in (Observation(5, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                                   ready_controllers=1),
+                       Observation(5, invalid="bad"), Observation(4, stalled=refusal)):
+        previous = status(previous_o, at="T1")
+        for generation, permanent in itertools.product((4, 5, 6), (False, True)):
+            failed = error_status(previous, generation, "Kubernetes API: 500", permanent=permanent, at="T2")
+            check_consistent(failed["conditions"], generation, {"KubernetesApiError"})
+            assert (by_type(failed["conditions"])["Stalled"]["status"] == "True") == permanent
+
+
+def test_a_refusal_while_a_roll_runs_is_degraded_then_stalled():
+    refusal = (("ZooKeeperScalingRefused", "stays at 3"),)
+    rolling = by_type(conditions(Observation(3, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                                             ready_controllers=1, pending_restarts=(2,), stalled=refusal), at="T"))
+    assert (rolling["Reconciling"]["status"], rolling["Stalled"]["status"]) == ("True", "False")
+    assert rolling["Degraded"]["reason"] == "ZooKeeperScalingRefused"
+    settled = by_type(conditions(Observation(3, desired_brokers=3, running_brokers=3, ready_broker_ids=(0, 1, 2),
+                                             ready_controllers=1, stalled=refusal), at="T"))
+    assert (settled["Ready"]["status"], settled["Stalled"]["status"]) == ("False", "True")
+    assert "stays at 3" in settled["Ready"]["message"]
 
 
 def test_a_new_cluster_is_not_degraded_while_no_broker_is_up_yet():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -74,6 +74,10 @@ class OffsetReader:
                 if o.strategy == "subscribepattern" and (name in INTERNAL_TOPICS or not o.matches(name)):
                     continue
                 if t.error is not None:
+                    if o.strategy == "subscribe" and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        # a named topic the broker cannot describe now (no leader yet, not
+                        # authorized): asked again, then failed, never read as "no partitions"
+                        raise KafkaException(t.error)
                     continue
                 out.extend((name, p) for p in t.partitions)
             return sorted(out)

@@ -110,22 +110,20 @@ class AclAuthorizer:
         by_resource: dict[ResourcePattern, list[int]] = {}
         for i, b in enumerate(bindings):
             by_resource.setdefault(b.pattern, []).append(i)
+
+        def adder(added: frozenset[AccessControlEntry]) -> store.Change:
+            return lambda current: current | added
+
+        changes = {p: adder(frozenset(bindings[i].entry for i in ix)) for p, ix in by_resource.items()}
         results: list[Exception | None] = [None] * len(bindings)
         async with self._write_lock:
-            for pattern, indexes in by_resource.items():
-                added = frozenset(bindings[i].entry for i in indexes)
-
-                def add(current: frozenset[AccessControlEntry], added: frozenset[AccessControlEntry] = added
-                        ) -> frozenset[AccessControlEntry]:
-                    return current | added
-
-                try:
-                    now = await asyncio.to_thread(store.update_resource, self._calls(), pattern, add)
-                    self._replace({pattern: now})
-                except Exception as e:
-                    log.warning("creating ACLs on %s failed: %s", pattern, e)
-                    for i in indexes:
-                        results[i] = e
+            done = await asyncio.to_thread(store.update_resources, self._calls(), changes)
+            self._replace({p: acls for p, acls in done.items() if not isinstance(acls, Exception)})
+        for pattern, outcome in done.items():
+            if isinstance(outcome, Exception):
+                log.warning("creating ACLs on %s failed: %s", pattern, outcome)
+                for i in by_resource[pattern]:
+                    results[i] = outcome
         return results
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]
@@ -133,35 +131,35 @@ class AclAuthorizer:
         """Delete what each filter matches (AclAuthorizer.deleteAcls): resources from the snapshot
         plus those a filter names exactly; per filter, the bindings deleted (or failed)."""
         results: list[list[tuple[AclBinding, Exception | None]]] = [[] for _ in filters]
+        removed: dict[ResourcePattern, dict[AccessControlEntry, int]] = {}
+
+        def remover(pattern: ResourcePattern, matching: list[tuple[int, AclBindingFilter]]) -> store.Change:
+            def change(current: frozenset[AccessControlEntry]) -> frozenset[AccessControlEntry]:
+                gone = removed[pattern] = {}
+                for entry in current:
+                    for i, f in matching:
+                        if f.entry.matches(entry):
+                            gone.setdefault(entry, i)
+                return current - gone.keys()
+            return change
+
         async with self._write_lock:
             resources = set(self.snapshot.acls)
             for f in filters:
                 resources.update(f.pattern.exact_patterns())
+            changes = {}
             for pattern in sorted(resources):
                 matching = [(i, f) for i, f in enumerate(filters) if f.pattern.matches(pattern)]
-                if not matching:
-                    continue
-                removed: dict[AccessControlEntry, int] = {}
-
-                def change(current: frozenset[AccessControlEntry],
-                           matching: list[tuple[int, AclBindingFilter]] = matching,
-                           removed: dict[AccessControlEntry, int] = removed) -> frozenset[AccessControlEntry]:
-                    removed.clear()
-                    for entry in current:
-                        for i, f in matching:
-                            if f.entry.matches(entry):
-                                removed.setdefault(entry, i)
-                    return current - removed.keys()
-
-                try:
-                    now = await asyncio.to_thread(store.update_resource, self._calls(), pattern, change)
-                    self._replace({pattern: now})
-                    error: Exception | None = None
-                except Exception as e:
-                    log.warning("deleting ACLs on %s failed: %s", pattern, e)
-                    error = e
-                for entry, i in removed.items():
-                    results[i].append((AclBinding(pattern, entry), error))
+                if matching:
+                    changes[pattern] = remover(pattern, matching)
+            done = await asyncio.to_thread(store.update_resources, self._calls(), changes) if changes else {}
+            self._replace({p: acls for p, acls in done.items() if not isinstance(acls, Exception)})
+        for pattern, outcome in done.items():
+            error = outcome if isinstance(outcome, Exception) else None
+            if error is not None:
+                log.warning("deleting ACLs on %s failed: %s", pattern, error)
+            for entry, i in removed.get(pattern, {}).items():
+                results[i].append((AclBinding(pattern, entry), error))
         return results
 
     # --- start, stop, change notifications ------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -56,6 +56,10 @@ VERSION = 1
 UPDATE_RETRIES = 10
 """Compare-and-set rounds on one resource before giving up (AclAuthorizer.maxUpdateRetries)."""
 RETRY_BACKOFF_S, RETRY_JITTER_S = 0.1, 0.05
+
+
+Change = Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]]
+"""A resource's ACLs now → the ACLs it should have."""
 
 
 class AclStoreError(Exception):
@@ -224,6 +228,58 @@ def update_resource(calls: BoundedCalls, pattern: ResourcePattern,
         return wanted
     raise AclStoreError(f"failed to update ACLs for {resource_type_name(pattern.resource_type)}:"
                         f"{pattern.pattern_type.name}:{pattern.name[:100]} after {retries} retries")
+
+
+def update_resources(calls: BoundedCalls, changes: Mapping[ResourcePattern, Change]
+                     ) -> dict[ResourcePattern, frozenset[AccessControlEntry] | Exception]:
+    """`update_resource` for many resources at once (a CreateAcls of thousands of bindings): the
+    reads, then the compare-and-set writes, then the notifications are each sent together, so the
+    round trips overlap; a resource whose write lost a race goes through `update_resource`."""
+    out: dict[ResourcePattern, frozenset[AccessControlEntry] | Exception] = {}
+    reads = {p: calls.zk.get_async(resource_path(p)) for p in changes}
+    writes = {}
+    for pattern, result in reads.items():
+        try:
+            data, stat = calls.wait(result)
+            current, version = decode_acls(data), stat.version
+        except NoNodeError:
+            current, version = frozenset(), -1
+        except Exception as e:
+            out[pattern] = e
+            continue
+        wanted = changes[pattern](current)
+        if wanted == current:
+            out[pattern] = current
+            continue
+        path = resource_path(pattern)
+        if not wanted:
+            writes[pattern] = (wanted, calls.zk.delete_async(path, version=version))
+        elif version < 0:
+            writes[pattern] = (wanted, calls.zk.create_async(path, encode_acls(wanted), makepath=True))
+        else:
+            writes[pattern] = (wanted, calls.zk.set_async(path, encode_acls(wanted), version=version))
+    notes = []
+    for pattern, (wanted, result) in writes.items():
+        try:
+            calls.wait(result)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            try:
+                out[pattern] = update_resource(calls, pattern, changes[pattern])
+            except Exception as e:
+                out[pattern] = e
+            continue
+        except Exception as e:
+            out[pattern] = e
+            continue
+        folder, data = encode_change(pattern)
+        notes.append((pattern, wanted, calls.zk.create_async(f"{folder}/{CHANGE_PREFIX}", data, sequence=True)))
+    for pattern, wanted, result in notes:
+        try:
+            calls.wait(result)
+            out[pattern] = wanted
+        except Exception as e:  # stored, but the other brokers were not told
+            out[pattern] = e
+    return out
 
 
 def changes(calls: BoundedCalls, folder: str, watch: Callable[[object], None] | None = None) -> list[str]:

@@ -135,3 +135,30 @@ def test_a_change_through_one_authorizer_reaches_another(zk_connect):
         for zk in (zk_a, zk_b):
             zk.stop()
             zk.close()
+
+
+def test_many_resources_at_once_with_a_racing_writer(zk_connect):
+    """update_resources pipelines the writes; a resource another writer changed between its read
+    and its write is retried, keeping both changes; every resource is announced."""
+    zk = client(zk_connect)
+    try:
+        calls = BoundedCalls(zk, 10)
+        store.ensure_paths(calls)
+        raced = ResourcePattern(RT.TOPIC, "raced", PT.LITERAL)
+        store.update_resource(calls, raced, lambda cur: cur | {entry("User:first")})
+        patterns = [ResourcePattern(RT.GROUP, f"g{i}", PT.PREFIXED) for i in range(300)] + [raced]
+
+        def add(cur, pattern=None):
+            if pattern == raced and not any(e.principal == "User:racer" for e in cur):
+                # another admin writes this resource after our read: our write must not lose it
+                store.update_resource(BoundedCalls(zk, 10), raced, lambda c: c | {entry("User:racer")})
+            return cur | {entry()}
+
+        done = store.update_resources(calls, {p: (lambda cur, p=p: add(cur, p)) for p in patterns})
+        assert all(not isinstance(v, Exception) for v in done.values())
+        assert {e.principal for e in store.read_resource(calls, raced)[0]} == {"User:first", "User:racer", "User:alice"}
+        assert len(store.load_all(calls)) == 301
+        assert len(zk.get_children("/kafka-acl-extended-changes")) == 300
+    finally:
+        zk.stop()
+        zk.close()

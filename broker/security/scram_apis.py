@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -172,3 +173,29 @@ class ScramApis:
             return ErrorCode.none, None
         return ErrorCode.unknown_server_error, "The user's configuration kept changing; try again"
 
+
+
+# --- error responses (Kafka's getErrorResponse), e.g. when the authorizer refuses the request ------
+
+
+def alter_error_response(request: Any, code: ErrorCode) -> Any:
+    """One result per user named in the request, each with `code` (AlterUserScramCredentialsRequest)."""
+    mod = wire.response_module(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, int(request.__version__))
+    users = dict.fromkeys(x.name for x in (*request.deletions, *request.upsertions))
+    return mod.AlterUserScramCredentialsResponse(throttle_time=wire.NO_THROTTLE, results=tuple(
+        mod.AlterUserScramCredentialsResult(user=user, error_code=code, error_message=None) for user in users))
+
+
+def describe_error_response(request: Any, code: ErrorCode) -> Any:
+    """The top-level error, no results (DescribeUserScramCredentialsRequest)."""
+    mod = wire.response_module(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, int(request.__version__))
+    return mod.DescribeUserScramCredentialsResponse(throttle_time=wire.NO_THROTTLE, error_code=code,
+                                                    error_message=None, results=())
+
+
+ERROR_RESPONSES: dict[int, Callable[[Any, ErrorCode], Any]] = {
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_error_response,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_error_response,
+}
+"""Error responses the generic builder (kafka_apis.error_response) cannot mirror: their results
+are keyed by user, which the requests call `name`."""

@@ -212,3 +212,23 @@ def test_tools_take_the_client_config(secure):
     assert out.returncode == 0, out.stderr
     assert isinstance(json.loads(out.stdout), list)
     assert secure.security.scram_users["admin"] not in out.stdout + out.stderr
+
+
+def test_the_sasl_user_is_the_principal_the_authorizer_checks(secure):
+    """A SCRAM user without ACLs may log in, but neither alter credentials nor write a topic."""
+    admin = AdminClient(client_conf(secure))
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "nobody-special", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"np")])["nobody-special"].result(15)
+    time.sleep(0.5)
+    limited = client_conf(secure, **{"sasl.username": "nobody-special", "sasl.password": "np"})
+    limited_admin = AdminClient(limited)  # kept: the futures fail once their client is gone
+    futures = limited_admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "admin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"taken-over")])
+    with pytest.raises(Exception, match=r"(?i)CLUSTER_AUTHORIZATION_FAILED|authoriz"):
+        futures["admin"].result(15)
+    errors: list = []
+    producer = Producer({**limited, "message.timeout.ms": 5000})
+    producer.produce("ssl-topic", b"x", on_delivery=lambda e, m: errors.append(e))
+    producer.flush(10)
+    assert errors and errors[0] is not None and "AUTHORIZATION" in errors[0].name()
+    assert login_everywhere(secure, "admin", secure.security.scram_users["admin"]) == [True, True]

@@ -131,3 +131,16 @@ def test_cache_ignores_malformed_and_other_keys():
     assert cache.users() == []
     cache.replace_all({"erin": {"SCRAM-SHA-256": good}, "frank": {"producer_byte_rate": "1"}})
     assert cache.users() == ["erin"]
+
+
+def test_error_responses_name_every_user():
+    from odradek.broker.kafka_apis import error_response
+
+    request = AlterUserScramCredentialsRequest(deletions=(ScramCredentialDeletion(name="a", mechanism=i8(1)),),
+                                               upsertions=(upsert("b"), upsert("a", SHA512)))
+    response = error_response(request, ErrorCode.cluster_authorization_failed)
+    assert [(r.user, r.error_code) for r in response.results] == [
+        ("a", ErrorCode.cluster_authorization_failed), ("b", ErrorCode.cluster_authorization_failed)]
+    described = error_response(DescribeUserScramCredentialsRequest(users=(UserName(name="a"),)),
+                               ErrorCode.cluster_authorization_failed)
+    assert described.error_code == ErrorCode.cluster_authorization_failed and described.results == ()

@@ -72,6 +72,10 @@ class ScramCredential:
         return f"ScramCredential(iterations={self.iterations})"
 
 
+class ScramFormatError(ValueError):
+    """A SCRAM message (or stored credential) that does not follow RFC 5802 / Kafka's format."""
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -81,7 +85,7 @@ def b64decode(text: str) -> bytes:
     try:
         return base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError) as e:
-        raise ValueError("not base64") from e
+        raise ScramFormatError("not base64") from e
 
 
 def credential_to_string(c: ScramCredential) -> str:
@@ -126,10 +130,6 @@ def xor(a: bytes, b: bytes) -> bytes:
 
 MAX_MESSAGE_BYTES = 4096
 """Longest SCRAM message either side accepts: a username, a nonce and a proof fit many times."""
-
-
-class ScramFormatError(ValueError):
-    """A SCRAM message that does not follow RFC 5802."""
 
 
 def encode_saslname(username: str) -> str:

@@ -358,3 +358,49 @@ def test_listener_credentials_of_the_broker_itself():
     with pytest.raises(ValueError, match="jaas"):
         listener_credentials({"sasl.mechanism.inter.broker.protocol": "PLAIN"}, "X",
                              "sasl.mechanism.inter.broker.protocol")
+
+
+def test_random_input_never_escapes_the_authenticator():
+    """Whatever arrives, the authenticator answers with an Outcome (never an exception)."""
+    import random
+
+    from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest as AuthV1
+
+    rng = random.Random(25)
+    for _ in range(400):
+        auth = authenticator(max_reauth_ms=rng.choice([0, 10]))
+        mech = rng.choice(["PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256", "X"])
+        steps = [frame(rng.choice([HandshakeV0, HandshakeV1])(mechanism=mech))]
+        for _ in range(rng.randint(0, 4)):
+            token = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64)))
+            if rng.random() < 0.5:
+                # a plausible SCRAM message with random attribute values
+                token = rng.choice([b"n,,n=alice,r=", b"c=biws,r=", b"c=", b"p="]) + token
+            kind = rng.random()
+            if kind < 0.6:
+                steps.append(frame(rng.choice([AuthV0, AuthV1, AuthV2])(auth_bytes=token)))
+            elif kind < 0.8:
+                steps.append(token)  # raw, or garbage where a request is expected
+            else:
+                whole = frame(AuthV2(auth_bytes=token))
+                steps.append(whole[:rng.randint(0, len(whole))])  # truncated
+        for i, step in enumerate(steps):
+            outcome = auth.receive(step, i * 7)
+            assert outcome.forward or outcome.close or outcome.response is not None
+            if outcome.close:
+                break
+
+
+@pytest.mark.parametrize("final", [
+    b"c=!!,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=AAAA",  # binding not base64
+    RFC_CLIENT_FINAL[:-4] + b"!!!=",  # proof not base64
+    b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0",  # no proof
+    b"r=x,c=biws,p=AAAA",  # out of order
+    RFC_CLIENT_FINAL.replace(b"p=dHzb", b"p=AAAA"),  # wrong proof
+    RFC_CLIENT_FINAL[:-8] + b"AAAA",  # proof of the wrong length
+])
+def test_malformed_client_final(final):
+    server = rfc_server()
+    server.evaluate(RFC_CLIENT_FIRST)
+    with pytest.raises(SaslAuthenticationError):
+        server.evaluate(final)

@@ -144,3 +144,22 @@ def test_error_responses_name_every_user():
     described = error_response(DescribeUserScramCredentialsRequest(users=(UserName(name="a"),)),
                                ErrorCode.cluster_authorization_failed)
     assert described.error_code == ErrorCode.cluster_authorization_failed and described.results == ()
+
+
+def test_huge_claimed_lengths_are_refused_before_kio_reads_them():
+    """FINDINGS: kio's native reader aborts the process on a huge compact-array count (API 50 among
+    them); the broker's decode path bounds every length by the frame first."""
+    import struct
+
+    import pytest
+
+    from odradek.common import wire
+
+    header = struct.pack(">hhih", 50, 0, 1, 0) + b"\x00"  # DescribeUserScramCredentials v0, empty client id
+    with pytest.raises(ValueError):
+        wire.decode_request(header + b"\xff\xff\xff\xff\x0f")  # users: 2^32-2 entries claimed
+    header51 = struct.pack(">hhih", 51, 0, 1, 0) + b"\x00"
+    with pytest.raises(ValueError):
+        wire.decode_request(header51 + b"\x01" + b"\xff\xff\xff\xff\x0f")  # no deletions, 2^32-2 upsertions
+    with pytest.raises(ValueError):
+        wire.decode_request(struct.pack(">hhih", 36, 2, 1, 0) + b"\x00" + b"\xff\xff\xff\x7f")  # auth_bytes

@@ -26,6 +26,7 @@ from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.authorizer.acl import AclOperation, ResourceType
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, CLUSTER_GATED_APIS, Authorizer, authorize_cluster
+from odradek.broker.delegation_token_apis import DelegationTokenApis
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.log.errors import LogError
@@ -236,6 +237,7 @@ class KafkaApis:
         for apis in (metadata_apis, transaction_apis):
             if apis is not None:
                 self.add_apis(apis)
+        self.add_apis(DelegationTokenApis(lambda: self.authorizer))
         self.legacy_requests: dict = {(ApiKey.PRODUCE, v): decode_legacy_produce for v in produce_codec.LEGACY_VERSIONS}
         """(api, version) → decoder(frame body) → (header, request, schema), for versions kio lacks."""
         if group_apis is not None:

@@ -104,6 +104,8 @@ LEGACY: dict[tuple[int, int], LegacyVersion] = {
             "OffsetCommitRequest.retention_time")),
         LegacyVersion(ApiKey.OFFSET_FETCH, 0, 1, translated=False),
         LegacyVersion(ApiKey.DESCRIBE_LOG_DIRS, 0, 1),
+        *(LegacyVersion(api, 0, 1) for api in (ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
+                                                ApiKey.EXPIRE_DELEGATION_TOKEN, ApiKey.DESCRIBE_DELEGATION_TOKEN)),
         # ACLs before KIP-290's pattern types: every pattern is LITERAL (the field's default)
         LegacyVersion(ApiKey.DESCRIBE_ACLS, 0, 1, request_drop=_drop("DescribeAclsRequest.pattern_type_filter"),
                       response_drop=_drop("DescribeAclsResource.pattern_type")),

@@ -559,3 +559,12 @@ def test_offset_commit_and_fetch_v0_keep_offsets_in_zookeeper(cluster):
            for t in fetched.topics for p in t.partitions}
     assert got == {(topic, 0): (-1, ErrorCode.unknown_topic_or_partition), (topic, 1): (42, ErrorCode.none),
                    ("no-such-topic", 0): (-1, ErrorCode.unknown_topic_or_partition)}
+
+
+def test_delegation_token_apis_answer_as_kafka_without_token_support(cluster):
+    """Kafka serves the four token APIs on every broker; on PLAINTEXT they are never allowed."""
+    versions = advertised(cluster.broker_ports[0])
+    assert {api: versions[api] for api in (38, 39, 40, 41)} == {38: (0, 3), 39: (0, 2), 40: (0, 2), 41: (0, 3)}
+    for version in (0, 3):
+        (r,) = ask(cluster.broker_ports[0], [request(41, version, owners=None)])
+        assert r.error_code == ErrorCode.delegation_token_request_not_allowed

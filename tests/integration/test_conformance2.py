@@ -197,6 +197,28 @@ def test_init_producer_id_with_a_stale_producer_id_answers_per_version(cluster, 
     assert r.error_code == want
 
 
+def test_a_fenced_txn_offset_commit_answers_invalid_producer_epoch(cluster, txn_topic):
+    """Kafka's TxnOffsetCommit passes the log's (and the verification's) INVALID_PRODUCER_EPOCH on."""
+    port = cluster.broker_ports[0]
+    txn_id, group = unique("fenced-offsets"), unique("g")
+    pid, old = init_producer(port, txn_id)
+    init_producer(port, txn_id)
+
+    def coordinator_found() -> bool:
+        (r,) = ask(port, [request(FIND_COORDINATOR, 3, key=group, key_type=i8(0))])
+        return r.error_code == ErrorCode.none
+
+    wait_until(coordinator_found, "the group coordinator", 60)
+    mod = request_module(28, 3)
+    (r,) = ask(port, [request(28, 3, transactional_id=txn_id, group_id=group, producer_id=i64(pid),
+                              producer_epoch=i16(old), generation_id=i32(-1), member_id="", group_instance_id=None,
+                              topics=(mod.TxnOffsetCommitRequestTopic(name=txn_topic, partitions=(
+                                  mod.TxnOffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(1),
+                                                                      committed_leader_epoch=i32(-1),
+                                                                      committed_metadata=""),)),))])
+    assert r.topics[0].partitions[0].error_code == ErrorCode.invalid_producer_epoch
+
+
 def test_librdkafka_sees_a_fenced_produce_as_fatal(cluster, txn_topic):
     """The zombie's next Produce (to a partition already in its transaction, so no
     AddPartitionsToTxn first) is refused INVALID_PRODUCER_EPOCH, which librdkafka makes fatal."""

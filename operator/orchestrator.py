@@ -21,6 +21,30 @@ def pod_ready(pod: dict[str, Any]) -> bool:
                for c in pod.get("status", {}).get("conditions", []))
 
 
+# Container states in which a broker cannot be serving (Strimzi's KafkaRoller restarts such a
+# pod without an availability check): the process is not running, so it holds no ISR place a
+# restart could take away.
+CANNOT_SERVE_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "ContainerCreating",
+                                  "CreateContainerConfigError", "CreateContainerError", "InvalidImageName"})
+
+
+def cannot_serve(pod: dict[str, Any]) -> bool:
+    """Whether the pod's broker cannot be serving: the pod Pending, a container waiting (crash
+    loop, image pull, being created) or terminated, or not started (its startup probe not yet
+    passed). A running, started container that is merely not Ready (a probe flap, a paused
+    process) may still be an in-sync replica: False."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Pending":
+        return True
+    for c in status.get("containerStatuses") or []:
+        state = c.get("state") or {}
+        if (state.get("waiting") or {}).get("reason") in CANNOT_SERVE_REASONS or "terminated" in state:
+            return True
+        if "running" not in state or c.get("started") is False:
+            return True
+    return False
+
+
 def broker_states(count: int, pods: list[dict[str, Any]], broker_name: str) -> list[BrokerState]:
     """One state per ordinal 0..count-1; a missing pod is a broker that is down."""
     by_name = {p["metadata"]["name"]: p for p in pods}
@@ -31,7 +55,8 @@ def broker_states(count: int, pods: list[dict[str, Any]], broker_name: str) -> l
             states.append(BrokerState(i, None, running=False))
         else:
             annotations = pod["metadata"].get("annotations") or {}
-            states.append(BrokerState(i, annotations.get(CONFIG_HASH), running=pod_ready(pod)))
+            states.append(BrokerState(i, annotations.get(CONFIG_HASH), running=pod_ready(pod),
+                                      cannot_serve=cannot_serve(pod)))
     return states
 
 

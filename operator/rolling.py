@@ -64,6 +64,7 @@ class BrokerState:
     broker_id: int
     config_hash: str | None
     running: bool = True
+    cannot_serve: bool = False  # the runtime shows it cannot be serving (pod Pending, crash loop, ...)
 
 
 @dataclass(frozen=True)
@@ -124,37 +125,50 @@ def _shown(partitions: tuple[tuple[str, int], ...]) -> str:
 def next_roll_step(brokers: list[BrokerState], desired_hash: str, view: ClusterView) -> RollStep:
     """Restart one stale broker, as Strimzi's KafkaRoller orders it.
 
-    A stale broker that is down or unregistered (a crash loop, an image that cannot be pulled,
-    a config it cannot start with) goes first and without any health gate: it serves nothing,
-    so restarting it onto the fixed spec cannot lower availability, and waiting for it to come
-    up first is the deadlock a broken config would otherwise cause. A healthy stale broker is
-    restarted only when every broker is up and registered (the previous restart is back: a
-    broker that just went down still counts in the ISR until replica.lag.time.max.ms has passed,
-    so Metadata alone would let two go down at once) and no partition whose ISR it is in would
-    fall under min.insync.replicas."""
+    A stale broker that cannot be serving (`cannot_serve`: its pod Pending, in CrashLoopBackOff or
+    ImagePullBackOff, its container not created or not started) goes first and without any health
+    gate: restarting it onto the fixed spec cannot lower availability, and waiting for it to come
+    up first is the deadlock a broken config would otherwise cause. Every other restart, of a
+    broker that is merely not Ready or that one Metadata answer does not list (a probe flap, a
+    paused process that may still be the last in-sync replica) included, needs every *other*
+    broker up and registered (the previous restart is back: a broker that just went down still
+    counts in the ISR until replica.lag.time.max.ms has passed, so Metadata alone would let two go
+    down at once) and no partition whose ISR it is in falling under min.insync.replicas. Brokers
+    that are not up go first among those."""
     pending = tuple(sorted(b.broker_id for b in brokers if b.config_hash != desired_hash))
     if not pending:
         return RollStep(None, None, ())
     stale = set(pending)
     # A broker without a pod (hash None) is being created by the StatefulSet: nothing to restart.
-    stuck = [b.broker_id for b in brokers if b.broker_id in stale and b.config_hash is not None
-             and (not b.running or b.broker_id not in view.registered)]
+    candidates = [b for b in brokers if b.broker_id in stale and b.config_hash is not None]
+    stuck = [b.broker_id for b in candidates if b.cannot_serve]
     if stuck:
         return RollStep(stuck[0], None, pending)
-    if (waiting := unregistered(brokers, view)) is not None:
-        return RollStep(None, waiting, pending)
+
+    def up(b: BrokerState) -> bool:
+        return b.running and b.broker_id in view.registered
+
+    # Not-up brokers first (a restart may be what brings them back), then by id: predictable for
+    # operators reading the events. (The active controller's broker does not exist here:
+    # controllers are separate pods.)
+    candidates.sort(key=lambda b: (up(b), b.broker_id))
     blocked = []
-    # The active controller's broker does not exist here (controllers are separate pods), so
-    # the order is by id: predictable for operators reading the events.
-    for broker_id in pending:
-        at_risk = view.would_fall_under_min_isr(broker_id)
+    waiting = None
+    for b in candidates:
+        others_down = sorted(o.broker_id for o in brokers if o.broker_id != b.broker_id and not up(o))
+        if others_down:
+            waiting = waiting or f"waiting for brokers {others_down} to register"
+            continue
+        at_risk = view.would_fall_under_min_isr(b.broker_id)
         if not at_risk:
-            return RollStep(broker_id, None, pending)
-        blocked.append((broker_id, at_risk))
-    broker_id, at_risk = blocked[0]
-    return RollStep(None, f"waiting for under-replicated partitions to catch up: restarting broker {broker_id} "
-                          f"would leave {len(at_risk)} partitions under min.insync.replicas ({_shown(at_risk)})",
-                    pending)
+            return RollStep(b.broker_id, None, pending)
+        blocked.append((b.broker_id, at_risk))
+    if blocked:
+        broker_id, at_risk = blocked[0]
+        return RollStep(None, f"waiting for under-replicated partitions to catch up: restarting broker {broker_id} "
+                              f"would leave {len(at_risk)} partitions under min.insync.replicas "
+                              f"({_shown(at_risk)})", pending)
+    return RollStep(None, waiting or unregistered(brokers, view), pending)
 
 
 def broker_count(desired: int, current: int, view: ClusterView) -> CountDecision:

@@ -251,3 +251,54 @@ def test_scale_up_then_down_refused_while_the_removed_broker_holds_replicas(clus
         cluster.wait_broker_gone(3, timeout=30)
     finally:
         orchestrator.close()
+
+
+class PausableOrchestrator(LocalBrokerOrchestrator):
+    """A paused (SIGSTOP) broker is a pod that runs but fails its readiness probe: not running,
+    yet nothing says it cannot be serving (it may still be in an ISR)."""
+
+    def _running(self, broker_id: int) -> bool:
+        return not self.cluster.brokers[broker_id].paused and super()._running(broker_id)
+
+    async def view(self):  # a paused broker accepts connections and never answers: skip it
+        return await fetch_view([("127.0.0.1", port) for b, port in zip(self.cluster.brokers, self.cluster.broker_ports)
+                                 if not b.paused], timeout=5.0)
+
+
+def test_an_unready_broker_that_is_the_last_in_sync_follower_is_not_restarted(cluster_factory):
+    """Issue 28: a stale broker merely not Ready (here a paused process) was deleted at once; it
+    may be the last in-sync follower of a partition, so every such restart waits (only pods that
+    cannot be serving skip the availability check)."""
+    cluster = cluster_factory(brokers=3, broker_overrides=BROKER_OVERRIDES)
+    topic = "lastisr"
+    create_topic(cluster.bootstrap, topic, 1, TOPIC_CONFIG, timeout=60, replication_factor=3)
+    view = wait_isr_full(cluster.bootstrap, topic, 1)[0]
+    leader = view.leader
+    follower, lagging = [r for r in view.replicas if r != leader]
+    orchestrator = PausableOrchestrator(cluster, BROKER_OVERRIDES)
+    orchestrator.desired["log.segment.bytes"] = str(1 << 20)  # every broker is stale
+    try:
+        cluster.brokers[lagging].pause()
+        deadline = time.monotonic() + 20
+        while lagging in cluster.partition_state(topic, 0).isr:  # the leader shrinks the ISR
+            assert time.monotonic() < deadline, "the paused follower never left the ISR"
+            time.sleep(0.2)
+        cluster.brokers[follower].pause()  # now the last in-sync follower (min.insync.replicas 2)
+        held: list[BrokerReconcile] = []
+        started = time.monotonic()
+        while time.monotonic() - started < 4:
+            held += drive(orchestrator, 3, lambda r: True, max_steps=1, timeout=10)
+            time.sleep(STEP_INTERVAL)
+        assert orchestrator.restarts == [], f"restarted {orchestrator.restarts}: {held[-3:]}"
+        assert all(r.waiting and r.restarted is None for r in held), held[-3:]
+        assert follower in cluster.partition_state(topic, 0).isr, "the paused follower was still in sync"
+    finally:
+        for b in cluster.brokers:
+            if b.paused:
+                b.resume()
+    try:
+        wait_isr_full(cluster.bootstrap, topic, 1)
+        drive(orchestrator, 3, lambda r: r.done, max_steps=300, timeout=90)
+        assert sorted(orchestrator.restarts) == [0, 1, 2]
+    finally:
+        orchestrator.close()

@@ -144,8 +144,9 @@ class FakeOrchestrator:
     """Brokers as a list of states; records every call. A restarted or added broker comes back
     with the desired hash but is not registered until the test says so (as in a real cluster)."""
 
-    def __init__(self, hashes, desired="new", running=None):
-        self.states = [BrokerState(i, h, True if running is None else running[i]) for i, h in enumerate(hashes)]
+    def __init__(self, hashes, desired="new", running=None, cannot_serve=()):
+        self.states = [BrokerState(i, h, True if running is None else running[i], i in cannot_serve)
+                       for i, h in enumerate(hashes)]
         self.desired = desired
         self.calls: list[tuple[str, int]] = []
 
@@ -202,9 +203,48 @@ def test_reconcile_never_restarts_a_healthy_broker_while_another_is_down():
 
 
 def test_reconcile_restarts_a_stale_broker_that_is_down_first():
-    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True])
+    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True], cannot_serve={1})
     result = step(fake, 3, view_of({0, 2}, under=[("t", 0)]))
     assert result.restarted == 1 and fake.calls == [("restart", 1)]
+
+
+def test_reconcile_never_restarts_an_unready_broker_that_may_be_the_last_in_sync_replica():
+    """A paused process or a probe flap: the pod runs, is not Ready, Metadata may not list it, but
+    it is still in the ISR; restarting it would take the partition under min.insync.replicas."""
+    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True])
+    last = ClusterView(registered=frozenset({0, 2}), default_min_insync=2,
+                       partitions=(part("t", 0, (0, 1, 2), (1,)), part("u", 0, (0, 1, 2), (1, 2))))
+    result = step(fake, 3, last)
+    assert result.restarted is None and fake.calls == [] and "broker 1" in result.waiting
+    assert "t-0" in result.waiting and "u-0" in result.waiting
+    # the same broker stuck in a crash loop holds nothing: restarted at once
+    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True], cannot_serve={1})
+    assert step(fake, 3, last).restarted == 1
+    # out of every ISR (the leader shrank it), the unready broker is restarted through the check
+    fake = FakeOrchestrator(["old", "old", "old"], running=[True, False, True])
+    out = ClusterView(registered=frozenset({0, 2}), default_min_insync=2,
+                      partitions=(part("t", 0, (0, 1, 2), (0, 2)),))
+    assert step(fake, 3, out).restarted == 1
+    # ...but never while another broker is down too
+    fake = FakeOrchestrator(["old", "old", "old"], running=[False, False, True])
+    assert step(fake, 3, ClusterView(registered=frozenset({2}))).restarted is None
+
+
+def test_which_pods_cannot_be_serving():
+    from odradek.operator.orchestrator import cannot_serve
+
+    def pod(phase="Running", **container):
+        return {"status": {"phase": phase, "containerStatuses": [{"name": "broker", **container}]}}
+
+    running = {"running": {"startedAt": "T"}}
+    assert cannot_serve(pod("Pending"))
+    assert cannot_serve(pod(state={"waiting": {"reason": "CrashLoopBackOff"}}))
+    assert cannot_serve(pod(state={"waiting": {"reason": "ImagePullBackOff"}}))
+    assert cannot_serve(pod(state={"waiting": {"reason": "ContainerCreating"}}))
+    assert cannot_serve(pod(state={"terminated": {"exitCode": 1}}))
+    assert cannot_serve(pod(state=running, started=False)), "its startup probe has not passed"
+    assert not cannot_serve(pod(state=running, started=True, ready=False)), "not Ready may still be in sync"
+    assert not cannot_serve(pod(state=running, ready=True))
 
 
 def test_reconcile_scales_up_before_rolling_and_waits_for_the_new_brokers():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +24,11 @@ from odradek.common.security.scram import ScramCredential
 log = logging.getLogger(__name__)
 
 USERS_PATH = "/config/users"
+DECOY_SECRET_PATH = "/scram_decoy_secret"
+"""Keys the decoy salts of unknown users (broker/security/scram_server), the same on every broker of
+the cluster, so that comparing two brokers' answers does not tell a made-up user from a real one.
+Not Kafka's (Kafka answers an unknown user with a failure at once)."""
+DECOY_SECRET_BYTES = 32
 
 
 def user_path(user: str) -> str:
@@ -53,6 +59,8 @@ class CredentialCache:
 
     def __init__(self) -> None:
         self._users: dict[str, dict[str, ScramCredential]] = {}
+        self.decoy_secret = secrets.token_bytes(DECOY_SECRET_BYTES)
+        """This broker's until the cluster's is read (CredentialLoader.load_all)."""
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._users.get(user, {}).get(mechanism)
@@ -113,6 +121,24 @@ def read_user_configs_blocking(calls: Any, users: Iterable[str] | None) -> dict[
     return out
 
 
+def decoy_secret_blocking(calls: Any) -> bytes:
+    """The cluster's decoy secret, created by the first broker that asks (in a thread)."""
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+
+    for _ in range(3):
+        try:
+            data, _ = calls.get(DECOY_SECRET_PATH)
+            if len(data) == DECOY_SECRET_BYTES:
+                return bytes(data)
+            raise ValueError(f"{DECOY_SECRET_PATH} holds {len(data)} bytes, not {DECOY_SECRET_BYTES}")
+        except NoNodeError:
+            try:
+                calls.create(DECOY_SECRET_PATH, secrets.token_bytes(DECOY_SECRET_BYTES))
+            except NodeExistsError:
+                pass
+    raise ValueError(f"{DECOY_SECRET_PATH} could not be read")
+
+
 class CredentialLoader:
     """Fills a CredentialCache from ZooKeeper; DynamicConfigManager calls `on_entity_changes`."""
 
@@ -124,6 +150,10 @@ class CredentialLoader:
         return await asyncio.to_thread(read_user_configs_blocking, self.zk.calls, users)
 
     async def load_all(self) -> None:
+        try:
+            self.cache.decoy_secret = await asyncio.to_thread(decoy_secret_blocking, self.zk.calls)
+        except ValueError as e:
+            log.warning("keeping this broker's own SCRAM decoy secret: %s", e)
         read = await self._read(None)
         self.cache.replace_all({user: got[0] for user, got in read.items() if got is not None})
         log.info("SCRAM credentials loaded for %d users", len(self.cache.users()))

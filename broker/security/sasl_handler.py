@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,8 +43,6 @@ class SaslHandler:
         self.credentials = credentials
         self.error_response = error_response
         self.clock = clock
-        self._secret = secrets.token_bytes(32)
-        """Keys the decoy salts of unknown users (scram_server)."""
         self.max_request_bytes_unauthenticated = settings.max_receive_size
         """The socket server bounds a new connection's frames by this until `conn.authenticated()`."""
         self.bad_input = RateLimitedLog(log)
@@ -55,7 +52,7 @@ class SaslHandler:
     def new_server(self, mechanism: str) -> SaslServer:
         if mechanism == "PLAIN":
             return PlainServer(self.settings.plain_users)
-        return ScramServer(scram.MECHANISMS[mechanism], self.credentials.get, self._secret)
+        return ScramServer(scram.MECHANISMS[mechanism], self.credentials.get, self.credentials.decoy_secret)
 
     def _authenticator(self, conn: Any) -> SaslServerAuthenticator:
         auth: SaslServerAuthenticator | None = getattr(conn, "sasl_authenticator", None)

@@ -2,8 +2,9 @@
 
 Kafka's ScramSaslServer, with one difference it does not have: an unknown user (or one without a
 credential for this mechanism, or with one below 4096 iterations) gets a server-first message with
-a salt derived from the username and a secret of this broker, and fails only at the proof, in the
-same words as a wrong password (RFC 5802 section 9), so no answer tells whether a user exists.
+a salt derived from the username and a secret shared by the cluster's brokers (credential_cache),
+and fails only at the proof, in the same words as a wrong password (RFC 5802 section 9), so no
+answer, nor two brokers' answers compared, tells whether a user exists.
 The proof is checked with hmac.compare_digest; the nonce of the final message must end with the
 one this exchange made (Kafka's rule), so a proof replayed from another exchange fails.
 """

@@ -457,3 +457,20 @@ def test_sasl_requests_on_a_listener_without_sasl(sasl_cluster):
     keys = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys}
     assert keys[17] == (0, 1) and keys[36] == (0, 2) and keys[50] == (0, 0) and keys[51] == (0, 0)
     assert raw.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == ErrorCode.illegal_sasl_state
+
+
+def test_an_unknown_user_gets_the_same_challenge_from_every_broker(sasl_cluster):
+    """A made-up user's salt is stable and the same on both brokers, as a real user's is."""
+    ports = [int(hp.rsplit(":", 1)[1]) for hp in sasl_cluster.client_bootstrap.split(",")]
+
+    def salt(port: int, user: str) -> str:
+        raw = Raw(port)
+        raw.call(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+        first = raw.call(SaslAuthenticateRequest(auth_bytes=f"n,,n={user},r=abc".encode()))
+        raw.close()
+        attrs = dict(kv.split("=", 1) for kv in first.auth_bytes.decode().split(","))
+        return attrs["s"] + "/" + attrs["i"]
+
+    for user in ("ghost", "alice"):
+        salts = {salt(port, user) for port in ports for _ in range(2)}
+        assert len(salts) == 1, (user, salts)

@@ -59,7 +59,7 @@ from odradek.broker.transaction.transaction_state_manager import (
 )
 from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.broker.zk_client import BrokerZkClient
-from odradek.common import messages, process_logging
+from odradek.common import messages, process_logging, zk_security
 from odradek.common.bounded_exit import end_leftover_tasks, within
 from odradek.common.clock import Clock, now_ms
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
@@ -656,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         config = BrokerConfig.from_properties(load_properties(args.config, args.override))
         check_listener_security(config)
         check_sasl_listeners(config)
+        zk_security.from_config(config)  # ZooKeeper identity and TLS: a bad one fails here, in one line
     except (ConfigException, OSError, ValueError) as e:  # one clear line, no traceback
         log.error("invalid configuration: %s", e)
         return 1

@@ -24,7 +24,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kio.schema.errors import ErrorCode
 
-from odradek.common import zk_data
+from odradek.common import zk_data, zk_security
 from odradek.common.config import ZkClientConfig
 from odradek.common.errors import KafkaError
 from odradek.common.zk_calls import BoundedCalls
@@ -130,6 +130,7 @@ class BrokerZkClient:
         self.hosts, self.chroot = split_connect(config.zookeeper_connect)
         self.session_timeout_s = config.zookeeper_session_timeout_ms / 1000
         self.connection_timeout_s = config.zookeeper_connection_timeout_ms / 1000
+        self.zk_security = zk_security.from_config(config)
         self.zk: KazooClient | None = None
         self.calls: BoundedCalls | None = None
         self.broker_epoch: int = -1
@@ -165,8 +166,8 @@ class BrokerZkClient:
 
     def _start_blocking(self) -> None:
         try:
-            ensure_chroot(self.config.zookeeper_connect, self.connection_timeout_s, self._abort)
-            zk = new_client(self.hosts + self.chroot, self.session_timeout_s)
+            ensure_chroot(self.config.zookeeper_connect, self.connection_timeout_s, self._abort, self.zk_security)
+            zk = new_client(self.hosts + self.chroot, self.session_timeout_s, self.zk_security)
             zk.add_listener(self._on_state)
             start_client(zk, self.connection_timeout_s, self._abort)
         except TimeoutError as e:

@@ -163,6 +163,30 @@ class ZkClientConfig(_KafkaKeys):
     """ZooKeeper session timeout: a silent broker loses its registration after this long."""
     zookeeper_connection_timeout_ms: Int = Field(18000, alias="zookeeper.connection.timeout.ms")
     """How long to wait for a connection to ZooKeeper."""
+    zookeeper_set_acl: bool = Field(False, alias="zookeeper.set.acl")
+    """Znodes this process creates get Kafka's secure ACLs (common/zk_security): only the
+    cluster's identity writes them, the world reads them except credentials."""
+    java_security_auth_login_config: str | None = Field(None, alias="java.security.auth.login.config")
+    """A JAAS file (as Kafka's JVM property of that name) whose Client section's username and
+    password are this process's ZooKeeper digest identity."""
+    zookeeper_sasl_clientconfig: str = Field("Client", alias="zookeeper.sasl.clientconfig")
+    """The JAAS file's section for ZooKeeper."""
+    zookeeper_ssl_client_enable: bool = Field(False, alias="zookeeper.ssl.client.enable")
+    """Connect to ZooKeeper over TLS (its secureClientPort)."""
+    zookeeper_ssl_keystore_location: str | None = Field(None, alias="zookeeper.ssl.keystore.location")
+    """PEM key and certificate chain presented to ZooKeeper (its x509 identity)."""
+    zookeeper_ssl_keystore_type: str | None = Field(None, alias="zookeeper.ssl.keystore.type")
+    """PEM only."""
+    zookeeper_ssl_keystore_password: Annotated[str | None, Kafka(ConfigType.PASSWORD)] = Field(
+        None, alias="zookeeper.ssl.keystore.password")
+    """The password of an encrypted private key in the key store."""
+    zookeeper_ssl_truststore_location: str | None = Field(None, alias="zookeeper.ssl.truststore.location")
+    """PEM CA certificates that ZooKeeper's certificate must chain to."""
+    zookeeper_ssl_truststore_type: str | None = Field(None, alias="zookeeper.ssl.truststore.type")
+    """PEM only."""
+    zookeeper_ssl_endpoint_identification_algorithm: str = Field(
+        "HTTPS", alias="zookeeper.ssl.endpoint.identification.algorithm")
+    """HTTPS: ZooKeeper's certificate must name the host connected to; empty turns the check off."""
     metrics_port: Int = Field(-1, alias="metrics.port")
     """Port of the Prometheus endpoint (GET /metrics); -1 = none, 0 = any free port. Kafka has no
     such key (it exposes JMX, read by an exporter agent); here the process serves the metrics."""

@@ -10,6 +10,10 @@ its session had expired. Here a disconnected client tries at least every
 RECONNECT_MAX_DELAY_S (plus jitter) for as long as it runs, and no attempt waits much longer
 than HANDSHAKE_TIMEOUT_S for an answer, so a session outlives any outage once the server is back
 (it restores sessions with a fresh timeout when it starts again).
+
+Security (common/zk_security) is applied here, the one place clients are made: the digest
+identity and TLS settings go to kazoo, and every znode created without explicit ACLs gets
+Kafka's default ACLs for its path (creates, `ensure_path`, `makepath` and transactions alike).
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from __future__ import annotations
 import math
 import threading
 import time
+from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.retry import KazooRetry
+
+from .zk_security import NO_SECURITY, ZkSecurity
 
 RECONNECT_MAX_DELAY_S = 1.0
 """Longest pause between two connection attempts (jitter adds at most 20 %)."""
@@ -52,10 +59,34 @@ def attempt_hosts(connect: str, session_timeout_s: float) -> str:
     return ",".join([hosts] * copies) + chroot
 
 
-def new_client(connect: str, session_timeout_s: float) -> KazooClient:
-    """A kazoo client (not started) with the bounded reconnect policy and short handshakes."""
-    return KazooClient(hosts=attempt_hosts(connect, session_timeout_s), timeout=session_timeout_s,
-                       connection_retry=connection_retry())
+class _Transaction(TransactionRequest):
+    def create(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
+               sequence: bool = False) -> None:
+        policy: ZkSecurity = self.client.zk_security
+        super().create(path, value, policy.acls(path) if acl is None else acl, ephemeral, sequence)
+
+
+class SecureKazooClient(KazooClient):
+    """A KazooClient whose znodes get `zk_security`'s ACLs for their path unless given others
+    (kazoo's `default_acl` is one list for every path; Kafka's depends on the path)."""
+
+    def __init__(self, zk_security: ZkSecurity, **kwargs: Any):
+        super().__init__(**kwargs, **zk_security.client_kwargs())
+        self.zk_security = zk_security
+
+    def create_async(self, path: str, value: bytes = b"", acl: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return super().create_async(path, value, self.zk_security.acls(path) if acl is None else acl,
+                                    *args, **kwargs)
+
+    def transaction(self) -> TransactionRequest:
+        return _Transaction(self)
+
+
+def new_client(connect: str, session_timeout_s: float, security: ZkSecurity = NO_SECURITY) -> KazooClient:
+    """A kazoo client (not started) with the bounded reconnect policy, short handshakes, and
+    `security`'s identity, TLS and ACLs."""
+    return SecureKazooClient(security, hosts=attempt_hosts(connect, session_timeout_s), timeout=session_timeout_s,
+                             connection_retry=connection_retry())
 
 
 def close_client(zk: KazooClient, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
@@ -85,12 +116,13 @@ def start_client(zk: KazooClient, timeout: float, stop: threading.Event | None =
                 "(stopping)" if stop is not None and stop.is_set() else f"within {timeout:.0f}s"))
 
 
-def ensure_chroot(connect: str, timeout: float = 10.0, stop: threading.Event | None = None) -> None:
+def ensure_chroot(connect: str, timeout: float = 10.0, stop: threading.Event | None = None,
+                  security: ZkSecurity = NO_SECURITY) -> None:
     """Create the chroot of `connect` (if it has one) with a chroot-less client."""
     hosts, chroot = split_connect(connect)
     if not chroot:
         return
-    zk = new_client(hosts, timeout)
+    zk = new_client(hosts, timeout, security)
     start_client(zk, timeout, stop)
     try:
         zk.ensure_path_async(chroot).get(timeout=timeout)

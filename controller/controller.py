@@ -21,6 +21,7 @@ from kazoo.protocol.states import KazooState
 from kio.schema.errors import ErrorCode
 
 from odradek.common import zk_data as z
+from odradek.common import zk_security
 from odradek.common.api_key import ApiKey
 from odradek.common.config import ControllerConfig, parse_listeners
 from odradek.common.messages import LeaderAndIsrResponse
@@ -139,6 +140,7 @@ class KafkaController:
     def __init__(self, config: ControllerConfig, *, request_timeout: float = 30.0,
                  on_response: Callable[[int, object, object], None] | None = None, stop_grace: float = 10.0) -> None:
         self.config = config
+        self._zk_security = zk_security.from_config(config)
         self.stop_grace = stop_grace
         self.controller_id = config.controller_id
         self.request_timeout = request_timeout
@@ -293,6 +295,7 @@ class KafkaController:
         zk = ControllerZkClient(
             self.config.zookeeper_connect, self.config.zookeeper_session_timeout_ms,
             self.config.zookeeper_connection_timeout_ms, abort=self._stopping_threads,
+            security=self._zk_security,
         )
         try:
             await asyncio.to_thread(zk.start, self._stopping_threads)

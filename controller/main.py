@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from odradek.common import process_logging
+from odradek.common import process_logging, zk_security
 from odradek.common.bounded_exit import end_leftover_tasks
 from odradek.common.config import ControllerConfig, load_properties
 from odradek.common.metrics import MetricsServer, Registry
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = ControllerConfig.from_properties(load_properties(args.config, args.override))
         check_listener_security(config)
+        zk_security.from_config(config)  # ZooKeeper identity and TLS: a bad one fails here, in one line
     except Exception as e:  # missing keys, bad values, unreadable file: say so and exit 2
         print(f"odradek controller: bad configuration: {e}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ from odradek.common import zk_data as z
 from odradek.common.zk_calls import BoundedCalls
 from odradek.common.zk_connect import close_client, ensure_chroot, new_client, start_client
 from odradek.common.zk_data import BrokerInfo, ControllerInfo, LeaderIsrAndControllerEpoch, TopicAssignment
+from odradek.common.zk_security import NO_SECURITY, ZkSecurity
 
 from .context import ControllerContext, ReplicaAssignment, TopicPartition
 from .state_machine import StateWrite, with_partition
@@ -65,17 +66,18 @@ class ControllerZkClient:
     (the controller stopping), so no worker thread outlives a stop (common/zk_calls)."""
 
     def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int = 18000,
-                 abort: threading.Event | None = None):
+                 abort: threading.Event | None = None, security: ZkSecurity = NO_SECURITY):
         self.connect = connect
+        self.security = security
         self.session_timeout = session_timeout_ms / 1000
         self.connection_timeout = connection_timeout_ms / 1000
-        self.zk = new_client(connect, self.session_timeout)
+        self.zk = new_client(connect, self.session_timeout, security)
         self.calls = BoundedCalls(self.zk, self.connection_timeout, abort)
 
     # --- session -------------------------------------------------------------------------------
 
     def start(self, stop: threading.Event | None = None) -> None:
-        ensure_chroot(self.connect, self.connection_timeout, stop)
+        ensure_chroot(self.connect, self.connection_timeout, stop, self.security)
         start_client(self.zk, self.connection_timeout, stop)
         for path in z.PERSISTENT_PATHS:
             self.calls.ensure_path(path)

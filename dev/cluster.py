@@ -24,6 +24,7 @@ from odradek.common.config import CONTROLLER_ID_BASE, load_properties
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity, client_security_from_properties
 from odradek.common.zk_connect import ensure_chroot, new_client
+from odradek.common.zk_security import NO_SECURITY, ZkSecurity
 from odradek.dev.security import ClusterSecurity
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 
@@ -239,8 +240,11 @@ class LocalCluster:
         self.zookeeper: ZooKeeperServer | None = None
         if zookeeper_connect is None:
             netns, host = self.hosts.get("zookeeper", (None, "127.0.0.1"))
+            tls = None
+            if security is not None and security.zookeeper_tls:
+                tls = security.zookeeper_tls_files()
             self.zookeeper = ZooKeeperServer(self.data_dir / "zookeeper", port=zookeeper_port or None, host=host,
-                                             netns=netns)
+                                             netns=netns, tls=tls)
         self._broker_overrides = {k: str(v) for k, v in (broker_overrides or {}).items()}
         self._controller_overrides = {k: str(v) for k, v in (controller_overrides or {}).items()}
         self.log_settings = log_settings or LogSettings()
@@ -255,6 +259,11 @@ class LocalCluster:
         if self._external_zk is not None:
             return self._external_zk if "/" in self._external_zk else self._external_zk + DEFAULT_CHROOT
         return self.zookeeper.connect + DEFAULT_CHROOT
+
+    @property
+    def zk_security(self) -> ZkSecurity:
+        """How this class's own ZooKeeper clients (and tests) reach the cluster's ZooKeeper."""
+        return self.security.zk_security() if self.security is not None else NO_SECURITY
 
     @property
     def bootstrap(self) -> str:
@@ -365,7 +374,7 @@ class LocalCluster:
         try:
             if self.zookeeper is not None:
                 self.zookeeper.start()
-            ensure_chroot(self.zookeeper_connect, timeout=15)
+            ensure_chroot(self.zookeeper_connect, timeout=15, security=self.zk_security)
             if self.security is not None:
                 self.security.bootstrap(self.zookeeper_connect)
             for c in self.controllers:
@@ -400,7 +409,7 @@ class LocalCluster:
 
     def zk_client(self, timeout: float = 10.0) -> KazooClient:
         """A started kazoo client inside the cluster's chroot; the caller stops it."""
-        zk = new_client(self.zookeeper_connect, timeout)
+        zk = new_client(self.zookeeper_connect, timeout, self.zk_security)
         zk.start(timeout=timeout)
         return zk
 
@@ -526,9 +535,11 @@ class LocalCluster:
 # --- `odradek dev` ------------------------------------------------------------------------------
 
 
-def secure_cluster(directory: Path, brokers: int, controllers: int) -> ClusterSecurity:
-    """`--security`: TLS on every path, and clients on SASL_SSL with SCRAM-SHA-512 as a super user."""
-    security = ClusterSecurity(directory)
+def secure_cluster(directory: Path, brokers: int, controllers: int, zookeeper_tls: bool = False) -> ClusterSecurity:
+    """`--security`: TLS on every path, clients on SASL_SSL with SCRAM-SHA-512 as a super user,
+    znodes under ZooKeeper ACLs (zookeeper.set.acl) and, with `zookeeper_tls` (only for a
+    ZooKeeper LocalCluster runs itself), ZooKeeper on TLS only."""
+    security = ClusterSecurity(directory, zookeeper_acl=True, zookeeper_tls=zookeeper_tls)
     security.use_scram_client_listener(brokers, controllers)
     return security
 
@@ -546,7 +557,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to come up")
     parser.add_argument("--security", action="store_true",
                         help="TLS on every path (a generated CA in DATA_DIR/security), clients on SASL_SSL with "
-                        "SCRAM-SHA-512 as a generated super user; prints client.config=PATH")
+                        "SCRAM-SHA-512 as a generated super user, ZooKeeper on TLS only with zookeeper.set.acl; "
+                        "prints client.config=PATH")
     parser.add_argument("--advertised-host", default=None, metavar="HOST",
                         help="the host brokers advertise to clients (e.g. localhost); they still listen on 127.0.0.1")
     parser.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
@@ -594,8 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         controller_overrides=_pairs(args.controller_override),
         log_settings=LogSettings(args.log_level, args.log_file_max_bytes, args.log_file_backups),
         metrics=True,
-        security=secure_cluster(Path(args.data_dir).absolute() / "security", args.brokers, args.controllers)
-        if args.security else None,
+        security=secure_cluster(Path(args.data_dir).absolute() / "security", args.brokers, args.controllers,
+                                zookeeper_tls=True) if args.security else None,
         advertised_host=args.advertised_host,
     )
     log = lambda msg: print(f"odradek dev: {msg}", file=sys.stderr, flush=True)  # noqa: E731

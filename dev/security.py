@@ -11,6 +11,14 @@ localhost (and the advertised host), so clients that verify host names accept th
 - CONTROLLER: controller requests to brokers, SSL with client certificates required;
 - the controller's own listener: AlterPartition and ControlledShutdown, SSL, client certificates required.
 
+ZooKeeper (`zookeeper_acl`, on under `odradek dev --security`): every process sets
+`zookeeper.set.acl=true` with one digest identity (user `odradek`, a generated password in the
+JAAS file `zookeeper-jaas.conf`'s Client section, 0600), so only the cluster writes its znodes
+and nobody else reads `/config/users`; `zookeeper-client.properties` gives the same to
+`odradek users --zk-tls-config-file`. With `zookeeper_tls` (when LocalCluster runs ZooKeeper
+itself) ZooKeeper serves TLS only, with a certificate from the same CA, and every process and tool
+connects with `zookeeper.ssl.client.enable=true`.
+
 Principals are the certificates' common names (`ssl.principal.mapping.rules`): User:broker-0,
 User:controller-1000, User:client.
 """
@@ -29,9 +37,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from odradek.common import zk_security
+from odradek.common.zk_security import ZkSecurity
+from odradek.dev.zookeeper import ZooKeeperTls
+
 PRINCIPAL_RULES = "RULE:^CN=([^,]+)(,.*)?$/$1/,DEFAULT"
 """The principal of a certificate is its common name (User:broker-0, User:client)."""
 VALIDITY = datetime.timedelta(days=365)
+ZOOKEEPER_USER = "odradek"
+"""The digest user every process of the cluster shares towards ZooKeeper."""
 SUPER_USER = "admin"
 """The SCRAM user `odradek dev --security` creates for clients (a super user)."""
 
@@ -137,6 +151,10 @@ class ClusterSecurity:
     ca: CertificateAuthority | None = None
     scram_users: dict[str, str] = field(default_factory=dict, repr=False)
     """SCRAM-SHA-512 users (name → password) written to ZooKeeper before the brokers start (`bootstrap`)."""
+    zookeeper_acl: bool = False
+    """`zookeeper.set.acl=true` with the cluster's digest identity for every process and tool."""
+    zookeeper_tls: bool = False
+    """ZooKeeper serves TLS only and everyone connects with `zookeeper.ssl.client.enable=true`."""
 
     def use_scram_client_listener(self, brokers: int, controllers: int, user: str = SUPER_USER) -> None:
         """CLIENT becomes SASL_SSL with SCRAM-SHA-512 and one super user whose password is generated
@@ -164,7 +182,48 @@ class ClusterSecurity:
         from odradek.users import bootstrap_user
 
         for user, password in self.scram_users.items():
-            bootstrap_user(zookeeper_connect, user, password)
+            bootstrap_user(zookeeper_connect, user, password, security=self.zk_security())
+
+    @property
+    def zookeeper_jaas_path(self) -> Path:
+        return self.directory / "zookeeper-jaas.conf"
+
+    @property
+    def zookeeper_client_config_path(self) -> Path:
+        """`odradek users --zk-tls-config-file` (and any tool reaching ZooKeeper) as the cluster does."""
+        return self.directory / "zookeeper-client.properties"
+
+    def zookeeper_tls_files(self) -> ZooKeeperTls:
+        """The key and trust stores of a TLS-only ZooKeeper server."""
+        return ZooKeeperTls(keystore=self.keystore("zookeeper"), truststore=self.ca_path)
+
+    def zookeeper_properties(self, keystore: Path | None = None) -> dict[str, str]:
+        """The `zookeeper.*` client keys of a process (or, without `keystore`, of a tool)."""
+        props: dict[str, str] = {}
+        if self.zookeeper_acl:
+            props.update({"zookeeper.set.acl": "true",
+                          "java.security.auth.login.config": str(self.zookeeper_jaas_path)})
+        if self.zookeeper_tls:
+            props.update({"zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.type": "PEM",
+                          "zookeeper.ssl.truststore.location": str(self.ca_path)})
+            if keystore is not None:
+                props.update({"zookeeper.ssl.keystore.type": "PEM", "zookeeper.ssl.keystore.location": str(keystore)})
+        return props
+
+    def zk_security(self) -> ZkSecurity:
+        """How this process (tests, `odradek dev`) reaches the cluster's ZooKeeper."""
+        return zk_security.from_properties(self.zookeeper_properties())
+
+    def _write_zookeeper_files(self) -> None:
+        path = self.directory / f"{ZOOKEEPER_USER}.zookeeper.password"
+        if not path.exists():
+            _write_private(path, secrets.token_urlsafe(24).encode())
+        password = path.read_text().strip()
+        _write_private(self.zookeeper_jaas_path, (
+            "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  username="{ZOOKEEPER_USER}"\n  password="{password}";\n}};\n').encode())
+        text = "".join(f"{k}={v}\n" for k, v in self.zookeeper_properties().items())
+        _write_private(self.zookeeper_client_config_path, text.encode())
 
     @property
     def ca_path(self) -> Path:
@@ -190,6 +249,8 @@ class ClusterSecurity:
             self.keystore(f"controller-{j}")
         self.keystore("client")
         self.write_client_config()
+        if self.zookeeper_acl or self.zookeeper_tls:
+            self._write_zookeeper_files()
         return self
 
     def keystore(self, name: str) -> Path:
@@ -224,6 +285,7 @@ class ClusterSecurity:
         """Broker `i`'s security keys (its listeners are LocalCluster's: CLIENT, INTERNAL, CONTROLLER)."""
         return {
             **self._common(self.keystore(f"broker-{i}")),
+            **self.zookeeper_properties(self.keystore(f"broker-{i}")),
             "listener.security.protocol.map": f"CLIENT:{self.client_protocol},INTERNAL:SSL,CONTROLLER:SSL",
             "inter.broker.listener.name": "INTERNAL",
             "control.plane.listener.name": "CONTROLLER",
@@ -235,6 +297,7 @@ class ClusterSecurity:
     def controller_overrides(self, j: int) -> dict[str, str]:
         return {
             **self._common(self.keystore(f"controller-{j}")),
+            **self.zookeeper_properties(self.keystore(f"controller-{j}")),
             "listener.security.protocol.map": "CONTROLLER:SSL",
             "ssl.client.auth": "required",
             "inter.broker.listener.name": "INTERNAL",

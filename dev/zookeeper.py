@@ -3,6 +3,11 @@
 Used by `odradek dev` and by the test fixtures, so there is one way to start one. It binds
 127.0.0.1 only and is ready when the `srvr` four-letter command answers (connecting earlier can
 stall kazoo for seconds).
+
+With `tls` it serves TLS only (Kafka's `zookeeper.ssl.client.enable` clients): Netty's
+connection factory, a `secureClientPort` and no plaintext `clientPort` at all. Key and trust
+stores are PEM files (ZooKeeper 3.8 reads `ssl.keyStore.type=PEM`); client certificates are
+asked for but not required, so a certificate is an extra (x509) identity, not the only one.
 """
 
 import ctypes
@@ -10,9 +15,11 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -35,6 +42,18 @@ CLASSPATH_JARS = (
     "/usr/share/java/slf4j-api.jar",
     "/usr/share/java/slf4j-simple.jar",
 )
+NETTY_JARS = tuple(f"/usr/share/java/netty-{name}.jar" for name in (
+    "buffer", "codec", "common", "handler", "resolver", "transport", "transport-native-epoll",
+    "transport-native-unix-common"))
+"""What ZooKeeper's NettyServerCnxnFactory (the only one that speaks TLS) needs, from Debian's package."""
+
+
+@dataclass(frozen=True)
+class ZooKeeperTls:
+    keystore: Path
+    """PEM: the server's private key and certificate chain."""
+    truststore: Path
+    """PEM: the CA certificates client certificates must chain to."""
 
 
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -79,8 +98,14 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     return [free_port(host) for _ in range(n)]
 
 
-def four_letter(host: str, port: int, word: bytes = b"srvr", timeout: float = 1.0) -> bytes:
-    with socket.create_connection((host, port), timeout=timeout) as s:
+def four_letter(host: str, port: int, word: bytes = b"srvr", timeout: float = 1.0,
+                tls: ZooKeeperTls | None = None) -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        s = raw
+        if tls is not None:
+            context = ssl.create_default_context(cafile=str(tls.truststore))
+            context.check_hostname = False  # readiness of our own child, reached by address
+            s = context.wrap_socket(raw)
         s.sendall(word)
         chunks = []
         while chunk := s.recv(4096):
@@ -92,7 +117,8 @@ class ZooKeeperServer:
     """One standalone server. `start()` returns when it serves; `stop()` always reaps it."""
 
     def __init__(self, data_dir: Path, port: int | None = None, tick_ms: int = 500, host: str = "127.0.0.1",
-                 netns: str | None = None):
+                 netns: str | None = None, tls: ZooKeeperTls | None = None):
+        self.tls = tls
         self.data_dir = Path(data_dir)
         self.host = host
         self.netns = netns
@@ -118,11 +144,17 @@ class ZooKeeperServer:
         java = self._java()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
+        if self.tls is None:
+            ports = f"clientPort={self.port}\nclientPortAddress={self.host}\n"
+        else:
+            ports = (f"secureClientPort={self.port}\nsecureClientPortAddress={self.host}\n"
+                     f"ssl.keyStore.location={self.tls.keystore}\nssl.keyStore.type=PEM\n"
+                     f"ssl.trustStore.location={self.tls.truststore}\nssl.trustStore.type=PEM\n"
+                     "ssl.clientAuth=want\n")
         cfg.write_text(
             f"tickTime={self.tick_ms}\n"
             f"dataDir={self.data_dir / 'data'}\n"
-            f"clientPort={self.port}\n"
-            f"clientPortAddress={self.host}\n"
+            f"{ports}"
             "maxClientCnxns=0\n"
             "admin.enableServer=false\n"
             "4lw.commands.whitelist=srvr,ruok,stat,mntr\n"
@@ -130,13 +162,16 @@ class ZooKeeperServer:
             "maxSessionTimeout=60000\n"
         )
         log = open(self.data_dir / "zookeeper.log", "ab")
-        classpath = ":".join(j for j in CLASSPATH_JARS if Path(j).exists())
+        jars = CLASSPATH_JARS + (NETTY_JARS if self.tls is not None else ())
+        classpath = ":".join(j for j in jars if Path(j).exists())
+        netty = (["-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"]
+                 if self.tls is not None else [])
         self.process = subprocess.Popen(
             [
                 *(["ip", "netns", "exec", self.netns] if self.netns else []),
                 java, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 "-Dzookeeper.admin.enableServer=false",
-                "-Dzookeeper.4lw.commands.whitelist=*",
+                "-Dzookeeper.4lw.commands.whitelist=*", *netty,
                 "-cp", classpath,
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),
             ],
@@ -149,7 +184,7 @@ class ZooKeeperServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"ZooKeeper exited with {self.process.returncode}; see {self.data_dir}/zookeeper.log")
             try:
-                if b"Mode:" in four_letter(self.host, self.port):
+                if b"Mode:" in four_letter(self.host, self.port, tls=self.tls):
                     return self
             except OSError:
                 pass

@@ -8,7 +8,10 @@
 `--password-file -` reads the password from stdin (first line), so it need not be on the command
 line. The credential is written as Kafka writes it (`/config/users/<user>`, ScramCredentialUtils'
 string) with a `/config/changes` notification in the same transaction, so running brokers apply
-it within seconds. Once brokers run, AlterUserScramCredentials (any Kafka admin client) does the same.
+it within seconds. With `--zk-tls-config-file FILE` (Kafka's option; any of the brokers'
+`zookeeper.*` client keys) the tool connects over TLS and/or with the cluster's digest identity,
+and the znodes it creates get the cluster's ACLs. Once brokers run, AlterUserScramCredentials
+(any Kafka admin client) does the same.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from odradek.broker.security.credential_cache import (
     user_entity_path,
     user_path,
 )
-from odradek.common import zk_data
+from odradek.common import zk_data, zk_security
+from odradek.common.config_def import ConfigException
 from odradek.common.security import scram
 from odradek.common.zk_connect import close_client, ensure_chroot, new_client, start_client
+from odradek.common.zk_security import NO_SECURITY, ZkSecurity
 
 DEFAULT_ITERATIONS = scram.MIN_ITERATIONS
 _ITEM = re.compile(r"\s*(SCRAM-SHA-(?:256|512))\s*(?:=\s*\[([^\]]*)\])?\s*(?:,|$)", re.IGNORECASE)
@@ -132,10 +137,11 @@ def changes(adds: list[tuple[str, int, str]], deletes: list[str]):
 
 
 def bootstrap_user(zookeeper_connect: str, user: str, password: str, mechanisms: tuple[str, ...] = ("SCRAM-SHA-512",),
-                   iterations: int = DEFAULT_ITERATIONS, timeout: float = 15.0) -> None:
+                   iterations: int = DEFAULT_ITERATIONS, timeout: float = 15.0,
+                   security: ZkSecurity = NO_SECURITY) -> None:
     """Create or replace a user's SCRAM credentials before (or while) brokers run (`odradek dev --security`)."""
-    ensure_chroot(zookeeper_connect, timeout)
-    zk = new_client(zookeeper_connect, timeout)
+    ensure_chroot(zookeeper_connect, timeout, security=security)
+    zk = new_client(zookeeper_connect, timeout, security)
     start_client(zk, timeout)
     try:
         write_user(zk, user, changes([(m, iterations, password) for m in mechanisms], []))
@@ -159,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
         raise ToolError("--add-scram and --delete-scram need --entity-name")
     if not (adds or deletes or args.describe):
         raise ToolError("say what to do: --add-scram, --delete-scram or --describe")
-    ensure_chroot(args.zookeeper, args.timeout)
-    zk = new_client(args.zookeeper, args.timeout)
+    security = zk_security.from_properties_file(args.zk_tls_config_file) if args.zk_tls_config_file else NO_SECURITY
+    ensure_chroot(args.zookeeper, args.timeout, security=security)
+    zk = new_client(args.zookeeper, args.timeout, security)
     start_client(zk, args.timeout)
     try:
         if adds or deletes:
@@ -188,6 +195,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--password-file", help="read the password from this file's first line ('-': stdin)")
     p.add_argument("--describe", action="store_true", help="list users' SCRAM mechanisms and iterations")
     p.add_argument("--json", action="store_true", help="--describe as JSON lines")
+    p.add_argument("--zk-tls-config-file", "--zk-config-file", metavar="FILE",
+                   help="ZooKeeper client properties as the brokers have them: zookeeper.set.acl, "
+                        "java.security.auth.login.config (digest identity), zookeeper.ssl.*")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for ZooKeeper")
     return p.parse_args(argv)
 
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return run(args)
-    except (ToolError, OSError, TimeoutError) as e:
+    except (ToolError, OSError, TimeoutError, ConfigException) as e:
         print(f"odradek users: {e}", file=sys.stderr)
         return 1
 

@@ -43,6 +43,16 @@ class LogSettings:
     backups: int = process_logging.DEFAULT_BACKUP_COUNT
 
 
+SECRET_KEY_ENDINGS = ("password", "jaas.config", "keystore.key", "keystore.certificate.chain",
+                      "truststore.certificates")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a config key holds a secret (Kafka's PASSWORD type keys, and their listener copies):
+    its value never reaches a log line."""
+    return key.lower().endswith(SECRET_KEY_ENDINGS)
+
+
 @dataclass
 class ManagedProcess:
     """One `odradek broker|controller` child process, its overrides and its log files: the process
@@ -64,20 +74,21 @@ class ManagedProcess:
     def out_path(self) -> Path:
         return self.log_path.with_suffix(".out")
 
-    def argv(self) -> list[str]:
+    def argv(self, shown: bool = False) -> list[str]:
+        """The command line; `shown`: as written to the log, with secret values masked."""
         prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         args = [*prefix, sys.executable, "-m", "odradek.cli", self.role, "--log-level", self.log_settings.level,
                 "--log-file", str(self.log_path), "--log-file-max-bytes", str(self.log_settings.max_bytes),
                 "--log-file-backups", str(self.log_settings.backups)]
         for key, value in self.overrides.items():
-            args += ["--override", f"{key}={value}"]
+            args += ["--override", f"{key}={'[hidden]' if shown and is_secret_key(key) else value}"]
         return args
 
     def start(self) -> "ManagedProcess":
         if self.alive:
             raise ClusterError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        started = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv())}\n".encode()
+        started = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv(shown=True))}\n".encode()
         with open(self.log_path, "ab") as log:
             log.write(started)
         with open(self.out_path, "ab") as out:

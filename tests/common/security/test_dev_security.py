@@ -61,3 +61,14 @@ def test_advertised_host_is_the_client_listener_only(tmp_path):
     assert ports == {name: port for name, _, port in parse_listeners(overrides["advertised.listeners"])}
     check_listeners(BrokerConfig.from_properties(overrides))
     assert cluster.bootstrap == "localhost:19192,localhost:19193"
+
+
+def test_secret_overrides_never_reach_the_process_log(tmp_path):
+    """The "starting:" line LocalCluster writes to each process's log masks every secret value."""
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="s3cret-pw";'
+    process = _cluster(tmp_path).brokers[0]
+    process.overrides.update({"listener.name.client.plain.sasl.jaas.config": jaas,
+                              "ssl.key.password": "s3cret-key", "zookeeper.digest.password": "s3cret-zk"})
+    shown = " ".join(process.argv(shown=True))
+    assert "s3cret" not in shown and "listener.name.client.plain.sasl.jaas.config=[hidden]" in shown
+    assert jaas in " ".join(process.argv())  # the child process still gets them

@@ -147,6 +147,12 @@ class KafkaServer:
                 lambda: zk.calls, lambda: zk.session_id, self.clock)
             await self.authorizer.start()
             zk.registration_listeners.append(self.authorizer.on_registration)
+            own = {name: config.security_protocol(name)
+                   for name in (config.control_plane_listener_name, config.inter_broker_listener)}
+            for name in self.authorizer.unauthenticated_peers_refused(own):
+                log.warning("listener %s is PLAINTEXT: the controller's and the brokers' requests there come as "
+                            "User:ANONYMOUS, which has no CLUSTER_ACTION on the Cluster; they will be refused "
+                            "(grant it, or authenticate those listeners and list their users in super.users)", name)
         self.log_manager = LogManager(log_dirs(config), self.dynamic_config.current, clock=self.clock)
         await self._load_logs()
         self.metadata_cache = MetadataCache(config.broker_id)

@@ -19,11 +19,19 @@ import logging
 from collections.abc import Callable, Sequence
 
 from odradek.common.clock import Clock, now_ms
-from odradek.common.network.request_context import RequestContext
+from odradek.common.network.request_context import ANONYMOUS, RequestContext
 from odradek.common.zk_calls import BoundedCalls
 
 from . import zk_acl_store as store
-from .acl import AccessControlEntry, AclBinding, AclBindingFilter, AclOperation, ResourcePattern, ResourceType
+from .acl import (
+    CLUSTER_NAME,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    ResourcePattern,
+    ResourceType,
+)
 from .decision import AclSnapshot, Settings, authorize, authorize_by_type, parse_super_users
 
 log = logging.getLogger(__name__)
@@ -51,7 +59,7 @@ class AclAuthorizer:
         self._calls = calls
         self._session_id = session_id
         self.snapshot = AclSnapshot()
-        self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
+        self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str | None], bool] = {}
         self._last_seen: dict[str, int] = dict.fromkeys(store.CHANGE_PATHS, -1)
         self._created: dict[tuple[str, str], int] = {}
         self._wake = asyncio.Event()
@@ -88,8 +96,25 @@ class AclAuthorizer:
         return allowed
 
     def authorize_by_type(self, context: RequestContext, op: AclOperation, resource_type: ResourceType) -> bool:
-        return authorize_by_type(self.snapshot, self.settings, str(context.principal), host_of(context), op,
-                                 resource_type)
+        """Walks every ACL of the type (once per snapshot: the answer is cached with the others)."""
+        principal, host = str(context.principal), host_of(context)
+        key = (principal, host, op, resource_type, None)
+        allowed = self._decisions.get(key)
+        if allowed is None:
+            allowed = authorize_by_type(self.snapshot, self.settings, principal, host, op, resource_type)
+            if len(self._decisions) >= DECISION_CACHE_MAX:
+                self._decisions.clear()
+            self._decisions[key] = allowed
+        return allowed
+
+    def unauthenticated_peers_refused(self, listeners: dict[str, str]) -> list[str]:
+        """The PLAINTEXT/SSL listeners among `listeners` (name → security protocol, those the
+        cluster's own requests use) whose User:ANONYMOUS may not CLUSTER_ACTION: the brokers' and the
+        controller's requests arriving there would all be refused (a start-up hint, as Kafka gives none)."""
+        if authorize(self.snapshot, self.settings, ANONYMOUS, "127.0.0.1", AclOperation.CLUSTER_ACTION,
+                     ResourceType.CLUSTER, CLUSTER_NAME):
+            return []
+        return sorted(name for name, protocol in listeners.items() if protocol == "PLAINTEXT")
 
     def acls(self, binding_filter: AclBindingFilter) -> list[AclBinding]:
         """The bindings a DescribeAcls filter matches, from the snapshot (AclAuthorizer.acls)."""

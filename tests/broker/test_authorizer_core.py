@@ -233,3 +233,16 @@ def test_good_bindings_and_filters_pass():
     assert filter_error(f()) is None
     assert "resource type" in filter_error(f(rt=RT.UNKNOWN))
     assert "operation" in filter_error(f(op=OP.UNKNOWN))
+
+
+def test_start_up_hint_for_plaintext_cluster_listeners():
+    from odradek.broker.authorizer.acl_authorizer import AclAuthorizer
+
+    a = AclAuthorizer(Settings(), lambda: None)
+    listeners = {"CONTROLLER": "PLAINTEXT", "INTERNAL": "SASL_SSL"}
+    assert a.unauthenticated_peers_refused(listeners) == ["CONTROLLER"]
+    a.snapshot = AclSnapshot.of({ResourcePattern(RT.CLUSTER, "kafka-cluster", PT.LITERAL): [
+        ace("User:ANONYMOUS", OP.CLUSTER_ACTION)]})
+    assert a.unauthenticated_peers_refused(listeners) == []
+    assert AclAuthorizer(Settings(frozenset({"User:ANONYMOUS"})), lambda: None).unauthenticated_peers_refused(
+        listeners) == []

@@ -106,8 +106,28 @@ def acls(cluster):
     z = ZkAcls(zk)
     yield z
     z.clear()
+    settle(cluster, z)
     zk.stop()
     zk.close()
+
+
+def settle(cluster, z: ZkAcls) -> None:
+    """Wait until every broker applied the changes made so far, so the next test starts from the
+    same ACLs: a barrier ACL written after them is visible on each broker only once the earlier
+    notifications (lower sequence numbers, read in the same pass) were applied."""
+    barrier = unique("barrier")
+    z.add(acl(RT.TOPIC, barrier, OP.DESCRIBE))
+    for port in cluster.broker_ports:
+        wait_until(lambda port=port: _metadata_error(port, barrier) == ErrorCode.unknown_topic_or_partition,
+                   f"broker on port {port} applies the ACL changes", 15, 0.05)
+    z.clear()
+
+
+def _metadata_error(port: int, topic: str) -> ErrorCode:
+    mod = request_module(METADATA, 12)
+    (md,) = ask(port, [request(METADATA, 12, topics=(mod.MetadataRequestTopic(name=topic, topic_id=None),),
+                               allow_auto_topic_creation=False, include_topic_authorized_operations=False)])
+    return md.topics[0].error_code
 
 
 def eventually(check, what: str, timeout: float = 15.0):
@@ -216,8 +236,12 @@ def test_idempotent_and_transactional_producers(cluster, acls):
     topic, txn = unique("idem"), unique("txn")
     init = request(INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=wire.NO_THROTTLE,
                    producer_id=i64(-1), producer_epoch=-1)
-    (answer,) = ask(cluster.broker_ports[0], [init])
-    assert answer.error_code == ErrorCode.cluster_authorization_failed
+
+    def refused() -> None:  # (an earlier test's WRITE ACLs may still be on their way out)
+        (answer,) = ask(cluster.broker_ports[0], [init])
+        assert answer.error_code == ErrorCode.cluster_authorization_failed, answer
+
+    eventually(refused, "InitProducerId without WRITE anywhere")
 
     acls.add(acl(RT.TOPIC, topic, OP.CREATE), acl(RT.TOPIC, topic, OP.WRITE))
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})

@@ -279,9 +279,20 @@ class KafkaServer:
         self.metrics.register(self.request_stats.families)
         self.metrics.register(lambda: state_families(self))
         if self.config.metrics_port >= 0:
-            self.metrics_server = MetricsServer(self.metrics, self.config.metrics_host, self.config.metrics_port)
+            self.metrics_server = MetricsServer(self.metrics, self.config.metrics_host, self.config.metrics_port,
+                                                readiness=self.readiness)
             await self.metrics_server.start()
             log.info("metrics on %s", self.metrics_server.url)
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """GET /readyz (the pod's readiness probe): ready means what opening the client listeners
+        means: registered in ZooKeeper (not fenced) and caught up with the cluster (the
+        controller's first UpdateMetadata arrived), the client listeners serving."""
+        registered = self.zk is not None and self.zk.registered
+        caught_up = self.metadata_cache is not None and self.metadata_cache.initialized
+        serving = bool(self.data_plane_servers) and all(s.serving for s in self.data_plane_servers)
+        return registered and caught_up and serving, {
+            "brokerId": self.config.broker_id, "registered": registered, "caughtUp": caught_up, "serving": serving}
 
     async def _load_dynamic_configs(self) -> None:
         """The cluster's and this broker's dynamic configs, before anything uses the config."""

@@ -10,10 +10,12 @@ apply; the value of a *PerSec metric is its cumulative count (Prometheus takes t
 """
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +133,23 @@ class Registry:
 
 MAX_REQUEST_HEAD = 8192
 
+Readiness = Callable[[], tuple[bool, dict[str, Any]]]
+"""(ready, what the process says about itself) for GET /readyz: a broker registered and caught up,
+a controller connected to ZooKeeper (active or standby)."""
+
+HEALTH_PATHS = (b"/healthz", b"/readyz")
+
 
 class MetricsServer:
-    """GET /metrics over HTTP/1.x, one response per connection (what Prometheus does). Anything
-    else is 404/405; a request head larger than 8 KiB or slower than 5 s is dropped."""
+    """GET /metrics over HTTP/1.x, one response per connection (what Prometheus does), and the
+    pod probes: /healthz (liveness: 200 whenever the event loop runs, since the loop itself
+    answers: a hung loop answers nothing and the kubelet's timeout sees it) and /readyz (200 or
+    503 from `readiness`, a JSON body saying why). Anything else is 404/405; a request head larger
+    than 8 KiB or slower than 5 s is dropped."""
 
-    def __init__(self, registry: Registry, host: str, port: int) -> None:
+    def __init__(self, registry: Registry, host: str, port: int, readiness: Readiness | None = None) -> None:
         self.registry, self.host, self.port = registry, host, port
+        self.readiness = readiness
         self._server: asyncio.Server | None = None
 
     async def start(self) -> int:
@@ -164,12 +176,15 @@ class MetricsServer:
                 status, body = "400 Bad Request", "bad request\n"
             elif method not in (b"GET", b"HEAD"):
                 status, body = "405 Method Not Allowed", "GET /metrics\n"
-            elif parts[1].split(b"?", 1)[0] != b"/metrics":
+            elif (path := parts[1].split(b"?", 1)[0]) in HEALTH_PATHS:
+                status, body = self._health(path)
+            elif path != b"/metrics":
                 status, body = "404 Not Found", "GET /metrics\n"
             else:
                 status, body = "200 OK", self.registry.render()
             data = body.encode()
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            kind = "application/json" if body.startswith("{") else "text/plain; version=0.0.4; charset=utf-8"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
                          f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode())
             if method != b"HEAD":
                 writer.write(data)
@@ -178,3 +193,14 @@ class MetricsServer:
             pass
         finally:
             writer.close()
+
+    def _health(self, path: bytes) -> tuple[str, str]:
+        if path == b"/healthz" or self.readiness is None:
+            return "200 OK", json.dumps({"status": "alive"}) + "\n"
+        try:
+            ready, detail = self.readiness()
+        except Exception as e:  # a failing check is an unready process, never a dropped probe
+            log.exception("readiness check failed")
+            ready, detail = False, {"error": type(e).__name__}
+        body = json.dumps({"status": "ready" if ready else "not ready", **detail}) + "\n"
+        return ("200 OK" if ready else "503 Service Unavailable"), body

@@ -186,6 +186,13 @@ class KafkaController:
             raise Deposed("not the active controller")
         return self.channels
 
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """GET /readyz (the pod's readiness probe): ready while its ZooKeeper session is connected,
+        as the active controller or as a standby ready to take over."""
+        connected = self._connected.is_set()
+        role = "active" if self.active.is_set() else "standby" if connected else "disconnected"
+        return connected, {"controllerId": self.controller_id, "role": role}
+
     # --- lifecycle -----------------------------------------------------------------------------
 
     def stop(self) -> None:

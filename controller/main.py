@@ -38,7 +38,7 @@ async def serve(config: ControllerConfig) -> None:
     if config.metrics_port >= 0:
         registry = Registry()
         registry.register(lambda: families(controller))
-        server = MetricsServer(registry, config.metrics_host, config.metrics_port)
+        server = MetricsServer(registry, config.metrics_host, config.metrics_port, readiness=controller.readiness)
         await server.start()
         log.info("metrics on %s", server.url)
     try:

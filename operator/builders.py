@@ -35,6 +35,17 @@ CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"
 DATA_DIR = "/var/lib/odradek"
 PROBE = ["python", "-m", "odradek.operator.probe"]
+PROBE_TIMEOUT_SECONDS = 5
+"""The health endpoint answers from the process's event loop: no answer within this is a hung
+loop (or one too busy to serve clients either); three in a row (30 s) fail a probe, so one slow
+answer during a roll changes nothing."""
+
+
+def health_probe(path: str, **extra: int) -> dict[str, Any]:
+    """An httpGet probe on the process's own health endpoint (served on the metrics port by
+    common/metrics.MetricsServer: /healthz while the event loop runs, /readyz its readiness)."""
+    return {"httpGet": {"path": path, "port": METRICS_PORT}, "periodSeconds": 10,
+            "timeoutSeconds": PROBE_TIMEOUT_SECONDS, "failureThreshold": 3, **extra}
 RACKS_DIR = "/etc/odradek-racks"
 """With brokers.rack: the node -> rack ConfigMap, one file per node, read at broker start."""
 RACK_WAIT_SECONDS = 120
@@ -274,8 +285,6 @@ def controller_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dic
     n = names(meta["name"])
     props = _properties(controller_properties(body, spec))
     config = _config_map(body, n["controller"], "controller", {"controller.properties": props})
-    probe = {"exec": {"command": [*PROBE, "controller", "--config", f"{CONFIG_DIR}/controller.properties"]},
-             "periodSeconds": 10, "timeoutSeconds": 5}
     container = {
         "name": "controller", "image": image(spec),
         # controller.id is derived from the pod name (the probe computes the same id).
@@ -285,10 +294,10 @@ def controller_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dic
                     f"--override listeners=PLAINTEXT://${{POD_IP}}:{CONTROLLER_PORT}"],
         "env": _pod_env(),
         "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT}],
-        "readinessProbe": probe,
-        # Alive = the process serves its listener; the readiness probe's ZooKeeper check would
-        # restart every controller during a ZooKeeper outage.
-        "livenessProbe": {"tcpSocket": {"port": CONTROLLER_PORT}, "initialDelaySeconds": 30, "failureThreshold": 6},
+        # Ready = connected to ZooKeeper, active or standby (the process's own word, /readyz).
+        "readinessProbe": health_probe("/readyz"),
+        # Alive = its event loop answers (/healthz); a ZooKeeper outage restarts no controller.
+        "livenessProbe": health_probe("/healthz", initialDelaySeconds=10),
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}, TMP_MOUNT],
         "securityContext": _container_security(read_only_root=True),
     }
@@ -388,13 +397,13 @@ def broker_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int |
         "env": _pod_env(),
         "ports": [{"name": "kafka", "containerPort": BROKER_PORT},
                   {"name": "control", "containerPort": BROKER_CONTROL_PORT}],
-        # Ready = registered in ZooKeeper under its own id and serving on its listener.
-        "readinessProbe": {"exec": {"command": [*PROBE, "broker", "--config", f"{CONFIG_DIR}/server.properties"]},
-                           "periodSeconds": 10, "timeoutSeconds": 5},
-        # Log recovery after an unclean stop can take long: liveness starts once the listener
-        # is up (startupProbe), allowing up to 30 minutes for that.
-        "startupProbe": {"tcpSocket": {"port": BROKER_PORT}, "periodSeconds": 10, "failureThreshold": 180},
-        "livenessProbe": {"tcpSocket": {"port": BROKER_PORT}, "periodSeconds": 10, "failureThreshold": 3},
+        # Ready = registered (not fenced) and caught up (the controller's first UpdateMetadata),
+        # client listeners serving: what the broker itself says on /readyz.
+        "readinessProbe": health_probe("/readyz"),
+        # Log recovery after an unclean stop can take long: liveness starts once the health
+        # endpoint answers (startupProbe), allowing up to 30 minutes for that.
+        "startupProbe": health_probe("/healthz", failureThreshold=180),
+        "livenessProbe": health_probe("/healthz"),
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR}, {"name": "data", "mountPath": DATA_DIR},
                          TMP_MOUNT],
         "securityContext": _container_security(read_only_root=True),

@@ -82,3 +82,70 @@ def test_endpoint_serves_get_metrics_only():
         finally:
             await server.stop()
     asyncio.run(run())
+
+
+def test_health_endpoints_answer_from_the_event_loop_only():
+    """/healthz is 200 while the loop runs; /readyz says ready or 503 with why; a blocked loop
+    answers nothing, so a probe's timeout sees it (issue 28: a TCP connect passed while hung)."""
+    import json
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    state = {"ready": False}
+
+    def readiness():
+        if state.get("boom"):
+            raise RuntimeError("broken check")
+        return state["ready"], {"registered": state["ready"]}
+
+    started, loop_box = threading.Event(), {}
+    release = threading.Event()
+
+    def serve():
+        loop = asyncio.new_event_loop()
+        loop_box["loop"] = loop
+        server = MetricsServer(Registry(), "127.0.0.1", 0, readiness=readiness)
+        loop.run_until_complete(server.start())
+        loop_box["server"] = server
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    def get(path, timeout=5.0):
+        url = f"http://127.0.0.1:{loop_box['server'].port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(10)
+    loop = loop_box["loop"]
+    try:
+        assert get("/healthz") == (200, {"status": "alive"})
+        assert get("/readyz") == (503, {"status": "not ready", "registered": False})
+        state["ready"] = True
+        assert get("/readyz") == (200, {"status": "ready", "registered": True})
+        state["boom"] = True
+        assert get("/readyz") == (503, {"status": "not ready", "error": "RuntimeError"})
+        del state["boom"]
+
+        loop.call_soon_threadsafe(release.wait, 30)  # the loop hangs (a blocking call in a handler)
+        begun = time.monotonic()
+        try:
+            get("/healthz", timeout=1.0)
+            raise AssertionError("a hung loop answered its liveness probe")
+        except (TimeoutError, urllib.error.URLError):
+            pass
+        assert time.monotonic() - begun < 2.0, "the probe failed within its timeout"
+        release.set()
+        assert get("/healthz")[0] == 200, "alive again once the loop runs"
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)

@@ -175,6 +175,7 @@ def test_liveness_never_depends_on_zookeeper_and_brokers_get_time_to_recover():
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800, "30 minutes of log recovery"
     for container in (broker, controller):
         assert "exec" not in container["livenessProbe"], "a ZooKeeper outage would restart the pod"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz", "answered by the event loop only"
 
 
 def test_metrics_always_served_and_exposed_when_enabled():

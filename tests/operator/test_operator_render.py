@@ -49,6 +49,16 @@ def test_render_prints_every_object_valid_and_restricted(tmp_path):
     sts = next(o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "orders-broker")
     assert sts["spec"]["replicas"] == 5
     assert run("--render", "-", input=CLUSTER).stdout == done.stdout, "standard input works too"
+    # Issue 28: probes are the process's own health endpoint (a hung event loop fails them), no
+    # process started and no ZooKeeper session opened per probe.
+    controller = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "orders-controller")
+    for workload in (sts, controller):
+        container = workload["spec"]["template"]["spec"]["containers"][0]
+        for kind, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            probe = container[kind]
+            assert probe["httpGet"] == {"path": path, "port": builders.METRICS_PORT}, (workload["metadata"]["name"], kind)
+            assert probe["timeoutSeconds"] >= 5 and probe["failureThreshold"] >= 3, "one slow answer is no failure"
+    assert sts["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["httpGet"]["path"] == "/healthz"
 
 
 def test_render_refuses_an_invalid_spec_with_its_reason(tmp_path):

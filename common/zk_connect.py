@@ -18,12 +18,14 @@ Kafka's default ACLs for its path (creates, `ensure_path`, `makepath` and transa
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
+from kazoo.protocol.serialization import Auth
 from kazoo.retry import KazooRetry
 
 from .zk_security import NO_SECURITY, ZkSecurity
@@ -59,6 +61,20 @@ def attempt_hosts(connect: str, session_timeout_s: float) -> str:
     return ",".join([hosts] * copies) + chroot
 
 
+class _HideAuth(logging.Filter):
+    """Drops kazoo's DEBUG line of each request when the request is Auth: it prints the digest
+    `user:password` in clear."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not any(isinstance(a, Auth) for a in args)
+
+
+KAZOO_LOG = logging.getLogger("kazoo.client")
+"""The logger kazoo's clients and connections write to (given explicitly, so the filter is on it)."""
+KAZOO_LOG.addFilter(_HideAuth())
+
+
 class _Transaction(TransactionRequest):
     def create(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
                sequence: bool = False) -> None:
@@ -86,7 +102,7 @@ def new_client(connect: str, session_timeout_s: float, security: ZkSecurity = NO
     """A kazoo client (not started) with the bounded reconnect policy, short handshakes, and
     `security`'s identity, TLS and ACLs."""
     return SecureKazooClient(security, hosts=attempt_hosts(connect, session_timeout_s), timeout=session_timeout_s,
-                             connection_retry=connection_retry())
+                             connection_retry=connection_retry(), logger=KAZOO_LOG)
 
 
 def close_client(zk: KazooClient, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:

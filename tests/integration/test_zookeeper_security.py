@@ -124,7 +124,9 @@ def test_znodes_are_read_only_for_others_and_credentials_hidden(cluster):
                 write()
     finally:
         close_client(zk)
-    assert "bob-secret" not in "".join(p.log_tail(500) for p in cluster.processes())
+    logs = "".join(p.log_tail(500) for p in cluster.processes())
+    zk_password = (cluster.security.directory / "odradek.zookeeper.password").read_text().strip()
+    assert "bob-secret" not in logs and zk_password not in logs
 
 
 def test_set_acl_on_a_cluster_created_without_acls(cluster):

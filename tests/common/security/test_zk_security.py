@@ -1,6 +1,8 @@
 """ZooKeeper client security without a server: Kafka's default ACLs per path, the digest identity
 from a JAAS Client section, the zookeeper.* keys, and the secure cluster's settings."""
 
+import logging
+
 import pytest
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
@@ -97,3 +99,14 @@ def test_secure_cluster_files(tmp_path):
     assert from_config(BrokerConfig.from_properties({"zookeeper.connect": "h:1", "broker.id": "0", **broker}
                                                     )).digest == tool.digest
     assert security.zookeeper_tls_files().keystore.exists()
+
+
+def test_kazoo_never_logs_the_digest(caplog):
+    from kazoo.protocol.serialization import Auth
+
+    from odradek.common.zk_connect import KAZOO_LOG
+
+    with caplog.at_level(logging.DEBUG, logger="kazoo"):
+        KAZOO_LOG.debug("Sending request(xid=%s): %s", -4, Auth(0, "digest", "odradek:top-secret"))
+        KAZOO_LOG.debug("Sending request(xid=%s): %s", 7, "GetData(path='/x')")
+    assert "top-secret" not in caplog.text and "GetData" in caplog.text

@@ -25,8 +25,11 @@ from .config import ZkClientConfig, load_properties
 from .config_def import ConfigException
 from .security import jaas
 
-SENSITIVE_ROOT_PATHS = ("/config/users", "/config/brokers", "/delegation_token")
-"""Kafka's ZkData.SensitiveRootPaths: no world read below them."""
+SCRAM_DECOY_SECRET_PATH = "/scram_decoy_secret"
+"""Not Kafka's: the key of the SCRAM decoy salts for unknown users (broker/security/credential_cache)."""
+SENSITIVE_ROOT_PATHS = ("/config/users", "/config/brokers", "/delegation_token", SCRAM_DECOY_SECRET_PATH)
+"""Kafka's ZkData.SensitiveRootPaths, and our decoy key (whoever reads it can tell made-up users'
+salts from real ones): no world read below them."""
 OPEN_PATHS = ("/consumers",)
 """The old consumers' path stays writable by everyone, as in Kafka."""
 DEFAULT_JAAS_SECTION = "Client"

@@ -20,11 +20,12 @@ from typing import Any
 
 from odradek.common.security import scram
 from odradek.common.security.scram import ScramCredential
+from odradek.common.zk_security import SCRAM_DECOY_SECRET_PATH
 
 log = logging.getLogger(__name__)
 
 USERS_PATH = "/config/users"
-DECOY_SECRET_PATH = "/scram_decoy_secret"
+DECOY_SECRET_PATH = SCRAM_DECOY_SECRET_PATH
 """Keys the decoy salts of unknown users (broker/security/scram_server), the same on every broker of
 the cluster, so that comparing two brokers' answers does not tell a made-up user from a real one.
 Not Kafka's (Kafka answers an unknown user with a failure at once)."""

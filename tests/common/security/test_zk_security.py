@@ -34,7 +34,8 @@ Client {
 def test_default_acls_are_kafkas():
     assert default_acls(False, "/config/users/alice") == list(OPEN_ACL_UNSAFE)
     assert default_acls(True, "/brokers/ids/1") == list(CREATOR_ALL_ACL) + list(READ_ACL_UNSAFE)
-    for path in ("/config/users", "/config/users/alice", "/config/brokers/0", "/delegation_token/tokens/x"):
+    for path in ("/config/users", "/config/users/alice", "/config/brokers/0", "/delegation_token/tokens/x",
+                 "/scram_decoy_secret"):
         assert is_sensitive(path) and default_acls(True, path) == list(CREATOR_ALL_ACL)
     assert not is_sensitive("/config/topics/t") and not is_sensitive("/config/usersx")
     assert default_acls(True, "/consumers") == list(OPEN_ACL_UNSAFE)

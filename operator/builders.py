@@ -195,6 +195,15 @@ def bootstrap_servers(body: dict[str, Any]) -> str:
 
 # --- ZooKeeper ----------------------------------------------------------------------------------
 
+def zookeeper_probe(word: str, expect: str, port: int = ZK_CLIENT_PORT) -> list[str]:
+    """A probe command sending a four-letter word (whitelisted in ZOO_4LW_COMMANDS_WHITELIST) with
+    bash builtins only, passing when a line of the answer starts with `expect` (ruok's imok ends
+    without a newline: the last, unterminated line counts too)."""
+    script = (f"exec 3<>/dev/tcp/127.0.0.1/{port} && printf {word} >&3 && "
+              f"while IFS= read -r line <&3 || [[ -n $line ]]; do [[ $line == '{expect}'* ]] && exit 0; done; exit 1")
+    return ["bash", "-c", script]
+
+
 def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict[str, Any]]:
     """`replicas` overrides the spec's ensemble size (the operator keeps a running ensemble's size:
     members read the server list once, at start)."""
@@ -216,6 +225,12 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
         "ZOO_DATA_DIR": ZK_DATA, "ZOO_DATA_LOG_DIR": f"{ZK_DATA}/datalog",
         "ZOO_AUTOPURGE_PURGEINTERVAL": "1", "ZOO_AUTOPURGE_SNAPRETAINCOUNT": "3",
     }
+    # The image's zkEnv.sh turns ZK_SERVER_HEAP (MiB) into -Xmx; its default (1000) in a 1Gi
+    # container left nothing for the rest of the JVM.
+    if (heap := zk.heap_bytes()) is not None:
+        data["ZK_SERVER_HEAP"] = str(max(1, heap // 2**20))
+    if zk.jvm_options.xms is not None:
+        data["SERVER_JVMFLAGS"] = f"-Xms{zk.jvm_options.xms}"
     config = _config_map(body, n["zookeeper"], "zookeeper", data)
     container = {
         "name": "zookeeper", "image": zk.image,
@@ -225,9 +240,15 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
         "envFrom": [{"configMapRef": {"name": n["zookeeper"]}}],
         "ports": [{"name": "client", "containerPort": ZK_CLIENT_PORT},
                   {"name": "peer", "containerPort": 2888}, {"name": "election", "containerPort": 3888}],
-        "readinessProbe": {"exec": {"command": ["zkServer.sh", "status"]},
-                           "periodSeconds": 10, "timeoutSeconds": 5},
-        "livenessProbe": {"tcpSocket": {"port": ZK_CLIENT_PORT}, "initialDelaySeconds": 15},
+        # Four-letter words over bash's /dev/tcp: no JVM started per probe (`zkServer.sh status`
+        # started one every 10 s in the same memory limit). Ready = serving in the quorum (srvr
+        # names its mode; a member without a quorum answers that it is not serving); alive =
+        # its request threads answer (ruok), where a TCP connect passed while they hung.
+        "readinessProbe": {"exec": {"command": zookeeper_probe("srvr", "Mode: ")},
+                           "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"exec": {"command": zookeeper_probe("ruok", "imok")},
+                          "initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5,
+                          "failureThreshold": 3},
         "volumeMounts": [{"name": "data", "mountPath": ZK_DATA}],
         # The image's entrypoint writes its config to /conf at start: the root filesystem stays writable.
         "securityContext": _container_security(read_only_root=False),

@@ -124,6 +124,28 @@ class ControllerSpec(_Model):
     pod: PodSettings = Field(default_factory=PodSettings)
 
 
+JVM_SIZE = r"^[0-9]+[kKmMgG]?$"
+HEAP_SHARE = 0.75
+"""The most of a ZooKeeper container's memory limit its heap may take: the JVM needs the rest
+(metaspace, threads, code cache, direct buffers)."""
+JVM_OVERHEAD = 256 * 2**20
+"""At least this much of the limit is left outside the heap when the heap is derived."""
+
+
+def jvm_bytes(size: str) -> int:
+    """A JVM size flag's value ("768m", "2g", "1048576") in bytes."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    last = size[-1].lower()
+    return int(size[:-1]) * units[last] if last in units else int(size)
+
+
+class JvmOptions(_Model):
+    xmx: str | None = Field(None, alias="-Xmx", pattern=JVM_SIZE,
+                            description="Maximum heap (-Xmx), e.g. 768m; at most 75 % of the memory limit. "
+                                        "Unset: derived from the memory limit.")
+    xms: str | None = Field(None, alias="-Xms", pattern=JVM_SIZE, description="Initial heap (-Xms).")
+
+
 class ZooKeeperSpec(_Model):
     connect: str | None = Field(
         None, description="host:port[,...][/chroot] of an existing ensemble; unset = operator-managed."
@@ -132,11 +154,38 @@ class ZooKeeperSpec(_Model):
     storage: Storage = Field(default_factory=lambda: Storage(size="1Gi"))
     image: str = DEFAULT_ZOOKEEPER_IMAGE
     resources: Resources = Field(default_factory=lambda: _resources("100m", "512Mi", "1Gi"))
+    jvm_options: JvmOptions = Field(default_factory=JvmOptions,
+                                    description="The ZooKeeper JVM's heap; unset: at most 75 % of the memory limit.")
     pod: PodSettings = Field(default_factory=PodSettings)
 
     @property
     def managed(self) -> bool:
         return self.connect is None
+
+    def memory_limit(self) -> int | None:
+        """The container's memory limit (else its request) in bytes, if any."""
+        from odradek.operator.storage import parse_quantity
+
+        text = self.resources.limits.get("memory") or self.resources.requests.get("memory")
+        return None if text is None else int(parse_quantity(text))
+
+    def heap_bytes(self) -> int | None:
+        """The heap: -Xmx from the spec, else 75 % of the memory limit (leaving at least 256 MiB
+        to the JVM); None without either (the image's default)."""
+        if self.jvm_options.xmx is not None:
+            return jvm_bytes(self.jvm_options.xmx)
+        limit = self.memory_limit()
+        if limit is None:
+            return None
+        return max(64 * 2**20, min(int(limit * HEAP_SHARE), limit - JVM_OVERHEAD)) // 2**20 * 2**20
+
+    @model_validator(mode="after")
+    def _heap_fits(self) -> "ZooKeeperSpec":
+        limit, xmx = self.memory_limit(), self.jvm_options.xmx
+        if limit is not None and xmx is not None and jvm_bytes(xmx) > limit * HEAP_SHARE:
+            raise ValueError(f"zookeeper.jvmOptions.-Xmx {xmx} exceeds 75 % of the memory limit "
+                             f"({limit // 2**20} MiB): the JVM needs the rest, the pod would be OOM-killed")
+        return self
 
 
 class MetricsSpec(_Model):

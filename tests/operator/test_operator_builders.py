@@ -288,3 +288,30 @@ def test_the_broker_start_command_passes_its_nodes_rack(tmp_path, labelled):
         assert "broker.id=2" in done.stdout.splitlines()
     else:
         assert done.returncode == 1 and "node node-7 has no label topology.kubernetes.io/zone" in done.stderr
+
+
+def test_zookeeper_heap_fits_its_memory_limit():
+    """Issue 28: the image's 1000 MB default heap in a 1Gi container risked an OOM kill."""
+    import pytest
+    from pydantic import ValidationError
+
+    def zk_env(zookeeper):
+        body = resource({"zookeeper": zookeeper})
+        objs = by_kind_name(builders.desired_objects(body, parse_spec(body["spec"])))
+        sts = objs[("StatefulSet", "demo-zookeeper")]["spec"]["template"]["spec"]["containers"][0]
+        return objs[("ConfigMap", "demo-zookeeper")]["data"], sts
+
+    data, container = zk_env({})
+    limit = 1024  # MiB, the default limit
+    assert container["resources"]["limits"]["memory"] == "1Gi"
+    assert int(data["ZK_SERVER_HEAP"]) <= 0.75 * limit and int(data["ZK_SERVER_HEAP"]) == 768
+    assert int(zk_env({"resources": {"limits": {"memory": "512Mi"}}})[0]["ZK_SERVER_HEAP"]) == 256
+    data, _ = zk_env({"jvmOptions": {"-Xmx": "600m", "-Xms": "600m"}})
+    assert (data["ZK_SERVER_HEAP"], data["SERVER_JVMFLAGS"]) == ("600", "-Xms600m")
+    with pytest.raises(ValidationError, match="75 %"):
+        parse_spec({"zookeeper": {"jvmOptions": {"-Xmx": "1g"}}})
+    # no limit, no request: the image's own default
+    assert "ZK_SERVER_HEAP" not in zk_env({"resources": {"requests": {"cpu": "1"}}})[0]
+    for probe in ("readinessProbe", "livenessProbe"):
+        command = " ".join(container[probe]["exec"]["command"])
+        assert "zkServer.sh" not in command and "java" not in command and "/dev/tcp/" in command

@@ -59,6 +59,15 @@ def test_render_prints_every_object_valid_and_restricted(tmp_path):
             assert probe["httpGet"] == {"path": path, "port": builders.METRICS_PORT}, (workload["metadata"]["name"], kind)
             assert probe["timeoutSeconds"] >= 5 and probe["failureThreshold"] >= 3, "one slow answer is no failure"
     assert sts["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["httpGet"]["path"] == "/healthz"
+    # The ZooKeeper heap is at most 75 % of its memory limit, and its probes start no JVM.
+    from odradek.operator.storage import parse_quantity
+
+    zk_config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "orders-zookeeper")
+    zk = next(o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "orders-zookeeper")
+    zk_container = zk["spec"]["template"]["spec"]["containers"][0]
+    limit = parse_quantity(zk_container["resources"]["limits"]["memory"])
+    assert int(zk_config["data"]["ZK_SERVER_HEAP"]) * 2**20 <= limit * 3 / 4
+    assert "zkServer.sh" not in str(zk_container["readinessProbe"])
 
 
 def test_render_refuses_an_invalid_spec_with_its_reason(tmp_path):

@@ -24,7 +24,7 @@ dump() {
   kubectl -n "$NS" get kafkacluster kafka -o yaml >&2 || true
   kubectl -n "$NS" get pods,statefulsets,pvc -o wide >&2 || true
   kubectl -n "$NS" get events --sort-by=.lastTimestamp >&2 || true
-  kubectl -n "$NS" logs deployment/odradek --tail=200 >&2 || true
+  kubectl -n "$NS" logs deployment/odradek-operator --tail=200 >&2 || true
   for pod in $(kubectl -n "$NS" get pods -l app.kubernetes.io/component=broker -o name 2>/dev/null); do
     kubectl -n "$NS" logs "$pod" --tail=50 >&2 || true
   done

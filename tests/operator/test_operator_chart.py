@@ -173,3 +173,16 @@ def test_metrics_values_scrape_every_process_and_the_dashboard_asks_for_metrics_
         base = metric.removesuffix("_count").removesuffix("_sum")
         # a whole name, or (BrokerTopicMetrics) the part after the family, built with an f-string
         assert f'"{base}"' in source or f'("{base.split("_", 3)[-1]}"' in source, metric
+
+
+def test_the_e2e_script_names_the_deployments_the_chart_renders(helm):
+    """e2e/run.sh installs release `odradek` and, on failure, tails the operator's Deployment:
+    the chart names it `<release>-operator` (issue 28: it tailed `deployment/odradek`)."""
+    import re
+
+    script = (CHART.parents[1] / "e2e" / "run.sh").read_text()
+    assert "helm install odradek helm/odradek" in script
+    args = ["template", "odradek", str(CHART), "--namespace", "kafka"]
+    rendered = {d["metadata"]["name"] for d in yaml.safe_load_all(run(helm, *args)) if d and d["kind"] == "Deployment"}
+    named = set(re.findall(r"deployment/([a-z0-9-]+)", script))
+    assert named and named <= rendered, f"{named - rendered} not rendered (rendered: {rendered})"

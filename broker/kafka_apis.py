@@ -36,6 +36,7 @@ from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import broker_endpoint
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
+from odradek.broker.quota import quota_apis
 from odradek.broker.replica_manager import FetchInfo, FetchResult, ProduceResult, ReplicaManager
 from odradek.broker.security import scram_apis
 from odradek.broker.transaction.transaction_apis import TransactionApis
@@ -190,7 +191,8 @@ def error_response(request, error_code: ErrorCode):
 
     Kafka's AbstractRequest.getErrorResponse, done generically over kio's classes.
     """
-    special = scram_apis.ERROR_RESPONSES.get(int(request.__api_key__))
+    special = (scram_apis.ERROR_RESPONSES.get(int(request.__api_key__))
+               or quota_apis.ERROR_RESPONSES.get(int(request.__api_key__)))
     if special is not None:
         return special(request, error_code)
     cls = wire.response_schema(int(request.__api_key__), int(request.__version__))

@@ -42,6 +42,8 @@ from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.metrics import RequestStats, metered, state_families
 from odradek.broker.producer_id_manager import ZkProducerIdManager
+from odradek.broker.quota.quota_apis import QuotaApis
+from odradek.broker.quota.zk_quota_store import ZkQuotaStore
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.replication_quota import ReplicationQuota
 from odradek.broker.security.credential_cache import CredentialCache, CredentialLoader
@@ -213,6 +215,7 @@ class KafkaServer:
         self.apis.add_apis(AclApis(self.authorizer))
         self.apis.add_apis(SaslApis())
         self.apis.add_apis(ScramApis(self.zk))
+        self.apis.add_apis(QuotaApis(ZkQuotaStore(self.zk)))
         authorizer = self.authorizer or ALLOW_ALL  # one object, consulted by every handler
         for apis in (self.apis, self.metadata_apis, self.metadata_apis.config_apis, self.group_apis,
                      self.transaction_apis, forwarded, log_dirs_apis):

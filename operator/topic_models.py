@@ -95,6 +95,9 @@ class TopicStatus(_Model):
     partitions: int | None = Field(None, description="Partitions the topic has.")
     replicas: int | None = Field(None, description="Replication factor the topic has.")
     config: dict[str, str] = Field(default_factory=dict, description="The topic's config overrides, as the cluster reports them.")
+    kept_config: list[str] = Field(
+        default_factory=list, description="Overrides the topic had when adopted that the spec does not name: "
+                                          "left as they are (naming one in spec.config manages it).")
 
 
 def parse_topic_spec(spec: dict[str, Any] | None) -> TopicSpec:

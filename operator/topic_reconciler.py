@@ -8,6 +8,9 @@ A pass has two decision points around one observation of the cluster:
    release the finalizer, delete the topic, or go on and observe the topic.
 2. `plan` — from the spec and the live topic: create it, add partitions, set and remove config
    overrides; refuse what Kafka cannot do (fewer partitions, another replication factor).
+   Adopting an existing topic destroys nothing: the overrides the spec does not name are kept
+   and reported (status.keptConfig) until the spec names them; only overrides the operator
+   manages are removed when the spec stops naming them.
 
 `outcome` turns what happened into the status: conditions Ready, Reconciling and Stalled (the
 pair kstatus reads for Flux and `helm --wait`), each carrying the generation it describes, so
@@ -54,6 +57,12 @@ class TopicResource:
     managed_topic: str | None  # status.topicName: the topic this resource created or adopted
     retain: bool = False  # spec.deletionPolicy is Retain (read from the raw spec when invalid)
     previous_conditions: tuple[dict[str, Any], ...] = ()
+    kept_config: frozenset[str] = frozenset()  # status.keptConfig: overrides found at adoption, left alone
+
+    @property
+    def adopting(self) -> bool:
+        """Not managing a topic yet: a live topic found now is adopted, not created by us."""
+        return self.managed_topic is None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -83,7 +92,8 @@ def resource_from_body(body: dict[str, Any]) -> TopicResource:
         deleting=bool(meta.get("deletionTimestamp")), has_finalizer=FINALIZER in (meta.get("finalizers") or ()),
         managed_topic=managed_topic,
         retain=(spec.deletion_policy if spec is not None else raw_spec.get("deletionPolicy")) == "Retain",
-        previous_conditions=tuple(status.get("conditions") or ()))
+        previous_conditions=tuple(status.get("conditions") or ()),
+        kept_config=frozenset(str(k) for k in status.get("keptConfig") or ()))
 
 
 def owner_of(claimants: list[TopicResource]) -> TopicResource:
@@ -226,7 +236,18 @@ def config_changes(desired: dict[str, str], live: dict[str, str]) -> tuple[dict[
     return to_set, tuple(sorted(k for k in live if k not in desired))
 
 
-def plan(spec: TopicSpec, topic: str, live: LiveTopic | None) -> Plan:
+def kept_overrides(spec: TopicSpec, live: LiveTopic | None, kept: frozenset[str], adopting: bool) -> frozenset[str]:
+    """The live overrides the operator leaves alone: those the topic had when it was adopted
+    (`kept` from earlier passes, or all of them now when `adopting`) that the spec does not name.
+    Naming one in the spec makes it managed from then on."""
+    if live is None:
+        return frozenset()
+    found = frozenset(live.config) if adopting else kept
+    return frozenset(k for k in found if k in live.config and k not in spec.config_texts())
+
+
+def plan(spec: TopicSpec, topic: str, live: LiveTopic | None, keep: frozenset[str] = frozenset()) -> Plan:
+    """`keep`: live overrides not to remove (kept_overrides)."""
     desired = spec.config_texts()
     if live is None:
         return Plan((CreateTopic(topic, spec.partitions, spec.replicas, desired),))
@@ -242,6 +263,7 @@ def plan(spec: TopicSpec, topic: str, live: LiveTopic | None) -> Plan:
     if spec.replicas is not None and spec.replicas != live.replicas:
         actions.append(ChangeReplicationFactor(topic, spec.replicas))
     to_set, to_delete = config_changes(desired, live.config)
+    to_delete = tuple(k for k in to_delete if k not in keep)
     if to_set or to_delete:
         actions.append(AlterConfigs(topic, to_set, to_delete))
     return Plan(tuple(actions), tuple(refusals))
@@ -305,10 +327,11 @@ class Outcome:
     message: str
     live: LiveTopic | None = None
     topic: str | None = None  # the topic managed from now on (status.topicName)
+    kept: frozenset[str] | None = None  # status.keptConfig from now on (None: as it was)
 
 
 def outcome(r: TopicResource, topic: str, live: LiveTopic | None, p: Plan,
-            results: list[tuple[Action, ActionResult]]) -> Outcome:
+            results: list[tuple[Action, ActionResult]], keep: frozenset[str] = frozenset()) -> Outcome:
     """The result of an OBSERVE pass: the live topic after the actions that succeeded, and the
     first problem (a failed action, then a refusal), if any."""
     failed = []
@@ -318,18 +341,24 @@ def outcome(r: TopicResource, topic: str, live: LiveTopic | None, p: Plan,
         else:
             failed.append((action, result))
     managed_topic = topic if live is not None else r.managed_topic
+    kept = frozenset(k for k in keep if live is not None and k in live.config)
     if failed:
         action, result = failed[0]
         error = result.error or ""  # failed holds only results with an error
         phase = Phase.STALLED if error in USER_ERRORS else Phase.PROGRESSING
         what = type(action).__name__
         return Outcome(r, phase, error_reason(error), f"{what} failed: {result.message or error}",
-                       live, managed_topic)
+                       live, managed_topic, kept)
     if p.refusals:
         reason, message = p.refusals[0]
         messages = "; ".join(m for _, m in p.refusals)
-        return Outcome(r, Phase.STALLED, reason, messages if len(p.refusals) > 1 else message, live, managed_topic)
-    return Outcome(r, Phase.READY, "TopicReady", f"topic {topic!r} matches the spec", live, managed_topic)
+        return Outcome(r, Phase.STALLED, reason, messages if len(p.refusals) > 1 else message, live, managed_topic,
+                       kept)
+    message = f"topic {topic!r} matches the spec"
+    if kept:
+        message += (f"; overrides it had when adopted and the spec does not name are kept: {', '.join(sorted(kept))} "
+                    "(name them in spec.config to manage them)")
+    return Outcome(r, Phase.READY, "TopicReady", message, live, managed_topic, kept)
 
 
 def unreachable(r: TopicResource, message: str) -> Outcome:
@@ -367,6 +396,7 @@ def status(o: Outcome, previous: dict[str, Any] | None = None, at: str | None = 
         "partitions": live.partitions if live else previous.get("partitions"),
         "replicas": live.replicas if live else previous.get("replicas"),
         "config": dict(sorted(live.config.items())) if live else previous.get("config") or {},
+        "keptConfig": sorted(o.kept) if o.kept is not None else list(previous.get("keptConfig") or []),
     }
 
 

@@ -40,6 +40,7 @@ from odradek.operator.topic_reconciler import (
     Step,
     TopicResource,
     gate,
+    kept_overrides,
     outcome,
     owner_of,
     plan,
@@ -336,12 +337,13 @@ class TopicController:
         try:
             admin = self.admin_for(r)
             live = await admin.batchers["describe"].submit(topic)
-            p = plan(spec, topic, live)
+            keep = kept_overrides(spec, live, r.kept_config, r.adopting)
+            p = plan(spec, topic, live, keep)
             results = list(zip(p.actions, await asyncio.gather(*(admin.act(a) for a in p.actions))))
         except (OSError, ConnectionError, TimeoutError, ValueError) as e:
             await self._write_status(r, unreachable(r, f"cluster {r.cluster_ref!r}: {e}"))
             return True
-        o = outcome(r, topic, live, p, results)
+        o = outcome(r, topic, live, p, results, keep)
         repeated = _ready_reason(r) == o.reason  # a refusal met again at every resync: logged once
         for action, result in results:
             if result.error is None:

@@ -378,9 +378,20 @@ async def test_an_existing_topic_is_adopted_and_made_to_match(env):
     env.start_operator()
     await env.apply(name, {"partitions": 3, "config": {"retention.ms": 120000}})
     body = await env.ready(name)
-    assert (body["status"]["partitions"], body["status"]["config"]) == (3, {"retention.ms": "120000"})
-    assert await env.kafka.overrides(name) == {"retention.ms": "120000"}, "overrides not in the spec are removed"
+    # Issue 28: adoption destroys nothing: an override the spec does not name is kept and reported.
+    kept = {"retention.ms": "120000", "segment.bytes": "1048576"}
+    assert (body["status"]["partitions"], body["status"]["config"]) == (3, kept)
+    assert body["status"]["keptConfig"] == ["segment.bytes"]
+    assert "segment.bytes" in condition(body, "Ready")["message"]
+    assert await env.kafka.overrides(name) == kept, "adoption removed an override"
     await env.kafka.wait_topic(name, {"partitions": 3, "replicas": 1}, timeout=15)
+    # Named in the spec, it is managed: changed, then removed when the spec drops it.
+    await env.patch(name, {"spec": {"config": {"segment.bytes": 2097152}}})
+    body = await env.ready(name)
+    assert body["status"]["keptConfig"] == [] and body["status"]["config"]["segment.bytes"] == "2097152"
+    await env.patch(name, {"spec": {"config": {"segment.bytes": None}}})
+    await env.ready(name)
+    assert await env.kafka.overrides(name) == {"retention.ms": "120000"}, "a managed override left the spec"
 
 
 async def test_cluster_gone_during_delete_releases_the_finalizer(env):

@@ -214,3 +214,28 @@ def test_integral_floats_from_yaml_tools_are_longs_to_kafka():
     r = resource(spec={"config": {"retention.ms": 6.048e+08, "min.cleanable.dirty.ratio": 0.25}})
     assert r.invalid is None
     assert r.spec.config_texts() == {"retention.ms": "604800000", "min.cleanable.dirty.ratio": "0.25"}
+
+
+def test_adoption_keeps_the_overrides_the_spec_does_not_name():
+    """Issue 28: adopting an existing topic removed its overrides silently; they are kept and
+    reported until the spec names them, and only managed overrides are removed later."""
+    from odradek.operator.topic_reconciler import kept_overrides, status
+
+    r = resource(spec={"clusterRef": "kafka", "config": {"retention.ms": 1000}})
+    live = LiveTopic(3, 1, {"retention.ms": "5", "segment.bytes": "1048576", "cleanup.policy": "compact"})
+    keep = kept_overrides(r.spec, live, frozenset(), adopting=True)
+    assert keep == {"segment.bytes", "cleanup.policy"}
+    p = plan(r.spec, "orders", live, keep)
+    assert p.actions == (AlterConfigs("orders", {"retention.ms": "1000"}, ()),)
+    o = outcome(r, "orders", live, p, [(p.actions[0], ActionResult())], keep)
+    assert o.phase.value == "ready" and "cleanup.policy, segment.bytes" in o.message
+    assert status(o, at="T")["keptConfig"] == ["cleanup.policy", "segment.bytes"]
+    # a later pass (managing the topic): the kept ones stay kept; one named in the spec is managed
+    later = resource(spec={"clusterRef": "kafka", "config": {"retention.ms": 1000, "cleanup.policy": "delete"}})
+    keep = kept_overrides(later.spec, live, frozenset({"segment.bytes", "cleanup.policy"}), adopting=False)
+    assert keep == {"segment.bytes"}
+    # an override added in the cluster to a managed topic is reverted as before
+    assert kept_overrides(later.spec, LiveTopic(3, 1, {"x.y": "1"}), frozenset(), adopting=False) == frozenset()
+    assert plan(later.spec, "orders", LiveTopic(3, 1, {"x.y": "1"}), frozenset()).actions[0].delete == ("x.y",)
+    # gone from the cluster: no longer reported
+    assert kept_overrides(later.spec, LiveTopic(3, 1, {}), frozenset({"segment.bytes"}), adopting=False) == frozenset()

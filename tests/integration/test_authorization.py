@@ -120,7 +120,7 @@ def settle(cluster, z: ZkAcls) -> None:
     for port in cluster.broker_ports:
         wait_until(lambda port=port: _metadata_error(port, barrier) == ErrorCode.unknown_topic_or_partition,
                    f"broker on port {port} applies the ACL changes", 15, 0.05)
-    z.clear()
+    z.remove(z.added.pop())
 
 
 def _metadata_error(port: int, topic: str) -> ErrorCode:
@@ -556,3 +556,36 @@ def test_admin_matrix(cluster, acls):
     assert refused(admin.incremental_alter_configs([broker])[broker]) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     assert refused(admin.elect_leaders(ElectionType.PREFERRED, [tp])) == \
         KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_spark_source_and_sink_with_least_privilege(spark, cluster, acls):
+    """The PySpark sink (at-least-once: an idempotent producer) with WRITE on its topic only, and
+    the source reading it back with READ only; without READ the read fails with Kafka's error."""
+    topic = unique("spark")
+    acls.add(acl(RT.TOPIC, topic, OP.CREATE), acl(RT.TOPIC, topic, OP.WRITE))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    eventually(lambda: admin.create_topics([NewTopic(topic, 2, 2)], request_timeout=10)[topic].result(20),
+               "CreateTopics")
+    rows = [(b"k%d" % i, b"v%d" % i) for i in range(200)]
+    df = spark.createDataFrame(rows, "key binary, value binary")
+    (df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", cluster.bootstrap)
+     .option("topic", topic).option("deliveryGuarantee", "at-least-once").save())
+
+    def read():  # a refused Fetch is waited out for the poll timeout, then the read fails
+        return (spark.read.format("odradek").option("kafka.bootstrap.servers", cluster.bootstrap)
+                .option("subscribe", topic).option("kafkaConsumer.pollTimeoutMs", "5000")
+                .load().toArrow().to_pylist())
+
+    from confluent_kafka.admin import OffsetSpec
+
+    ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in (0, 1)}, request_timeout=10)
+    assert sum(f.result(20).offset for f in ends.values()) == len(rows)
+    acls.remove(acl(RT.TOPIC, topic, OP.WRITE))
+    acls.add(acl(RT.TOPIC, topic, OP.DESCRIBE))  # the source can list offsets, not fetch
+    settle(cluster, acls)
+    assert topic in admin.list_topics(timeout=10).topics
+    with pytest.raises(Exception, match=r"(?i)authori[sz]|Cannot fetch"):
+        read()  # Fetch refused: the source fails, it never reads "no records"
+    acls.add(acl(RT.TOPIC, topic, OP.READ))
+    settle(cluster, acls)
+    assert sorted((r["key"], r["value"]) for r in read()) == sorted(rows)

@@ -30,6 +30,10 @@ METRICS_PORT = 9404
 """Every broker and controller serves Prometheus metrics here (GET /metrics); spec.metrics.enabled
 only exposes it (a named container port and the scrape annotations), so turning it on or off
 restarts nothing."""
+ZK_METRICS_PORT = 7000
+"""ZooKeeper's own Prometheus provider (3.6+) serves GET /metrics here, always on; spec.metrics.enabled
+exposes it like the brokers' (a container port named `metrics` and the scrape annotations)."""
+ZK_METRICS_PROVIDER = "org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider"
 ZK_DATA = "/data"  # the ZooKeeper member's persistent volume
 CONFIG_HASH = f"{GROUP}/config-hash"
 CONFIG_DIR = "/etc/odradek"
@@ -224,6 +228,9 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
         # autopurge on (hourly, keeping 3 snapshots with their logs), else the volume fills.
         "ZOO_DATA_DIR": ZK_DATA, "ZOO_DATA_LOG_DIR": f"{ZK_DATA}/datalog",
         "ZOO_AUTOPURGE_PURGEINTERVAL": "1", "ZOO_AUTOPURGE_SNAPRETAINCOUNT": "3",
+        # zoo.cfg lines the image's entrypoint appends (space-separated): the Prometheus provider.
+        "ZOO_CFG_EXTRA": f"metricsProvider.className={ZK_METRICS_PROVIDER} "
+                         f"metricsProvider.httpPort={ZK_METRICS_PORT} metricsProvider.exportJvmInfo=true",
     }
     # The image's zkEnv.sh turns ZK_SERVER_HEAP (MiB) into -Xmx; its default (1000) in a 1Gi
     # container left nothing for the rest of the JVM.
@@ -255,6 +262,9 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
     }
     if _resources(zk.resources):
         container["resources"] = _resources(zk.resources)
+    template_meta = {"labels": labels(meta["name"], "zookeeper"),
+                     "annotations": {CONFIG_HASH: config_hash(json.dumps(data, sort_keys=True), zk.image)}}
+    expose_metrics(container, template_meta, spec, ZK_METRICS_PORT)
     sts = {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["zookeeper"], "zookeeper"),
         "spec": {
@@ -264,9 +274,7 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
             "persistentVolumeClaimRetentionPolicy": _retention(zk.storage),
             # The environment comes from the ConfigMap, read at start: its hash in the template
             # makes the StatefulSet roll the members (one at a time, each Ready before the next).
-            "template": {"metadata": {"labels": labels(meta["name"], "zookeeper"),
-                                      "annotations": {CONFIG_HASH: config_hash(json.dumps(data, sort_keys=True),
-                                                                               zk.image)}},
+            "template": {"metadata": template_meta,
                          "spec": _scheduling({"containers": [container],
                                               "securityContext": _pod_security(ZOOKEEPER_UID)},
                                              zk.pod, selector(meta["name"], "zookeeper"))},
@@ -291,14 +299,15 @@ def controller_properties(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[
             "metrics.port": METRICS_PORT, "metrics.host": "0.0.0.0"}
 
 
-def expose_metrics(container: dict[str, Any], template_meta: dict[str, Any], spec: KafkaClusterSpec) -> None:
+def expose_metrics(container: dict[str, Any], template_meta: dict[str, Any], spec: KafkaClusterSpec,
+                   port: int = METRICS_PORT) -> None:
     """spec.metrics.enabled: the metrics port named on the container (for a PodMonitor) and the
     prometheus.io annotations (for annotation-based scraping)."""
     if not spec.metrics.enabled:
         return
-    container["ports"].append({"name": "metrics", "containerPort": METRICS_PORT})
+    container["ports"].append({"name": "metrics", "containerPort": port})
     template_meta.setdefault("annotations", {}).update({
-        "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT), "prometheus.io/path": "/metrics"})
+        "prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"})
 
 
 def controller_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dict[str, Any]]:

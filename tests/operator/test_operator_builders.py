@@ -190,6 +190,14 @@ def test_metrics_always_served_and_exposed_when_enabled():
             annotations = template["metadata"]["annotations"]
             assert (ports.get("metrics") == builders.METRICS_PORT) is enabled
             assert (annotations.get("prometheus.io/port") == str(builders.METRICS_PORT)) is enabled
+        # ZooKeeper's own Prometheus provider, always on, exposed the same way (issue 28)
+        extra = objs[("ConfigMap", "demo-zookeeper")]["data"]["ZOO_CFG_EXTRA"].split()
+        assert f"metricsProvider.className={builders.ZK_METRICS_PROVIDER}" in extra
+        assert f"metricsProvider.httpPort={builders.ZK_METRICS_PORT}" in extra
+        zk = objs[("StatefulSet", "demo-zookeeper")]["spec"]["template"]
+        ports = {p["name"]: p["containerPort"] for p in zk["spec"]["containers"][0]["ports"]}
+        assert (ports.get("metrics") == builders.ZK_METRICS_PORT) is enabled
+        assert (zk["metadata"]["annotations"].get("prometheus.io/port") == str(builders.ZK_METRICS_PORT)) is enabled
     # exposing restarts nothing: the config hash does not move
     off, on = (builders.broker_config_hash(resource({}), parse_spec({"metrics": {"enabled": e}})) for e in (False, True))
     assert off == on

@@ -22,6 +22,10 @@ from .options import ReadOptions
 from .schema import arrow_schema
 
 log = logging.getLogger(__name__)
+AUTHORIZATION_ERRORS = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
+"""Fetch errors no retry can cure: the read fails at once, as Kafka's consumer fails a Spark task.
+(Not GROUP_AUTHORIZATION_FAILED: librdkafka reports it for the reader's group even though an
+assigned, never-committing reader does not need the group.)"""
 
 MAX_BATCH_ROWS = 10_000
 POLL_SECONDS = 1.0
@@ -151,7 +155,8 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                                             f"{resets} times (log {low}..{high})")
                     reader.consumer.assign([KTopicPartition(r.topic, r.partition, next_offset)])
                     break
-                elif not err.retriable() and err.fatal():
+                elif err.code() in AUTHORIZATION_ERRORS or (not err.retriable() and err.fatal()):
+                    # Kafka's consumer throws TopicAuthorizationException from poll: the task fails
                     raise RuntimeError(f"reading {r.topic}-{r.partition}: {err}")
             if out:
                 idle_since = time.monotonic()

@@ -25,7 +25,7 @@ TOPIC_IDS_VERSION = 13
 def encode_fetch_response(
     version: int, topics: list[tuple[str, list[tuple[int, object]]]], *, error_code: int = 0, session_id: int = 0,
     topic_ids: Mapping[str, uuid.UUID] | None = None, leaders: Mapping[tuple[str, int], tuple[int, int]] | None = None,
-    endpoints: Sequence[tuple[int, str, int, str | None]] = (),
+    endpoints: Sequence[tuple[int, str, int, str | None]] = (), throttle_ms: int = 0,
 ) -> tuple[list, int]:
     """(chunks, size) of a FetchResponse body; `topics` = [(name, [(partition_index, FetchResult)])];
     v13+: `topic_ids` = {name: id}; v16+: `leaders` = {(name, index): (leader id, epoch)} and
@@ -33,7 +33,7 @@ def encode_fetch_response(
     w = BodyWriter(flexible=version >= 12)
     leaders = leaders if version >= 16 and leaders else {}
     if version >= 1:
-        w.int32(0)  # throttle_time_ms
+        w.int32(throttle_ms)  # throttle_time_ms (a client quota, KIP-219)
     if version >= 7:
         w.int16(error_code)
         w.int32(session_id)

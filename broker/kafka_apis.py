@@ -37,6 +37,7 @@ from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import broker_endpoint
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
 from odradek.broker.quota import quota_apis
+from odradek.broker.quota.quota_managers import QuotaManagers
 from odradek.broker.replica_manager import FetchInfo, FetchResult, ProduceResult, ReplicaManager
 from odradek.broker.security import scram_apis
 from odradek.broker.transaction.transaction_apis import TransactionApis
@@ -217,6 +218,9 @@ class KafkaApis:
         """ZkProducerIdManager; without one InitProducerId is not advertised."""
         self.transaction_apis = transaction_apis
         self.transaction_verifier: TransactionVerifier | None = None
+        self.quotas: QuotaManagers | None = None
+        """Client quotas (broker/quota): Produce and consumer Fetch answers carry their throttle time."""
+        self.clock = clock
         """A TransactionVerifier (KIP-890) when transaction.partition.verification.enable is on."""
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
@@ -305,7 +309,7 @@ class KafkaApis:
             raise CloseConnection() from None
         context = RequestContext(header, client_host(peer), listener or DEFAULT_LISTENER,
                                  str(getattr(conn, "principal", ANONYMOUS)),
-                                 getattr(conn, "security_protocol", "PLAINTEXT"))
+                                 getattr(conn, "security_protocol", "PLAINTEXT"), len(frame_body))
         gate = CLUSTER_GATED_APIS.get(api_key)
         gate_refused = gate is not None and not authorize_cluster(self.authorizer, context, gate)
         if gate_refused and api_key not in control_plane.CONTROL_PLANE_APIS:
@@ -350,6 +354,8 @@ class KafkaApis:
             result = legacy_schemas.downgrade(result, api_key, version)
         flexible = wire.response_header_flexible(api_key, schema.__flexible__)
         if isinstance(result, Body):
+            if result.throttle_ms > 0 and hasattr(conn, "mute_for"):
+                conn.mute_for(result.throttle_ms / 1000.0)  # KIP-219: answered, then muted that long
             return frame(response_header(correlation_id, flexible), result.chunks, result.size)
         return [wire.encode_response(result, correlation_id, flexible_header=flexible)]
 
@@ -440,8 +446,12 @@ class KafkaApis:
             leaders, endpoints = self._leader_hints(
                 context, [(name, index) for name, parts in topics for index, r in parts
                           if r.error == ErrorCode.not_leader_or_follower])
-        chunks, size = produce_codec.encode_produce_response(version, topics, leaders, endpoints)
-        return Body(chunks, size)
+        throttle_ms = 0
+        if self.quotas is not None and self.quotas.produce.enabled:
+            throttle_ms = self.quotas.produce.record(context.user, context.client_id, context.size, self.clock())
+        chunks, size = produce_codec.encode_produce_response(version, topics, leaders, endpoints,
+                                                             throttle_ms=throttle_ms)
+        return Body(chunks, size, throttle_ms)
 
     def _leader_hints(self, context: RequestContext, keys) -> tuple[dict, list]:
         """KIP-951: ({(topic, partition): (leader id, leader epoch)}, [(node, host, port, rack)])
@@ -535,7 +545,15 @@ class KafkaApis:
             version, topics, error_code=int(error), session_id=session_id, topic_ids=topic_ids, leaders=leaders,
             endpoints=endpoints,
         )
-        return Body(chunks, size)
+        throttle_ms = 0
+        if replica_id < 0 and self.quotas is not None and self.quotas.fetch.enabled:
+            # consumers only: replication is never throttled by client quotas
+            throttle_ms = self.quotas.fetch.record(context.user, context.client_id, size, self.clock())
+            if throttle_ms and version >= 1:
+                chunks, size = fetch_codec.encode_fetch_response(
+                    version, topics, error_code=int(error), session_id=session_id, topic_ids=topic_ids,
+                    leaders=leaders, endpoints=endpoints, throttle_ms=throttle_ms)
+        return Body(chunks, size, throttle_ms)
 
     async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
         """Fetch v13+: topic id → name. An id no topic has now gets a name no topic can have

@@ -41,7 +41,7 @@ def is_transactional(records) -> bool:
 def encode_produce_response(
     version: int, topics: Sequence[tuple[str, Sequence[tuple[int, object]]]],
     leaders: Mapping[tuple[str, int], tuple[int, int]] | None = None,
-    endpoints: Sequence[tuple[int, str, int, str | None]] = (),
+    endpoints: Sequence[tuple[int, str, int, str | None]] = (), throttle_ms: int = 0,
 ) -> tuple[list, int]:
     """(chunks, size) of a ProduceResponse body; `topics` = [(name, [(index, ProduceResult)])].
 
@@ -79,7 +79,7 @@ def encode_produce_response(
                 w.tagged([(0, hint.take())])  # current_leader
         w.tags()
     if version >= 1:
-        w.int32(0)  # throttle_time_ms
+        w.int32(throttle_ms)  # throttle_time_ms (a client quota, KIP-219)
     if version >= 10 and endpoints:
         nodes = BodyWriter(flexible=True)
         nodes.array(len(endpoints))

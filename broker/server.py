@@ -42,7 +42,9 @@ from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.metrics import RequestStats, metered, state_families
 from odradek.broker.producer_id_manager import ZkProducerIdManager
+from odradek.broker.quota.client_quota_manager import QuotaConfig
 from odradek.broker.quota.quota_apis import QuotaApis
+from odradek.broker.quota.quota_managers import QuotaManagers
 from odradek.broker.quota.zk_quota_store import ZkQuotaStore
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.replication_quota import ReplicationQuota
@@ -125,6 +127,8 @@ class KafkaServer:
         self.metrics_server: MetricsServer | None = None
         self.authorizer: AclAuthorizer | None = None
         """Set when authorizer.class.name is (ACLs from ZooKeeper); None: every request allowed."""
+        self.quotas: QuotaManagers | None = None
+        """Client quotas (broker/quota), loaded from ZooKeeper at start-up."""
         self._data_plane: asyncio.Task | None = None
 
     @property
@@ -183,6 +187,11 @@ class KafkaServer:
         credential_loader = CredentialLoader(self.zk, self.credentials)
         await credential_loader.load_all()
         self.config_manager.entity_listeners.append(credential_loader.on_entity_changes)
+        quota_store = ZkQuotaStore(self.zk)
+        self.quotas = QuotaManagers(quota_store, QuotaConfig(config.quota_window_num,
+                                                             config.quota_window_size_seconds * 1000), self.clock)
+        await self.quotas.load_all()
+        self.config_manager.entity_listeners.append(self.quotas.on_entity_changes)
         self.group_coordinator = self._group_coordinator()
         self.group_apis = GroupApis(
             self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
@@ -215,7 +224,8 @@ class KafkaServer:
         self.apis.add_apis(AclApis(self.authorizer))
         self.apis.add_apis(SaslApis())
         self.apis.add_apis(ScramApis(self.zk))
-        self.apis.add_apis(QuotaApis(ZkQuotaStore(self.zk)))
+        self.apis.add_apis(QuotaApis(quota_store))
+        self.apis.quotas = self.quotas
         authorizer = self.authorizer or ALLOW_ALL  # one object, consulted by every handler
         for apis in (self.apis, self.metadata_apis, self.metadata_apis.config_apis, self.group_apis,
                      self.transaction_apis, forwarded, log_dirs_apis):
@@ -281,6 +291,8 @@ class KafkaServer:
         self.metrics.register(rm.stats.families)
         self.metrics.register(self.request_stats.families)
         self.metrics.register(lambda: state_families(self))
+        if self.quotas is not None:
+            self.metrics.register(self.quotas.families)
         if self.config.metrics_port >= 0:
             self.metrics_server = MetricsServer(self.metrics, self.config.metrics_host, self.config.metrics_port,
                                                 readiness=self.readiness)

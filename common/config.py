@@ -448,6 +448,11 @@ class BrokerConfig(SecurityConfig):
         LONG_MAX, alias="replica.alter.log.dirs.io.max.bytes.per.second")
     """Bytes/s for moving replicas between log dirs."""
 
+    quota_window_num: Annotated[int, _ms(INT, 1)] = Field(11, alias="quota.window.num")
+    """Samples the client quotas' rates are measured over (broker/quota)."""
+    quota_window_size_seconds: Annotated[int, _ms(INT, 1)] = Field(1, alias="quota.window.size.seconds")
+    """Length of one client quota sample."""
+
     producer_id_expiration_ms: Annotated[int, _ms(INT, 1)] = Field(86_400_000, alias="producer.id.expiration.ms")
     """Idle producer ids are forgotten after this long (KIP-854; broker-wide, no topic override in Kafka)."""
     producer_id_expiration_check_interval_ms: Annotated[int, _ms(INT, 1)] = Field(

@@ -12,11 +12,14 @@ import struct
 class Body:
     """A response body already encoded by hand: chunks (bytes and file regions) and their size."""
 
-    __slots__ = ("chunks", "size")
+    __slots__ = ("chunks", "size", "throttle_ms")
 
-    def __init__(self, chunks: list, size: int):
+    def __init__(self, chunks: list, size: int, throttle_ms: int = 0):
         self.chunks = chunks
         self.size = size
+        self.throttle_ms = throttle_ms
+        """A client quota's throttle time the body answers: the connection is muted that long after
+        the answer is sent (KIP-219)."""
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

@@ -26,6 +26,8 @@ class RequestContext:
     listener: str = DEFAULT_LISTENER
     principal: str = ANONYMOUS
     security_protocol: str = "PLAINTEXT"
+    size: int = 0
+    """The request's size in bytes (its frame, Kafka's request.sizeInBytes): what producer quotas count."""
 
     @property
     def api_version(self) -> int:
@@ -34,6 +36,11 @@ class RequestContext:
     @property
     def client_id(self) -> str:
         return self.header.client_id or ""
+
+    @property
+    def user(self) -> str:
+        """The principal's name without its type (KafkaPrincipal.getName): the quota user."""
+        return self.principal.partition(":")[2] or self.principal
 
 
 def client_host(peer: object) -> str:

@@ -15,6 +15,10 @@ appends before its first await and tasks start in creation order. Every other re
 barrier: it starts once everything before it has been answered, and nothing after it starts until
 it has been answered.
 
+A client over its quota (broker/quota) gets its answer with a throttle time, then the connection
+is muted for that long (KIP-219, Kafka's muted channel): nothing is read from it and no request
+of it starts, while answers to requests already in flight still go out.
+
 Resources are bounded (issue 11, finding 6), with Kafka's keys: `connections.max.idle.ms` closes a
 connection with nothing to do for that long; `max.connections` and `max.connections.per.ip` close
 new connections beyond them; bytes received and not yet handled are bounded per connection
@@ -184,6 +188,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Bytes this connection holds (queued frames + the frame being received), as counted
         in the server's total."""
         self._reading_paused = False
+        self._muted_until = 0.0
+        """KIP-219: after a throttled answer, nothing more is read or started until this
+        (time.monotonic()); `mute_for` sets it, `_run` honours it."""
+        self._muted = False
         self._closed = False
         self._wake: asyncio.Future[None] | None = None
         self._can_write: asyncio.Future[None] | None = None
@@ -315,7 +323,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
         elif not over and self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
             self._reading_paused = False
             self.server.paused.discard(self)
-            self.transport.resume_reading()
+            if not self._muted:
+                self.transport.resume_reading()
+
+    def mute_for(self, seconds: float) -> None:
+        """A client quota throttled this connection (KIP-219): once its answer is sent, stop reading
+        and starting requests for `seconds` (Kafka's muted channel during a throttle)."""
+        self._muted_until = max(self._muted_until, time.monotonic() + seconds)
+
+    async def _wait_unmuted(self) -> None:
+        """Muted: reading paused; returns at the end of the mute, or earlier when a request in
+        flight finished (its answer still goes out: answers are never held back by a mute)."""
+        delay = self._muted_until - time.monotonic()
+        if delay <= 0 or self._closed:
+            self._muted_until = 0.0
+            if self._muted:
+                self._muted = False
+                if not self._closed and not self._reading_paused:
+                    self.transport.resume_reading()
+            return
+        if not self._muted:
+            self._muted = True
+            self.transport.pause_reading()
+        self._wake = self.loop.create_future()
+        timer = self.loop.call_later(delay, self._wakeup)
+        try:
+            await self._wake
+        finally:
+            timer.cancel()
+            self._wake = None
 
     def idle(self, now: float, idle_s: float) -> bool:
         """Nothing to do for `idle_s`: no bytes arrived, nothing queued or in progress."""
@@ -363,6 +399,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._send_done(done)
                 if self._closed:
                     return
+                if self._muted_until:
+                    await self._wait_unmuted()
+                    continue
                 frame = self._frames[0] if self._frames else None
                 if frame is None or not pipeline.may_start(self._is_pipelined(frame)):
                     # nothing to start yet: wait for a frame or for an in-flight request to finish

@@ -1,0 +1,83 @@
+"""The broker's client quota managers (Kafka's QuotaManagers), kept current from ZooKeeper, and
+their metrics.
+
+Every quota config is read at start-up and again after each change notification that names a
+user, client-id or user/client-id entity (quota changes are rare; a full re-read keeps the
+precedence rules in one place, client_quota_manager.resolve). Metrics follow Kafka's per-entity
+quota sensors, as the JMX exporter names them: `kafka_server_produce_byte_rate`,
+`kafka_server_produce_throttle_time`, `kafka_server_fetch_byte_rate`,
+`kafka_server_fetch_throttle_time`, labelled by `user` and `client_id` (empty when the quota that
+applies has no such dimension).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from odradek.common.clock import Clock
+from odradek.common.metrics import Family
+
+from .client_quota_manager import ClientQuotaManager, QuotaConfig
+from .quota_entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, quota_values
+from .zk_quota_store import QuotaConfigs, ZkQuotaStore
+
+log = logging.getLogger(__name__)
+
+QuotaKey = tuple[str | None, str | None]
+
+
+def configs_by_type(configs: QuotaConfigs) -> dict[str, dict[QuotaKey, float]]:
+    """quota key → {(user or None, client id or None) (znode names): value}."""
+    out: dict[str, dict[QuotaKey, float]] = {PRODUCER_BYTE_RATE: {}, CONSUMER_BYTE_RATE: {}, REQUEST_PERCENTAGE: {}}
+    entries: list[tuple[QuotaKey, dict[str, str]]] = []
+    entries += [((u, None), c) for u, c in configs.users.items()]
+    entries += [((u, c), conf) for (u, c), conf in configs.user_clients.items()]
+    entries += [((None, c), conf) for c, conf in configs.clients.items()]
+    for key, conf in entries:
+        for name, value in quota_values(conf).items():
+            if name in out:
+                out[name][key] = value
+    return out
+
+
+class QuotaManagers:
+    """Produce, Fetch and Request quota managers on one clock."""
+
+    def __init__(self, store: ZkQuotaStore | None, config: QuotaConfig, clock: Clock):
+        self.store = store
+        self.clock = clock
+        self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, config)
+        self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, config)
+        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, config)
+
+    def update(self, configs: QuotaConfigs) -> None:
+        by_type = configs_by_type(configs)
+        for manager in (self.produce, self.fetch, self.request):
+            manager.update_configs(by_type[manager.quota_type])
+
+    async def load_all(self) -> None:
+        if self.store is None:
+            return
+        self.update(await self.store.read_all())
+        log.info("client quotas loaded: %d produce, %d fetch, %d request", len(self.produce.configs),
+                 len(self.fetch.configs), len(self.request.configs))
+
+    async def on_entity_changes(self, entity_paths: list[str] | None) -> None:
+        """DynamicConfigManager's listener: entity paths named by new notifications (None: all)."""
+        if entity_paths is None or any(p.partition("/")[0] in ("users", "clients") for p in entity_paths):
+            await self.load_all()
+
+    def families(self) -> Iterable[Family]:
+        for manager, name in ((self.produce, "produce"), (self.fetch, "fetch")):
+            rate = Family(f"kafka_server_{name}_byte_rate", "gauge",
+                          f"Bytes per second of a {name} quota entity, over the quota window.")
+            throttle = Family(f"kafka_server_{name}_throttle_time", "gauge",
+                              f"Throttle time (ms) last answered to a {name} quota entity.")
+            now = self.clock()
+            for (user, client_id), stats in sorted(manager.stats.items()):
+                labels = (("user", user), ("client_id", client_id))
+                rate.add(stats.rate.rate(now), labels)
+                throttle.add(stats.throttle_time_ms, labels)
+            yield rate
+            yield throttle

@@ -540,7 +540,12 @@ def test_admin_matrix(cluster, acls):
     acls.add(acl(RT.GROUP, group, OP.DESCRIBE))
     eventually(lambda: admin.describe_consumer_groups([group], request_timeout=10)[group].result(20),
                "DescribeGroups with DESCRIBE")
-    assert group in {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result(20).valid}
+
+    def listed_now() -> None:  # every broker answers ListGroups; a slow one leaves it out this time
+        found = admin.list_consumer_groups(request_timeout=10).result(20)
+        assert group in {g.group_id for g in found.valid}, found.errors
+
+    eventually(listed_now, "ListGroups lists the group with DESCRIBE on it")
     # OffsetFetch: READ on the group
     fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=10)[group]
     assert refused(fetched) == KafkaError.GROUP_AUTHORIZATION_FAILED

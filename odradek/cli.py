@@ -10,6 +10,7 @@ COMMANDS = {
     "reassign": ("odradek.reassign", "move partitions between brokers (kafka-reassign-partitions.sh)"),
     "transactions": ("odradek.transactions", "list, describe and abort transactions (kafka-transactions.sh)"),
     "acls": ("odradek.acls", "add, remove and list ACLs through the admin API (kafka-acls.sh)"),
+    "quotas": ("odradek.quotas", "describe and alter client quotas through the admin API (kafka-configs.sh)"),
     "users": ("odradek.users", "SCRAM credentials in ZooKeeper, before any broker runs (kafka-configs --zookeeper)"),
 }
 

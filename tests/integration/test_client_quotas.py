@@ -179,3 +179,33 @@ def test_advertised_in_api_versions(cluster):
     (versions,) = ask(cluster.broker_ports[0], [schema(client_software_name="t", client_software_version="1")])
     got = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys}
     assert got[ApiKey.DESCRIBE_CLIENT_QUOTAS] == (0, 1) and got[ApiKey.ALTER_CLIENT_QUOTAS] == (0, 1)
+
+
+def test_odradek_quotas_tool(cluster, zk):
+    import subprocess
+    import sys
+
+    def tool(*args):
+        return subprocess.run([sys.executable, "-m", "odradek.cli", "quotas", "--bootstrap-server", cluster.bootstrap,
+                               *args], capture_output=True, text=True, timeout=60)
+
+    done = tool("--alter", "--add-config", "producer_byte_rate=1048576,request_percentage=25",
+                "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients", "--entity-default")
+    assert done.returncode == 0, done.stderr
+    assert "Completed updating quota configs for user-principal 'alice', client-id the default." in done.stdout
+    assert znode(zk, "/config/users/alice/clients/<default>") == {"producer_byte_rate": "1048576",
+                                                                   "request_percentage": "25.0"}
+    assert tool("--alter", "--add-config", "consumer_byte_rate=10", "--client", "app").returncode == 0
+    assert tool("--describe", "--entity-type", "users").stdout == ""  # strict: users without a client id only
+    listed = tool("--describe", "--user", "alice", "--entity-type", "clients")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        "Quota configs for user-principal 'alice', client-id the default are producer_byte_rate=1048576.0, "
+        "request_percentage=25.0"]
+    assert "client-id 'app' are consumer_byte_rate=10.0" in tool("--describe").stdout
+    refused = tool("--alter", "--add-config", "producer_byte_rate=-1", "--user", "bob")
+    assert refused.returncode == 1
+    assert "INVALID_REQUEST: Quota producer_byte_rate must be greater than 0" in refused.stderr
+    assert not zk.exists("/config/users/bob")
+    assert tool("--alter", "--delete-config", "request_percentage", "--user", "alice", "--client-defaults").returncode == 0
+    assert znode(zk, "/config/users/alice/clients/<default>") == {"producer_byte_rate": "1048576"}

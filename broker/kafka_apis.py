@@ -503,6 +503,12 @@ class KafkaApis:
         max_wait_ms = wire.ms(request.max_wait)
         min_bytes = int(request.min_bytes)
         max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
+        if replica_id < 0 and self.quotas is not None and self.quotas.fetch.enabled:
+            # Kafka: a consumer fetches at most what its quota allows over the quota window
+            window_bytes = self.quotas.fetch.max_value_in_quota_window(context.user, context.client_id)
+            if window_bytes is not None:
+                max_bytes = max(1, min(max_bytes, window_bytes))
+                min_bytes = min(min_bytes, max_bytes)
         if version >= 7:
             session_id, epoch = int(request.session_id), int(request.session_epoch)
             to_forget = [(by_id[t.topic_id] if by_id else t.topic, int(p))

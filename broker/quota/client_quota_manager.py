@@ -125,6 +125,14 @@ class ClientQuotaManager:
             self._resolved[key] = resolve(self.configs, user, client_id)
         return self._resolved[key]
 
+    def max_value_in_quota_window(self, user: str, client_id: str) -> int | None:
+        """Kafka's getMaxValueInQuotaWindow: what the quota allows over (samples - 1) windows (a
+        consumer's fetch is cut to it), None when unlimited."""
+        found = self.quota(user, client_id)
+        if found is None:
+            return None
+        return int(min(found[0] * (self.config.samples - 1) * self.config.window_ms / 1000.0, 2**31 - 1))
+
     def record(self, user: str, client_id: str, value: int, now_ms: int) -> int:
         """Add `value` to the entity's rate; the throttle time (ms) it earned, 0 within the quota."""
         found = self.quota(user, client_id)

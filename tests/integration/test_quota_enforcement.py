@@ -134,3 +134,46 @@ def test_replication_is_not_throttled_by_client_quotas(cluster_factory):
     elapsed = time.monotonic() - start
     assert len(done) == 200 and all(e is None for e in done)
     assert elapsed < 20, elapsed  # 3.2 MB replicated: at 1 KB/s a throttled follower would take an hour
+
+
+def test_consumer_quota_holds_a_consumer(cluster_factory):
+    from confluent_kafka import Consumer
+
+    quota, measure_s, warm_up_s = 512 * 1024, min(MEASURE_S, 10.0), 3.0
+    cluster = cluster_factory(brokers=1, broker_overrides={"quota.window.num": 3, "quota.window.size.seconds": 1})
+    bootstrap, port = cluster.bootstrap, cluster.broker_ports[0]
+    create_topic(bootstrap, "consumed", 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    total = int(quota * (warm_up_s + measure_s) * 1.5 / len(VALUE)) + 1
+    for _ in range(total):
+        producer.produce("consumed", VALUE)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    producer = None
+    (answer,) = ask(port, [alter_request([([("client-id", "reader")], [("consumer_byte_rate", quota, False)])])])
+    assert answer.entries[0].error_code == 0
+    time.sleep(1.0)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "client.id": "reader",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "queued.max.messages.kbytes": 256})  # little read-ahead: poll() follows the fetches
+    consumer.subscribe(["consumed"])
+    got: list[tuple[float, int]] = []
+    start = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            now = time.monotonic()
+            start = start or now
+            got.append((now, len(msg.value())))
+            if now - start > warm_up_s + measure_s:
+                break
+    finally:
+        consumer.close()
+    assert start is not None
+    t0 = start + warm_up_s
+    rate = sum(n for t, n in got if t0 <= t < t0 + measure_s) / measure_s
+    print(f"consumer {rate / quota:.3f} x its quota")
+    assert abs(rate - quota) <= 0.15 * quota, rate / quota

@@ -82,3 +82,10 @@ def test_metrics_per_quota_entity():
     assert families["kafka_server_produce_byte_rate"] == [("", labels, 300.0)]
     assert families["kafka_server_produce_throttle_time"] == [("", labels, 2000)]
     assert families["kafka_server_fetch_byte_rate"] == []
+
+
+def test_a_consumer_fetch_is_cut_to_its_quota_window():
+    manager = ClientQuotaManager("consumer_byte_rate", QuotaConfig(samples=11, window_ms=1000))
+    assert manager.max_value_in_quota_window("u", "c") is None
+    manager.update_configs({(None, "c"): 1000.0})
+    assert manager.max_value_in_quota_window("u", "c") == 10_000

@@ -200,6 +200,14 @@ def error_response(request, error_code: ErrorCode):
     return _build(cls, error_code, request)
 
 
+@dataclasses.dataclass(frozen=True)
+class Unanswered:
+    """A handler's result for a request that gets no answer (Produce with acks=0) but earned a
+    quota's throttle time: the connection is muted that long (Kafka mutes acks=0 producers too)."""
+
+    throttle_ms: int
+
+
 # --- KafkaApis ------------------------------------------------------------------------------------
 
 
@@ -348,6 +356,10 @@ class KafkaApis:
             except Exception:
                 log.exception("cannot build an error response for API %d v%d; closing the connection", api_key, version)
                 raise CloseConnection() from None
+        if isinstance(result, Unanswered):  # acks=0 over its quota: no answer, muted all the same
+            if hasattr(conn, "mute_for"):
+                conn.mute_for(result.throttle_ms / 1000.0)
+            return None
         if result is None:
             return None
         if legacy_version is not None and legacy_version.translated and not isinstance(result, Body):
@@ -394,7 +406,7 @@ class KafkaApis:
 
     # --- Produce --------------------------------------------------------------------------------
 
-    async def handle_produce(self, context: RequestContext, request) -> Body | None:
+    async def handle_produce(self, context: RequestContext, request) -> Body | Unanswered | None:
         version = context.api_version
         acks = int(request.acks)
         txn_id = request.transactional_id
@@ -435,7 +447,8 @@ class KafkaApis:
             if acks == 0:
                 if any(r.error != ErrorCode.none for r in results.values()):
                     raise CloseConnection()
-                return None
+                throttle_ms = self._produce_throttle(context)
+                return Unanswered(throttle_ms) if throttle_ms else None
             topics = [
                 (t.name, [(int(p.index), results[(t.name, int(p.index))]) for p in t.partition_data])
                 for t in request.topic_data
@@ -446,12 +459,16 @@ class KafkaApis:
             leaders, endpoints = self._leader_hints(
                 context, [(name, index) for name, parts in topics for index, r in parts
                           if r.error == ErrorCode.not_leader_or_follower])
-        throttle_ms = 0
-        if self.quotas is not None and self.quotas.produce.enabled:
-            throttle_ms = self.quotas.produce.record(context.user, context.client_id, context.size, self.clock())
+        throttle_ms = self._produce_throttle(context)
         chunks, size = produce_codec.encode_produce_response(version, topics, leaders, endpoints,
                                                              throttle_ms=throttle_ms)
         return Body(chunks, size, throttle_ms)
+
+    def _produce_throttle(self, context: RequestContext) -> int:
+        """The producer quota's throttle time for this request (its size counted), 0 without quotas."""
+        if self.quotas is None or not self.quotas.produce.enabled:
+            return 0
+        return self.quotas.produce.record(context.user, context.client_id, context.size, self.clock())
 
     def _leader_hints(self, context: RequestContext, keys) -> tuple[dict, list]:
         """KIP-951: ({(topic, partition): (leader id, leader epoch)}, [(node, host, port, rack)])

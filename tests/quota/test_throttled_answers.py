@@ -58,3 +58,61 @@ def test_produce_answers_throttle_and_mutes_acks_0_too():
     other = Conn()
     asyncio.run(apis.handle(produce_frame(1, 10**6, "other"), other))
     assert other.mutes == []
+
+
+class OnlyDescribeConfigs:
+    """An authorizer that lets the principal DESCRIBE_CONFIGS on the Cluster and nothing else."""
+
+    enabled = True
+
+    def __init__(self):
+        self.asked = []
+
+    def authorize(self, context, op, resource_type, name):
+        from odradek.broker.authorizer.acl import AclOperation, ResourceType
+
+        self.asked.append((op, resource_type, name))
+        return op == AclOperation.DESCRIBE_CONFIGS and resource_type == ResourceType.CLUSTER
+
+    def authorize_by_type(self, context, op, resource_type):
+        return False
+
+
+def test_quota_apis_need_kafkas_cluster_operations():
+    """DescribeClientQuotas needs DESCRIBE_CONFIGS on the Cluster, AlterClientQuotas ALTER_CONFIGS;
+    a refusal is CLUSTER_AUTHORIZATION_FAILED and the handler (nothing stored) never runs."""
+    from kio.schema.errors import ErrorCode
+
+    from odradek.broker.authorizer.acl import AclOperation, ResourceType
+    from odradek.broker.quota.quota_apis import QuotaApis
+
+    class Store:
+        def __init__(self):
+            self.altered = []
+
+        async def read_all(self):
+            return QuotaConfigs()
+
+        async def alter(self, entity, ops, validate_only):
+            self.altered.append(entity)
+
+    config = SimpleNamespace(max_incremental_fetch_session_cache_slots=10, min_incremental_fetch_session_eviction_ms=1000)
+    apis = KafkaApis(config, StandInReplicaManager(), None)
+    store = Store()
+    apis.add_apis(QuotaApis(store))
+    apis.authorizer = OnlyDescribeConfigs()
+    alter = wire.request_schema(ApiKey.ALTER_CLIENT_QUOTAS, 1)
+    amod = __import__(alter.__module__, fromlist=["x"])
+    request = alter(validate_only=False, entries=(amod.EntryData(
+        entity=(amod.EntityData(entity_type="user", entity_name="u"),),
+        ops=(amod.OpData(key="producer_byte_rate", value=1.0, remove=False),)),))
+    answer = asyncio.run(apis.handle(wire.encode_request(request, 3, "admin")[4:], Conn()))
+    _, response = wire.decode_response(wire.response_schema(ApiKey.ALTER_CLIENT_QUOTAS, 1), b"".join(answer)[4:])
+    assert [e.error_code for e in response.entries] == [ErrorCode.cluster_authorization_failed]
+    assert store.altered == []
+    describe = wire.request_schema(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1)
+    answer = asyncio.run(apis.handle(wire.encode_request(describe(components=(), strict=False), 4, "admin")[4:],
+                                     Conn()))
+    _, response = wire.decode_response(wire.response_schema(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1), b"".join(answer)[4:])
+    assert response.error_code == ErrorCode.none and response.entries == ()
+    assert (AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, "kafka-cluster") in apis.authorizer.asked

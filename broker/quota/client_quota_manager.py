@@ -24,6 +24,9 @@ from odradek.common.zk_data import DEFAULT_ENTITY
 
 from .quota_entity import sanitized_name
 
+MAX_IDLE_CHECK = 10_000
+"""With this many rates kept, idle ones are dropped before a new one is added."""
+
 Tags = tuple[str, str]
 """(user tag, client-id tag) of a rate, "" for a dimension the matched quota does not have."""
 
@@ -141,6 +144,8 @@ class ClientQuotaManager:
         bound, tags = found
         stats = self.stats.get(tags)
         if stats is None:
+            if len(self.stats) >= MAX_IDLE_CHECK:
+                self._forget_idle(now_ms)
             stats = self.stats[tags] = EntityStats(SampledRate(self.config))
         stats.rate.record(value, now_ms)
         rate = stats.rate.rate(now_ms)
@@ -152,6 +157,13 @@ class ClientQuotaManager:
         if throttle:
             stats.throttled += 1
         return throttle
+
+    def _forget_idle(self, now_ms: int) -> None:
+        """Drop the rates with nothing left in their window (Kafka expires idle quota sensors):
+        many client ids under a default quota must not grow the broker's memory for ever."""
+        horizon = self.config.samples * self.config.window_ms
+        self.stats = {tags: s for tags, s in self.stats.items()
+                      if s.rate.samples and now_ms - s.rate.samples[-1][0] < horizon}
 
     def unrecord(self, user: str, client_id: str, value: int, now_ms: int) -> None:
         """Take back a recorded value (a throttled fetch answers no data: Kafka's unrecordQuotaSensor)."""

@@ -89,3 +89,15 @@ def test_a_consumer_fetch_is_cut_to_its_quota_window():
     assert manager.max_value_in_quota_window("u", "c") is None
     manager.update_configs({(None, "c"): 1000.0})
     assert manager.max_value_in_quota_window("u", "c") == 10_000
+
+
+def test_idle_rates_are_forgotten(monkeypatch):
+    from odradek.broker.quota import client_quota_manager
+
+    monkeypatch.setattr(client_quota_manager, "MAX_IDLE_CHECK", 3)
+    manager = ClientQuotaManager("producer_byte_rate", QuotaConfig(samples=2, window_ms=1000))
+    manager.update_configs({(None, D): 100.0})
+    for i in range(3):
+        manager.record("u", f"c{i}", 1, 0)
+    manager.record("u", "late", 1, 5000)  # the others' windows ended long ago
+    assert set(manager.stats) == {("", "late")}

@@ -62,7 +62,7 @@ unit: setup
 	$(BIN)/pytest tests/ -m unit -q $(PYTEST_ARGS)
 
 test: setup
-	$(BIN)/pytest tests/ -ra $(PYTEST_ARGS)
+	$(BIN)/pytest tests/ -ra --durations=25 $(PYTEST_ARGS)
 
 # The nemesis soak: fresh 3-broker, 2-controller clusters under seeded random faults until
 # DURATION is spent; prints a table of the runs. Namespace and full-disk faults need root.

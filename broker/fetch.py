@@ -13,7 +13,7 @@ names the leader the broker knows, and the response carries its endpoint.
 import uuid
 from collections.abc import Mapping, Sequence
 
-from odradek.common.network.encoding import BodyWriter
+from odradek.common.network.encoding import BodyWriter, node_endpoints
 
 MIN_VERSION = 0
 """v0–v3 (message formats v0/v1) are down-converted (broker/log/legacy_records)."""
@@ -77,15 +77,7 @@ def encode_fetch_response(
                 w.tagged([(1, hint.take())])  # current_leader
         w.tags()
     if version >= 16 and endpoints:
-        nodes = BodyWriter(flexible=True)
-        nodes.array(len(endpoints))
-        for node_id, host, port, rack in endpoints:
-            nodes.int32(node_id)
-            nodes.string(host)
-            nodes.int32(port)
-            nodes.string(rack)
-            nodes.tags()
-        w.tagged([(0, nodes.take())])  # node_endpoints
+        w.tagged([(0, node_endpoints(endpoints))])
     else:
         w.tags()
     chunks = w.chunks()

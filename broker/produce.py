@@ -17,7 +17,7 @@ enable compression).
 import struct
 from collections.abc import Mapping, Sequence
 
-from odradek.common.network.encoding import BodyWriter
+from odradek.common.network.encoding import BodyWriter, node_endpoints
 
 MIN_VERSION = 0
 LEGACY_VERSIONS = (0, 1, 2)
@@ -81,15 +81,7 @@ def encode_produce_response(
     if version >= 1:
         w.int32(throttle_ms)  # throttle_time_ms (a client quota, KIP-219)
     if version >= 10 and endpoints:
-        nodes = BodyWriter(flexible=True)
-        nodes.array(len(endpoints))
-        for node_id, host, port, rack in endpoints:
-            nodes.int32(node_id)
-            nodes.string(host)
-            nodes.int32(port)
-            nodes.string(rack)
-            nodes.tags()
-        w.tagged([(0, nodes.take())])  # node_endpoints
+        w.tagged([(0, node_endpoints(endpoints))])
     else:
         w.tags()
     return w.chunks(), w.size

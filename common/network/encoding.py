@@ -138,3 +138,17 @@ def frame(header: bytes, body_chunks: list, body_size: int) -> list:
 def response_header(correlation_id: int, flexible: bool) -> bytes:
     """Response header v0 (correlation id) or v1 (plus an empty tagged-field section)."""
     return _I32.pack(correlation_id) + (b"\0" if flexible else b"")
+
+
+def node_endpoints(endpoints) -> bytes:
+    """The KIP-951 `node_endpoints` tagged field of Produce (v10+) and Fetch (v16+) answers:
+    (node id, host, port, rack) of the leaders the answer names."""
+    nodes = BodyWriter(flexible=True)
+    nodes.array(len(endpoints))
+    for node_id, host, port, rack in endpoints:
+        nodes.int32(node_id)
+        nodes.string(host)
+        nodes.int32(port)
+        nodes.string(rack)
+        nodes.tags()
+    return nodes.take()

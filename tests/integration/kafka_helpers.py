@@ -429,3 +429,16 @@ def produce_error(port: int, topic: str, partition: int, value: bytes, host: str
             await client.close()
 
     return asyncio.run(send())
+
+
+def ask(port: int, requests: list) -> list:
+    """The responses to `requests`, sent in order on one connection to the broker at `port`."""
+
+    async def run():
+        client = NetworkClient("127.0.0.1", port)
+        try:
+            return [await client.send(r, timeout=30) for r in requests]
+        finally:
+            await client.close()
+
+    return asyncio.run(run())

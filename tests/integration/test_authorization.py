@@ -9,7 +9,6 @@ ZooKeeper and removes them at its end; one ACL goes through the CreateAcls API o
 check that every broker enforces it within 5 s.
 """
 
-import asyncio
 import sys
 import time
 import uuid
@@ -30,12 +29,12 @@ from odradek.broker.authorizer.acl import (
     ResourceType,
 )
 from odradek.common import wire
-from odradek.common.network.client import NetworkClient
 from odradek.common.zk_calls import BoundedCalls
 from odradek.common.zk_connect import ensure_chroot
 from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster
+from .kafka_helpers import ask
 
 ANONYMOUS = "User:ANONYMOUS"
 OP, RT, PT = AclOperation, ResourceType, PatternType
@@ -372,18 +371,6 @@ def test_kafka_python_clients(cluster, acls):
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
-
-def ask(port: int, requests: list) -> list:
-    """The responses to `requests`, sent in order on one connection to the broker at `port`."""
-
-    async def run():
-        client = NetworkClient("127.0.0.1", port)
-        try:
-            return [await client.send(r, timeout=30) for r in requests]
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 def request_module(api: int, version: int):

@@ -32,7 +32,7 @@ from odradek.common.network.client import NetworkClient
 from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster
-from .kafka_helpers import create_topic, leader_of
+from .kafka_helpers import ask, create_topic, leader_of
 
 CONFORMANCE_BROKER = {
     "offsets.topic.num.partitions": 3,
@@ -62,18 +62,6 @@ def cluster(zookeeper, tmp_path_factory):
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
-
-def ask(port: int, requests: list) -> list:
-    """The responses to `requests`, sent in order on one connection."""
-
-    async def run():
-        client = NetworkClient("127.0.0.1", port)
-        try:
-            return [await client.send(r, timeout=30) for r in requests]
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 def request_module(api: int, version: int):

@@ -2,7 +2,6 @@
 broker and ZooKeeper: Kafka's znodes and notifications, Kafka's validation, a user's SCRAM keys and
 quota keys sharing one znode. (Neither confluent-kafka nor kafka-python has these admin calls.)"""
 
-import asyncio
 import json
 import math
 
@@ -12,20 +11,11 @@ from kio.schema.errors import ErrorCode
 
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
-from odradek.common.network.client import NetworkClient
+
+from .kafka_helpers import ask
 
 pytestmark = pytest.mark.integration
 
-
-def ask(port: int, requests: list) -> list:
-    async def run():
-        client = NetworkClient("127.0.0.1", port)
-        try:
-            return [await client.send(r, timeout=30) for r in requests]
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 def alter_request(entries, validate_only=False, version=1):

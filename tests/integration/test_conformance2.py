@@ -3,7 +3,6 @@ fenced producers get the error codes their request version knows, EndTxn in the 
 per-record produce errors (KIP-467), dynamic broker configs, and the versions Kafka 3.9 serves.
 Real brokers and controller; real clients where they can express the case, the wire otherwise."""
 
-import asyncio
 import datetime
 import socket
 import struct
@@ -18,11 +17,11 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from odradek.broker.log.record_batch import build_batch
 from odradek.common import wire
-from odradek.common.network.client import NetworkClient
 from odradek.dev.waiting import wait_until
 
 from .conftest import new_cluster
 from .kafka_helpers import (
+    ask,
     confluent_consume,
     confluent_produce,
     create_topic,
@@ -61,18 +60,6 @@ def request(api: int, version: int, **fields):
 def request_module(api: int, version: int):
     return sys.modules[wire.request_schema(api, version).__module__]
 
-
-def ask(port: int, requests: list) -> list:
-    """The responses to `requests`, sent in order on one connection."""
-
-    async def run():
-        client = NetworkClient("127.0.0.1", port)
-        try:
-            return [await client.send(r, timeout=30) for r in requests]
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 def raw_exchange(port: int, frame_body: bytes, timeout: float = 10.0) -> bytes:

@@ -3,7 +3,6 @@ default, librdkafka with enable.idempotence=true) get a producer id with epoch 0
 across brokers (each claims its own block in ZooKeeper), and a transactional id is served by its
 transaction coordinator."""
 
-import asyncio
 import datetime
 import json
 import time
@@ -16,9 +15,8 @@ from kio.static.primitive import i8, i16, i32Timedelta, i64
 from odradek.broker.log.record_batch import iter_batches
 from odradek.common import wire, zk_data
 from odradek.common.api_key import ApiKey
-from odradek.common.network.client import NetworkClient
 
-from .kafka_helpers import create_topic, leader_of
+from .kafka_helpers import ask, create_topic, leader_of
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=60))
 
@@ -30,18 +28,6 @@ def init_producer_id(version: int, transactional_id: str | None, producer_id: in
         fields.update(producer_id=i64(producer_id), producer_epoch=i16(epoch))
     return cls(**fields)
 
-
-def ask(port: int, requests: list) -> list:
-    """Send the requests in order on one connection (it must survive refusals); their responses."""
-
-    async def run():
-        client = NetworkClient("127.0.0.1", port)
-        try:
-            return [await client.send(r, timeout=30) for r in requests]
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 def batch_producer_ids(log: bytes) -> list[tuple[int, int, int]]:

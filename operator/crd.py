@@ -1,4 +1,4 @@
-"""The KafkaCluster and Topic CustomResourceDefinitions, generated from the pydantic models.
+"""The KafkaCluster, Topic and KafkaUser CustomResourceDefinitions, generated from the pydantic models.
 
 `python -m odradek.operator.crd` rewrites crds/*.yaml and the chart's copies; a test fails when a committed
 file differs from what the models generate. Pydantic's JSON schema is turned into a structural
@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from odradek.operator import topic_models
+from odradek.operator import topic_models, user_models
 from odradek.operator.models import (
     GROUP,
     KIND,
@@ -31,6 +31,8 @@ CRD_PATH = ROOT / "crds" / "kafkacluster.yaml"
 CHART_CRD_PATH = ROOT / "helm" / "odradek" / "crds" / "kafkacluster.yaml"  # the chart installs this copy
 TOPIC_CRD_PATH = ROOT / "crds" / "topic.yaml"
 CHART_TOPIC_CRD_PATH = ROOT / "helm" / "odradek" / "crds" / "topic.yaml"
+USER_CRD_PATH = ROOT / "crds" / "kafkauser.yaml"
+CHART_USER_CRD_PATH = ROOT / "helm" / "odradek" / "crds" / "kafkauser.yaml"
 
 _DROP = {"title"}
 
@@ -67,6 +69,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = _structural(value, defs)
         else:
             out[key] = _structural(value, defs)
+    if "const" in out:  # one allowed value: Kubernetes schemas have no `const`
+        out["enum"] = [out.pop("const")]
     if out.get("default") is None and "default" in out:
         out.pop("default")
     if "properties" in out and out.get("additionalProperties") is False:
@@ -176,8 +180,30 @@ def topic_crd() -> dict[str, Any]:
                        ])
 
 
-FILES = {CRD_PATH: crd, CHART_CRD_PATH: crd, TOPIC_CRD_PATH: topic_crd, CHART_TOPIC_CRD_PATH: topic_crd}
-SOURCES = {crd: "operator/models.py", topic_crd: "operator/topic_models.py"}
+def user_crd() -> dict[str, Any]:
+    """The KafkaUser CRD."""
+    spec_schema = _schema(user_models.KafkaUserSpec)
+    _strip_defaults(spec_schema)
+    status_schema = _schema(user_models.KafkaUserStatus)
+    _strip_defaults(status_schema)
+    spec_schema.setdefault("description", "What the user may do; the operator makes the cluster follow it.")
+    status_schema.setdefault("description", "What the operator observed.")
+    return _definition(user_models.KIND, user_models.PLURAL, user_models.SINGULAR, user_models.SHORT_NAMES,
+                       "A Kafka user (credentials, ACLs, quotas) of a KafkaCluster in the same namespace.",
+                       spec_schema, status_schema, [
+                           {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterRef"},
+                           {"name": "Authentication", "type": "string", "jsonPath": ".spec.authentication.type"},
+                           {"name": "Username", "type": "string", "jsonPath": ".status.username"},
+                           READY_COLUMN,
+                           {"name": "Reason", "type": "string", "priority": 1,
+                            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+                           AGE_COLUMN,
+                       ])
+
+
+FILES = {CRD_PATH: crd, CHART_CRD_PATH: crd, TOPIC_CRD_PATH: topic_crd, CHART_TOPIC_CRD_PATH: topic_crd,
+         USER_CRD_PATH: user_crd, CHART_USER_CRD_PATH: user_crd}
+SOURCES = {crd: "operator/models.py", topic_crd: "operator/topic_models.py", user_crd: "operator/user_models.py"}
 
 
 def render(build: Callable[[], dict[str, Any]] = crd) -> str:

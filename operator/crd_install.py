@@ -10,14 +10,14 @@ import logging
 from typing import Any
 
 from odradek.operator.apply import apply
-from odradek.operator.crd import crd, topic_crd
+from odradek.operator.crd import crd, topic_crd, user_crd
 from odradek.operator.kube import KubeClient
 
 log = logging.getLogger(__name__)
 
 
 def wanted() -> list[dict[str, Any]]:
-    return [crd(), topic_crd()]
+    return [crd(), topic_crd(), user_crd()]
 
 
 async def ensure_crds(client: KubeClient) -> list[str]:

@@ -1,4 +1,4 @@
-"""Topic administration over the Kafka protocol, as any Kafka admin client does it.
+"""Topic and user administration over the Kafka protocol, as any Kafka admin client does it.
 
 Every call takes many topics and makes one request: Metadata and DescribeConfigs to look at
 topics, CreateTopics, CreatePartitions, IncrementalAlterConfigs and DeleteTopics to change them.
@@ -12,17 +12,19 @@ UNSUPPORTED_VERSION instead of sending anything (as librdkafka does).
 import asyncio
 import datetime
 import logging
+import secrets
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i16, i32, i32Timedelta
+from kio.static.primitive import f64, i8, i16, i32, i32Timedelta
 
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, change_replication_factor
+from odradek.common.security import scram
 from odradek.operator.topic_reconciler import (
     ActionResult,
     AlterConfigs,
@@ -31,6 +33,18 @@ from odradek.operator.topic_reconciler import (
     CreateTopic,
     LiveTopic,
 )
+from odradek.operator.user_reconciler import (
+    SCRAM_ITERATIONS,
+    SCRAM_MECHANISM,
+    Acl,
+    AlterQuotas,
+    AlterScram,
+    CreateAcls,
+    DeleteAcls,
+    LiveUser,
+    principal,
+)
+from odradek.operator.user_reconciler import ActionResult as UserActionResult
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +59,25 @@ OUR_VERSIONS = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 API_NAMES = {ApiKey.METADATA: "Metadata", ApiKey.CREATE_TOPICS: "CreateTopics", ApiKey.DELETE_TOPICS: "DeleteTopics",
              ApiKey.DESCRIBE_CONFIGS: "DescribeConfigs", ApiKey.CREATE_PARTITIONS: "CreatePartitions",
              ApiKey.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
-             ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments"}
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
+             ApiKey.DESCRIBE_ACLS: "DescribeAcls", ApiKey.CREATE_ACLS: "CreateAcls", ApiKey.DELETE_ACLS: "DeleteAcls",
+             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
+             ApiKey.DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas", ApiKey.ALTER_CLIENT_QUOTAS: "AlterClientQuotas"}
+LOOKING = frozenset({ApiKey.METADATA, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_ACLS,
+                     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_CLIENT_QUOTAS})
+"""APIs sent on the connection for looking (the rest change things, on their own connection)."""
 
 RESOURCE_TOPIC = 2
 DYNAMIC_TOPIC_CONFIG = 1
@@ -169,7 +197,7 @@ class KafkaAdmin:
     async def _send(self, api_key: ApiKey, build: Build, extra_timeout: float = 0.0) -> Any:
         """Build (with the agreed version's kio module) and send one request; a broken connection
         is dropped so the next call starts over with the next broker."""
-        lane = "look" if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_CONFIGS) else "change"
+        lane = "look" if api_key in LOOKING else "change"
         client = await self._connection(lane)
         version = agree(OUR_VERSIONS[api_key], self._versions.get(api_key))
         if version is None:
@@ -327,6 +355,181 @@ class KafkaAdmin:
 
         results = await self._per_topic(ApiKey.DELETE_TOPICS, names, build, lambda r: r.responses, timeout)
         return {n: ActionResult() if r.error == "unknown_topic_or_partition" else r for n, r in results.items()}
+
+    # --- users: credentials, ACLs, quotas (KafkaUser) ---------------------------------------------
+
+    async def describe_users(self, users: list[str]) -> dict[str, LiveUser]:
+        """Each user as the cluster reports it: SCRAM credentials, every ACL naming its principal
+        (one DescribeAcls of every ACL, shared by the batch), its user-entity quotas."""
+        if not users:
+            return {}
+
+        def acls(m: Any, version: int) -> object:
+            return wire.make_entity(m.DescribeAclsRequest, resource_type_filter=i8(1), resource_name_filter=None,
+                                    pattern_type_filter=i8(1), principal_filter=None, host_filter=None,
+                                    operation=i8(1), permission_type=i8(1))
+
+        def scram_request(m: Any, version: int) -> object:
+            return wire.make_entity(m.DescribeUserScramCredentialsRequest,
+                                    users=tuple(m.UserName(name=u) for u in users))
+
+        def quotas_request(m: Any, version: int) -> object:
+            return wire.make_entity(m.DescribeClientQuotasRequest, strict=True, components=(
+                m.ComponentData(entity_type=QUOTA_USER, match_type=i8(MATCH_SPECIFIED), match=None),))
+
+        acl_answer, scram_answer, quota_answer = await asyncio.gather(
+            self._send(ApiKey.DESCRIBE_ACLS, acls), self._send(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, scram_request),
+            self._send(ApiKey.DESCRIBE_CLIENT_QUOTAS, quotas_request))
+        return live_users(users, acl_answer, scram_answer, quota_answer)
+
+    async def _per_user(self, api_key: ApiKey, users: list[str], build: Build,
+                        results_of: Callable[[Any], dict[str, UserActionResult]]) -> dict[str, UserActionResult]:
+        try:
+            response = await self._send(api_key, build)
+        except Unsupported as e:
+            return {u: UserActionResult("unsupported_version", str(e)) for u in users}
+        out = results_of(response)
+        return {u: out.get(u, UserActionResult()) for u in users}
+
+    async def alter_scram(self, actions: list[AlterScram]) -> dict[str, UserActionResult]:
+        """AlterUserScramCredentials: salted here (a fresh salt each time), never sent in clear."""
+        mechanism = scram.MECHANISMS[SCRAM_MECHANISM]
+
+        def salt_all() -> list[tuple[str, bytes, bytes]]:
+            out = []
+            for a in actions:
+                if a.password is not None:
+                    salt = secrets.token_bytes(scram.SALT_BYTES)
+                    out.append((a.user, salt, mechanism.salted_password(a.password, salt, SCRAM_ITERATIONS)))
+            return out
+
+        salted = await asyncio.to_thread(salt_all)  # PBKDF2: thousands of users must not stall the loop
+
+        def build(m: Any, version: int) -> object:
+            return wire.make_entity(m.AlterUserScramCredentialsRequest, upsertions=tuple(
+                m.ScramCredentialUpsertion(name=user, mechanism=i8(mechanism.type), iterations=i32(SCRAM_ITERATIONS),
+                                           salt=salt, salted_password=key) for user, salt, key in salted),
+                deletions=tuple(m.ScramCredentialDeletion(name=a.user, mechanism=i8(scram.MECHANISMS[d].type))
+                                for a in actions for d in a.delete if d in scram.MECHANISMS))
+
+        def results(response: Any) -> dict[str, UserActionResult]:
+            out = {}
+            for r in response.results:
+                error = _error_name(r.error_code)
+                # A credential deleted meanwhile is as good as deleted.
+                out[r.user] = UserActionResult() if error == "resource_not_found" else UserActionResult(
+                    error, r.error_message)
+            return out
+
+        return await self._per_user(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, [a.user for a in actions], build, results)
+
+    async def create_acls(self, actions: list[CreateAcls]) -> dict[str, UserActionResult]:
+        """CreateAcls of every action's bindings in one request; a user's first failure is its result."""
+        flat = [(a.user, acl) for a in actions for acl in a.acls]
+
+        def build(m: Any, version: int) -> object:
+            return wire.make_entity(m.CreateAclsRequest, creations=tuple(m.AclCreation(
+                resource_type=i8(acl.resource_type), resource_name=acl.resource_name,
+                resource_pattern_type=i8(acl.pattern_type), principal=acl.principal, host=acl.host,
+                operation=i8(acl.operation), permission_type=i8(acl.permission)) for _, acl in flat))
+
+        def results(response: Any) -> dict[str, UserActionResult]:
+            out: dict[str, UserActionResult] = {}
+            for (user, _), r in zip(flat, response.results):
+                if _error_name(r.error_code) is not None and user not in out:
+                    out[user] = UserActionResult(_error_name(r.error_code), r.error_message)
+            return out
+
+        return await self._per_user(ApiKey.CREATE_ACLS, [a.user for a in actions], build, results)
+
+    async def delete_acls(self, actions: list[DeleteAcls]) -> dict[str, UserActionResult]:
+        """DeleteAcls: one exact filter per binding, or one per principal for `everything`."""
+        flat: list[tuple[str, tuple[int, str | None, int, str, str | None, int, int]]] = []
+        for a in actions:
+            if a.everything:
+                flat.append((a.user, (1, None, 1, principal(a.user), None, 1, 1)))
+            else:
+                flat += [(a.user, (acl.resource_type, acl.resource_name, acl.pattern_type, acl.principal, acl.host,
+                                   acl.operation, acl.permission)) for acl in a.acls]
+
+        def build(m: Any, version: int) -> object:
+            return wire.make_entity(m.DeleteAclsRequest, filters=tuple(m.DeleteAclsFilter(
+                resource_type_filter=i8(f[0]), resource_name_filter=f[1], pattern_type_filter=i8(f[2]),
+                principal_filter=f[3], host_filter=f[4], operation=i8(f[5]), permission_type=i8(f[6]))
+                for _, f in flat))
+
+        def results(response: Any) -> dict[str, UserActionResult]:
+            out: dict[str, UserActionResult] = {}
+            for (user, _), r in zip(flat, response.filter_results):
+                errors = [(r.error_code, r.error_message)] + [(x.error_code, x.error_message) for x in r.matching_acls]
+                failed = [(c, msg) for c, msg in errors if _error_name(c) is not None]
+                if failed and user not in out:
+                    out[user] = UserActionResult(_error_name(failed[0][0]), failed[0][1])
+            return out
+
+        return await self._per_user(ApiKey.DELETE_ACLS, [a.user for a in actions], build, results)
+
+    async def alter_quotas(self, actions: list[AlterQuotas]) -> dict[str, UserActionResult]:
+        """AlterClientQuotas: one user entity per action."""
+
+        def build(m: Any, version: int) -> object:
+            return wire.make_entity(m.AlterClientQuotasRequest, validate_only=False, entries=tuple(m.EntryData(
+                entity=(m.EntityData(entity_type=QUOTA_USER, entity_name=a.user),),
+                ops=tuple([m.OpData(key=k, value=f64(v), remove=False) for k, v in sorted(a.set.items())]
+                          + [m.OpData(key=k, value=f64(0.0), remove=True) for k in a.remove]))
+                for a in actions))
+
+        def results(response: Any) -> dict[str, UserActionResult]:
+            out = {}
+            for e in response.entries:
+                name = next((x.entity_name for x in e.entity if x.entity_type == QUOTA_USER), None)
+                if name is not None:
+                    out[name] = UserActionResult(_error_name(e.error_code), e.error_message)
+            return out
+
+        return await self._per_user(ApiKey.ALTER_CLIENT_QUOTAS, [a.user for a in actions], build, results)
+
+
+QUOTA_USER = "user"
+MATCH_SPECIFIED = 2
+"""DescribeClientQuotas: any entity with a name of this type (not the default)."""
+
+
+def live_users(users: list[str], acls: Any, credentials: Any, quotas: Any) -> dict[str, LiveUser]:
+    """DescribeAcls, DescribeUserScramCredentials and DescribeClientQuotas answers → each user."""
+    acl_code = _error_name(acls.error_code)
+    found: dict[str, set[Acl]] = {}
+    if acl_code not in (None, "security_disabled"):
+        raise ValueError(f"DescribeAcls: {acl_code} {acls.error_message or ''}".strip())
+    by_principal = None if acl_code == "security_disabled" else found
+    if by_principal is not None:
+        for res in acls.resources:
+            for d in res.acls:
+                found.setdefault(d.principal, set()).add(Acl(
+                    int(res.resource_type), res.resource_name, int(res.pattern_type), d.principal, d.host,
+                    int(d.operation), int(d.permission_type)))
+    code = _error_name(credentials.error_code)
+    if code is not None:
+        raise ValueError(f"DescribeUserScramCredentials: {code} {credentials.error_message or ''}".strip())
+    scram_of: dict[str, dict[str, int]] = {}
+    for r in credentials.results:
+        error = _error_name(r.error_code)
+        if error == "resource_not_found":
+            continue
+        if error is not None:
+            raise ValueError(f"DescribeUserScramCredentials of {r.user!r}: {error}")
+        scram_of[r.user] = {scram.BY_TYPE[int(i.mechanism)].name: int(i.iterations) for i in r.credential_infos
+                            if int(i.mechanism) in scram.BY_TYPE}
+    code = _error_name(quotas.error_code)
+    if code is not None:
+        raise ValueError(f"DescribeClientQuotas: {code} {quotas.error_message or ''}".strip())
+    quotas_of: dict[str, dict[str, float]] = {}
+    for e in quotas.entries or ():
+        if len(e.entity) == 1 and e.entity[0].entity_type == QUOTA_USER and e.entity[0].entity_name is not None:
+            quotas_of[e.entity[0].entity_name] = {v.key: float(v.value) for v in e.values}
+    return {u: LiveUser(scram_of.get(u, {}),
+                        None if by_principal is None else frozenset(by_principal.get(principal(u), ())),
+                        quotas_of.get(u, {})) for u in users}
 
 
 class _Named:

@@ -33,6 +33,7 @@ REQUEST_TIMEOUT = 30
 # the builders render, plus what the reconcilers read.
 BUILTIN: dict[str, tuple[type, str, bool]] = {
     "ConfigMap": (k8s.CoreV1Api, "config_map", True),
+    "Secret": (k8s.CoreV1Api, "secret", True),
     "Service": (k8s.CoreV1Api, "service", True),
     "Pod": (k8s.CoreV1Api, "pod", True),
     "PersistentVolumeClaim": (k8s.CoreV1Api, "persistent_volume_claim", True),
@@ -47,6 +48,7 @@ BUILTIN: dict[str, tuple[type, str, bool]] = {
 CUSTOM = {
     "KafkaCluster": ("odradek.io", "v1alpha1", "kafkaclusters"),
     "Topic": ("odradek.io", "v1alpha1", "topics"),
+    "KafkaUser": ("odradek.io", "v1alpha1", "kafkausers"),
 }
 
 

@@ -26,7 +26,7 @@ import kopf
 from odradek.common import process_logging
 from odradek.common.metrics import MetricsServer, Registry
 from odradek.operator import status as status_mod
-from odradek.operator import topics
+from odradek.operator import topics, users
 from odradek.operator.crd_install import ensure_crds
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats
@@ -53,6 +53,8 @@ class OperatorMemo:
     topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap
     topic_tuning: topics.Tuning = field(default_factory=topics.Tuning)
     topic_controller: topics.TopicController | None = None
+    user_tuning: topics.Tuning = field(default_factory=topics.Tuning)
+    user_controller: users.UserController | None = None
     resync_task: asyncio.Task[None] | None = None
     relogin: Callable[[], kopf.ConnectionInfo | None] | None = None
     install_crds: bool = False
@@ -98,6 +100,7 @@ def build_registry(interval: float = DEFAULT_INTERVAL) -> kopf.OperatorRegistry:
             await ensure_crds(memo.client)
 
     topics.register(registry)  # after `configure` (it needs the client), before `close`
+    users.register(registry)
 
     @kopf.on.startup(registry=registry)
     async def start_resync(memo: OperatorMemo, **_: Any) -> None:
@@ -194,12 +197,13 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
         install_crds: bool = False, stop_flag: threading.Event | None = None,
         ready_flag: threading.Event | None = None,
         topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap,
-        topic_tuning: topics.Tuning | None = None) -> None:
+        topic_tuning: topics.Tuning | None = None, user_tuning: topics.Tuning | None = None) -> None:
     """Run the operator until stopped (SIGTERM/SIGINT, or stop_flag in tests)."""
     memo = OperatorMemo(connection=connection, view_source=view_source, data_mover=data_mover,
                         namespaces=list(namespaces),
                         clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
                         topic_tuning=topic_tuning or topics.Tuning(), metrics_port=metrics_port,
+                        user_tuning=user_tuning or topics.Tuning(),
                         metrics_host=metrics_host, install_crds=install_crds)
     asyncio.run(kopf.operator(
         registry=build_registry(interval), clusterwide=clusterwide, namespaces=namespaces,
@@ -221,11 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-port", type=int, default=9404,
                    help="port of the Prometheus endpoint (GET /metrics; -1 to disable)")
     p.add_argument("--install-crds", action="store_true",
-                   help="create or update the KafkaCluster and Topic CRDs at start-up (helm upgrade never does)")
+                   help="create or update the KafkaCluster, Topic and KafkaUser CRDs at start-up (helm upgrade never does)")
     p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
                    help="seconds between reconcile passes of each cluster (rolls advance per pass)")
     p.add_argument("--topic-resync", type=float, default=topics.DEFAULT_RESYNC,
                    help="seconds between looks at every Topic (reverts changes made in the cluster)")
+    p.add_argument("--user-resync", type=float, default=topics.DEFAULT_RESYNC,
+                   help="seconds between looks at every KafkaUser (reverts ACL, quota and credential changes)")
     p.add_argument("--topic-workers", type=int, default=topics.DEFAULT_WORKERS,
                    help="Topics reconciled at once (their admin calls are batched)")
     args = p.parse_args(argv)
@@ -237,5 +243,6 @@ def main(argv: list[str] | None = None) -> int:
     process_logging.configure(args, "operator")
     run(args.namespace or [], args.all_namespaces, interval=args.interval, liveness=args.liveness or None,
         metrics_port=args.metrics_port, install_crds=args.install_crds,
-        topic_tuning=topics.Tuning(workers=args.topic_workers, resync=args.topic_resync))
+        topic_tuning=topics.Tuning(workers=args.topic_workers, resync=args.topic_resync),
+        user_tuning=topics.Tuning(workers=args.topic_workers, resync=args.user_resync))
     return 0

@@ -11,7 +11,7 @@ K8S_VERSION = "1.30"
 
 def validate(obj: dict) -> None:
     if obj["apiVersion"].startswith("odradek.io/"):
-        build = crd.topic_crd if obj["kind"] == "Topic" else crd.crd
+        build = {"Topic": crd.topic_crd, "KafkaUser": crd.user_crd}.get(obj["kind"], crd.crd)
         schema = build()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         jsonschema.validate(obj, schema)
         return

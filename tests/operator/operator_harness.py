@@ -18,6 +18,8 @@ from odradek.operator.rolling import ClusterView
 NS = "kafka"
 KC = "odradek.io/v1alpha1/kafkaclusters"
 TOPICS = "odradek.io/v1alpha1/topics"
+USERS = "odradek.io/v1alpha1/kafkausers"
+SECRETS = "v1/secrets"
 STS = "apps/v1/statefulsets"
 PODS = "v1/pods"
 NODES = "v1/nodes"
@@ -33,6 +35,9 @@ def new_server() -> KubernetesServer:
     server.resources[TOPICS] = kmock.ResourceInfo(
         kind="Topic", singular="topic", namespaced=True,
         subresources={"status"}, verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
+    server.resources[USERS] = kmock.ResourceInfo(
+        kind="KafkaUser", singular="kafkauser", namespaced=True, shortnames={"ku"},
+        subresources={"status"}, verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
     # kopf's backbone: it waits for these resources before serving anything.
     server.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = kmock.ResourceInfo(
         kind="CustomResourceDefinition", namespaced=False, verbs={"get", "list", "watch"})
@@ -43,7 +48,7 @@ def new_server() -> KubernetesServer:
     for res, kind in ((STS, "StatefulSet"), ("apps/v1/deployments", "Deployment"), (PODS, "Pod"),
                       ("v1/services", "Service"), ("v1/configmaps", "ConfigMap"), ("v1/events", "Event"),
                       ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
-                      ("v1/persistentvolumeclaims", "PersistentVolumeClaim")):
+                      ("v1/persistentvolumeclaims", "PersistentVolumeClaim"), (SECRETS, "Secret")):
         server.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True,
                                                    verbs={"get", "list", "create", "patch", "delete"})
     server.resources["storage.k8s.io/v1/storageclasses"] = kmock.ResourceInfo(

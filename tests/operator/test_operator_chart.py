@@ -57,6 +57,10 @@ VALUE_SETS = {
                "topics[0].config.retention\\.ms=604800000", "topics[0].config.cleanup\\.policy=compact",
                "topics[1].name=audit", "topics[1].topicName=Audit_Log", "topics[1].deletionPolicy=Retain",
                "topics[1].clusterRef=other"),
+    "users": ("cluster.enabled=true", "users[0].name=reader", "users[0].authentication.type=scram-sha-512",
+              "users[0].authorization.acls[0].resource.type=topic", "users[0].authorization.acls[0].resource.name=orders",
+              "users[0].authorization.acls[0].operations={Read,Describe}", "users[0].quotas.consumerByteRate=1048576",
+              "users[1].name=app", "users[1].clusterRef=other"),
     "metrics": ("cluster.enabled=true", "cluster.metrics=true", "metrics.podMonitor.enabled=true",
                 "metrics.grafanaDashboard.enabled=true"),
 }
@@ -113,7 +117,8 @@ def test_namespaced_by_default_with_no_cluster(helm):
     cluster_rules = cluster_rules[2:]
     assert cluster_rules == [
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-         "resourceNames": ["kafkaclusters.odradek.io", "topics.odradek.io"], "verbs": ["get", "patch"]},
+         "resourceNames": ["kafkaclusters.odradek.io", "topics.odradek.io", "kafkausers.odradek.io"],
+         "verbs": ["get", "patch"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["create"]}]
     operator = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--install-crds" in operator["args"]
@@ -136,6 +141,22 @@ def test_topic_values_become_topics_the_operator_accepts(helm):
     granted = {(r, v) for rule in rules if rule["apiGroups"] == ["odradek.io"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert {("topics", "watch"), ("topics", "patch"), ("topics/status", "patch")} <= granted
+
+
+def test_user_values_become_users_the_operator_accepts(helm):
+    from odradek.operator.user_models import parse_user_spec
+
+    docs = render(helm, *VALUE_SETS["users"])
+    users = {d["metadata"]["name"]: d for d in docs if d["kind"] == "KafkaUser"}
+    assert set(users) == {"reader", "app"}
+    reader = parse_user_spec(users["reader"]["spec"])
+    assert reader.cluster_ref == "kafka" and reader.authentication.type == "scram-sha-512"
+    assert reader.authorization.acls[0].operations == ["Read", "Describe"]
+    assert reader.quotas.kafka() == {"consumer_byte_rate": 1048576.0}
+    assert users["app"]["spec"] == {"clusterRef": "other"}
+    rules = next(d for d in docs if d["kind"] == "Role")["rules"]
+    granted = {(r, v) for rule in rules for r in rule["resources"] for v in rule["verbs"]}
+    assert {("kafkausers", "watch"), ("kafkausers/status", "patch"), ("secrets", "create"), ("secrets", "get")} <= granted
 
 
 def test_metrics_values_scrape_every_process_and_the_dashboard_asks_for_metrics_that_exist(helm):

@@ -75,7 +75,25 @@ def test_kafkacluster_health():
     assert health(script, {**body, "status": cluster_status.status(rolling, at="t")})[0] == "Progressing"
 
 
-@pytest.mark.parametrize(("kind", "file"), [("KafkaCluster", "kafkacluster.lua"), ("Topic", "topic.lua")])
+def test_kafkauser_health():
+    from odradek.operator import user_reconciler as u
+
+    script = (CHART / "health" / "kafkauser.lua").read_text()
+    body = {"metadata": {"name": "app", "namespace": "kafka", "generation": 1},
+            "spec": {"clusterRef": "kafka", "authentication": {"type": "scram-sha-512"}}}
+    r = u.resource_from_body(body)
+    live = u.LiveUser({u.SCRAM_MECHANISM: u.SCRAM_ITERATIONS})
+    ready = u.outcome(r, "app", u.plan(r.spec, "app", live, "pw", True), [], "app")
+    assert health(script, {**body, "status": u.status(ready, at="t")})[0] == "Healthy"
+    failed = u.outcome(r, "app", u.Plan(()), [(u.AlterScram("app", "pw"), u.ActionResult("security_disabled"))], "app")
+    state, message = health(script, {**body, "status": u.status(failed, at="t")})
+    assert state == "Degraded" and message.startswith("SecurityDisabled:")
+    waiting = u.gate(r, Cluster.MISSING).outcome
+    assert health(script, {**body, "status": u.status(waiting, at="t")})[0] == "Progressing"
+
+
+@pytest.mark.parametrize(("kind", "file"), [("KafkaCluster", "kafkacluster.lua"), ("Topic", "topic.lua"),
+                                            ("KafkaUser", "kafkauser.lua")])
 def test_readme_carries_the_scripts(kind, file):
     readme = (CHART / "README.md").read_text()
     script = (CHART / "health" / file).read_text()

@@ -1,0 +1,486 @@
+"""The KafkaUser controller: watch events in, Kafka admin calls, Secrets and status writes out.
+
+Built as the Topic controller is (topics.py): kopf delivers the watch events of KafkaUsers and
+KafkaClusters, the latest body of each is kept, the keys that need a look are queued
+(work_queue), and a fixed set of workers reconciles them: user_reconciler decides, the batched
+admin client (kafka_admin through batching) acts, the user's Secret is written once the cluster
+holds its credential, and the status only when it changed. A periodic resync queues every
+KafkaUser again, which reverts ACL, quota and credential changes made directly in the cluster.
+
+Passwords are generated with `secrets`, read from Secrets, salted in kafka_admin and written to
+the user's Secret; they never reach a log line, an event, a condition or the status.
+"""
+
+import asyncio
+import hmac
+import logging
+import secrets
+import string
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import kopf
+
+from odradek.operator.batching import Batcher
+from odradek.operator.kafka_admin import KafkaAdmin
+from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.models import GROUP, VERSION
+from odradek.operator.models import PLURAL as CLUSTER_PLURAL
+from odradek.operator.topic_reconciler import Cluster, Phase
+from odradek.operator.topics import BootstrapSource, Tuning, service_bootstrap
+from odradek.operator.user_models import FINALIZER, PLURAL, SCRAM, TLS
+from odradek.operator.user_reconciler import (
+    SECRET_LABELS,
+    Action,
+    ActionResult,
+    AlterQuotas,
+    AlterScram,
+    CreateAcls,
+    DeleteAcls,
+    LiveUser,
+    Outcome,
+    Step,
+    UserResource,
+    gate,
+    outcome,
+    plan,
+    removal,
+    resource_from_body,
+    scram_secret_data,
+    secret_value,
+    status,
+    status_changed,
+    unreachable,
+    user_secret,
+)
+from odradek.operator.work_queue import ShutDown, WorkQueue
+
+log = logging.getLogger("odradek.operator.users")
+
+FIELD_MANAGER = "odradek-operator"
+PASSWORD_LENGTH = 32
+_ALPHABET = string.ascii_letters + string.digits
+
+ClusterKey = tuple[str, str | None]
+
+
+def generate_password() -> str:
+    """32 letters and digits from `secrets` (about 190 bits), as Strimzi generates them."""
+    return "".join(secrets.choice(_ALPHABET) for _ in range(PASSWORD_LENGTH))
+
+
+class PasswordUnavailable(Exception):
+    """The Secret key spec.authentication.password names cannot be read (the message names the
+    Secret and key, never a value)."""
+
+
+@dataclass
+class UserAdmin:
+    """One cluster's admin connection and the batchers in front of it."""
+    bootstrap: tuple[tuple[str, int], ...]
+    admin: KafkaAdmin
+    batchers: dict[str, Batcher[Any, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, bootstrap: tuple[tuple[str, int], ...], tuning: Tuning) -> "UserAdmin":
+        admin = KafkaAdmin(list(bootstrap), request_timeout=tuning.request_timeout,
+                           client_id="odradek-user-operator")
+
+        def batcher(name: str, send: Callable[[list[Any]], Any], key: Callable[[Any], Hashable],
+                    share: bool = False) -> Batcher[Any, Any]:
+            return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
+                           max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
+
+        return cls(bootstrap, admin, {
+            "describe": batcher("describe-users", admin.describe_users, lambda u: u, share=True),
+            "scram": batcher("scram", admin.alter_scram, lambda a: a.user),
+            "create-acls": batcher("create-acls", admin.create_acls, lambda a: a.user),
+            "delete-acls": batcher("delete-acls", admin.delete_acls, lambda a: a.user),
+            "quotas": batcher("quotas", admin.alter_quotas, lambda a: a.user),
+        })
+
+    async def close(self) -> None:
+        for b in self.batchers.values():
+            await b.close()
+        await self.admin.close()
+
+    async def describe(self, user: str) -> LiveUser:
+        live: LiveUser = await self.batchers["describe"].submit(user)
+        return live
+
+    async def act(self, action: Action) -> ActionResult:
+        name = {AlterScram: "scram", CreateAcls: "create-acls", DeleteAcls: "delete-acls",
+                AlterQuotas: "quotas"}[type(action)]
+        result: ActionResult = await self.batchers[name].submit(action)
+        return result
+
+
+class UserController:
+    def __init__(self, client: KubeClient, *, namespaces: list[str], clusterwide: bool,
+                 bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None):
+        self.client = client
+        self.namespaces, self.clusterwide = list(namespaces), clusterwide
+        self.bootstrap_source = bootstrap_source
+        self.tuning = tuning or Tuning()
+        self.users: dict[tuple[str, str], UserResource] = {}
+        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self.clusters: dict[ClusterKey, dict[str, Any]] = {}
+        self.admins: dict[ClusterKey, UserAdmin] = {}
+        self.queue = WorkQueue(self.tuning.queue_size)
+        self.seeded = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- the store, fed by watch events --------------------------------------------------------
+
+    def _store(self, body: dict[str, Any]) -> UserResource:
+        r = resource_from_body(body)
+        self.users[r.key], self.bodies[r.key] = r, body
+        return r
+
+    async def user_event(self, kind: str | None, body: dict[str, Any]) -> None:
+        meta: dict[str, Any] = body.get("metadata") or {}
+        key = cast(tuple[str, str], (meta.get("namespace"), meta.get("name")))
+        if kind == "DELETED":
+            self.users.pop(key, None)
+            self.bodies.pop(key, None)
+            return
+        old = self.users.get(key)
+        if old is not None and _older(body, self.bodies[key]):
+            return
+        r = self._store(body)
+        if old is None or _wants_look(old, r):
+            await self.queue.add(key)
+
+    async def cluster_event(self, kind: str | None, body: dict[str, Any]) -> None:
+        meta: dict[str, Any] = body.get("metadata") or {}
+        key = cast(ClusterKey, (meta.get("namespace"), meta.get("name")))
+        old = self.clusters.get(key)
+        if kind == "DELETED":
+            self.clusters.pop(key, None)
+        else:
+            self.clusters[key] = body
+        if kind == "DELETED" or old is None or _cluster_state(old) != _cluster_state(body):
+            admin = self.admins.pop(key, None)
+            if admin is not None:
+                await admin.close()
+            for user_key, r in list(self.users.items()):
+                if (r.namespace, r.cluster_ref) == key:
+                    await self.queue.add(user_key)
+
+    # --- running -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._seed_then_run(), name="users-seed")]
+
+    async def stop(self) -> None:
+        await self.queue.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for admin in list(self.admins.values()):
+            await admin.close()
+        self.admins.clear()
+
+    async def _list(self, kind: str) -> list[dict[str, Any]]:
+        items = []
+        for namespace in [None] if self.clusterwide else self.namespaces:
+            items.extend(await self.client.list(kind, namespace, {}))
+        return items
+
+    async def _seed(self) -> None:
+        delay = 1.0
+        for _attempt in range(1_000_000):  # bounded; in practice until the API server answers
+            try:
+                clusters = await self._list("KafkaCluster")
+                users = await self._list("KafkaUser")
+                break
+            except (TimeoutError, ApiError, OSError) as e:
+                log.warning("listing KafkaUsers and KafkaClusters failed (%s); retrying in %.0fs", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+        for body in clusters:
+            meta = body["metadata"]
+            self.clusters.setdefault((meta["namespace"], meta["name"]), body)
+        for body in users:
+            key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            if key not in self.users:
+                self._store(body)
+        for key in list(self.users):
+            await self.queue.add(key)
+        self.seeded.set()
+        log.info("user controller started: %d KafkaUsers, %d KafkaClusters", len(self.users), len(self.clusters))
+
+    async def _seed_then_run(self) -> None:
+        await self._seed()
+        workers = [asyncio.create_task(self._worker(i), name=f"users-worker-{i}")
+                   for i in range(self.tuning.workers)]
+        resync = asyncio.create_task(self._resync(), name="users-resync")
+        try:
+            await asyncio.gather(*workers, resync)
+        finally:
+            for task in [*workers, resync]:
+                task.cancel()
+            await asyncio.gather(*workers, resync, return_exceptions=True)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.tuning.resync)
+            for key in list(self.users):
+                await self.queue.add(key)
+
+    async def _worker(self, index: int) -> None:
+        while True:
+            try:
+                key = cast(tuple[str, str], await self.queue.get())
+            except ShutDown:
+                return
+            try:
+                retry = await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except ApiError as e:
+                log.info("KafkaUser %s/%s: Kubernetes API answered %s; retrying", *key, e)
+                retry = True
+            except Exception:  # one resource's failure must not stop the worker
+                log.exception("KafkaUser %s/%s: reconcile failed; retrying", *key)
+                retry = True
+            finally:
+                await self.queue.done(key)
+            if retry:
+                self.queue.add_rate_limited(key)
+            else:
+                self.queue.forget(key)
+
+    # --- one pass ------------------------------------------------------------------------------
+
+    def cluster_of(self, r: UserResource) -> Cluster:
+        body = self.clusters.get((r.namespace, r.cluster_ref))
+        if body is None:
+            return Cluster.MISSING
+        return Cluster.DELETING if body["metadata"].get("deletionTimestamp") else Cluster.PRESENT
+
+    def admin_for(self, r: UserResource) -> UserAdmin:
+        key = (r.namespace, r.cluster_ref)
+        bootstrap = tuple(self.bootstrap_source(self.clusters[key]))
+        admin = self.admins.get(key)
+        if admin is None or admin.bootstrap != bootstrap:
+            if admin is not None:
+                asyncio.get_running_loop().create_task(admin.close())
+            admin = self.admins[key] = UserAdmin.open(bootstrap, self.tuning)
+        return admin
+
+    async def reconcile(self, key: tuple[str, str]) -> bool:
+        """One pass for one KafkaUser; True when it should be retried soon (with backoff)."""
+        r = self.users.get(key)
+        if r is None:
+            return False
+        g = gate(r, self.cluster_of(r))
+        if g.step is Step.NONE:
+            return False
+        if g.step is Step.RELEASE:
+            await self._set_finalizer(r, False)
+            return False
+        if g.step is Step.REMOVE:
+            return await self._remove(r)
+        if g.finalizer is not None:
+            stored = await self._set_finalizer(r, g.finalizer)
+            if stored is None:
+                return False
+            r = stored
+        if g.step is Step.STATUS:
+            if g.outcome is None:
+                raise RuntimeError("a STATUS gate without an outcome")
+            await self._write_status(r, g.outcome)
+            return g.outcome.phase is Phase.PROGRESSING
+        return await self._observe_and_act(r)
+
+    async def _password(self, r: UserResource) -> tuple[str, bool, dict[str, Any] | None]:
+        """(the password the user must have, whether its Secret holds it already, that Secret)."""
+        spec = r.spec
+        if spec is None or spec.authentication is None:
+            raise RuntimeError("only scram-sha-512 users have a password")
+        secret = await self.client.get("Secret", r.namespace, r.secret_name)
+        current = secret_value(secret, "password")
+        ref = spec.authentication.password.value_from.secret_key_ref if spec.authentication.password else None
+        if ref is not None:
+            source = await self.client.get("Secret", r.namespace, ref.name)
+            password = secret_value(source, ref.key)
+            if not password:
+                what = "does not exist" if source is None else f"has no key {ref.key!r}"
+                raise PasswordUnavailable(f"Secret {ref.name!r} (spec.authentication.password) {what}")
+        else:
+            password = current or generate_password()
+        stored = current is not None and hmac.compare_digest(current.encode(), password.encode())
+        if stored and secret_value(secret, "sasl.jaas.config") != scram_secret_data(r.username, password)[
+                "sasl.jaas.config"]:
+            stored = False
+        return password, stored, secret
+
+    async def _observe_and_act(self, r: UserResource) -> bool:
+        spec = r.spec
+        if spec is None:
+            raise RuntimeError("gate() lets no invalid spec through to observe")
+        user = r.username
+        scram = spec.authentication is not None and spec.authentication.type == SCRAM
+        password, stored, secret = None, False, None
+        try:
+            if scram:
+                password, stored, secret = await self._password(r)
+            elif spec.authentication is None:
+                await self._delete_secret(r)
+        except PasswordUnavailable as e:
+            await self._write_status(r, Outcome(r, Phase.PROGRESSING, "PasswordSecretNotFound", str(e)))
+            return True
+        try:
+            admin = self.admin_for(r)
+            if r.managed_username is not None and r.managed_username != user:
+                old = r.managed_username
+                results = await self._run(admin, removal(old, await admin.describe(old)))
+                if any(res.error is not None for _, res in results):
+                    action, res = next((a, x) for a, x in results if x.error is not None)
+                    await self._write_status(r, Outcome(r, Phase.PROGRESSING, "PreviousUserNotRemoved",
+                                                        f"{action}: {res.error} {res.message or ''}".strip()))
+                    return True
+            live = await admin.describe(user)
+            p = plan(spec, user, live, password, stored)
+            results = await self._run(admin, p.actions)
+        except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+            await self._write_status(r, unreachable(r, f"cluster {r.cluster_ref!r}: {e}"))
+            return True
+        credential_ok = all(res.error is None for a, res in results if isinstance(a, AlterScram))
+        if scram and password is not None and credential_ok and not stored:
+            await self._write_secret(r, scram_secret_data(user, password), secret)
+        o = outcome(r, user, p, results, r.secret_name if spec.authentication is not None else None)
+        if o.phase is Phase.READY and spec.authentication is not None and spec.authentication.type == TLS:
+            o = Outcome(r, Phase.PROGRESSING, "CertificateNotIssued",
+                        "the user's ACLs and quotas are set; client certificates are not issued yet "
+                        "(no clients CA for this cluster)", user, None)
+        repeated = _ready_reason(r) == o.reason
+        for action, result in results:
+            if result.error is None:
+                log.info("KafkaUser %s/%s: %s", r.namespace, r.name, action)
+            else:
+                log.log(logging.DEBUG if repeated else logging.WARNING, "KafkaUser %s/%s: %s failed: %s %s",
+                        r.namespace, r.name, action, result.error, result.message or "")
+        await self._write_status(r, o)
+        return o.phase is Phase.PROGRESSING
+
+    async def _run(self, admin: UserAdmin, actions: tuple[Action, ...]) -> list[tuple[Action, ActionResult]]:
+        return list(zip(actions, await asyncio.gather(*(admin.act(a) for a in actions))))
+
+    async def _remove(self, r: UserResource) -> bool:
+        user = r.managed_username or r.username
+        try:
+            admin = self.admin_for(r)
+            results = await self._run(admin, removal(user, await admin.describe(user)))
+        except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+            await self._write_status(r, unreachable(r, f"removing user {user!r}: {e}"))
+            return True
+        failed = [(a, res) for a, res in results if res.error is not None]
+        if failed:
+            action, res = failed[0]
+            await self._write_status(r, Outcome(r, Phase.PROGRESSING, "RemoveFailed",
+                                                f"{action}: {res.error} {res.message or ''}".strip()))
+            return True
+        log.info("KafkaUser %s/%s: removed user %r from the cluster", r.namespace, r.name, user)
+        await self._set_finalizer(r, False)
+        return False
+
+    async def _write_secret(self, r: UserResource, data: dict[str, str], current: dict[str, Any] | None) -> None:
+        desired = user_secret(r, data)
+        if current is not None and not _ours(current):
+            raise ApiError(409, "Conflict", f"Secret {r.secret_name!r} exists and is not managed by this KafkaUser")
+        await self.client.apply(desired, FIELD_MANAGER)
+        log.info("KafkaUser %s/%s: wrote Secret %s", r.namespace, r.name, r.secret_name)
+
+    async def _delete_secret(self, r: UserResource) -> None:
+        current = await self.client.get("Secret", r.namespace, r.secret_name)
+        if current is not None and _ours(current) and (current["metadata"].get("labels") or {}).get(
+                "odradek.io/user") == r.name:
+            await self.client.delete("Secret", r.namespace, r.secret_name)
+
+    async def _set_finalizer(self, r: UserResource, present: bool) -> UserResource | None:
+        if r.has_finalizer == present:
+            return r
+        body = self.bodies[r.key]
+        meta = body["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        if present:
+            finalizers.append(FINALIZER)
+        try:
+            new = await self.client.patch("KafkaUser", r.namespace, r.name, {"metadata": {
+                "finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}})
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+        if not present and meta.get("deletionTimestamp"):
+            return None
+        if self.users.get(r.key) is r:
+            return self._store(new)
+        return resource_from_body(new)
+
+    async def _write_status(self, r: UserResource, o: Outcome) -> None:
+        body = self.bodies.get(r.key)
+        if body is None:
+            return
+        previous = body.get("status") or {}
+        new = status(o, previous)
+        if not status_changed(previous, new):
+            return
+        try:
+            written = await self.client.patch("KafkaUser", r.namespace, r.name, {"status": new}, subresource="status")
+        except ApiError as e:
+            if e.status == 404:
+                return
+            raise
+        if self.bodies.get(r.key) is body:
+            self._store(written)
+
+
+def _ours(secret: dict[str, Any]) -> bool:
+    labels = secret.get("metadata", {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in SECRET_LABELS.items())
+
+
+def _ready_reason(r: UserResource) -> str | None:
+    return next((c.get("reason") for c in r.previous_conditions if c.get("type") == "Ready"), None)
+
+
+def _older(new: dict[str, Any], stored: dict[str, Any]) -> bool:
+    a, b = new["metadata"].get("resourceVersion"), stored["metadata"].get("resourceVersion")
+    return isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit() and int(a) < int(b)
+
+
+def _cluster_state(body: dict[str, Any]) -> tuple[bool, str | None]:
+    return bool(body["metadata"].get("deletionTimestamp")), body["metadata"].get("uid")
+
+
+def _wants_look(old: UserResource, new: UserResource) -> bool:
+    return (old.generation != new.generation or old.deleting != new.deleting
+            or (not new.has_finalizer and old.has_finalizer))
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    """The KafkaUser controller's kopf handlers (the memo: main.OperatorMemo)."""
+
+    @kopf.on.startup(registry=registry)
+    async def start_users(memo: Any, **_: Any) -> None:
+        memo.user_controller = UserController(
+            memo.client, namespaces=memo.namespaces, clusterwide=memo.clusterwide,
+            bootstrap_source=memo.topic_bootstrap, tuning=memo.user_tuning)
+        await memo.user_controller.start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_users(memo: Any, **_: Any) -> None:
+        if memo.user_controller is not None:
+            await memo.user_controller.stop()
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def user_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+        await memo.user_controller.user_event(event.get("type"), event["object"])
+
+    @kopf.on.event(GROUP, VERSION, CLUSTER_PLURAL, registry=registry)
+    async def user_cluster_event(event: kopf.RawEvent, memo: Any, **_: Any) -> None:
+        await memo.user_controller.cluster_event(event.get("type"), event["object"])

@@ -11,9 +11,12 @@ names the leader the broker knows, and the response carries its endpoint.
 """
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from odradek.broker.fetch_session import PartitionFetch
+from odradek.broker.replica_manager import FetchResult
 from odradek.common.network.encoding import BodyWriter, node_endpoints
+from odradek.common.network.socket_server import Chunk
 
 MIN_VERSION = 0
 """v0–v3 (message formats v0/v1) are down-converted (broker/log/legacy_records)."""
@@ -23,10 +26,10 @@ TOPIC_IDS_VERSION = 13
 
 
 def encode_fetch_response(
-    version: int, topics: list[tuple[str, list[tuple[int, object]]]], *, error_code: int = 0, session_id: int = 0,
+    version: int, topics: Sequence[tuple[str, Sequence[tuple[int, FetchResult]]]], *, error_code: int = 0, session_id: int = 0,
     topic_ids: Mapping[str, uuid.UUID] | None = None, leaders: Mapping[tuple[str, int], tuple[int, int]] | None = None,
     endpoints: Sequence[tuple[int, str, int, str | None]] = (), throttle_ms: int = 0,
-) -> tuple[list, int]:
+) -> tuple[list[Chunk], int]:
     """(chunks, size) of a FetchResponse body; `topics` = [(name, [(partition_index, FetchResult)])];
     v13+: `topic_ids` = {name: id}; v16+: `leaders` = {(name, index): (leader id, epoch)} and
     `endpoints` = [(node id, host, port, rack)] (see above)."""
@@ -84,10 +87,10 @@ def encode_fetch_response(
     return chunks, w.size
 
 
-def group_by_topic(pairs) -> list[tuple[str, list[tuple[int, object]]]]:
+def group_by_topic(pairs: Iterable[tuple[PartitionFetch, FetchResult]]) -> list[tuple[str, list[tuple[int, FetchResult]]]]:
     """[(info, FetchResult)] → encode_fetch_response's topics, keeping the order: consecutive
     partitions of one topic share a topic entry (a topic may recur, as in Kafka's responses)."""
-    topics: list[tuple[str, list]] = []
+    topics: list[tuple[str, list[tuple[int, FetchResult]]]] = []
     last = None
     for info, result in pairs:
         if info.topic != last:

@@ -19,7 +19,7 @@ Kafka's rules (FetchSession.scala), as data and decisions without I/O:
 
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -64,7 +64,9 @@ class PartitionFetchResult(Protocol):
     def size(self) -> int: ...
 
 
-Answer = tuple[PartitionFetch, PartitionFetchResult]
+R = TypeVar("R", bound=PartitionFetchResult)
+"""The reader's result type: a context hands back the results it was given, typed as they came."""
+Answer = tuple[PartitionFetch, R]
 """One partition of a response: what was asked and what was read."""
 Unchanged = Callable[[PartitionFetch, int, int], bool]
 """`unchanged(info, high_watermark, log_start_offset)`: True when an empty answer says nothing new."""
@@ -301,7 +303,7 @@ class FetchContext:
     """Optional: True for a partition whose empty answer would say nothing new; the reader may
     skip it (see IncrementalFetchContext)."""
 
-    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         raise NotImplementedError
 
 
@@ -312,7 +314,7 @@ class SessionErrorContext(FetchContext):
         self.error = error
         self.infos = []
 
-    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         return self.error, INVALID_SESSION_ID, []
 
 
@@ -322,7 +324,7 @@ class SessionlessFetchContext(FetchContext):
     def __init__(self, infos: Sequence[PartitionFetch]):
         self.infos = infos
 
-    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         return ErrorCode.none, INVALID_SESSION_ID, _answered(self.infos, results)
 
 
@@ -337,7 +339,7 @@ class FullFetchContext(FetchContext):
         self.privileged = privileged
         self.clock = clock
 
-    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         pairs = _answered(self.infos, results)
 
         def create_partitions() -> dict[tuple[str, int], CachedPartition]:
@@ -373,13 +375,13 @@ class IncrementalFetchContext(FetchContext):
         return (cached.high_watermark == high_watermark and cached.local_log_start_offset == log_start_offset
                 and cached not in self.listed)
 
-    def response(self, results: Sequence[PartitionFetchResult | None]) -> tuple[ErrorCode, int, list[Answer]]:
+    def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         session = self.session
         if session.epoch != next_epoch(self.request_epoch):
             # Another request of this session was served meanwhile (a duplicate or a retry).
             return ErrorCode.invalid_fetch_session_epoch, session.id, []
         partitions = session.partitions
-        out: list[Answer] = []
+        out: list[Answer[R]] = []
         for cached, result in zip(self.cached, results):
             if result is not None and cached.maybe_update_response_data(result, True):
                 out.append((cached, result))
@@ -419,6 +421,6 @@ class FetchManager:
         return IncrementalFetchContext(session, epoch, listed)
 
 
-def _answered(infos: Sequence[PartitionFetch], results: Sequence[PartitionFetchResult | None]) -> list[Answer]:
+def _answered(infos: Sequence[PartitionFetch], results: Sequence[R | None]) -> list[Answer[R]]:
     """Without `unchanged` the reader answers every partition: no result is None."""
-    return cast(list[Answer], list(zip(infos, results)))
+    return cast(list[Answer[R]], list(zip(infos, results)))

@@ -17,7 +17,9 @@ enable compression).
 import struct
 from collections.abc import Mapping, Sequence
 
+from odradek.broker.replica_manager import ProduceResult
 from odradek.common.network.encoding import BodyWriter, node_endpoints
+from odradek.common.network.socket_server import Chunk
 
 MIN_VERSION = 0
 LEGACY_VERSIONS = (0, 1, 2)
@@ -31,7 +33,7 @@ _ATTRIBUTES_POS = 21
 _TRANSACTIONAL = 0x10
 
 
-def is_transactional(records) -> bool:
+def is_transactional(records: bytes | None) -> bool:
     """Whether the first batch of a partition's records has the transactional bit (Kafka looks at
     the first batch too: a v3+ produce carries one batch per partition)."""
     return records is not None and len(records) > _ATTRIBUTES_POS + 1 and bool(
@@ -39,10 +41,10 @@ def is_transactional(records) -> bool:
 
 
 def encode_produce_response(
-    version: int, topics: Sequence[tuple[str, Sequence[tuple[int, object]]]],
+    version: int, topics: Sequence[tuple[str, Sequence[tuple[int, ProduceResult]]]],
     leaders: Mapping[tuple[str, int], tuple[int, int]] | None = None,
     endpoints: Sequence[tuple[int, str, int, str | None]] = (), throttle_ms: int = 0,
-) -> tuple[list, int]:
+) -> tuple[list[Chunk], int]:
     """(chunks, size) of a ProduceResponse body; `topics` = [(name, [(index, ProduceResult)])].
 
     v10+: `leaders` = {(topic, index): (leader id, leader epoch)} of the partitions answered
@@ -87,7 +89,7 @@ def encode_produce_response(
     return w.chunks(), w.size
 
 
-def parse_legacy_request(frame) -> tuple[int, int, list[tuple[str, list[tuple[int, bytes]]]]]:
+def parse_legacy_request(frame: bytes | bytearray | memoryview) -> tuple[int, int, list[tuple[str, list[tuple[int, bytes]]]]]:
     """(acks, timeout ms, [(topic, [(partition, message set)])]) of a Produce v0–v2 request frame
     (header v1 included; the message sets are magic 0/1, still to be converted).
 

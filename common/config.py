@@ -9,10 +9,11 @@ warning and otherwise ignored. Kafka's alternative keys resolve as Kafka resolve
 """
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
@@ -57,7 +58,7 @@ class _KafkaKeys(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, use_attribute_docstrings=True)
 
     @classmethod
-    def from_properties(cls, props: dict[str, str]):
+    def from_properties(cls, props: dict[str, str]) -> Self:
         """The config of `props` (Kafka's keys); ConfigException when a value is invalid, a
         warning in the log for every key this process does not know."""
         known = cls.config_keys()
@@ -71,7 +72,7 @@ class _KafkaKeys(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _parse_as_kafka(cls, data):
+    def _parse_as_kafka(cls, data: object) -> object:
         """Parse and check every known key as Kafka's ConfigDef would (strict integers and
         booleans, ranges, choices), before pydantic's own (laxer) coercion."""
         if not isinstance(data, dict):
@@ -132,7 +133,7 @@ class _KafkaKeys(BaseModel):
         return {key: self.value_of(key) for key in self.config_keys()}
 
 
-def _python_type(annotation) -> ConfigType:
+def _python_type(annotation: object) -> ConfigType:
     args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
     base = args[0]
     if base is bool:
@@ -194,7 +195,7 @@ class ZkClientConfig(_KafkaKeys):
     """Address the Prometheus endpoint binds (0.0.0.0 in a pod)."""
 
 
-def _ms(ctype: ConfigType, minimum: int | None = None):
+def _ms(ctype: ConfigType, minimum: int | None = None) -> Kafka:
     return Kafka(ctype, at_least(minimum) if minimum is not None else None)
 
 
@@ -522,7 +523,7 @@ class BrokerConfig(SecurityConfig):
     """Members a group may have."""
 
     @model_validator(mode="after")
-    def _check_combinations(self):
+    def _check_combinations(self) -> Self:
         """Kafka's KafkaConfig.validateValues, the checks that concern this broker."""
         if self.inter_broker_listener_name and self.security_inter_broker_protocol:
             raise ConfigException("inter.broker.listener.name", message=(
@@ -634,7 +635,7 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
-def load_properties(path: str | Path | None, overrides: list[str] = ()) -> dict[str, str]:
+def load_properties(path: str | Path | None, overrides: Sequence[str] = ()) -> dict[str, str]:
     props = parse_properties(Path(path).read_text()) if path else {}
     for item in overrides:
         key, sep, value = item.partition("=")

@@ -16,9 +16,8 @@ import base64
 import json
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -82,19 +81,6 @@ def set_or_create(zk: BoundedCalls, path: str, data: bytes, topic: str) -> None:
     raise TopicExistsError(f"Topic '{topic}' is being created or deleted concurrently.")
 
 
-def _settle(calls: BoundedCalls, pending: dict) -> dict:
-    """key → the value or the exception of each pending kazoo result, all awaited within one
-    timeout (those left when it runs out get ZooKeeperTimeoutError at once)."""
-    deadline = time.monotonic() + calls.timeout_s
-    out = {}
-    for key, result in pending.items():
-        try:
-            out[key] = calls.wait(result, deadline - time.monotonic())
-        except Exception as e:
-            out[key] = e
-    return out
-
-
 class ConfigChangedError(Exception):
     """An entity's config znode changed (or appeared) since it was read: read it again."""
 
@@ -121,7 +107,7 @@ def encode_cluster_id(cluster_id: str) -> bytes:
 
 
 def decode_cluster_id(data: bytes) -> str:
-    return json.loads(data)["id"]
+    return str(json.loads(data)["id"])
 
 
 class BrokerZkClient:
@@ -143,16 +129,16 @@ class BrokerZkClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._losses = 0
         """Session losses seen: a registration that straddles one is not trusted."""
-        self._reregister_task: asyncio.Task | None = None
+        self._reregister_task: asyncio.Task[None] | None = None
         self._presumed_lost_timer: asyncio.TimerHandle | None = None
         self._stopping = False
         self._abort = threading.Event()
         """Set by stop(): every ZooKeeper call still waiting gives up at once."""
         self._own_sessions: set[int] = set()
         """Session ids we have held: a leftover registration from one of them is ours to outwait."""
-        self.registration_listeners: list = []
+        self.registration_listeners: list[Callable[[int], None]] = []
         """Callables(broker_epoch) run on the event loop after every (re-)registration."""
-        self.fencing_listeners: list = []
+        self.fencing_listeners: list[Callable[[bool], None]] = []
         """Callables(fenced: bool) run on the event loop when `registered` changes: a broker that
         lost its registration must stop acting as leader until it has registered again."""
 
@@ -268,7 +254,7 @@ class BrokerZkClient:
         registration not yet expired) is retried every REREGISTER_BACKOFF_S."""
         info = self._registration
         attempt = 0
-        while not self._stopping and not self.registered:
+        while info is not None and not self._stopping and not self.registered:
             attempt += 1
             try:
                 await self.register_broker(info)
@@ -307,7 +293,8 @@ class BrokerZkClient:
         return epoch
 
     def _register_blocking(self, info: BrokerInfo) -> tuple[int, int]:
-        zk, calls = self._client(), self.calls
+        calls = self._calls()
+        zk = calls.zk
         path = zk_data.broker_path(info.id)
         data = zk_data.encode_broker(info)
         if zk.client_id is None:
@@ -345,13 +332,10 @@ class BrokerZkClient:
             return False
         return {(e.host, e.port) for e in other.endpoints} == {(e.host, e.port) for e in info.endpoints}
 
-    def _client(self) -> KazooClient:
-        if self.zk is None:
-            raise ConnectionError("BrokerZkClient is not started")
-        return self.zk
-
     def _calls(self) -> BoundedCalls:
-        self._client()
+        """The bounded calls of the current session; ConnectionError before start or after stop."""
+        if self.zk is None or self.calls is None:
+            raise ConnectionError("BrokerZkClient is not started")
         return self.calls
 
     # --- reads -------------------------------------------------------------------------------------
@@ -360,7 +344,7 @@ class BrokerZkClient:
         """The topic's overrides from `/config/topics/<t>`; {} when none."""
         return (await self.get_topic_configs([topic]))[topic].config
 
-    async def get_topic_configs(self, topics) -> dict[str, zk_data.EntityConfig]:
+    async def get_topic_configs(self, topics: Iterable[str]) -> dict[str, zk_data.EntityConfig]:
         """Each topic's overrides and the zxid of their last change, read in one go (pipelined).
 
         A missing znode reads as no overrides (zxid -1); an unreadable one too, with a warning:
@@ -371,10 +355,10 @@ class BrokerZkClient:
         return await asyncio.to_thread(self._entity_configs_blocking,
                                        {t: zk_data.topic_config_path(t) for t in topics})
 
-    def _entity_configs_blocking(self, paths: dict) -> dict:
+    def _entity_configs_blocking(self, paths: dict[str, str]) -> dict[str, zk_data.EntityConfig]:
         calls = self._calls()
         pending = [(key, path, calls.zk.get_async(path)) for key, path in paths.items()]
-        out = {}
+        out: dict[str, zk_data.EntityConfig] = {}
         for key, path, result in pending:
             try:
                 data, stat = calls.wait(result)
@@ -424,8 +408,8 @@ class BrokerZkClient:
         return await asyncio.to_thread(self._topic_ids_blocking, list(topics))
 
     def _topic_ids_blocking(self, topics: list[str]) -> dict[str, str | None]:
-        zk, calls = self._client(), self.calls
-        pending = [(t, zk.get_async(zk_data.topic_path(t))) for t in topics]
+        calls = self._calls()
+        pending = [(t, calls.zk.get_async(zk_data.topic_path(t))) for t in topics]
         out: dict[str, str | None] = {}
         for topic, result in pending:
             try:
@@ -465,12 +449,12 @@ class BrokerZkClient:
         if failure is not None:
             raise failure
 
-    async def config_changes(self, on_change=None) -> list[str]:
+    async def config_changes(self, on_change: Callable[[], None] | None = None) -> list[str]:
         """The children of /config/changes; `on_change()` runs once on the event loop at their
         next change (a one-shot watch, re-armed by the next call)."""
         loop = self._loop
 
-        def watch(_event) -> None:
+        def watch(_event: object) -> None:
             if on_change is not None and loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(on_change)
 
@@ -479,10 +463,10 @@ class BrokerZkClient:
 
     async def get_config_changes(self, names: list[str]) -> dict[str, tuple[bytes, int] | None]:
         """Each notification's data and creation time (ms), read in one go; None when gone."""
-        def read() -> dict:
+        def read() -> dict[str, tuple[bytes, int] | None]:
             calls = self._calls()
             pending = [(n, calls.zk.get_async(f"{zk_data.CONFIG_CHANGES}/{n}")) for n in names]
-            out = {}
+            out: dict[str, tuple[bytes, int] | None] = {}
             for name, result in pending:
                 try:
                     data, stat = calls.wait(result)
@@ -578,7 +562,8 @@ class BrokerZkClient:
         except (ValueError, KeyError):
             return None
 
-    async def get_controller(self, on_change=None, timeout_s: float | None = None) -> ControllerInfo | None:
+    async def get_controller(self, on_change: Callable[[], None] | None = None,
+                             timeout_s: float | None = None) -> ControllerInfo | None:
         """The active controller from `/controller`; None when there is none (or it is unreadable).
 
         `on_change()` runs once on the event loop at the znode's next change (a one-shot ZooKeeper
@@ -586,7 +571,7 @@ class BrokerZkClient:
         Waits at most `timeout_s` (default zookeeper.connection.timeout.ms): TimeoutError."""
         loop = self._loop
 
-        def watch(_event) -> None:
+        def watch(_event: object) -> None:
             if on_change is not None and loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(on_change)
 
@@ -657,8 +642,8 @@ class BrokerZkClient:
         calls = self._calls()
         zk = calls.zk
         out: dict[str, Exception | None] = {}
-        marked = _settle(calls, {t: zk.exists_async(zk_data.delete_topic_path(t)) for t, _, _ in topics})
-        present = _settle(calls, {t: zk.exists_async(zk_data.topic_path(t)) for t, _, _ in topics})
+        marked = calls.settle({t: zk.exists_async(zk_data.delete_topic_path(t)) for t, _, _ in topics})
+        present = calls.settle({t: zk.exists_async(zk_data.topic_path(t)) for t, _, _ in topics})
         for t, _, _ in topics:
             if isinstance(marked[t], Exception) or isinstance(present[t], Exception):
                 out[t] = marked[t] if isinstance(marked[t], Exception) else present[t]
@@ -669,9 +654,9 @@ class BrokerZkClient:
                 out[t] = TopicExistsError(f"Topic '{t}' already exists.")
         todo = [(t, a, zk_data.encode_entity_config(c)) for t, a, c in topics if t not in out]
         # set_or_create, pipelined: set; create the missing; a racing writer gets the retried path
-        set_ = _settle(calls, {t: zk.set_async(zk_data.topic_config_path(t), data) for t, _, data in todo})
-        created = _settle(calls, {t: zk.create_async(zk_data.topic_config_path(t), data, makepath=True)
-                                  for t, _, data in todo if isinstance(set_[t], NoNodeError)})
+        set_ = calls.settle({t: zk.set_async(zk_data.topic_config_path(t), data) for t, _, data in todo})
+        created = calls.settle({t: zk.create_async(zk_data.topic_config_path(t), data, makepath=True)
+                                for t, _, data in todo if isinstance(set_[t], NoNodeError)})
         for t, _, data in todo:
             error = created.get(t, set_[t])
             if isinstance(error, NodeExistsError):
@@ -682,10 +667,10 @@ class BrokerZkClient:
                     error = e
             if isinstance(error, Exception):
                 out[t] = error
-        todo = [(t, a) for t, a, _ in todo if t not in out]
-        assigned = _settle(calls, {t: zk.create_async(zk_data.topic_path(t), zk_data.encode_topic_assignment(a),
-                                                      makepath=True) for t, a in todo})
-        for t, _ in todo:
+        to_assign = [(t, a) for t, a, _ in todo if t not in out]
+        assigned = calls.settle({t: zk.create_async(zk_data.topic_path(t), zk_data.encode_topic_assignment(a),
+                                                    makepath=True) for t, a in to_assign})
+        for t, _ in to_assign:
             error = assigned[t]
             if isinstance(error, NodeExistsError):
                 error = TopicExistsError(f"Topic '{t}' already exists.")
@@ -696,7 +681,7 @@ class BrokerZkClient:
         """Those of `topics` whose `/brokers/topics/<t>` exists, read in one pipelined round."""
         def read() -> set[str]:
             calls = self._calls()
-            found = _settle(calls, {t: calls.zk.exists_async(zk_data.topic_path(t)) for t in topics})
+            found = calls.settle({t: calls.zk.exists_async(zk_data.topic_path(t)) for t in topics})
             for value in found.values():
                 if isinstance(value, Exception):
                     raise value
@@ -738,7 +723,8 @@ class BrokerZkClient:
 
     # --- producer id blocks ------------------------------------------------------------------------
 
-    async def claim_producer_id_block(self, next_block, max_attempts: int = 100) -> ProducerIdsBlock:
+    async def claim_producer_id_block(self, next_block: Callable[[ProducerIdsBlock | None], ProducerIdsBlock],
+                                      max_attempts: int = 100) -> ProducerIdsBlock:
         """Claim the block `next_block(current)` computes from `/latest_producer_id_block` (None when
         there is none yet) by a compare-and-set on the znode's version; on a conflict (another
         broker claimed one in between) read again and retry, at most `max_attempts` times.
@@ -747,10 +733,12 @@ class BrokerZkClient:
         disconnected client fails the claim instead of hanging."""
         return await asyncio.to_thread(self._claim_producer_id_block_blocking, next_block, max_attempts)
 
-    def _claim_producer_id_block_blocking(self, next_block, max_attempts: int) -> ProducerIdsBlock:
+    def _claim_producer_id_block_blocking(self, next_block: Callable[[ProducerIdsBlock | None], ProducerIdsBlock],
+                                          max_attempts: int) -> ProducerIdsBlock:
         calls = self._calls()
         path = zk_data.LATEST_PRODUCER_ID_BLOCK
         for attempt in range(max_attempts):
+            data: bytes | None
             try:
                 data, stat = calls.get(path)
             except NoNodeError:
@@ -775,7 +763,7 @@ def _wait_deleted(calls: BoundedCalls, path: str, timeout_s: float) -> bool:
     """Block up to timeout_s until `path` is gone; True if it is."""
     gone = threading.Event()
 
-    def watch(_event) -> None:
+    def watch(_event: object) -> None:
         gone.set()
 
     if calls.exists(path, watch=watch) is None:

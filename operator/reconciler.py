@@ -16,7 +16,14 @@ from odradek.operator import builders
 from odradek.operator.apply import apply, prune
 from odradek.operator.data_movement import MovementStep, move_data
 from odradek.operator.kube import KubeClient
-from odradek.operator.models import DEFAULT_IMAGE, KafkaClusterSpec, Storage, parse_spec, spec_error_message
+from odradek.operator.models import (
+    DEFAULT_IMAGE,
+    GROUP,
+    KafkaClusterSpec,
+    Storage,
+    parse_spec,
+    spec_error_message,
+)
 from odradek.operator.orchestrator import KubernetesBrokerOrchestrator, broker_states
 from odradek.operator.rolling import ClusterView, fetch_view, reconcile_brokers
 from odradek.operator.status import Observation
@@ -90,6 +97,53 @@ def zookeeper_scaling(spec: KafkaClusterSpec, live: dict[str, Any] | None) -> tu
                      f"size (its members read the server list once, at start); it stays at {current}")
 
 
+ZOOKEEPER_MIGRATED = f"{GROUP}/zookeeper-migrated-to"
+"""The annotation that allows a zookeeper.connect switch: its value is the new connect string
+(so it approves that one switch, not a later one), set once the data was copied there."""
+
+
+def live_zookeeper_connect(config_map: dict[str, Any] | None) -> str | None:
+    """The zookeeper.connect the running brokers were given (their ConfigMap's server.properties)."""
+    text = ((config_map or {}).get("data") or {}).get("server.properties") or ""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "zookeeper.connect":
+            return value.strip()
+    return None
+
+
+def same_ensemble(a: str, b: str) -> bool:
+    """Two connect strings of one ensemble and chroot: the same chroot and a host in common (a
+    member added to or removed from the list is not a switch)."""
+    def parts(connect: str) -> tuple[set[str], str]:
+        hosts, _, chroot = connect.partition("/")
+        return {h.strip() for h in hosts.split(",") if h.strip()}, chroot.rstrip("/")
+    (hosts_a, root_a), (hosts_b, root_b) = parts(a), parts(b)
+    return root_a == root_b and bool(hosts_a & hosts_b)
+
+
+def zookeeper_switch(body: dict[str, Any], spec: KafkaClusterSpec, live_connect: str | None
+                     ) -> tuple[KafkaClusterSpec, tuple[str, str] | None]:
+    """The spec to render and the refusal when it moves the brokers to another ensemble. The
+    cluster's metadata (topics, configs, ACLs, SCRAM users) lives in the ensemble the brokers use:
+    a switch (to an existing ensemble, which also deletes the managed one, or back) starts them on
+    one without it. Refused, keeping the live ensemble, unless the annotation names the new
+    connect string."""
+    desired = builders.zookeeper_connect(body, spec)
+    if live_connect is None or same_ensemble(live_connect, desired):
+        return spec, None
+    if (body["metadata"].get("annotations") or {}).get(ZOOKEEPER_MIGRATED) == desired:
+        return spec, None
+    managed = live_connect == builders.zookeeper_connect(body, spec.model_copy(
+        update={"zookeeper": spec.zookeeper.model_copy(update={"connect": None})}))
+    kept = spec.model_copy(update={"zookeeper": spec.zookeeper.model_copy(
+        update={"connect": None if managed else live_connect})})
+    where = "the managed ensemble" if managed else live_connect
+    return kept, ("ZooKeeperSwitchRefused",
+                  f"zookeeper.connect {desired}: the cluster's metadata lives in {where}, which stays in use "
+                  f"(nothing deleted); copy the data there, then annotate {ZOOKEEPER_MIGRATED}={desired}")
+
+
 async def storage_class_expandable(client: KubeClient, name: str) -> bool:
     """Whether claims of this class (name "" = the cluster's default class) may grow."""
     if name:
@@ -147,8 +201,10 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
     n = builders.names(name)
     live_sts = {k: await client.get("StatefulSet", namespace, n[k]) for k in ("broker", "zookeeper")}
     current = await orchestrator.replicas()
+    spec, switch_refused = zookeeper_switch(
+        body, spec, live_zookeeper_connect(await client.get("ConfigMap", namespace, n["broker"])))
     zk_replicas, zk_refused = zookeeper_scaling(spec, live_sts["zookeeper"])
-    stalled = [r for r in (zk_refused,) if r is not None]
+    stalled = [r for r in (switch_refused, zk_refused) if r is not None]
     racks = None
     if spec.brokers.rack:  # nodes are cluster-scoped: the chart grants listing them
         racks = builders.rack_map(await client.list("Node", None, {}), spec.brokers.rack.topology_key)

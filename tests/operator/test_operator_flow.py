@@ -333,6 +333,39 @@ async def test_zookeeper_scaling_is_refused_with_a_condition(env):
     await env.ready()
 
 
+async def test_switching_to_an_existing_ensemble_is_refused_until_annotated(env):
+    env.start_operator()
+    await env.api.create_cluster({})  # metadata in the managed ensemble
+    await env.ready()
+    managed = builders.zookeeper_connect(env.cluster(), parse_spec({}))
+    mark = len(list(env.server))
+    await env.api.patch_spec({"zookeeper": {"connect": "external:2181/odradek"}})
+    await wait_for(lambda: condition(env.cluster(), "Stalled").get("reason") == "ZooKeeperSwitchRefused", 20,
+                   "the refusal")
+    assert condition(env.cluster(), "Stalled")["observedGeneration"] == 2
+    assert "managed ensemble" in condition(env.cluster(), "Stalled")["message"]
+    await env.view.passes(2)
+    assert [w for w in writes(env.server, mark) if w[0] == "delete"] == [], "nothing deleted"
+    assert env.server.live(STS, NS, "demo-zookeeper") is not None
+    props = env.server.live("v1/configmaps", NS, "demo-broker")["data"]["server.properties"]
+    assert f"zookeeper.connect={managed}\n" in props and env.pod_deletes(mark) == []
+
+    status, _ = await env.api.call(
+        "PATCH", f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters/demo",
+        {"metadata": {"annotations": {"odradek.io/zookeeper-migrated-to": "external:2181/odradek"}}},
+        "application/merge-patch+json")
+    assert status == 200
+    await wait_for(lambda: env.server.live(STS, NS, "demo-zookeeper") is None, 20, "the managed ensemble removed")
+    for res, name in (("v1/configmaps", "demo-zookeeper"), ("v1/services", "demo-zookeeper"),
+                      ("v1/services", "demo-zookeeper-headless"), ("policy/v1/poddisruptionbudgets", "demo-zookeeper")):
+        assert env.server.live(res, NS, name) is None, name
+    await wait_for(lambda: "zookeeper.connect=external:2181/odradek\n" in
+                   env.server.live("v1/configmaps", NS, "demo-broker")["data"]["server.properties"], 20,
+                   "the brokers on the existing ensemble")
+    await wait_for(lambda: condition(env.cluster(), "Stalled").get("status") == "False", 20, "no refusal")
+    await env.ready()
+
+
 async def test_a_larger_volume_resizes_the_claims_and_leaves_the_template(env):
     pvcs = "v1/persistentvolumeclaims"
     classes = "storage.k8s.io/v1/storageclasses"
@@ -404,20 +437,6 @@ async def test_a_transient_api_error_is_reconciling_not_stalled(env):
     env.server.unavailable_writes.clear()
     await env.ready()
     assert condition(env.cluster(), "Stalled")["status"] == "False"
-
-
-async def test_switching_to_an_existing_zookeeper_removes_the_managed_ensemble(env):
-    env.start_operator()
-    await env.api.create_cluster({})
-    await env.ready()
-    assert env.server.live(STS, NS, "demo-zookeeper") is not None
-    await env.api.patch_spec({"zookeeper": {"connect": "zk-0.zk:2181/odradek"}})
-    await wait_for(lambda: env.server.live(STS, NS, "demo-zookeeper") is None, 20, "the ensemble removed")
-    for res, name in (("v1/configmaps", "demo-zookeeper"), ("v1/services", "demo-zookeeper"),
-                      ("v1/services", "demo-zookeeper-headless"), ("policy/v1/poddisruptionbudgets", "demo-zookeeper")):
-        assert env.server.live(res, NS, name) is None, name
-    assert env.server.live(STS, NS, "demo-broker") is not None
-    await env.ready()
 
 
 async def test_an_operator_upgrade_rolls_clusters_that_name_no_image(env, monkeypatch):

@@ -114,6 +114,9 @@ async def scenario():
                                        ["annotations"]["odradek.io/config-hash"] for i in range(3)), 40, "rolled")
             await wait_for(lambda: server.live(PVCS, NS, "data-demo-broker-2")["spec"]["resources"]["requests"]
                            ["storage"] == "20Gi", 20, "claims resized")
+            await api.call("PATCH", f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters/demo",
+                           {"metadata": {"annotations": {"odradek.io/zookeeper-migrated-to": "zk:2181/odradek"}}},
+                           "application/merge-patch+json")
             await api.patch_spec({"zookeeper": {"connect": "zk:2181/odradek"}})
             await wait_for(lambda: server.live(STS, NS, "demo-zookeeper") is None, 20, "ensemble removed")
             await ready()

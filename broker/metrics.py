@@ -1,4 +1,4 @@
-"""The broker's metrics, named as Kafka's JMX metrics read through the common exporters.
+"""The broker's metrics, named as Strimzi's JMX-exporter rules name Kafka's (common/metrics.py).
 
 Hot paths add to plain ints: `BrokerTopicStats` (messages and bytes per topic, ISR changes, fed
 by the replica manager) and `RequestStats` (count and latency per API, fed by `metered`, which
@@ -40,20 +40,23 @@ class BrokerTopicStats:
         self._of(topic)[3 if replication else 2] += size
 
     def families(self) -> Iterable[Family]:
-        names = (("messagesinpersec", "Messages appended to partitions this broker leads."),
-                 ("bytesinpersec", "Bytes appended by clients to partitions this broker leads."),
-                 ("bytesoutpersec", "Bytes sent to consumers."),
-                 ("replicationbytesoutpersec", "Bytes sent to follower replicas."))
-        families = [Family(f"kafka_server_brokertopicmetrics_{n}", "counter", h) for n, h in names]
+        families = [
+            Family("kafka_server_brokertopicmetrics_messagesin_total", "counter",
+                   "Messages appended to partitions this broker leads."),
+            Family("kafka_server_brokertopicmetrics_bytesin_total", "counter",
+                   "Bytes appended by clients to partitions this broker leads."),
+            Family("kafka_server_brokertopicmetrics_bytesout_total", "counter", "Bytes sent to consumers."),
+            Family("kafka_server_brokertopicmetrics_replicationbytesout_total", "counter",
+                   "Bytes sent to follower replicas.")]
         for topic, counts in sorted(self.topics.items()):
             for family, value in zip(families, counts):
                 family.add(value, (("topic", topic),))
         for family, index in zip(families, range(4)):  # the broker-wide totals Kafka reports too
             family.add(sum(c[index] for c in self.topics.values()))
         yield from families
-        yield Family("kafka_server_replicamanager_isrshrinkspersec", "counter",
+        yield Family("kafka_server_replicamanager_isrshrinks_total", "counter",
                      "ISR shrinks proposed by this broker as leader.").add(self.isr_shrinks)
-        yield Family("kafka_server_replicamanager_isrexpandspersec", "counter",
+        yield Family("kafka_server_replicamanager_isrexpands_total", "counter",
                      "ISR expansions proposed by this broker as leader.").add(self.isr_expands)
 
 
@@ -85,7 +88,7 @@ class RequestStats:
                 name = self._names[key] = api_name(key)
             return (("request", name),)
 
-        requests = Family("kafka_network_requestmetrics_requestspersec", "counter", "Requests received, per API.")
+        requests = Family("kafka_network_requestmetrics_requests_total", "counter", "Requests received, per API.")
         for key, lat in sorted(self.latency.items()):
             requests.add(lat.total, labels(key))
         yield requests
@@ -158,8 +161,10 @@ def state_families(server) -> Iterable[Family]:
                     ("DeleteRecords", rm.delete_records_purgatory)):
         purgatory.add(p.watched(), (("delayedOperation", name),))
     yield purgatory
-    yield Family("kafka_server_socketservermetrics_connection_count", "gauge",
-                 "Open client connections, all listeners.").add(sum(len(s.connections) for s in server.socket_servers))
+    connections = Family("kafka_server_socket_server_metrics_connection_count", "gauge", "Open connections, per listener.")
+    for s in server.socket_servers:
+        connections.add(len(s.connections), (("listener", str(s.listener)),))
+    yield connections
     yield lag_family(server)
 
 

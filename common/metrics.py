@@ -1,64 +1,86 @@
 """Prometheus metrics: plain-int counters on the hot paths, everything else computed at scrape.
 
 The hot paths only add to ints in dicts and lists (no locks, no objects per event: every process
-is one asyncio thread); a scrape renders the text exposition format from them and from
-collectors that read the process's state (partitions, purgatories, groups) at that moment.
-Names follow Kafka's JMX metrics as the common exporters translate them
-(`kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t` →
-`kafka_server_brokertopicmetrics_messagesinpersec{topic="t"}`), so existing dashboards and alerts
-apply; the value of a *PerSec metric is its cumulative count (Prometheus takes the rate).
+is one asyncio thread); collectors turn them, and the process's state at that moment (partitions,
+purgatories, groups), into plain `Family` values at each scrape. prometheus-client writes the
+exposition (text 0.0.4, or OpenMetrics when the scraper asks for it) and adds the process's own
+`process_*` metrics; aiohttp serves it from the process's event loop, with the pod probes.
+
+Names are those Strimzi's JMX-exporter rules give Kafka's JMX metrics, so Strimzi's dashboards and
+alerts apply unchanged: `kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec,topic=t` is
+`kafka_server_brokertopicmetrics_messagesin_total{topic="t"}` (a *PerSec meter is a counter named
+without PerSec, with `_total`; Prometheus takes the rate), a gauge keeps its lower-cased name.
 """
 
-import asyncio
-import json
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder, generate_latest
 
 log = logging.getLogger(__name__)
 
 Labels = tuple[tuple[str, str], ...]
 
+TYPES = ("counter", "gauge", "summary")
+
 
 @dataclass
 class Family:
-    """One metric family at scrape time: name, type (counter, gauge, summary), help, samples."""
+    """One metric family at scrape time: name, type (counter, gauge, summary), help, samples.
+    A counter's name ends in `_total` (the exposition formats require it of a counter's sample)."""
     name: str
     type: str
     help: str
     samples: list[tuple[str, Labels, float]] = field(default_factory=list)  # (name suffix, labels, value)
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"{self.name}: type {self.type!r} is not one of {TYPES}")
+        if self.type == "counter" and not self.name.endswith("_total"):
+            raise ValueError(f"counter {self.name} must be named ..._total")
 
     def add(self, value: float, labels: Labels = (), suffix: str = "") -> "Family":
         self.samples.append((suffix, labels, value))
         return self
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def to_metric(family: Family) -> Metric:
+    """prometheus-client's form of a family (its counters are named without `_total`)."""
+    metric = Metric(family.name.removesuffix("_total") if family.type == "counter" else family.name,
+                    family.help, family.type)
+    for suffix, labels, value in family.samples:
+        metric.add_sample(family.name + suffix, dict(labels), value)
+    return metric
 
 
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+class _Collected:
+    """Collectors as prometheus-client calls them; one that raises is logged and left out, so a
+    broken collector cannot take the endpoint down."""
+
+    def __init__(self, collectors: list["Collector"]) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self.collectors:
+            try:
+                families = list(collector())
+            except Exception:
+                log.exception("metrics collector %r failed", collector)
+                continue
+            yield from map(to_metric, families)
 
 
 def render(families: Iterable[Family]) -> str:
-    """The Prometheus text exposition format (version 0.0.4)."""
-    lines = []
-    for f in families:
-        lines.append(f"# HELP {f.name} {f.help}")
-        lines.append(f"# TYPE {f.name} {f.type}")
-        for suffix, labels, value in f.samples:
-            text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels)
-            lines.append(f"{f.name}{suffix}{{{text}}} {_number(value)}" if text else f"{f.name}{suffix} {_number(value)}")
-    return "\n".join(lines) + "\n"
+    """The Prometheus text exposition format (version 0.0.4) of `families`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collected([lambda: families]))
+    return generate_latest(registry).decode()
 
 
 class Latency:
@@ -110,51 +132,64 @@ Collector = Callable[[], Iterable[Family]]
 
 
 class Registry:
-    """Collectors called at each scrape, in registration order."""
+    """Collectors called at each scrape, in registration order, and the process's own metrics
+    (prometheus-client's `process_*`: CPU, memory, open files)."""
 
     def __init__(self) -> None:
         self.collectors: list[Collector] = []
+        self.prometheus = CollectorRegistry(auto_describe=False)
+        self.prometheus.register(_Collected(self.collectors))
+        ProcessCollector(registry=self.prometheus)
 
     def register(self, collector: Collector) -> None:
         self.collectors.append(collector)
 
-    def collect(self) -> list[Family]:
-        families: list[Family] = []
-        for collector in self.collectors:
-            try:
-                families.extend(collector())
-            except Exception:  # a broken collector must not take the endpoint down
-                log.exception("metrics collector %r failed", collector)
-        return families
+    def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """The body and its content type for a scraper's Accept header (OpenMetrics if asked)."""
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.prometheus), content_type
 
     def render(self) -> str:
-        return render(self.collect())
+        return generate_latest(self.prometheus).decode()
 
 
 MAX_REQUEST_HEAD = 8192
+HEAD_TIMEOUT_S = 5.0
 
 Readiness = Callable[[], tuple[bool, dict[str, Any]]]
 """(ready, what the process says about itself) for GET /readyz: a broker registered and caught up,
 a controller connected to ZooKeeper (active or standby)."""
 
-HEALTH_PATHS = (b"/healthz", b"/readyz")
-
 
 class MetricsServer:
-    """GET /metrics over HTTP/1.x, one response per connection (what Prometheus does), and the
-    pod probes: /healthz (liveness: 200 whenever the event loop runs, since the loop itself
-    answers: a hung loop answers nothing and the kubelet's timeout sees it) and /readyz (200 or
-    503 from `readiness`, a JSON body saying why). Anything else is 404/405; a request head larger
-    than 8 KiB or slower than 5 s is dropped."""
+    """GET /metrics and the pod probes, served by aiohttp on the process's own event loop:
+    /healthz (liveness: 200 whenever the event loop runs, since the loop itself answers: a hung
+    loop answers nothing and the kubelet's timeout sees it) and /readyz (200 or 503 from
+    `readiness`, a JSON body saying why). Anything else is 404/405; a request line or header
+    longer than 8 KiB is a 400, a connection idle (or its request head unfinished) for 5 s is closed."""
 
-    def __init__(self, registry: Registry, host: str, port: int, readiness: Readiness | None = None) -> None:
+    def __init__(self, registry: Registry, host: str, port: int, readiness: Readiness | None = None,
+                 idle_timeout_s: float = HEAD_TIMEOUT_S) -> None:
         self.registry, self.host, self.port = registry, host, port
         self.readiness = readiness
-        self._server: asyncio.Server | None = None
+        self.idle_timeout_s = idle_timeout_s
+        self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=MAX_REQUEST_HEAD)
-        self.port = self._server.sockets[0].getsockname()[1]
+        app = web.Application(client_max_size=MAX_REQUEST_HEAD)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, keepalive_timeout=self.idle_timeout_s,
+                               max_line_size=MAX_REQUEST_HEAD, max_field_size=MAX_REQUEST_HEAD)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = runner.addresses[0][1]
         return self.port
 
     @property
@@ -162,45 +197,23 @@ class MetricsServer:
         return f"http://{self.host}:{self.port}/metrics"
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
-            parts = head.split(b"\r\n", 1)[0].split()
-            method = parts[0] if len(parts) == 3 and parts[2].startswith(b"HTTP/1.") else None
-            if method is None:
-                status, body = "400 Bad Request", "bad request\n"
-            elif method not in (b"GET", b"HEAD"):
-                status, body = "405 Method Not Allowed", "GET /metrics\n"
-            elif (path := parts[1].split(b"?", 1)[0]) in HEALTH_PATHS:
-                status, body = self._health(path)
-            elif path != b"/metrics":
-                status, body = "404 Not Found", "GET /metrics\n"
-            else:
-                status, body = "200 OK", self.registry.render()
-            data = body.encode()
-            kind = "application/json" if body.startswith("{") else "text/plain; version=0.0.4; charset=utf-8"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-                         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode())
-            if method != b"HEAD":
-                writer.write(data)
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
-            pass
-        finally:
-            writer.close()
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body, content_type = self.registry.exposition(request.headers.get("Accept", ""))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
-    def _health(self, path: bytes) -> tuple[str, str]:
-        if path == b"/healthz" or self.readiness is None:
-            return "200 OK", json.dumps({"status": "alive"}) + "\n"
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if self.readiness is None:  # nothing to wait for: ready once alive
+            return web.json_response({"status": "alive"})
         try:
             ready, detail = self.readiness()
         except Exception as e:  # a failing check is an unready process, never a dropped probe
             log.exception("readiness check failed")
             ready, detail = False, {"error": type(e).__name__}
-        body = json.dumps({"status": "ready" if ready else "not ready", **detail}) + "\n"
-        return ("200 OK" if ready else "503 Service Unavailable"), body
+        return web.json_response({"status": "ready" if ready else "not ready", **detail}, status=200 if ready else 503)

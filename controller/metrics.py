@@ -1,4 +1,4 @@
-"""The controller's metrics, named as Kafka's controller JMX metrics through the common exporters.
+"""The controller's metrics, named as Strimzi's JMX-exporter rules name Kafka's controller metrics.
 
 Counters are plain ints bumped by the controller's event loop; partition counts are read from
 its context at scrape time (only the active controller has one).
@@ -56,13 +56,14 @@ def families(controller: Observed) -> Iterable[Family]:
                  "Partitions in the cluster (active controller only).").add(total)
     yield Family("kafka_controller_kafkacontroller_activebrokercount", "gauge",
                  "Registered brokers (active controller only).").add(0 if ctx is None else len(ctx.live_brokers))
-    yield Family("kafka_controller_controllerstats_leaderelectionrateandtimems", "counter",
-                 "Partition leader changes this controller wrote.").add(stats.leader_elections)
-    yield Family("kafka_controller_controllerstats_uncleanleaderelectionspersec", "counter",
+    # Kafka's LeaderElectionRateAndTimeMs is a timer: its count is the summary's _count.
+    yield Family("kafka_controller_controllerstats_leaderelectionrateandtimems", "summary",
+                 "Partition leader changes this controller wrote.").add(stats.leader_elections, suffix="_count")
+    yield Family("kafka_controller_controllerstats_uncleanleaderelections_total", "counter",
                  "Leaders elected from outside the ISR.").add(stats.unclean_leader_elections)
-    yield Family("kafka_controller_controllerstats_controllerelectionspersec", "counter",
+    yield Family("kafka_controller_controllerstats_controllerelections_total", "counter",
                  "Times this process became the active controller.").add(stats.controller_elections)
-    events = Family("kafka_controller_controllereventmanager_eventspersec", "counter",
+    events = Family("kafka_controller_controllereventmanager_events_total", "counter",
                     "Controller events handled, per event.")
     for name, count in sorted(stats.events.items()):
         events.add(count, (("event", name),))

@@ -10,8 +10,37 @@ from odradek.common.metrics import Family, Latency, MetricsServer, Registry, ren
 def test_text_format_escapes_labels_and_types_each_family():
     text = render([Family("a_total", "counter", "A.").add(3, (("topic", 'x"y\\z'),)).add(1),
                    Family("b", "gauge", "B.").add(float("nan"))])
-    assert text == ('# HELP a_total A.\n# TYPE a_total counter\na_total{topic="x\\"y\\\\z"} 3\na_total 1\n'
+    assert text == ('# HELP a_total A.\n# TYPE a_total counter\na_total{topic="x\\"y\\\\z"} 3.0\na_total 1.0\n'
                     '# HELP b B.\n# TYPE b gauge\nb NaN\n')
+
+
+def test_a_counter_is_named_total_and_a_family_has_a_known_type():
+    """prometheus-client names a counter's samples ..._total: a counter named otherwise would
+    expose a TYPE line for a name no sample has."""
+    for bad in (("a", "counter"), ("a_total", "histogram")):
+        try:
+            Family(bad[0], bad[1], "A.")
+            raise AssertionError(f"{bad} accepted")
+        except ValueError:
+            pass
+
+
+def test_every_family_the_processes_export_is_a_valid_family():
+    """The broker's, controller's and operator's collectors on empty state: each name once, the
+    counters ..._total, the summaries with _count; the exposition parses back."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from odradek.broker.metrics import BrokerTopicStats
+    from odradek.operator.metrics import ReconcileStats
+
+    stats = BrokerTopicStats()
+    stats.record_in("t", 2, 100)
+    families = [*stats.families(), *RequestStats().families(), *ReconcileStats().families()]
+    names = [f.name for f in families]
+    assert len(names) == len(set(names))
+    parsed = {f.name: f.type for f in text_string_to_metric_families(render(families))}
+    assert parsed["kafka_server_brokertopicmetrics_messagesin"] == "counter"
+    assert "kafka_network_requestmetrics_totaltimems" in parsed
 
 
 def test_latency_quantiles_are_bucket_bounds_within_a_fifth():
@@ -51,7 +80,7 @@ def test_metered_counts_every_request_by_api_and_ignores_garbage_keys():
     assert stats.in_flight == 0
     assert api_name(0) == "Produce" and api_name(3) == "Metadata"
     text = render(stats.families())
-    assert 'kafka_network_requestmetrics_requestspersec{request="Produce"} 1' in text
+    assert 'kafka_network_requestmetrics_requests_total{request="Produce"} 1.0' in text
 
 
 def test_endpoint_serves_get_metrics_only():
@@ -68,17 +97,24 @@ def test_endpoint_serves_get_metrics_only():
         return data
 
     async def run():
-        server = MetricsServer(registry, "127.0.0.1", 0)
+        server = MetricsServer(registry, "127.0.0.1", 0, idle_timeout_s=0.5)
         await server.start()
         try:
-            ok = await ask(server, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert ok.startswith(b"HTTP/1.1 200 OK") and ok.endswith(b"up 1\n")
-            assert (await ask(server, b"GET / HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
-            assert (await ask(server, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
-            assert (await ask(server, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
-            empty = await ask(server, b"\r\n\r\n")  # no request line at all: a whole 400, not a traceback
-            assert empty.startswith(b"HTTP/1.1 400") and empty.endswith(b"bad request\n"), empty
-            assert await ask(server, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n") == b""
+            ok = await ask(server, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert ok.startswith(b"HTTP/1.1 200 OK") and b"\nup 1.0\n" in ok
+            assert b"process_resident_memory_bytes" in ok or b"process_" not in ok  # Linux: the process's own
+            close = b"Host: x\r\nConnection: close\r\n\r\n"
+            assert (await ask(server, b"GET / HTTP/1.1\r\n" + close)).startswith(b"HTTP/1.1 404")
+            assert (await ask(server, b"POST /metrics HTTP/1.1\r\n" + close)).startswith(b"HTTP/1.1 405")
+            assert b" 400 " in (await ask(server, b"nonsense\r\n\r\n")).split(b"\r\n", 1)[0]
+            huge = await ask(server, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 20000 + b"\r\n\r\n")
+            assert b" 400 " in huge.split(b"\r\n", 1)[0], huge[:100]
+            # a request head never finished: the connection is closed after idle_timeout_s
+            assert await ask(server, b"GET /metrics HTTP/1.1\r\nHost: x\r\n") == b""
+            # OpenMetrics when the scraper asks for it
+            om = await ask(server, b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text; version=1.0.0\r\n"
+                           + close)
+            assert b"application/openmetrics-text" in om and om.endswith(b"# EOF\n")
         finally:
             await server.stop()
     asyncio.run(run())

@@ -10,7 +10,7 @@ LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 def scrape(url: str, timeout: float = 5.0) -> list[tuple[str, dict[str, str], float]]:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         assert response.status == 200
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")  # no Accept header: text 0.0.4
         text = response.read().decode()
     samples = []
     for line in text.splitlines():

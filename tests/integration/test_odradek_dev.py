@@ -122,7 +122,7 @@ def test_odradek_dev_serves_stops_and_keeps_data(tmp_path):
         metrics = dict(dev.read_line(timeout=10).split(" ", 2)[1:] for _ in range(3))
         assert set(metrics) == {"broker-0", "broker-1", "controller-0"}
         assert all(url.startswith("http://127.0.0.1:") and url.endswith("/metrics") for url in metrics.values())
-        assert sum(value(scrape(metrics[b]), "kafka_server_brokertopicmetrics_messagesinpersec", topic="dev-topic")
+        assert sum(value(scrape(metrics[b]), "kafka_server_brokertopicmetrics_messagesin_total", topic="dev-topic")
                    for b in ("broker-0", "broker-1")) == len(lines)
         assert value(scrape(metrics["controller-0"]), "kafka_controller_kafkacontroller_activecontrollercount") == 1
 

@@ -306,6 +306,16 @@ class FetchContext:
     def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         raise NotImplementedError
 
+    def preview(self, results: Sequence[R | None]) -> list[Answer[R]]:
+        """What `response(results)` would send, changing nothing (Kafka's getResponseSize walks
+        the same partitions): a consumer's fetch quota is charged for it before it is sent."""
+        return _answered(self.infos, results)
+
+    def throttled(self) -> tuple[ErrorCode, int]:
+        """(error, session id) of the empty answer to a throttled fetch (getThrottledResponse): no
+        partition, and nothing of the session changes (a full fetch creates none)."""
+        return ErrorCode.none, INVALID_SESSION_ID
+
 
 class SessionErrorContext(FetchContext):
     """A session error: nothing is read; the response is the error alone, without a session."""
@@ -316,6 +326,12 @@ class SessionErrorContext(FetchContext):
 
     def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         return self.error, INVALID_SESSION_ID, []
+
+    def preview(self, results: Sequence[R | None]) -> list[Answer[R]]:
+        return []
+
+    def throttled(self) -> tuple[ErrorCode, int]:
+        return self.error, INVALID_SESSION_ID
 
 
 class SessionlessFetchContext(FetchContext):
@@ -389,6 +405,16 @@ class IncrementalFetchContext(FetchContext):
                 if partitions.pop(key, None) is not None:
                     partitions[key] = cached
         return ErrorCode.none, session.id, out
+
+    def preview(self, results: Sequence[R | None]) -> list[Answer[R]]:
+        return [(cached, result) for cached, result in zip(self.cached, results)
+                if result is not None and cached.maybe_update_response_data(result, False)]
+
+    def throttled(self) -> tuple[ErrorCode, int]:
+        """The session stays as this request left it (its epoch already moved on)."""
+        if self.session.epoch != next_epoch(self.request_epoch):
+            return ErrorCode.invalid_fetch_session_epoch, self.session.id
+        return ErrorCode.none, self.session.id
 
 
 class FetchManager:

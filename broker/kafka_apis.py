@@ -38,13 +38,14 @@ from odradek.broker.metadata_cache import broker_endpoint
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
 from odradek.broker.quota import quota_apis
 from odradek.broker.quota.quota_managers import QuotaManagers
+from odradek.broker.quota.request_time import RequestTime
 from odradek.broker.replica_manager import FetchInfo, FetchResult, ProduceResult, ReplicaManager
 from odradek.broker.security import scram_apis
 from odradek.broker.transaction.transaction_apis import TransactionApis
 from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.common import legacy_schemas, wire
 from odradek.common.api_key import ApiKey
-from odradek.common.clock import Clock, now_ms
+from odradek.common.clock import Clock, Timer, monotonic_ns, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.errors import KafkaError
 from odradek.common.network.encoding import Body, frame, response_header
@@ -69,6 +70,16 @@ DATA_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_RECORDS: (0, 2),
 }
 
+
+REQUEST_QUOTA_EXEMPT = frozenset({
+    ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA, ApiKey.CONTROLLED_SHUTDOWN,
+    ApiKey.WRITE_TXN_MARKERS, ApiKey.ALTER_PARTITION})
+"""APIs Kafka answers with sendResponseExemptThrottle: the controller's and inter-broker requests
+are never charged to the request quota (a follower's Fetch is exempt too, decided in handle_fetch).
+ApiVersions and the SASL requests are charged, as in Kafka."""
+
+LEADING_THROTTLE: dict[int, int] = {ApiKey.METADATA: 3}
+"""Hand-encoded bodies whose first field is throttle_time_ms from this version on."""
 
 UNKNOWN_TOPIC_ID_PREFIX = "\0unknown-topic-id:"
 """The name Fetch v13+ gives a topic id no topic has (no topic name holds a NUL)."""
@@ -229,7 +240,8 @@ class KafkaApis:
         self.quotas: QuotaManagers | None = None
         """Client quotas (broker/quota): Produce and consumer Fetch answers carry their throttle time."""
         self.clock = clock
-        """A TransactionVerifier (KIP-890) when transaction.partition.verification.enable is on."""
+        self.request_timer: Timer = monotonic_ns
+        """Measures handler time for the request quota (broker/quota/request_time)."""
         self.handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -339,8 +351,12 @@ class KafkaApis:
             request = legacy_schemas.upgrade(request)
             header = dataclasses.replace(header, request_api_version=i16(legacy_version.base))
             context = dataclasses.replace(context, header=header)
+        timing = None
+        if self.quotas is not None and self.quotas.request.enabled and api_key not in REQUEST_QUOTA_EXEMPT:
+            timing = RequestTime(self.request_timer)
         try:
-            result = await self.handlers[api_key](context, request)
+            call = self.handlers[api_key](context, request)
+            result = await (call if timing is None else timing.run(call))
         except CloseConnection:
             raise
         except Exception as e:
@@ -362,6 +378,9 @@ class KafkaApis:
             return None
         if result is None:
             return None
+        mute_ms = 0
+        if timing is not None and not timing.recorded and self.quotas is not None:
+            result, mute_ms = self._request_throttled(context, result, timing)
         if legacy_version is not None and legacy_version.translated and not isinstance(result, Body):
             result = legacy_schemas.downgrade(result, api_key, version)
         flexible = wire.response_header_flexible(api_key, schema.__flexible__)
@@ -369,7 +388,38 @@ class KafkaApis:
             if result.throttle_ms > 0 and hasattr(conn, "mute_for"):
                 conn.mute_for(result.throttle_ms / 1000.0)  # KIP-219: answered, then muted that long
             return frame(response_header(correlation_id, flexible), result.chunks, result.size)
+        if mute_ms > 0 and hasattr(conn, "mute_for"):
+            conn.mute_for(mute_ms / 1000.0)  # KIP-219, a version without the field included
         return [wire.encode_response(result, correlation_id, flexible_header=flexible)]
+
+    def _request_throttled(self, context: RequestContext, result: typing.Any,
+                           timing: RequestTime) -> tuple[typing.Any, int]:
+        """(the answer, how long to mute the connection after it) with the request quota's
+        throttle time, when the handler did not charge it itself: in the throttle_time field, or
+        the leading field of a hand-encoded body (a Body mutes by its own throttle_ms)."""
+        assert self.quotas is not None
+        throttle_ms = self.quotas.request_throttle(context.user, context.client_id, timing)
+        if throttle_ms <= 0:
+            return result, 0
+        if isinstance(result, Body):
+            since = LEADING_THROTTLE.get(int(context.header.request_api_key))
+            first = result.chunks[0] if result.chunks else b""
+            if since is not None and context.api_version >= since and isinstance(first, bytes) and len(first) >= 4:
+                chunks = [throttle_ms.to_bytes(4, "big") + first[4:], *result.chunks[1:]]
+                return Body(chunks, result.size, max(result.throttle_ms, throttle_ms)), 0
+            return Body(result.chunks, result.size, max(result.throttle_ms, throttle_ms)), 0
+        fields = dataclasses.fields(result) if dataclasses.is_dataclass(result) else ()
+        if not isinstance(result, type) and any(f.name == "throttle_time" for f in fields):
+            result = dataclasses.replace(result, throttle_time=i32Timedelta.parse(datetime.timedelta(
+                milliseconds=throttle_ms)))
+        return result, throttle_ms
+
+    def _request_throttle(self, context: RequestContext) -> int:
+        """A handler charging its request's time to the request quota itself (Produce, Fetch,
+        ApiVersions combine it with their own answer): the throttle time, 0 without a quota."""
+        if self.quotas is None:
+            return 0
+        return self.quotas.request_throttle(context.user, context.client_id)
 
     def unauthorized_topics(self, context: RequestContext, op: AclOperation, topics) -> set[str]:
         """The topics (each checked once) the principal may not `op` (AuthHelper.filterByAuthorized)."""
@@ -393,11 +443,17 @@ class KafkaApis:
 
     async def handle_api_versions(self, context: RequestContext, request) -> Body:
         version = context.api_version
+        throttle_ms = self._request_throttle(context)
+        if throttle_ms and version >= 1:
+            payload = dataclasses.replace(self._api_versions_payload(version, ErrorCode.none),
+                                          throttle_time=i32Timedelta.parse(datetime.timedelta(milliseconds=throttle_ms)))
+            data = wire.encode_entity(payload)
+            return Body([data], len(data), throttle_ms)
         body = self._api_versions_bodies.get(version)
         if body is None:
             data = wire.encode_entity(self._api_versions_payload(version, ErrorCode.none))
             body = self._api_versions_bodies[version] = Body([data], len(data))
-        return body
+        return Body(body.chunks, body.size, throttle_ms) if throttle_ms else body
 
     def _api_versions_unsupported(self, correlation_id: int) -> list:
         """A version newer than ours: UNSUPPORTED_VERSION and our list, as v0 (KIP-511)."""
@@ -459,7 +515,7 @@ class KafkaApis:
             leaders, endpoints = self._leader_hints(
                 context, [(name, index) for name, parts in topics for index, r in parts
                           if r.error == ErrorCode.not_leader_or_follower])
-        throttle_ms = self._produce_throttle(context)
+        throttle_ms = max(self._produce_throttle(context), self._request_throttle(context))
         chunks, size = produce_codec.encode_produce_response(version, topics, leaders, endpoints,
                                                              throttle_ms=throttle_ms)
         return Body(chunks, size, throttle_ms)
@@ -551,8 +607,45 @@ class KafkaApis:
             found = iter(read)
             results = [FetchResult(error=ErrorCode.topic_authorization_failed) if i.topic in denied else next(found)
                        for i in fetch_context.infos]
+        throttle_ms = 0
+        if replica_id >= 0:
+            if self.quotas is not None:
+                self.quotas.exempt_request()  # replication is never throttled by client quotas
+        elif self.quotas is not None and (self.quotas.fetch.enabled or self.quotas.request.enabled):
+            throttle_ms = await self._fetch_throttle(context, fetch_context, results)
+            if throttle_ms:
+                # Kafka's getThrottledResponse: no partitions; the consumer fetches the same
+                # offsets again once unmuted, so nothing is lost
+                error, session_id = fetch_context.throttled()
+                chunks, size = fetch_codec.encode_fetch_response(
+                    version, [], error_code=int(error), session_id=session_id, throttle_ms=throttle_ms)
+                return Body(chunks, size, throttle_ms)
         error, session_id, pairs = fetch_context.response(results)
-        if version < 4:  # message formats v0/v1: the records down-converted
+        chunks, size = await self._encode_fetch(context, error, session_id, pairs)
+        return Body(chunks, size, throttle_ms)
+
+    async def _fetch_throttle(self, context: RequestContext, fetch_context, results) -> int:
+        """A consumer's Fetch against its quotas, as Kafka's handleFetchRequest: the response it
+        would get (measured before any down-conversion) is charged to the fetch quota and the
+        handler's time to the request quota; when either is violated the bytes are taken back
+        (unrecordQuotaSensor: no data goes out) and the larger throttle time is answered."""
+        assert self.quotas is not None
+        request_ms = self.quotas.request_throttle(context.user, context.client_id)
+        if not self.quotas.fetch.enabled:
+            return request_ms
+        _, size = await self._encode_fetch(context, ErrorCode.none, 0, fetch_context.preview(results), convert=False)
+        now = self.clock()
+        bandwidth_ms = self.quotas.fetch.record(context.user, context.client_id, size, now)
+        throttle_ms = max(bandwidth_ms, request_ms)
+        if throttle_ms:
+            self.quotas.fetch.unrecord(context.user, context.client_id, size, now)
+        return throttle_ms
+
+    async def _encode_fetch(self, context: RequestContext, error: ErrorCode, session_id: int, pairs,
+                            convert: bool = True) -> tuple[list, int]:
+        """(chunks, size) of a FetchResponse carrying `pairs` ([(info, FetchResult)])."""
+        version = context.api_version
+        if version < 4 and convert:  # message formats v0/v1: the records down-converted
             pairs = [(info, down_converted(r, 0 if version < 2 else 1, info.fetch_offset)) for info, r in pairs]
         topics = fetch_codec.group_by_topic(pairs)
         topic_ids: dict[str, uuid.UUID] = {}
@@ -564,19 +657,10 @@ class KafkaApis:
             leaders, endpoints = self._leader_hints(context, [
                 (name, index) for name, parts in topics for index, r in parts
                 if getattr(r, "error", None) in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)])
-        chunks, size = fetch_codec.encode_fetch_response(
+        return fetch_codec.encode_fetch_response(
             version, topics, error_code=int(error), session_id=session_id, topic_ids=topic_ids, leaders=leaders,
             endpoints=endpoints,
         )
-        throttle_ms = 0
-        if replica_id < 0 and self.quotas is not None and self.quotas.fetch.enabled:
-            # consumers only: replication is never throttled by client quotas
-            throttle_ms = self.quotas.fetch.record(context.user, context.client_id, size, self.clock())
-            if throttle_ms and version >= 1:
-                chunks, size = fetch_codec.encode_fetch_response(
-                    version, topics, error_code=int(error), session_id=session_id, topic_ids=topic_ids,
-                    leaders=leaders, endpoints=endpoints, throttle_ms=throttle_ms)
-        return Body(chunks, size, throttle_ms)
 
     async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
         """Fetch v13+: topic id → name. An id no topic has now gets a name no topic can have

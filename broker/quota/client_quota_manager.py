@@ -46,23 +46,24 @@ class SampledRate:
     """Kafka's Rate over a SampledStat of sums: [start_ms, total] per sample, oldest first."""
 
     config: QuotaConfig
-    samples: list[list[int]] = field(default_factory=list)
+    samples: list[list[float]] = field(default_factory=list)
+    """[start ms, total]; totals are bytes, or percentage-seconds for the request quota."""
 
     def _purge(self, now_ms: int) -> None:
         horizon = self.config.samples * self.config.window_ms
         self.samples = [s for s in self.samples if now_ms - s[0] < horizon]
 
-    def record(self, value: int, now_ms: int) -> None:
+    def record(self, value: float, now_ms: int) -> None:
         self._purge(now_ms)
         if not self.samples or now_ms - self.samples[-1][0] >= self.config.window_ms:
-            self.samples.append([now_ms, 0])
+            self.samples.append([now_ms, 0.0])
             del self.samples[:-self.config.samples]
         self.samples[-1][1] += value
 
     def window_ms(self, now_ms: int) -> int:
         """Rate.windowSize: the span of the kept samples, at least samples - 1 full windows."""
         self._purge(now_ms)
-        oldest = self.samples[0][0] if self.samples else now_ms
+        oldest = int(self.samples[0][0]) if self.samples else now_ms
         elapsed = now_ms - oldest
         full = elapsed // self.config.window_ms
         minimum = self.config.samples - 1
@@ -104,9 +105,12 @@ class EntityStats:
 class ClientQuotaManager:
     """One quota type's configs and rates."""
 
-    def __init__(self, quota_type: str, config: QuotaConfig):
+    def __init__(self, quota_type: str, config: QuotaConfig, max_throttle_ms: int | None = None):
         self.quota_type = quota_type
         self.config = config
+        self.max_throttle_ms = config.max_throttle_ms if max_throttle_ms is None else max_throttle_ms
+        """The longest throttle answered: the whole quota window, one window for the request quota
+        (ClientRequestQuotaManager.maxThrottleTimeMs)."""
         self.configs: dict[tuple[str | None, str | None], float] = {}
         self.stats: dict[Tags, EntityStats] = {}
         self._resolved: dict[tuple[str, str], tuple[float, Tags] | None] = {}
@@ -136,7 +140,7 @@ class ClientQuotaManager:
             return None
         return int(min(found[0] * (self.config.samples - 1) * self.config.window_ms / 1000.0, 2**31 - 1))
 
-    def record(self, user: str, client_id: str, value: int, now_ms: int) -> int:
+    def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Add `value` to the entity's rate; the throttle time (ms) it earned, 0 within the quota."""
         found = self.quota(user, client_id)
         if found is None:
@@ -152,7 +156,7 @@ class ClientQuotaManager:
         throttle = 0
         if rate > bound:
             window = stats.rate.window_ms(now_ms)
-            throttle = min(round((rate - bound) / bound * window), self.config.max_throttle_ms)
+            throttle = min(round((rate - bound) / bound * window), self.max_throttle_ms)
         stats.throttle_time_ms = throttle
         if throttle:
             stats.throttled += 1

@@ -6,8 +6,9 @@ user, client-id or user/client-id entity (quota changes are rare; a full re-read
 precedence rules in one place, client_quota_manager.resolve). Metrics follow Kafka's per-entity
 quota sensors, as the JMX exporter names them: `kafka_server_produce_byte_rate`,
 `kafka_server_produce_throttle_time`, `kafka_server_fetch_byte_rate`,
-`kafka_server_fetch_throttle_time`, labelled by `user` and `client_id` (empty when the quota that
-applies has no such dimension).
+`kafka_server_fetch_throttle_time`, `kafka_server_request_request_time` (percent) and
+`kafka_server_request_throttle_time`, labelled by `user` and `client_id` (empty when the quota
+that applies has no such dimension).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from odradek.common.clock import Clock
 from odradek.common.metrics import Family
 
+from . import request_time
 from .client_quota_manager import ClientQuotaManager, QuotaConfig
 from .quota_entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, quota_values
 from .zk_quota_store import QuotaConfigs, ZkQuotaStore
@@ -49,7 +51,28 @@ class QuotaManagers:
         self.clock = clock
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, config)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, config)
-        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, config)
+        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, config, max_throttle_ms=config.window_ms)
+
+    def request_throttle(self, user: str, client_id: str, timing: request_time.RequestTime | None = None) -> int:
+        """Charge the running request's handler time (request_time.CURRENT) to the request quota,
+        once per request: its throttle time in ms, 0 within the quota, without one, or outside a
+        timed request (Kafka's ClientRequestQuotaManager.maybeRecordAndGetThrottleTimeMs).
+        `timing`: the request's RequestTime, when charged after its handler returned."""
+        time = timing or request_time.CURRENT.get()
+        if time is None or time.recorded:
+            return 0
+        time.recorded = True
+        if not self.request.enabled:
+            return 0
+        return self.request.record(user, client_id, time.percentage(), self.clock())
+
+    @staticmethod
+    def exempt_request() -> None:
+        """The running request is exempt from the request quota (maybeRecordExempt): a follower's
+        Fetch, the controller's requests."""
+        time = request_time.CURRENT.get()
+        if time is not None:
+            time.recorded = True
 
     def update(self, configs: QuotaConfigs) -> None:
         by_type = configs_by_type(configs)
@@ -69,9 +92,12 @@ class QuotaManagers:
             await self.load_all()
 
     def families(self) -> Iterable[Family]:
-        for manager, name in ((self.produce, "produce"), (self.fetch, "fetch")):
-            rate = Family(f"kafka_server_{name}_byte_rate", "gauge",
-                          f"Bytes per second of a {name} quota entity, over the quota window.")
+        for manager, name, rate_name, what in (
+                (self.produce, "produce", "produce_byte_rate", "Bytes per second"),
+                (self.fetch, "fetch", "fetch_byte_rate", "Bytes per second"),
+                (self.request, "request", "request_request_time", "Percent of request-handling time")):
+            rate = Family(f"kafka_server_{rate_name}", "gauge",
+                          f"{what} of a {name} quota entity, over the quota window.")
             throttle = Family(f"kafka_server_{name}_throttle_time", "gauge",
                               f"Throttle time (ms) last answered to a {name} quota entity.")
             now = self.clock()

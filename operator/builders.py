@@ -24,6 +24,9 @@ BROKER_PORT = 9092
 BROKER_CONTROL_PORT = 9091
 """The brokers' control-plane listener (control.plane.listener.name=CONTROLLER): only the
 controller connects to it, as advertised in each broker's registration; no Service exposes it."""
+REPLICATION_PORT = 9090
+"""Secured clusters: the brokers' REPLICATION listener (inter-broker traffic and the operator's
+admin connections), mutual TLS with cluster-CA certificates only."""
 CONTROLLER_PORT = 9190  # the controller listener (ControllerConfig default), rendered explicitly
 ZK_CLIENT_PORT = 2181
 METRICS_PORT = 9404
@@ -182,6 +185,11 @@ def names(name: str) -> dict[str, str]:
         "controller": f"{name}-controller", "broker": f"{name}-broker",
         "broker_headless": f"{name}-broker-headless", "bootstrap": f"{name}-bootstrap",
         "broker_racks": f"{name}-broker-racks",
+        # security (operator/certificates): CAs, per-component certificates, ZooKeeper identity
+        "cluster_ca": f"{name}-cluster-ca", "cluster_ca_cert": f"{name}-cluster-ca-cert",
+        "clients_ca": f"{name}-clients-ca", "clients_ca_cert": f"{name}-clients-ca-cert",
+        "broker_certs": f"{name}-broker-certs", "controller_certs": f"{name}-controller-certs",
+        "operator_certs": f"{name}-operator-certs", "zookeeper_client": f"{name}-zookeeper-client",
     }
 
 
@@ -190,6 +198,12 @@ def zookeeper_connect(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
         return spec.zookeeper.connect
     meta = body["metadata"]
     return f"{names(meta['name'])['zookeeper']}.{meta['namespace']}.svc:{ZK_CLIENT_PORT}/odradek"
+
+
+def replication_bootstrap(body: dict[str, Any]) -> tuple[str, int]:
+    """Where the operator bootstraps its admin connections to a secured cluster (mutual TLS)."""
+    meta = body["metadata"]
+    return f"{names(meta['name'])['bootstrap']}.{meta['namespace']}.svc", REPLICATION_PORT
 
 
 def bootstrap_servers(body: dict[str, Any]) -> str:

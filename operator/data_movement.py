@@ -41,6 +41,7 @@ from kio.static.primitive import i8, i32, i32Timedelta
 
 from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, balance, balance_topic
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 from .rolling import ClusterView
 
@@ -111,10 +112,12 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
 # --- the shell ---------------------------------------------------------------------------------------
 
 
-async def _send_any(bootstrap: list[tuple[str, int]], request: object, timeout: float) -> Any:
+async def _send_any(bootstrap: list[tuple[str, int]], request: object, timeout: float,
+                    security: ClientSecurity = PLAINTEXT) -> Any:
     errors: list[str] = []
     for host, port in bootstrap:
-        client = NetworkClient(host, port, client_id="odradek-operator", connect_attempts=1, connect_timeout=timeout)
+        client = NetworkClient(host, port, client_id="odradek-operator", connect_attempts=1, connect_timeout=timeout,
+                               security=security)
         try:
             return await client.send(request, timeout=timeout)
         except (OSError, ConnectionError, TimeoutError) as e:
@@ -124,16 +127,17 @@ async def _send_any(bootstrap: list[tuple[str, int]], request: object, timeout: 
     raise ConnectionError("no broker answered: " + "; ".join(errors))
 
 
-async def ongoing_reassignments(bootstrap: list[tuple[str, int]], timeout: float = 10.0) -> list[tuple[str, int]]:
+async def ongoing_reassignments(bootstrap: list[tuple[str, int]], timeout: float = 10.0,
+                                security: ClientSecurity = PLAINTEXT) -> list[tuple[str, int]]:
     response = await _send_any(bootstrap, ListPartitionReassignmentsRequest(
-        timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout)), topics=None), timeout)
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout)), topics=None), timeout, security)
     if response.error_code != ErrorCode.none:
         raise ConnectionError(f"ListPartitionReassignments: {response.error_code.name}")
     return [(str(t.name), int(p.partition_index)) for t in response.topics for p in t.partitions]
 
 
-async def start_reassignments(bootstrap: list[tuple[str, int]], targets: Targets, timeout: float = 10.0
-                              ) -> dict[tuple[str, int], str]:
+async def start_reassignments(bootstrap: list[tuple[str, int]], targets: Targets, timeout: float = 10.0,
+                              security: ClientSecurity = PLAINTEXT) -> dict[tuple[str, int], str]:
     """AlterPartitionReassignments; the partitions refused → their error."""
     topics: dict[str, list[ReassignablePartition]] = {}
     for (t, p), r in sorted(targets.items()):
@@ -141,18 +145,19 @@ async def start_reassignments(bootstrap: list[tuple[str, int]], targets: Targets
                                                               replicas=tuple(BrokerId(b) for b in r)))
     response = await _send_any(bootstrap, AlterPartitionReassignmentsRequest(
         timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout)),
-        topics=tuple(ReassignableTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items())), timeout)
+        topics=tuple(ReassignableTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items())), timeout, security)
     if response.error_code != ErrorCode.none:
         return dict.fromkeys(targets, response.error_code.name)
     return {(str(t.name), int(p.partition_index)): f"{p.error_code.name}: {p.error_message or ''}"
             for t in response.responses for p in t.partitions if p.error_code != ErrorCode.none}
 
 
-async def elect_preferred_leaders(bootstrap: list[tuple[str, int]], timeout: float = 10.0) -> int:
+async def elect_preferred_leaders(bootstrap: list[tuple[str, int]], timeout: float = 10.0,
+                                  security: ClientSecurity = PLAINTEXT) -> int:
     """ElectLeaders (preferred, every partition); how many partitions changed leader."""
     response = await _send_any(bootstrap, ElectLeadersRequest(
         election_type=i8(0), topic_partitions=None,
-        timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout))), timeout)
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout))), timeout, security)
     if response.error_code != ErrorCode.none:
         raise ConnectionError(f"ElectLeaders: {response.error_code.name}")
     return sum(1 for t in response.replica_election_results for p in t.partition_result
@@ -160,16 +165,18 @@ async def elect_preferred_leaders(bootstrap: list[tuple[str, int]], timeout: flo
 
 
 async def move_data(bootstrap: list[tuple[str, int]], view: ClusterView, current: int, desired: int,
-                    auto_rebalance: bool = True, timeout: float = 10.0) -> MovementStep:
+                    auto_rebalance: bool = True, timeout: float = 10.0,
+                    security: ClientSecurity = PLAINTEXT) -> MovementStep:
     """One pass: decide from the cluster's word, start what is decided, report."""
-    step = plan_movement(view, current, desired, await ongoing_reassignments(bootstrap, timeout), auto_rebalance)
+    moving = await ongoing_reassignments(bootstrap, timeout, security)
+    step = plan_movement(view, current, desired, moving, auto_rebalance)
     if step.targets:
-        refused = await start_reassignments(bootstrap, step.targets, timeout)
+        refused = await start_reassignments(bootstrap, step.targets, timeout, security)
         for tp, error in sorted(refused.items()):
             log.warning("reassignment of %s-%d to %s refused: %s", *tp, list(step.targets[tp]), error)
         log.info("%s", step.waiting)
     elif step.elect_preferred:
-        moved = await elect_preferred_leaders(bootstrap, timeout)
+        moved = await elect_preferred_leaders(bootstrap, timeout, security)
         if moved:
             log.info("preferred leader election: %d partitions changed leader", moved)
     return step

@@ -25,6 +25,7 @@ from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, change_replication_factor
 from odradek.common.security import scram
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 from odradek.operator.topic_reconciler import (
     ActionResult,
     AlterConfigs,
@@ -146,12 +147,14 @@ class KafkaAdmin:
     """Admin requests to one cluster. Raises ConnectionError when no broker answers."""
 
     def __init__(self, bootstrap: list[tuple[str, int]], *, request_timeout: float = 30.0,
-                 client_id: str = "odradek-topic-operator"):
+                 client_id: str = "odradek-topic-operator", security: ClientSecurity = PLAINTEXT):
         if not bootstrap:
             raise ValueError("no bootstrap servers")
         self.bootstrap = list(bootstrap)
         self.request_timeout = request_timeout
         self.client_id = client_id
+        self.security = security
+        """TLS and SASL of every connection (operator/cluster_access)."""
         self._clients: dict[str, NetworkClient] = {}
         self._versions: dict[int, tuple[int, int]] = {}
         self._next = 0
@@ -174,7 +177,7 @@ class KafkaAdmin:
             for _ in range(len(self.bootstrap)):
                 host, port = self.bootstrap[self._next % len(self.bootstrap)]
                 client = NetworkClient(host, port, client_id=self.client_id, connect_attempts=1,
-                                       connect_timeout=min(5.0, self.request_timeout))
+                                       connect_timeout=min(5.0, self.request_timeout), security=self.security)
                 try:
                     versions = await self._api_versions(client)
                 except (OSError, ConnectionError, TimeoutError, ValueError) as e:

@@ -34,6 +34,7 @@ REQUEST_TIMEOUT = 30
 BUILTIN: dict[str, tuple[type, str, bool]] = {
     "ConfigMap": (k8s.CoreV1Api, "config_map", True),
     "Secret": (k8s.CoreV1Api, "secret", True),
+    "NetworkPolicy": (k8s.NetworkingV1Api, "network_policy", True),
     "Service": (k8s.CoreV1Api, "service", True),
     "Pod": (k8s.CoreV1Api, "pod", True),
     "PersistentVolumeClaim": (k8s.CoreV1Api, "persistent_volume_claim", True),

@@ -42,6 +42,13 @@ OPERATOR_OWNED_KEYS = frozenset({
     "controller.id",
     "metrics.port",
     "metrics.host",
+    # security: spec.listeners, spec.authorization and the operator's certificates decide these
+    "inter.broker.listener.name",
+    "security.inter.broker.protocol",
+    "authorizer.class.name",
+    "super.users",
+    "zookeeper.set.acl",
+    "java.security.auth.login.config",
 })
 
 
@@ -193,6 +200,98 @@ class MetricsSpec(_Model):
                                              "(port 9404, named `metrics`, with prometheus.io annotations).")
 
 
+LISTENER_NAME = r"^[a-z][a-z0-9]{0,24}$"
+RESERVED_LISTENERS = frozenset({"replication", "controller"})
+"""The operator's own listeners (mutual TLS between brokers, controllers and the operator)."""
+RESERVED_PORTS = frozenset({9090, 9091, 9190, 9404})
+"""Replication, the brokers' control plane, the controller and metrics."""
+
+
+class LabelSelector(_Model):
+    match_labels: dict[str, str] = Field(default_factory=dict)
+
+
+class IpBlock(_Model):
+    cidr: str
+    except_: list[str] = Field(default_factory=list, alias="except")
+
+
+class NetworkPolicyPeer(_Model):
+    """Who may connect (Kubernetes' NetworkPolicyPeer: pods, namespaces, or addresses)."""
+    pod_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    ip_block: IpBlock | None = None
+
+
+class ListenerAuthentication(_Model):
+    type: Literal["scram-sha-512", "tls", "none"] = Field(
+        "none", description="scram-sha-512: SASL SCRAM-SHA-512 (KafkaUser passwords); tls: a client certificate "
+                            "signed by the clients CA (needs tls: true); none: anonymous.")
+
+
+class Listener(_Model):
+    """A client listener; Kafka's listener name is the name in upper case."""
+    name: str = Field(pattern=LISTENER_NAME, description="Lower-case letters and digits; not replication or controller.")
+    port: int = Field(ge=1024, le=65535)
+    type: Literal["internal", "nodeport", "loadbalancer"] = Field(
+        "internal", description="internal: the bootstrap Service inside Kubernetes; nodeport/loadbalancer: a Service "
+                                "per broker and a bootstrap Service of that type.")
+    tls: bool = Field(False, description="TLS with a broker certificate signed by the cluster CA.")
+    authentication: ListenerAuthentication = Field(default_factory=ListenerAuthentication)
+    allowed_peers: list[NetworkPolicyPeer] | None = Field(
+        None, description="NetworkPolicy peers allowed to connect to this listener; unset: everyone.")
+
+    @model_validator(mode="after")
+    def _tls_auth_needs_tls(self) -> "Listener":
+        if self.authentication.type == "tls" and not self.tls:
+            raise ValueError(f"listener {self.name}: authentication tls needs tls: true")
+        return self
+
+    @property
+    def kafka_name(self) -> str:
+        return self.name.upper()
+
+    @property
+    def security_protocol(self) -> str:
+        sasl = self.authentication.type == "scram-sha-512"
+        return ("SASL_" if sasl else "") + ("SSL" if self.tls else "PLAINTEXT")
+
+    @property
+    def secured(self) -> bool:
+        return self.tls or self.authentication.type != "none"
+
+
+def _default_listeners() -> list[Listener]:
+    return [Listener(name="plaintext", port=9092)]
+
+
+class Authorization(_Model):
+    type: Literal["simple"] = Field("simple", description="Kafka's ACL authorizer (ACLs in ZooKeeper).")
+    super_users: list[str] = Field(default_factory=list, description="Principals allowed everything, e.g. User:ops.")
+
+    @field_validator("super_users")
+    @classmethod
+    def _principals(cls, users: list[str]) -> list[str]:
+        bad = [u for u in users if not u.startswith("User:") or ";" in u or len(u) <= 5]
+        if bad:
+            raise ValueError(f"super users are principals like User:name: {', '.join(bad)}")
+        return users
+
+
+class CertificateAuthority(_Model):
+    generate_certificate_authority: bool = Field(
+        True, description="false: the user supplies the CA in Secrets <cluster>-<ca> (ca.crt, ca.key) and "
+                          "<cluster>-<ca>-cert (ca.crt).")
+    validity_days: int = Field(365, ge=2, description="Validity of the certificates it issues (the CA: 5×).")
+    renewal_days: int = Field(30, ge=1, description="Certificates are renewed this many days before they expire.")
+
+    @model_validator(mode="after")
+    def _renewal_within_validity(self) -> "CertificateAuthority":
+        if self.renewal_days >= self.validity_days:
+            raise ValueError("renewalDays must be less than validityDays")
+        return self
+
+
 class KafkaClusterSpec(_Model):
     image: str | None = Field(
         None, description="Broker and controller image. Unset: the operator's own image, read at each "
@@ -201,6 +300,34 @@ class KafkaClusterSpec(_Model):
     controller: ControllerSpec = Field(default_factory=ControllerSpec)
     zookeeper: ZooKeeperSpec = Field(default_factory=ZooKeeperSpec)
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    listeners: list[Listener] = Field(
+        default_factory=_default_listeners,
+        description="Client listeners. Any TLS or authenticated listener, or authorization, secures the cluster: "
+                    "replication and controller traffic on mutual TLS with the operator's certificates.")
+    authorization: Authorization | None = Field(None, description="Kafka's ACL authorizer; unset: everyone may do everything.")
+    cluster_ca: CertificateAuthority = Field(default_factory=CertificateAuthority,
+                                             description="Signs broker, controller and operator certificates.")
+    clients_ca: CertificateAuthority = Field(default_factory=CertificateAuthority,
+                                             description="Signs KafkaUser certificates (tls authentication).")
+
+    @property
+    def secured(self) -> bool:
+        """TLS between the cluster's own processes, certificates, ZooKeeper ACLs."""
+        return self.authorization is not None or any(listener.secured for listener in self.listeners)
+
+    @model_validator(mode="after")
+    def _listeners_distinct(self) -> "KafkaClusterSpec":
+        names = [listener.name for listener in self.listeners]
+        ports = [listener.port for listener in self.listeners]
+        if not self.listeners:
+            raise ValueError("listeners: at least one client listener")
+        if len(set(names)) != len(names) or len(set(ports)) != len(ports):
+            raise ValueError("listeners: names and ports must be distinct")
+        if reserved := sorted(RESERVED_LISTENERS & set(names)):
+            raise ValueError(f"listeners: {', '.join(reserved)} is the operator's own listener")
+        if taken := sorted(RESERVED_PORTS & set(ports)):
+            raise ValueError(f"listeners: port {', '.join(map(str, taken))} is the operator's own")
+        return self
 
     @model_validator(mode="after")
     def _zookeeper_chroot(self) -> "KafkaClusterSpec":

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from odradek.operator import builders
 from odradek.operator.apply import apply, prune
+from odradek.operator.cluster_access import cached_access, cluster_access
 from odradek.operator.data_movement import MovementStep, move_data
 from odradek.operator.kube import KubeClient
 from odradek.operator.models import (
@@ -39,17 +40,18 @@ DataMover = Callable[[dict[str, Any], ClusterView, int, int], Awaitable[Movement
 async def metadata_view(body: dict[str, Any]) -> ClusterView:
     """The cluster as its brokers report it, through the bootstrap Service (Kafka protocol);
     topics without a min.insync.replicas answer get the one the operator renders."""
-    host, port = builders.bootstrap_servers(body).rsplit(":", 1)
+    access = cached_access(body)
     rendered = builders.broker_properties(body, parse_spec(body.get("spec")))
-    return await fetch_view([(host, int(port))], timeout=5.0,
-                            default_min_insync=int(rendered.get("min.insync.replicas", 1)))
+    return await fetch_view(list(access.bootstrap), timeout=5.0,
+                            default_min_insync=int(rendered.get("min.insync.replicas", 1)), security=access.security)
 
 
 async def cluster_data_mover(body: dict[str, Any], view: ClusterView, current: int, desired: int) -> MovementStep:
     """Drain or spread partitions through the bootstrap Service (data_movement.move_data)."""
-    host, port = builders.bootstrap_servers(body).rsplit(":", 1)
+    access = cached_access(body)
     spec = parse_spec(body.get("spec"))
-    return await move_data([(host, int(port))], view, current, desired, spec.brokers.auto_rebalance, timeout=5.0)
+    return await move_data(list(access.bootstrap), view, current, desired, spec.brokers.auto_rebalance, timeout=5.0,
+                           security=access.security)
 
 
 def ready_replicas(obj: dict[str, Any] | None) -> int:
@@ -227,6 +229,7 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
     desired_count = spec.brokers.replicas
     support = await support_readiness(client, body, spec)
     try:
+        await cluster_access(client, body)  # read once per pass: the view and the data mover use it
         view = await view_source(body)
     except (OSError, ConnectionError, TimeoutError) as e:
         # Without the cluster's word nothing is restarted or removed.

@@ -10,6 +10,8 @@ local broker processes.
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
+
 
 @dataclass(frozen=True)
 class PartitionView:
@@ -241,7 +243,7 @@ def min_insync_from(response: Any) -> dict[str, int]:
 
 
 async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0,
-                     default_min_insync: int = 1) -> ClusterView:
+                     default_min_insync: int = 1, security: ClientSecurity = PLAINTEXT) -> ClusterView:
     """Ask the first broker that answers for Metadata of all topics, then for their
     min.insync.replicas (one DescribeConfigs; topics it cannot describe get the default)."""
     from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
@@ -253,7 +255,7 @@ async def fetch_view(bootstrap: list[tuple[str, int]], timeout: float = 10.0,
     errors = []
     for host, port in bootstrap:
         client = NetworkClient(host, port, client_id="odradek-operator", connect_attempts=1,
-                               connect_timeout=timeout)
+                               connect_timeout=timeout, security=security)
         try:
             response = await client.send(
                 MetadataRequest(topics=None, allow_auto_topic_creation=False,

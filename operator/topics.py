@@ -22,6 +22,7 @@ import kopf
 
 from odradek.operator import builders
 from odradek.operator.batching import Batcher
+from odradek.operator.cluster_access import ClusterAccess, cluster_access
 from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.models import GROUP, VERSION
@@ -85,13 +86,13 @@ class Tuning:
 @dataclass
 class ClusterAdmin:
     """One cluster's admin connection and the batchers in front of it."""
-    bootstrap: tuple[tuple[str, int], ...]
+    access: ClusterAccess
     admin: KafkaAdmin
     batchers: dict[str, Batcher[Any, Any]] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, bootstrap: tuple[tuple[str, int], ...], tuning: Tuning) -> "ClusterAdmin":
-        admin = KafkaAdmin(list(bootstrap), request_timeout=tuning.request_timeout)
+    def open(cls, access: ClusterAccess, tuning: Tuning) -> "ClusterAdmin":
+        admin = access.admin(request_timeout=tuning.request_timeout, client_id="odradek-topic-operator")
         t = tuning.request_timeout
 
         def batcher(name: str, send: Callable[[list[Any]], Any], key: Callable[[Any], Hashable],
@@ -99,7 +100,7 @@ class ClusterAdmin:
             return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
                            max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
 
-        return cls(bootstrap, admin, {
+        return cls(access, admin, {
             "describe": batcher("describe", admin.describe_topics, lambda n: n, share=True),
             "create": batcher("create", lambda a: admin.create_topics(a, t), lambda a: a.topic),
             "partitions": batcher("partitions", lambda a: admin.create_partitions(a, t), lambda a: a.topic),
@@ -295,14 +296,21 @@ class TopicController:
         owner = owner_of(claimants) if claimants else r
         return None if owner.key == r.key else owner.name
 
-    def admin_for(self, r: TopicResource) -> ClusterAdmin:
+    async def access_of(self, cluster: dict[str, Any]) -> ClusterAccess:
+        """The bootstrap source's addresses when one was given (tests, benchmarks), else how the
+        operator reaches the cluster (cluster_access: TLS and its certificate when secured)."""
+        if self.bootstrap_source is not service_bootstrap:
+            return ClusterAccess(tuple(self.bootstrap_source(cluster)))
+        return await cluster_access(self.client, cluster)
+
+    async def admin_for(self, r: TopicResource) -> ClusterAdmin:
         key = (r.namespace, r.cluster_ref)
-        bootstrap = tuple(self.bootstrap_source(self.clusters[key]))
+        access = await self.access_of(self.clusters[key])
         admin = self.admins.get(key)
-        if admin is None or admin.bootstrap != bootstrap:
+        if admin is None or admin.access != access:
             if admin is not None:
                 asyncio.get_running_loop().create_task(admin.close())
-            admin = self.admins[key] = ClusterAdmin.open(bootstrap, self.tuning)
+            admin = self.admins[key] = ClusterAdmin.open(access, self.tuning)
         return admin
 
     async def reconcile(self, key: tuple[str, str]) -> bool:
@@ -335,7 +343,7 @@ class TopicController:
             raise RuntimeError("gate() lets no invalid spec through to observe")
         spec = r.spec
         try:
-            admin = self.admin_for(r)
+            admin = await self.admin_for(r)
             live = await admin.batchers["describe"].submit(topic)
             keep = kept_overrides(spec, live, r.kept_config, r.adopting)
             p = plan(spec, topic, live, keep)
@@ -356,7 +364,7 @@ class TopicController:
 
     async def _delete(self, r: TopicResource) -> bool:
         try:
-            result = await self.admin_for(r).batchers["delete"].submit(r.topic)
+            result = await (await self.admin_for(r)).batchers["delete"].submit(r.topic)
         except (OSError, ConnectionError, TimeoutError, ValueError) as e:
             await self._write_status(r, unreachable(r, f"deleting topic {r.topic!r}: {e}"))
             return True

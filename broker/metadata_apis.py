@@ -13,8 +13,11 @@ import logging
 import struct
 import uuid
 from dataclasses import fields
+from types import ModuleType
+from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
 
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
@@ -69,7 +72,7 @@ def _nullable_string(value: str | None, flexible: bool) -> bytes:
 
 
 def encode_metadata_response(
-    schema: type, *, brokers: list[bytes], cluster_id: str | None, controller_id: int, topics: list[bytes],
+    schema: type[Entity], *, brokers: list[bytes], cluster_id: str | None, controller_id: int, topics: list[bytes],
     cluster_authorized_operations: int = NOT_REQUESTED,
 ) -> list[bytes]:
     """A MetadataResponse body from pre-encoded brokers and topics, byte for byte what kio would
@@ -119,8 +122,11 @@ class MetadataApis:
         self.config_apis = ConfigApis(self.dynamic_config, metadata_cache, zk)
         self._cluster_id: str | None = None
         self._topic_ids: dict[str, uuid.UUID] = {}
-        self._topic_cache: dict[tuple, object] = {}
-        """Encoded Metadata pieces per (version, topic), valid for one MetadataCache generation."""
+        self._topic_cache: dict[tuple[int, str, int, str], bytes] = {}
+        """Encoded Metadata topics per (version, topic, operations, listener), valid for one
+        MetadataCache generation."""
+        self._broker_cache: dict[tuple[int, str], list[bytes]] = {}
+        """Encoded Metadata broker lists per (version, listener), for the same generation."""
         self._topic_cache_generation = -1
         self.handlers: dict[int, Handler] = {
             ApiKey.METADATA: self.handle_metadata,
@@ -189,7 +195,7 @@ class MetadataApis:
 
     # --- Metadata (3) --------------------------------------------------------------------------
 
-    async def handle_metadata(self, context: RequestContext, request):
+    async def handle_metadata(self, context: RequestContext, request: Any) -> Body:
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.METADATA, version)
         cache = self.metadata_cache
@@ -207,15 +213,15 @@ class MetadataApis:
             unknown_ids: list[uuid.UUID] = []
         else:
             names, unknown_ids = [], []
-            by_id = None
+            by_id: dict[uuid.UUID, str] | None = None
             for t in requested:
                 name = getattr(t, "name", None)
                 if name is None:
-                    tid = getattr(t, "topic_id", None)
+                    tid: uuid.UUID | None = getattr(t, "topic_id", None)
                     if tid is not None and by_id is None:
                         by_id = await self.topic_names_by_id()
-                    name = by_id.get(tid) if tid is not None else None
-                    if name is None:
+                    name = by_id.get(tid) if tid is not None and by_id is not None else None
+                    if name is None or tid is None:
                         unknown_ids.append(tid or ZERO_UUID)
                         continue
                     by_id_asked[name] = tid
@@ -287,10 +293,10 @@ class MetadataApis:
             return 0
         return authorized_operations(ResourceType.CLUSTER, requested, self.authorizer, context)
 
-    def _metadata_brokers(self, mod, version: int, listener: str = DEFAULT_LISTENER) -> list[bytes]:
+    def _metadata_brokers(self, mod: ModuleType, version: int, listener: str = DEFAULT_LISTENER) -> list[bytes]:
         self._sync_topic_cache()
-        key = (version, ":" + listener)  # no topic name has a ':': this slot holds the encoded broker list
-        cached = self._topic_cache.get(key)
+        key = (version, listener)
+        cached = self._broker_cache.get(key)
         if cached is not None:
             return cached
         out = []
@@ -303,15 +309,16 @@ class MetadataApis:
                                          rack=broker.rack)
                     )
                 )
-        self._topic_cache[key] = out
+        self._broker_cache[key] = out
         return out
 
     def _sync_topic_cache(self) -> None:
         if self._topic_cache_generation != self.metadata_cache.generation:
             self._topic_cache.clear()
+            self._broker_cache.clear()
             self._topic_cache_generation = self.metadata_cache.generation
 
-    def _metadata_topic(self, mod, version: int, name: str, topic_id: uuid.UUID, authorized_ops: int,
+    def _metadata_topic(self, mod: ModuleType, version: int, name: str, topic_id: uuid.UUID, authorized_ops: int,
                         listener: str = DEFAULT_LISTENER) -> bytes:
         """A topic's encoded entry, memoised per (version, topic, operations, listener) until the next
         UpdateMetadata. A live leader without an endpoint on the client's listener is no leader for
@@ -320,9 +327,9 @@ class MetadataApis:
         self._sync_topic_cache()
         key = (version, name, authorized_ops, listener)
         live = cache.live_brokers()
-        entry = self._topic_cache.get(key)
-        if entry is not None:
-            return entry
+        cached = self._topic_cache.get(key)
+        if cached is not None:
+            return cached
         partitions = []
         for p, state in sorted((cache.topic_partitions(name) or {}).items()):
             leader = int(state.leader)
@@ -343,7 +350,7 @@ class MetadataApis:
                     offline_replicas=tuple(state.offline_replicas),
                 )
             )
-        entry = wire.make_entity(
+        entry = wire.encode_entity(wire.make_entity(
             mod.MetadataResponseTopic,
             error_code=ErrorCode.none,
             name=name,
@@ -351,13 +358,13 @@ class MetadataApis:
             is_internal=name in INTERNAL_TOPICS,
             partitions=tuple(partitions),
             topic_authorized_operations=authorized_ops,
-        )
-        entry = self._topic_cache[key] = wire.encode_entity(entry)
+        ))
+        self._topic_cache[key] = entry
         return entry
 
     # --- UpdateMetadata (6) --------------------------------------------------------------------
 
-    async def handle_update_metadata(self, context: RequestContext, request):
+    async def handle_update_metadata(self, context: RequestContext, request: Any) -> Any:
         request_epoch = int(request.broker_epoch)
         if request_epoch != -1 and request_epoch < self.zk.broker_epoch:
             log.info("UpdateMetadata with stale broker epoch %d < %d", request_epoch, self.zk.broker_epoch)
@@ -374,7 +381,7 @@ class MetadataApis:
 
     # --- CreateTopics (19) ---------------------------------------------------------------------
 
-    async def handle_create_topics(self, context: RequestContext, request):
+    async def handle_create_topics(self, context: RequestContext, request: Any) -> Any:
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.CREATE_TOPICS, version)
         specs = [
@@ -398,11 +405,12 @@ class MetadataApis:
         results = [CreateResult(spec.name, refused_topic()) if spec.name in denied else next(created) for spec in specs]
         out = []
         for r in results:
-            values: dict = dict(name=r.name, topic_id=ZERO_UUID, configs=())
-            if r.error is not None:
-                values.update(error_code=r.error.error_code, error_message=r.error.message)
+            values: dict[str, Any] = dict(name=r.name, topic_id=ZERO_UUID, configs=())
+            plan = r.plan
+            if r.error is not None or plan is None:
+                error = r.error or ApiError(ErrorCode.unknown_server_error, "no result")
+                values.update(error_code=error.error_code, error_message=error.message)
             else:
-                plan = r.plan
                 values.update(
                     error_code=ErrorCode.none,
                     error_message=None,
@@ -437,12 +445,12 @@ class MetadataApis:
 
     # --- DeleteTopics (20) ---------------------------------------------------------------------
 
-    async def handle_delete_topics(self, context: RequestContext, request):
+    async def handle_delete_topics(self, context: RequestContext, request: Any) -> Any:
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.DELETE_TOPICS, version)
         entries: list[tuple[str | None, uuid.UUID | None]] = []
         if version >= 6:
-            by_id = None
+            by_id: dict[uuid.UUID, str] | None = None
             for t in request.topics:
                 if t.name is not None:
                     entries.append((t.name, None))
@@ -463,15 +471,14 @@ class MetadataApis:
         error_at.update({i: refused_topic() for i, name in known if name not in deletable})
         out = []
         for i, (name, tid) in enumerate(entries):
-            if name is None:
-                error = ApiError(ErrorCode.unknown_topic_id, f"Topic id {tid} not found.")
-            else:
-                error = error_at[i]
+            error = ApiError(ErrorCode.unknown_topic_id, f"Topic id {tid} not found.") if name is None else error_at[i]
+            if tid is None:
+                tid = ids.get(name, ZERO_UUID) if name is not None else ZERO_UUID
             out.append(
                 wire.make_entity(
                     mod.DeletableTopicResult,
                     name=name,
-                    topic_id=tid if tid is not None else ids.get(name, ZERO_UUID),
+                    topic_id=tid,
                     error_code=ErrorCode.none if error is None else error.error_code,
                     error_message=None if error is None else error.message,
                 )
@@ -480,7 +487,7 @@ class MetadataApis:
 
     # --- CreatePartitions (37) ----------------------------------------------------------------
 
-    async def handle_create_partitions(self, context: RequestContext, request):
+    async def handle_create_partitions(self, context: RequestContext, request: Any) -> Any:
         mod = wire.response_module(ApiKey.CREATE_PARTITIONS, int(request.__version__))
         specs = [
             PartitionsSpec(
@@ -506,7 +513,7 @@ class MetadataApis:
 
     # --- DescribeCluster (60) ------------------------------------------------------------------
 
-    async def handle_describe_cluster(self, context: RequestContext, request):
+    async def handle_describe_cluster(self, context: RequestContext, request: Any) -> Any:
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.DESCRIBE_CLUSTER, version)
         endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))

@@ -7,14 +7,15 @@ the tests exercise is what a developer runs.
 
 import argparse
 import asyncio
-import json
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -65,7 +66,7 @@ class ManagedProcess:
     overrides: dict[str, str]
     log_path: Path
     log_settings: LogSettings = field(default_factory=LogSettings)
-    popen: subprocess.Popen | None = field(default=None, repr=False)
+    popen: "subprocess.Popen[bytes] | None" = field(default=None, repr=False)
     paused: bool = False
     netns: str | None = None
     """The network namespace it runs in (`ip netns exec`, which execs: the pid is the process's)."""
@@ -112,27 +113,35 @@ class ManagedProcess:
     def returncode(self) -> int | None:
         return self.popen.poll() if self.popen else None
 
+    def _running(self) -> "subprocess.Popen[bytes] | None":
+        """The process while it runs, else None."""
+        popen = self.popen
+        return popen if popen is not None and popen.poll() is None else None
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Send `sig` (SIGKILL by default, for crash tests); reaps the process if it is fatal."""
-        if not self.alive:
+        popen = self._running()
+        if popen is None:
             return
-        self.popen.send_signal(sig)
+        popen.send_signal(sig)
         if sig == signal.SIGKILL:
-            self.popen.wait(10)
+            popen.wait(10)
             self.paused = False
 
     def pause(self) -> None:
         """SIGSTOP: the process stays registered but stops answering (a hung or partitioned
         replica, as far as its peers can tell) until `resume`."""
-        if not self.alive:
+        popen = self._running()
+        if popen is None:
             raise ClusterError(f"{self.name} is not running")
-        self.popen.send_signal(signal.SIGSTOP)
+        popen.send_signal(signal.SIGSTOP)
         self.paused = True
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""
-        if self.alive:
-            self.popen.send_signal(signal.SIGCONT)
+        popen = self._running()
+        if popen is not None:
+            popen.send_signal(signal.SIGCONT)
         self.paused = False
 
     def stop(self, timeout: float = 15.0) -> int | None:
@@ -224,8 +233,8 @@ class LocalCluster:
         broker_ports: list[int] | None = None,
         zookeeper_connect: str | None = None,
         zookeeper_port: int | None = None,
-        broker_overrides: dict[str, object] | None = None,
-        controller_overrides: dict[str, object] | None = None,
+        broker_overrides: Mapping[str, object] | None = None,
+        controller_overrides: Mapping[str, object] | None = None,
         log_settings: LogSettings | None = None,
         hosts: dict[str, tuple[str, str]] | None = None,
         metrics: bool = False,
@@ -269,6 +278,8 @@ class LocalCluster:
         """`host:port/chroot` as brokers and controllers get it."""
         if self._external_zk is not None:
             return self._external_zk if "/" in self._external_zk else self._external_zk + DEFAULT_CHROOT
+        if self.zookeeper is None:  # never: __init__ makes one when no external ZooKeeper is given
+            raise ClusterError("no ZooKeeper to connect to")
         return self.zookeeper.connect + DEFAULT_CHROOT
 
     @property
@@ -403,8 +414,9 @@ class LocalCluster:
         then ZooKeeper. Each gets SIGTERM and `timeout` seconds before SIGKILL."""
         for group in (self.brokers, self.controllers):
             for p in group:
-                if p.alive:
-                    p.popen.send_signal(signal.SIGTERM)
+                popen = p._running()
+                if popen is not None:
+                    popen.send_signal(signal.SIGTERM)
             for p in group:
                 p.stop(timeout)
         if self.zookeeper is not None:
@@ -413,7 +425,7 @@ class LocalCluster:
     def __enter__(self) -> "LocalCluster":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # --- ZooKeeper views ------------------------------------------------------------------------
@@ -430,7 +442,7 @@ class LocalCluster:
             data, _ = zk.get(zk_data.CONTROLLER)
         except NoNodeError:
             return None
-        return json.loads(data)["brokerid"]
+        return zk_data.decode_controller(data).controller_id
 
     def registered_brokers(self, zk: KazooClient) -> set[int]:
         try:
@@ -601,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     stopping = threading.Event()
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         if stopping.is_set():
             return
         stopping.set()
@@ -621,7 +633,10 @@ def main(argv: list[str] | None = None) -> int:
                                 zookeeper_tls=True) if args.security else None,
         advertised_host=args.advertised_host,
     )
-    log = lambda msg: print(f"odradek dev: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+
+    def log(msg: str) -> None:
+        print(f"odradek dev: {msg}", file=sys.stderr, flush=True)
+
     try:
         try:
             cluster.start(timeout=args.timeout)

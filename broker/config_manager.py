@@ -12,10 +12,10 @@ as it does at start-up and after every new ZooKeeper session.
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from odradek.common import zk_data
+from odradek.common.clock import Clock, now_ms
 from odradek.common.zk_data import DEFAULT_ENTITY
 
 from .admin_manager import topic_name_error
@@ -59,8 +59,10 @@ def obsolete(created: dict[str, int], now: int) -> list[str]:
 
 
 class DynamicConfigManager:
-    def __init__(self, zk, dynamic: DynamicBrokerConfig, log_manager):
+    def __init__(self, zk, dynamic: DynamicBrokerConfig, log_manager, *, clock: Clock = now_ms):
         self.zk = zk
+        self.clock = clock
+        """The broker's clock: notifications older than CHANGE_EXPIRATION_MS by it are purged."""
         self.dynamic = dynamic
         self.log_manager = log_manager
         self.broker_entity = str(dynamic.broker_id)
@@ -188,7 +190,7 @@ class DynamicConfigManager:
         return out
 
     async def _purge(self) -> None:
-        doomed = obsolete(self._created, int(time.time() * 1000))
+        doomed = obsolete(self._created, self.clock())
         if doomed:
             await self.zk.delete_config_changes(doomed)
             for name in doomed:

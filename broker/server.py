@@ -182,7 +182,8 @@ class KafkaServer:
         self.replica_manager.alter_partition_manager = self.alter_partition_manager
         self.alter_partition_manager.start()
         self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.dynamic_config)
-        self.config_manager = DynamicConfigManager(self.zk, self.dynamic_config, self.log_manager)
+        self.config_manager = DynamicConfigManager(self.zk, self.dynamic_config, self.log_manager,
+                                                   clock=self.clock)
         await self.config_manager.start()
         credential_loader = CredentialLoader(self.zk, self.credentials)
         await credential_loader.load_all()

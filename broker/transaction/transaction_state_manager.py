@@ -8,7 +8,6 @@ resignation its ids are forgotten. Like the GroupMetadataManager for `__consumer
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -150,12 +149,12 @@ class TransactionStateManager:
         async def load():
             try:
                 await asyncio.sleep(0)
-                started = time.monotonic()
+                started = self.clock()
                 loaded = self._load(partition)
                 self.transactions.update(loaded)
                 self.owned[partition] = epoch
                 log.info("loaded %d transactional ids of %s-%d (coordinator epoch %d) in %.0f ms", len(loaded),
-                         TRANSACTION_STATE_TOPIC_NAME, partition, epoch, (time.monotonic() - started) * 1000)
+                         TRANSACTION_STATE_TOPIC_NAME, partition, epoch, self.clock() - started)
                 on_loaded(partition, epoch, list(loaded.values()))
             except asyncio.CancelledError:
                 raise

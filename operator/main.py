@@ -24,6 +24,7 @@ from typing import Any
 import kopf
 
 from odradek.common import process_logging
+from odradek.common.clock import Clock, now_ms
 from odradek.common.metrics import MetricsServer, Registry
 from odradek.operator import status as status_mod
 from odradek.operator import topics, users
@@ -62,6 +63,8 @@ class OperatorMemo:
     metrics_host: str = "0.0.0.0"
     stats: ReconcileStats = field(default_factory=lambda: ReconcileStats())
     metrics_server: MetricsServer | None = None
+    clock: Clock = now_ms
+    """The process clock (certificate renewal); tests move it."""
 
     def lock(self, uid: str) -> asyncio.Lock:
         lock: asyncio.Lock = self.locks.setdefault(uid, asyncio.Lock())
@@ -169,7 +172,7 @@ async def run_pass(body: Mapping[str, Any], memo: OperatorMemo, logger: kopf.Log
     async with memo.lock(meta["uid"]):
         with memo.stats.timed(key):
             try:
-                observation = await reconcile(client, copy, memo.view_source, memo.data_mover)
+                observation = await reconcile(client, copy, memo.view_source, memo.data_mover, memo.clock)
                 new = status_mod.status(observation, copy["status"])
                 if status_mod.changed(copy["status"], new):
                     await client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
@@ -197,14 +200,15 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
         install_crds: bool = False, stop_flag: threading.Event | None = None,
         ready_flag: threading.Event | None = None,
         topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap,
-        topic_tuning: topics.Tuning | None = None, user_tuning: topics.Tuning | None = None) -> None:
+        topic_tuning: topics.Tuning | None = None, user_tuning: topics.Tuning | None = None,
+        clock: Clock = now_ms) -> None:
     """Run the operator until stopped (SIGTERM/SIGINT, or stop_flag in tests)."""
     memo = OperatorMemo(connection=connection, view_source=view_source, data_mover=data_mover,
                         namespaces=list(namespaces),
                         clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
                         topic_tuning=topic_tuning or topics.Tuning(), metrics_port=metrics_port,
                         user_tuning=user_tuning or topics.Tuning(),
-                        metrics_host=metrics_host, install_crds=install_crds)
+                        metrics_host=metrics_host, install_crds=install_crds, clock=clock)
     asyncio.run(kopf.operator(
         registry=build_registry(interval), clusterwide=clusterwide, namespaces=namespaces,
         memo=memo, standalone=True,

@@ -200,7 +200,8 @@ class MetricsSpec(_Model):
                                              "(port 9404, named `metrics`, with prometheus.io annotations).")
 
 
-LISTENER_NAME = r"^[a-z][a-z0-9]{0,24}$"
+LISTENER_NAME = r"^[a-z][a-z0-9]{0,10}$"
+"""Also the name of its port in the Services (at most 15 characters, with room for suffixes)."""
 RESERVED_LISTENERS = frozenset({"replication", "controller"})
 """The operator's own listeners (mutual TLS between brokers, controllers and the operator)."""
 RESERVED_PORTS = frozenset({9090, 9091, 9190, 9404})

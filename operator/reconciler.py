@@ -5,6 +5,8 @@ operator can be killed anywhere and the next pass continues; each pass makes at 
 disruptive change (one pod deleted or one count change, by rolling.reconcile_brokers).
 """
 
+import base64
+import datetime
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -12,9 +14,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from odradek.operator import builders
+from odradek.common.clock import Clock, now_ms
+from odradek.operator import builders, certificates, cluster_security
 from odradek.operator.apply import apply, prune
 from odradek.operator.cluster_access import cached_access, cluster_access
+from odradek.operator.cluster_access import forget as forget_access
 from odradek.operator.data_movement import MovementStep, move_data
 from odradek.operator.kube import KubeClient
 from odradek.operator.models import (
@@ -72,7 +76,8 @@ async def support_readiness(client: KubeClient, body: dict[str, Any], spec: Kafk
 
 
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
-OWNED_KINDS = ["StatefulSet", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget"]  # what builders render
+OWNED_KINDS = ["StatefulSet", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
+               "NetworkPolicy"]  # what builders and cluster_security render
 
 
 def operator_image() -> str:
@@ -178,6 +183,41 @@ async def resize_claims(client: KubeClient, namespace: str, sts: dict[str, Any] 
     return plan.refused
 
 
+def _decoded(secret: dict[str, Any] | None) -> dict[str, str] | None:
+    if secret is None:
+        return None
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+
+async def write_certificates(client: KubeClient, body: dict[str, Any], spec: KafkaClusterSpec, brokers: int,
+                             now: datetime.datetime) -> str | None:
+    """Issue, keep or renew the cluster's certificates (certificates.plan) and write the Secrets
+    that changed; the mounted files follow and the processes reload them. A user-supplied CA's
+    Secrets are read, never written. Returns why nothing could be issued, if so."""
+    meta = body["metadata"]
+    n = builders.names(meta["name"])
+    wanted = ("cluster_ca", "cluster_ca_cert", "clients_ca", "clients_ca_cert", "broker_certs", "controller_certs",
+              "operator_certs", "zookeeper_client")
+    found = {n[k]: _decoded(await client.get("Secret", meta["namespace"], n[k])) for k in wanted}
+    plan = certificates.plan(meta["name"], meta["namespace"], spec, brokers, found, now)
+    if plan.missing_ca is not None:
+        return plan.missing_ca
+    user_supplied = {n[k] for k, ca in (("cluster_ca", spec.cluster_ca), ("cluster_ca_cert", spec.cluster_ca),
+                                        ("clients_ca", spec.clients_ca), ("clients_ca_cert", spec.clients_ca))
+                     if not ca.generate_certificate_authority}
+    for name, data in plan.secrets.items():
+        if name in user_supplied or found.get(name) == data:
+            continue
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                  "metadata": builders._meta(body, name, "certificates"),
+                  "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(data.items())}}
+        await apply(client, secret)
+    if plan.renewed:
+        log.info("%s/%s certificates: %s", meta["namespace"], meta["name"], "; ".join(plan.renewed))
+        forget_access(meta["namespace"], meta["name"])
+    return None
+
+
 def keep_claim_templates(obj: dict[str, Any], live: dict[str, Any] | None) -> dict[str, Any]:
     """A StatefulSet's volumeClaimTemplates cannot change: render the live ones."""
     if obj["kind"] != "StatefulSet" or live is None or "volumeClaimTemplates" not in live.get("spec", {}):
@@ -186,7 +226,8 @@ def keep_claim_templates(obj: dict[str, Any], live: dict[str, Any] | None) -> di
 
 
 async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewSource = metadata_view,
-                    data_mover: DataMover | None = cluster_data_mover) -> Observation:
+                    data_mover: DataMover | None = cluster_data_mover, clock: Clock = now_ms) -> Observation:
+    """`clock` decides certificate renewal (tests move it past renewalDays)."""
     meta = body["metadata"]
     generation = meta.get("generation")
     try:
@@ -210,7 +251,11 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
     racks = None
     if spec.brokers.rack:  # nodes are cluster-scoped: the chart grants listing them
         racks = builders.rack_map(await client.list("Node", None, {}), spec.brokers.rack.topology_key)
-    desired = builders.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas, racks=racks)
+    if spec.secured and (missing := await write_certificates(client, body, spec, max(current or 0, spec.brokers.replicas),
+                                                             certificates.clock_now(clock))):
+        stalled.append(("CertificateAuthorityMissing", missing))
+    desired = cluster_security.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas,
+                                               racks=racks)
     for obj in desired:
         live = live_sts.get("broker") if obj["metadata"]["name"] == n["broker"] else (
             live_sts.get("zookeeper") if obj["metadata"]["name"] == n["zookeeper"] else None)
@@ -225,7 +270,7 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
         if storage is not None and (refused := await resize_claims(client, namespace, live_sts[key], storage)):
             stalled.append((refused[0], f"{n[key]}: {refused[1]}"))
 
-    desired_hash = builders.broker_config_hash(body, spec)
+    desired_hash = cluster_security.broker_config_hash(body, spec)
     desired_count = spec.brokers.replicas
     support = await support_readiness(client, body, spec)
     try:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from odradek.operator import builders
+from odradek.operator import cluster_security
 from odradek.operator.models import KIND, parse_spec, spec_error_message
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"  # the API server assigns the real one
@@ -38,7 +38,7 @@ def render_objects(documents: list[Any], image: str) -> list[dict[str, Any]]:
                              f"{spec_error_message(e)}") from None
         if spec.image is None:
             spec = spec.model_copy(update={"image": image})
-        out += builders.desired_objects(body, spec)
+        out += cluster_security.desired_objects(body, spec)
     return out
 
 

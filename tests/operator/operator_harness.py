@@ -20,6 +20,7 @@ KC = "odradek.io/v1alpha1/kafkaclusters"
 TOPICS = "odradek.io/v1alpha1/topics"
 USERS = "odradek.io/v1alpha1/kafkausers"
 SECRETS = "v1/secrets"
+NETPOL = "networking.k8s.io/v1/networkpolicies"
 STS = "apps/v1/statefulsets"
 PODS = "v1/pods"
 NODES = "v1/nodes"
@@ -48,7 +49,8 @@ def new_server() -> KubernetesServer:
     for res, kind in ((STS, "StatefulSet"), ("apps/v1/deployments", "Deployment"), (PODS, "Pod"),
                       ("v1/services", "Service"), ("v1/configmaps", "ConfigMap"), ("v1/events", "Event"),
                       ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
-                      ("v1/persistentvolumeclaims", "PersistentVolumeClaim"), (SECRETS, "Secret")):
+                      ("v1/persistentvolumeclaims", "PersistentVolumeClaim"), (SECRETS, "Secret"),
+                      (NETPOL, "NetworkPolicy")):
         server.resources[res] = kmock.ResourceInfo(kind=kind, namespaced=True,
                                                    verbs={"get", "list", "create", "patch", "delete"})
     server.resources["storage.k8s.io/v1/storageclasses"] = kmock.ResourceInfo(
@@ -278,7 +280,8 @@ def object_path(kind: str, namespace: str) -> str:
     """The collection URL of a kind the builders render."""
     prefix, plural = {"ConfigMap": ("api/v1", "configmaps"), "Service": ("api/v1", "services"),
                       "StatefulSet": ("apis/apps/v1", "statefulsets"), "Deployment": ("apis/apps/v1", "deployments"),
-                      "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets")}[kind]
+                      "PodDisruptionBudget": ("apis/policy/v1", "poddisruptionbudgets"),
+                      "NetworkPolicy": ("apis/networking.k8s.io/v1", "networkpolicies")}[kind]
     return f"/{prefix}/namespaces/{namespace}/{plural}"
 
 

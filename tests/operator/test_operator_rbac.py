@@ -7,6 +7,7 @@ import kmock
 import pytest
 import pytest_asyncio
 from operator_harness import (
+    NETPOL,
     NS,
     PODS,
     STS,
@@ -26,10 +27,10 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
 
 # Kinds the KafkaCluster reconciler alone manages (the odradek.io kinds are kopf's and the
 # Topic controller's too, exercised by their own tests).
-MANAGED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets", "pods",
+MANAGED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets", "pods", "networkpolicies",
            "persistentvolumeclaims", "storageclasses", "customresourcedefinitions", "nodes"}
 PVCS = "v1/persistentvolumeclaims"
-APPLIED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets"}
+APPLIED = {"configmaps", "services", "statefulsets", "deployments", "poddisruptionbudgets", "networkpolicies"}
 # Code paths the scenario cannot take all at once, each the same code as one it takes.
 EXPLAINED = {
     # apply() patches whichever rendered object differs; the scenario patches some of the kinds
@@ -114,6 +115,9 @@ async def scenario():
                                        ["annotations"]["odradek.io/config-hash"] for i in range(3)), 40, "rolled")
             await wait_for(lambda: server.live(PVCS, NS, "data-demo-broker-2")["spec"]["resources"]["requests"]
                            ["storage"] == "20Gi", 20, "claims resized")
+            # secured: certificates in Secrets, NetworkPolicies (the switch below prunes ZooKeeper's)
+            await api.patch_spec({"authorization": {"superUsers": ["User:ops"]}})
+            await wait_for(lambda: server.live(NETPOL, NS, "demo-zookeeper") is not None, 20, "network policies")
             await api.call("PATCH", f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters/demo",
                            {"metadata": {"annotations": {"odradek.io/zookeeper-migrated-to": "zk:2181/odradek"}}},
                            "application/merge-patch+json")

@@ -388,6 +388,9 @@ class KafkaApis:
             if result.throttle_ms > 0 and hasattr(conn, "mute_for"):
                 conn.mute_for(result.throttle_ms / 1000.0)  # KIP-219: answered, then muted that long
             return frame(response_header(correlation_id, flexible), result.chunks, result.size)
+        throttle_time = getattr(result, "throttle_time", None)  # a handler's own (controller mutations)
+        if isinstance(throttle_time, datetime.timedelta):
+            mute_ms = max(mute_ms, wire.ms(throttle_time))
         if mute_ms > 0 and hasattr(conn, "mute_for"):
             conn.mute_for(mute_ms / 1000.0)  # KIP-219, a version without the field included
         return [wire.encode_response(result, correlation_id, flexible_header=flexible)]
@@ -410,6 +413,7 @@ class KafkaApis:
             return Body(result.chunks, result.size, max(result.throttle_ms, throttle_ms)), 0
         fields = dataclasses.fields(result) if dataclasses.is_dataclass(result) else ()
         if not isinstance(result, type) and any(f.name == "throttle_time" for f in fields):
+            throttle_ms = max(throttle_ms, wire.ms(result.throttle_time))  # and a controller mutation's
             result = dataclasses.replace(result, throttle_time=i32Timedelta.parse(datetime.timedelta(
                 milliseconds=throttle_ms)))
         return result, throttle_ms

@@ -9,6 +9,7 @@ its dispatch table and ApiVersions answer.
 """
 
 import asyncio
+import datetime
 import logging
 import struct
 import uuid
@@ -17,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
 from kio.static.protocol import Entity
 
 from odradek.common import wire
@@ -43,11 +45,18 @@ from .config_apis import ConfigApis
 from .dynamic_config import DynamicBrokerConfig
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError, broker_endpoint
+from .quota.controller_mutation_quota import THROTTLING_QUOTA_EXCEEDED_MESSAGE, MutationQuota
+from .quota.quota_managers import QuotaManagers
 from .zk_client import BrokerZkClient, base64_to_uuid
 
 log = logging.getLogger(__name__)
 
 ENDPOINT_TYPE_BROKER = 1
+
+
+def throttled_topic() -> ApiError:
+    """A topic refused by a strict controller mutation quota (KIP-599)."""
+    return ApiError(ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
 
 
 def refused_topic() -> ApiError:
@@ -128,6 +137,8 @@ class MetadataApis:
         self._broker_cache: dict[tuple[int, str], list[bytes]] = {}
         """Encoded Metadata broker lists per (version, listener), for the same generation."""
         self._topic_cache_generation = -1
+        self.quotas: QuotaManagers | None = None
+        """Client quotas: CreateTopics, CreatePartitions and DeleteTopics charge controller_mutation_rate."""
         self.handlers: dict[int, Handler] = {
             ApiKey.METADATA: self.handle_metadata,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata,
@@ -400,9 +411,17 @@ class MetadataApis:
             names = {s.name for s in specs}
             denied = names - authorized_names(self.authorizer, context, AclOperation.CREATE, ResourceType.TOPIC, names)
         allowed = [spec for spec in specs if spec.name not in denied]
+        quota = self._mutation_quota(context, 6, bool(request.validate_only))
+        charged = {spec.name: float(len(spec.assignments) or (
+            spec.num_partitions if spec.num_partitions > 0 else self.config.num_partitions)) for spec in allowed}
+        throttled = self._admit(quota, charged)
+        allowed = [spec for spec in allowed if spec.name not in throttled]
         created = iter(await self.admin.create_topics(allowed, wire.ms(request.timeout), bool(request.validate_only))
                        if allowed else [])
-        results = [CreateResult(spec.name, refused_topic()) if spec.name in denied else next(created) for spec in specs]
+        results = [CreateResult(spec.name, refused_topic()) if spec.name in denied
+                   else CreateResult(spec.name, throttled_topic()) if spec.name in throttled
+                   else next(created) for spec in specs]
+        self._refund(quota, charged, {r.name for r in results if r.error is not None and r.name not in throttled})
         out = []
         for r in results:
             values: dict[str, Any] = dict(name=r.name, topic_id=ZERO_UUID, configs=())
@@ -436,7 +455,35 @@ class MetadataApis:
                         log.exception("describing the configs of new topic %r failed", r.name)
                         values["topic_config_error_code"] = int(ErrorCode.unknown_server_error)
             out.append(wire.make_entity(mod.CreatableTopicResult, **values))
-        return wire.make_entity(mod.CreateTopicsResponse, throttle_time=wire.NO_THROTTLE, topics=tuple(out))
+        return wire.make_entity(mod.CreateTopicsResponse, throttle_time=self._mutation_throttle(quota),
+                                topics=tuple(out))
+
+    # --- controller_mutation_rate (KIP-599) ------------------------------------------------------
+
+    def _mutation_quota(self, context: RequestContext, strict_since: int, validate_only: bool) -> MutationQuota | None:
+        """The request's controller mutation quota (strict from `strict_since`); None without one
+        or for validate_only (Kafka charges only what it does)."""
+        if self.quotas is None or validate_only:
+            return None
+        return self.quotas.mutation_quota(context.user, context.client_id, context.api_version >= strict_since)
+
+    def _admit(self, quota: MutationQuota | None, charged: dict[str, float]) -> set[str]:
+        """Charge {topic: partitions} in order; the topics refused THROTTLING_QUOTA_EXCEEDED."""
+        if quota is None or self.quotas is None:
+            return set()
+        return quota.admit(list(charged.items()), self.quotas.clock())
+
+    def _refund(self, quota: MutationQuota | None, charged: dict[str, float], failed: set[str]) -> None:
+        if quota is not None and self.quotas is not None:
+            for name in failed:
+                if name in charged:
+                    quota.refund(charged[name], self.quotas.clock())
+
+    def _mutation_throttle(self, quota: MutationQuota | None) -> i32Timedelta:
+        """The answer's throttle_time (the dispatcher mutes the connection that long)."""
+        if quota is None or self.quotas is None:
+            return wire.NO_THROTTLE
+        return i32Timedelta.parse(datetime.timedelta(milliseconds=quota.finish(self.quotas.clock())))
 
     def topic_config_entries(self, overrides: dict[str, str]) -> list[ch.DescribedConfig]:
         """A new topic's full config as DescribeConfigs would describe it."""
@@ -466,8 +513,15 @@ class MetadataApis:
         deletable = authorized_names(self.authorizer, context, AclOperation.DELETE, ResourceType.TOPIC,
                                      [name for _, name in known])
         allowed = [(i, name) for i, name in known if name in deletable]
+        quota = self._mutation_quota(context, 5, False)
+        charged = {name: float(self.metadata_cache.partition_count(name)) for _, name in allowed
+                   if self.metadata_cache.contains(name)}
+        throttled = self._admit(quota, charged)
+        allowed = [(i, name) for i, name in allowed if name not in throttled]
         errors = await self.admin.delete_topics([name for _, name in allowed], wire.ms(request.timeout))
         error_at = {i: err for (i, _), err in zip(allowed, errors)}
+        self._refund(quota, charged, {name for (_, name), err in zip(allowed, errors) if err is not None})
+        error_at.update({i: throttled_topic() for i, name in known if name in throttled})
         error_at.update({i: refused_topic() for i, name in known if name not in deletable})
         out = []
         for i, (name, tid) in enumerate(entries):
@@ -483,7 +537,8 @@ class MetadataApis:
                     error_message=None if error is None else error.message,
                 )
             )
-        return wire.make_entity(mod.DeleteTopicsResponse, throttle_time=wire.NO_THROTTLE, responses=tuple(out))
+        return wire.make_entity(mod.DeleteTopicsResponse, throttle_time=self._mutation_throttle(quota),
+                                responses=tuple(out))
 
     # --- CreatePartitions (37) ----------------------------------------------------------------
 
@@ -499,9 +554,17 @@ class MetadataApis:
         alterable = authorized_names(self.authorizer, context, AclOperation.ALTER, ResourceType.TOPIC,
                                      [spec.name for spec in specs])
         allowed = [spec for spec in specs if spec.name in alterable]
+        quota = self._mutation_quota(context, 3, bool(request.validate_only))
+        charged = {spec.name: float(max(spec.count - self.metadata_cache.partition_count(spec.name), 0))
+                   for spec in allowed if self.metadata_cache.contains(spec.name)}
+        throttled = self._admit(quota, charged)
+        allowed = [spec for spec in allowed if spec.name not in throttled]
         done = iter(await self.admin.create_partitions(allowed, wire.ms(request.timeout), bool(request.validate_only))
                     if allowed else [])
-        errors = [next(done) if spec.name in alterable else refused_topic() for spec in specs]
+        errors = [refused_topic() if spec.name not in alterable else throttled_topic() if spec.name in throttled
+                  else next(done) for spec in specs]
+        self._refund(quota, charged, {spec.name for spec, e in zip(specs, errors)
+                                      if e is not None and spec.name not in throttled})
         results = tuple(
             wire.make_entity(
                 mod.CreatePartitionsTopicResult, name=spec.name,
@@ -509,7 +572,8 @@ class MetadataApis:
             )
             for spec, e in zip(specs, errors)
         )
-        return wire.make_entity(mod.CreatePartitionsResponse, throttle_time=wire.NO_THROTTLE, results=results)
+        return wire.make_entity(mod.CreatePartitionsResponse, throttle_time=self._mutation_throttle(quota),
+                                results=results)
 
     # --- DescribeCluster (60) ------------------------------------------------------------------
 

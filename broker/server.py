@@ -226,7 +226,7 @@ class KafkaServer:
         self.apis.add_apis(SaslApis())
         self.apis.add_apis(ScramApis(self.zk))
         self.apis.add_apis(QuotaApis(quota_store))
-        self.apis.quotas = self.quotas
+        self.apis.quotas = self.metadata_apis.quotas = self.quotas
         authorizer = self.authorizer or ALLOW_ALL  # one object, consulted by every handler
         for apis in (self.apis, self.metadata_apis, self.metadata_apis.config_apis, self.group_apis,
                      self.transaction_apis, forwarded, log_dirs_apis):

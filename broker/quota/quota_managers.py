@@ -21,7 +21,14 @@ from odradek.common.metrics import Family
 
 from . import request_time
 from .client_quota_manager import ClientQuotaManager, QuotaConfig
-from .quota_entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE, quota_values
+from .controller_mutation_quota import ControllerMutationQuotaManager, MutationQuota
+from .quota_entity import (
+    CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    quota_values,
+)
 from .zk_quota_store import QuotaConfigs, ZkQuotaStore
 
 log = logging.getLogger(__name__)
@@ -31,14 +38,15 @@ QuotaKey = tuple[str | None, str | None]
 
 def configs_by_type(configs: QuotaConfigs) -> dict[str, dict[QuotaKey, float]]:
     """quota key → {(user or None, client id or None) (znode names): value}."""
-    out: dict[str, dict[QuotaKey, float]] = {PRODUCER_BYTE_RATE: {}, CONSUMER_BYTE_RATE: {}, REQUEST_PERCENTAGE: {}}
+    out: dict[str, dict[QuotaKey, float]] = {PRODUCER_BYTE_RATE: {}, CONSUMER_BYTE_RATE: {}, REQUEST_PERCENTAGE: {},
+                                             CONTROLLER_MUTATION_RATE: {}}
     entries: list[tuple[QuotaKey, dict[str, str]]] = []
     entries += [((u, None), c) for u, c in configs.users.items()]
     entries += [((u, c), conf) for (u, c), conf in configs.user_clients.items()]
     entries += [((None, c), conf) for c, conf in configs.clients.items()]
     for key, conf in entries:
         for name, value in quota_values(conf).items():
-            if name in out:
+            if name in out and value > 0:  # a hand-written znode's 0 or less: ignored, never divided by
                 out[name][key] = value
     return out
 
@@ -52,6 +60,13 @@ class QuotaManagers:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, config)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, config)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, config, max_throttle_ms=config.window_ms)
+        self.controller_mutation = ControllerMutationQuotaManager(config)
+
+    def mutation_quota(self, user: str, client_id: str, strict: bool) -> MutationQuota | None:
+        """A CreateTopics/CreatePartitions/DeleteTopics request's controller mutation quota."""
+        if not self.controller_mutation.enabled:
+            return None
+        return self.controller_mutation.new_quota(user, client_id, strict)
 
     def request_throttle(self, user: str, client_id: str, timing: request_time.RequestTime | None = None) -> int:
         """Charge the running request's handler time (request_time.CURRENT) to the request quota,
@@ -78,6 +93,7 @@ class QuotaManagers:
         by_type = configs_by_type(configs)
         for manager in (self.produce, self.fetch, self.request):
             manager.update_configs(by_type[manager.quota_type])
+        self.controller_mutation.update_configs(by_type[CONTROLLER_MUTATION_RATE])
 
     async def load_all(self) -> None:
         if self.store is None:

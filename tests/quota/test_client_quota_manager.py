@@ -63,10 +63,11 @@ def test_a_user_quota_is_shared_by_its_client_ids_and_unrecord():
 def test_configs_by_type_from_the_znodes():
     configs = QuotaConfigs(users={"alice": {"producer_byte_rate": "10", "SCRAM-SHA-256": "x"}},
                            user_clients={("alice", D): {"consumer_byte_rate": "20"}},
-                           clients={D: {"request_percentage": "5.5", "producer_byte_rate": "bad"}})
+                           clients={D: {"request_percentage": "5.5", "producer_byte_rate": "bad"},
+                                    "zero": {"controller_mutation_rate": "0", "consumer_byte_rate": "-3"}})
     assert configs_by_type(configs) == {"producer_byte_rate": {("alice", None): 10.0},
                                         "consumer_byte_rate": {("alice", D): 20.0},
-                                        "request_percentage": {(None, D): 5.5}}
+                                        "request_percentage": {(None, D): 5.5}, "controller_mutation_rate": {}}
 
 
 def test_metrics_per_quota_entity():

@@ -189,6 +189,27 @@ def _decoded(secret: dict[str, Any] | None) -> dict[str, str] | None:
     return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
 
+async def external_addresses(client: KubeClient, body: dict[str, Any], spec: KafkaClusterSpec,
+                             brokers: int) -> dict[int, tuple[str, ...]]:
+    """Each broker's names outside the pod network, for its certificate: its per-broker
+    Services and, once the cloud assigned them, their load balancer addresses (a new address
+    renews the certificate; the broker reloads it)."""
+    meta = body["metadata"]
+    namespace, n = meta["namespace"], builders.names(meta["name"])
+    out: dict[int, list[str]] = {}
+    for listener in spec.listeners:
+        if listener.type == "internal":
+            continue
+        for i in range(brokers):
+            name = f"{n['broker']}-{i}-{listener.name}"
+            hosts = out.setdefault(i, [])
+            hosts += [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
+            service = await client.get("Service", namespace, name)
+            for ingress in (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
+                hosts += [str(v) for v in (ingress.get("ip"), ingress.get("hostname")) if v]
+    return {i: tuple(dict.fromkeys(hosts)) for i, hosts in out.items()}
+
+
 async def write_certificates(client: KubeClient, body: dict[str, Any], spec: KafkaClusterSpec, brokers: int,
                              now: datetime.datetime) -> str | None:
     """Issue, keep or renew the cluster's certificates (certificates.plan) and write the Secrets
@@ -199,7 +220,8 @@ async def write_certificates(client: KubeClient, body: dict[str, Any], spec: Kaf
     wanted = ("cluster_ca", "cluster_ca_cert", "clients_ca", "clients_ca_cert", "broker_certs", "controller_certs",
               "operator_certs", "zookeeper_client")
     found = {n[k]: _decoded(await client.get("Secret", meta["namespace"], n[k])) for k in wanted}
-    plan = certificates.plan(meta["name"], meta["namespace"], spec, brokers, found, now)
+    external = await external_addresses(client, body, spec, brokers)
+    plan = certificates.plan(meta["name"], meta["namespace"], spec, brokers, found, now, external)
     if plan.missing_ca is not None:
         return plan.missing_ca
     user_supplied = {n[k] for k, ca in (("cluster_ca", spec.cluster_ca), ("cluster_ca_cert", spec.cluster_ca),

@@ -61,6 +61,10 @@ VALUE_SETS = {
               "users[0].authorization.acls[0].resource.type=topic", "users[0].authorization.acls[0].resource.name=orders",
               "users[0].authorization.acls[0].operations={Read,Describe}", "users[0].quotas.consumerByteRate=1048576",
               "users[1].name=app", "users[1].clusterRef=other"),
+    "secure": ("cluster.enabled=true", "cluster.listeners[0].name=tls", "cluster.listeners[0].port=9093",
+               "cluster.listeners[0].tls=true", "cluster.listeners[0].authentication.type=scram-sha-512",
+               "cluster.authorization.type=simple", "cluster.authorization.superUsers={User:ops}",
+               "cluster.clusterCa.renewalDays=20"),
     "metrics": ("cluster.enabled=true", "cluster.metrics=true", "metrics.podMonitor.enabled=true",
                 "metrics.grafanaDashboard.enabled=true"),
 }
@@ -206,3 +210,15 @@ def test_the_e2e_script_names_the_deployments_the_chart_renders(helm):
     rendered = {d["metadata"]["name"] for d in yaml.safe_load_all(run(helm, *args)) if d and d["kind"] == "Deployment"}
     named = set(re.findall(r"deployment/([a-z0-9-]+)", script))
     assert named and named <= rendered, f"{named - rendered} not rendered (rendered: {rendered})"
+
+
+def test_a_secure_cluster_in_one_install(helm):
+    from odradek.operator.models import parse_spec
+
+    doc = next(d for d in render(helm, *VALUE_SETS["secure"]) if d["kind"] == "KafkaCluster")
+    spec = parse_spec(doc["spec"])
+    assert spec.secured and spec.listeners[0].security_protocol == "SASL_SSL"
+    assert spec.authorization is not None and spec.authorization.super_users == ["User:ops"]
+    assert spec.cluster_ca.renewal_days == 20
+    plain = next(d for d in render(helm, "cluster.enabled=true") if d["kind"] == "KafkaCluster")
+    assert not parse_spec(plain["spec"]).secured and "listeners" not in plain["spec"]

@@ -57,6 +57,7 @@ class MetadataCache:
         epoch = int(request.controller_epoch)
         if epoch < self.controller_epoch:
             raise StaleControllerEpochError(epoch, self.controller_epoch)
+        new_controller = epoch > self.controller_epoch
         self.controller_epoch = epoch
         self.controller_id = int(request.controller_id)
         self._brokers = {int(b.id): b for b in request.live_brokers}
@@ -75,6 +76,8 @@ class MetadataCache:
                     self._partitions.setdefault(topic, {})[p] = state
         self.generation += 1
         self._wake()
+        if new_controller:  # once per controller epoch: when a failover has reached this broker
+            log.info("metadata from controller %d epoch %d: %d topics", self.controller_id, epoch, len(self._partitions))
         return deleted
 
     def _wake(self) -> None:

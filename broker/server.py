@@ -63,7 +63,7 @@ from odradek.broker.transaction.transaction_state_manager import (
 )
 from odradek.broker.transaction.verification import TransactionVerifier
 from odradek.broker.zk_client import BrokerZkClient
-from odradek.common import messages, process_logging, zk_security
+from odradek.common import messages, open_files, process_logging, zk_security
 from odradek.common.bounded_exit import end_leftover_tasks, within
 from odradek.common.clock import Clock, now_ms
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
@@ -693,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigException, OSError, ValueError) as e:  # one clear line, no traceback
         log.error("invalid configuration: %s", e)
         return 1
+    soft, _hard = open_files.raise_soft_limit()
+    log.info("open files limit %d (one per hosted replica, plus connections)", soft)
     return asyncio.run(run(config))
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from odradek.common import zk_data
 from odradek.common.clock import Clock, now_ms
+from odradek.common.config import BrokerConfig
 from odradek.common.zk_data import DEFAULT_ENTITY
 
 from .admin_manager import topic_name_error
@@ -74,6 +75,9 @@ class DynamicConfigManager:
         self._session: int | None = None
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self.reconfigure_listeners: list[Callable[[BrokerConfig], None]] = []
+        """Told the new effective broker config after the log manager (the listeners' connection
+        limits follow it this way)."""
         self.entity_listeners: list[Callable[[list[str] | None], Awaitable[None]]] = []
         """Told the entity paths of new notifications that are neither topics nor brokers (users,
         clients...), or None after a full sync (everything may have changed): the SCRAM credential
@@ -176,6 +180,8 @@ class DynamicConfigManager:
                 log.info("dynamic broker configs now: default %s, broker %s",
                          self.dynamic.dynamic_default, self.dynamic.dynamic_broker)
                 self.log_manager.reconfigure(self.dynamic.current)
+                for listener in self.reconfigure_listeners:
+                    listener(self.dynamic.current)
         topics = sorted(topics)
         if topics:
             applied = [topic for topic, read in (await self.zk.get_topic_configs(topics)).items()

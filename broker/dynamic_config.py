@@ -7,7 +7,8 @@ DynamicBrokerConfig accepts: every key of its AllDynamicConfigs (the broker-leve
 configs, throttles, cleaner, thread pools, listener, SSL and SASL keys, ...), per-listener keys
 (`listener.name.<l>.<key>`), and keys Kafka does not know; it refuses Kafka's known non-dynamic
 keys (`log.dirs`, `log.retention.hours`, ...) with Kafka's messages. Of these, this broker acts on
-DYNAMIC_CONFIGS (topic defaults, throttles, cleaner); the rest are stored and described only.
+DYNAMIC_CONFIGS (topic defaults, throttles, cleaner, connection limits, producer-id expiration);
+the rest are stored and described only.
 `current` is the effective BrokerConfig; the config manager recomputes it when a notification
 arrives and hands it to the log manager."""
 
@@ -19,28 +20,13 @@ from dataclasses import dataclass
 from odradek.broker.log.log_cleaner import validate_threads
 from odradek.common.config import BrokerConfig
 from odradek.common.config_def import ConfigException, ConfigKey, ConfigType, to_text
-from odradek.common.topic_config import TOPIC_CONFIG_SYNONYMS
+from odradek.common.dynamic_broker_keys import LIVE_BROKER_CONFIGS
 
 log = logging.getLogger(__name__)
 
-DYNAMIC_LOG_CONFIGS = frozenset(TOPIC_CONFIG_SYNONYMS.values()) - {"log.message.format.version"}
-"""Kafka's DynamicLogConfig.ReconfigurableConfigs: the primary broker synonym of every topic
-config (message.format.version excluded, as Kafka excludes it)."""
-DYNAMIC_REPLICATION_CONFIGS = frozenset({
-    "leader.replication.throttled.rate",
-    "follower.replication.throttled.rate",
-    "replica.alter.log.dirs.io.max.bytes.per.second",
-})
-DYNAMIC_CLEANER_CONFIGS = frozenset({
-    "log.cleaner.threads",
-    "log.cleaner.dedupe.buffer.size",
-    "log.cleaner.io.max.bytes.per.second",
-    "log.cleaner.backoff.ms",
-})
-"""Kafka's LogCleaner.ReconfigurableConfigs: they take effect at the next cleaning; a new thread
-count starts or retires cleaner loops."""
-DYNAMIC_CONFIGS = DYNAMIC_LOG_CONFIGS | DYNAMIC_REPLICATION_CONFIGS | DYNAMIC_CLEANER_CONFIGS
-"""The dynamic broker keys this broker applies live (the effective BrokerConfig changes)."""
+DYNAMIC_CONFIGS = LIVE_BROKER_CONFIGS
+"""The dynamic broker keys this broker applies live (the effective BrokerConfig changes; see
+common/dynamic_broker_keys.py, which the operator reads too)."""
 
 _T = ConfigType
 SECURITY_CONFIGS: dict[str, ConfigType] = {

@@ -93,6 +93,11 @@ def log_dirs(config: BrokerConfig) -> list[Path]:
     return [Path(d.strip()) for d in config.log_dirs.split(",") if d.strip()]
 
 
+def connection_limits(config: BrokerConfig) -> ConnectionLimits:
+    return ConnectionLimits(config.max_connections, config.max_connections_per_ip,
+                            config.connections_max_idle_ms, config.queued_max_request_bytes)
+
+
 class KafkaServer:
     def __init__(self, config: BrokerConfig, *, clock: Clock = now_ms):
         self.config = config
@@ -238,8 +243,7 @@ class KafkaServer:
 
         bound: dict[str, tuple[str, int]] = {}
         protocols = parse_protocol_map(config.listener_security_protocol_map)
-        limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
-                                  config.connections_max_idle_ms, config.queued_max_request_bytes)
+        limits = connection_limits(self.dynamic_config.current)
         for name, host, port in listeners:
             security = listener_securities[name]
             handler = sasl_listener_handler(metered(self.apis.handle, self.request_stats), name, protocols,
@@ -256,6 +260,7 @@ class KafkaServer:
                 log.info("bound %s://%s:%d (%s); clients are served once registered with the controller's metadata",
                          name, host, bound_port, security.security_protocol)
         self.cert_watcher.start()
+        self.config_manager.reconfigure_listeners.append(self._reconfigure_listeners)
 
         self.endpoints = self._advertised_endpoints(bound)
         await self._start_metrics()
@@ -309,6 +314,13 @@ class KafkaServer:
         serving = bool(self.data_plane_servers) and all(s.serving for s in self.data_plane_servers)
         return registered and caught_up and serving, {
             "brokerId": self.config.broker_id, "registered": registered, "caughtUp": caught_up, "serving": serving}
+
+    def _reconfigure_listeners(self, config: BrokerConfig) -> None:
+        """Dynamic max.connections and max.connections.per.ip: new connections are checked
+        against the new limits, open ones stay (Kafka's DynamicConnectionQuota)."""
+        limits = connection_limits(config)
+        for server in self.socket_servers:
+            server.limits = limits
 
     async def _load_dynamic_configs(self) -> None:
         """The cluster's and this broker's dynamic configs, before anything uses the config."""

@@ -9,6 +9,7 @@ import hashlib
 import json
 from typing import Any
 
+from odradek.common.dynamic_broker_keys import is_live
 from odradek.operator.models import (
     DEFAULT_IMAGE,
     GROUP,
@@ -145,10 +146,12 @@ def _retention(storage: Storage) -> dict[str, Any]:
     return {"whenDeleted": "Delete" if storage.delete_claim else "Retain", "whenScaled": "Retain"}
 
 
+def _text(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
 def _properties(props: dict[str, Any]) -> str:
-    def text(v: object) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
-    return "".join(f"{k}={text(v)}\n" for k, v in sorted(props.items()))
+    return "".join(f"{k}={_text(v)}\n" for k, v in sorted(props.items()))
 
 
 def _pdb(body: dict[str, Any], name: str, component: str) -> dict[str, Any]:
@@ -385,13 +388,24 @@ def config_hash(properties_text: str, image: str) -> str:
 
 
 def broker_config_hash(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
-    return config_hash(_broker_properties_text(body, spec), image(spec))
+    """The brokers' pod hash: the image and the keys a broker reads only at start. Keys it applies
+    live (common/dynamic_broker_keys) are left out: the operator sends their changes through
+    IncrementalAlterConfigs (dynamic_broker_config), so they restart nothing."""
+    return config_hash(_broker_properties_text(body, spec, static_only=True), image(spec))
 
 
-def _broker_properties_text(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
-    """server.properties; with a rack topology key, a comment naming it, so that turning the
-    rack on or off (broker.rack is per pod, not in the file) changes the hash and rolls."""
-    text = _properties(broker_properties(body, spec))
+def dynamic_broker_config(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[str, str]:
+    """The rendered keys every broker applies live, as text: the cluster-wide dynamic defaults
+    (`/config/brokers/<default>`) the operator keeps equal to them."""
+    return {k: _text(v) for k, v in broker_properties(body, spec).items() if is_live(k)}
+
+
+def _broker_properties_text(body: dict[str, Any], spec: KafkaClusterSpec, static_only: bool = False) -> str:
+    """server.properties (every key: a broker starts with all of them); with a rack topology key,
+    a comment naming it, so that turning the rack on or off (broker.rack is per pod, not in the
+    file) changes the hash and rolls."""
+    props = broker_properties(body, spec)
+    text = _properties({k: v for k, v in props.items() if not is_live(k)} if static_only else props)
     if spec.brokers.rack:
         text += f"# broker.rack: the node label {spec.brokers.rack.topology_key} ({RACKS_DIR}/<node>)\n"
     return text
@@ -467,7 +481,8 @@ def broker_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int |
         container["volumeMounts"] = [*container["volumeMounts"], {"name": "racks", "mountPath": RACKS_DIR}]
         pod_spec["volumes"] = [*pod_spec["volumes"], {"name": "racks", "configMap": {"name": n["broker_racks"]}}]
         rack_objects = [_config_map(body, n["broker_racks"], "broker", dict(racks or {}))]
-    template_meta = {"labels": labels(meta["name"], "broker"), "annotations": {CONFIG_HASH: config_hash(props, image(spec))}}
+    template_meta = {"labels": labels(meta["name"], "broker"),
+                     "annotations": {CONFIG_HASH: broker_config_hash(body, spec)}}
     expose_metrics(container, template_meta, spec)
     sts = {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["broker"], "broker"),

@@ -80,8 +80,8 @@ LOOKING = frozenset({ApiKey.METADATA, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_A
                      ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_CLIENT_QUOTAS})
 """APIs sent on the connection for looking (the rest change things, on their own connection)."""
 
-RESOURCE_TOPIC = 2
-DYNAMIC_TOPIC_CONFIG = 1
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 3
 OP_SET, OP_DELETE = 0, 1
 
 
@@ -244,6 +244,41 @@ class KafkaAdmin:
         described = await self._send(ApiKey.DESCRIBE_CONFIGS, describe(existing)) if existing else None
         found = live_topics(meta, described)
         return {n: found.get(n) for n in names}
+
+    async def describe_broker_defaults(self) -> dict[str, str]:
+        """The cluster-wide dynamic broker configs (`/config/brokers/<default>`): DescribeConfigs
+        of the BROKER resource "", which lists only those (passwords, never shown, left out)."""
+
+        def build(m: Any, version: int) -> object:
+            resource = m.DescribeConfigsResource(resource_type=i8(RESOURCE_BROKER), resource_name="",
+                                                 configuration_keys=None)
+            return wire.make_entity(m.DescribeConfigsRequest, resources=(resource,), include_synonyms=False,
+                                    include_documentation=False)
+
+        response = await self._send(ApiKey.DESCRIBE_CONFIGS, build)
+        result = response.results[0]
+        if ErrorCode(int(result.error_code)) != ErrorCode.none:
+            raise ValueError(f"DescribeConfigs of the default broker resource: "
+                             f"{ErrorCode(int(result.error_code)).name} {result.error_message or ''}".strip())
+        return {c.name: c.value for c in result.configs
+                if int(c.config_source) == DYNAMIC_DEFAULT_BROKER_CONFIG and c.value is not None}
+
+    async def alter_broker_defaults(self, set_: dict[str, str], delete: Iterable[str]) -> str | None:
+        """IncrementalAlterConfigs of the BROKER resource "" (every broker's dynamic default);
+        the refusal (error name and message) or None."""
+
+        def build(m: Any, version: int) -> object:
+            configs = tuple([m.AlterableConfig(name=k, config_operation=i8(OP_SET), value=v)
+                             for k, v in sorted(set_.items())]
+                            + [m.AlterableConfig(name=k, config_operation=i8(OP_DELETE), value=None)
+                               for k in delete])
+            resource = m.AlterConfigsResource(resource_type=i8(RESOURCE_BROKER), resource_name="", configs=configs)
+            return wire.make_entity(m.IncrementalAlterConfigsRequest, resources=(resource,), validate_only=False)
+
+        response = await self._send(ApiKey.INCREMENTAL_ALTER_CONFIGS, build)
+        result = response.responses[0]
+        error = _error_name(result.error_code)
+        return None if error is None else f"{error}: {result.error_message or ''}".strip()
 
     # --- changing ------------------------------------------------------------------------------
 

@@ -32,7 +32,15 @@ from odradek.operator.crd_install import ensure_crds
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats
 from odradek.operator.models import GROUP, PLURAL, VERSION
-from odradek.operator.reconciler import DataMover, ViewSource, cluster_data_mover, metadata_view, reconcile
+from odradek.operator.reconciler import (
+    ConfigApplier,
+    DataMover,
+    ViewSource,
+    cluster_config_applier,
+    cluster_data_mover,
+    metadata_view,
+    reconcile,
+)
 
 log = logging.getLogger("odradek.operator")
 
@@ -47,6 +55,7 @@ class OperatorMemo:
     connection: kopf.ConnectionInfo | None = None
     view_source: ViewSource = metadata_view
     data_mover: DataMover | None = cluster_data_mover
+    config_applier: ConfigApplier | None = cluster_config_applier
     client: KubeClient | None = None
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
@@ -172,7 +181,8 @@ async def run_pass(body: Mapping[str, Any], memo: OperatorMemo, logger: kopf.Log
     async with memo.lock(meta["uid"]):
         with memo.stats.timed(key):
             try:
-                observation = await reconcile(client, copy, memo.view_source, memo.data_mover, memo.clock)
+                observation = await reconcile(client, copy, memo.view_source, memo.data_mover, memo.clock,
+                                              config_applier=memo.config_applier)
                 new = status_mod.status(observation, copy["status"])
                 if status_mod.changed(copy["status"], new):
                     await client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
@@ -195,6 +205,7 @@ async def run_pass(body: Mapping[str, Any], memo: OperatorMemo, logger: kopf.Log
 
 def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.ConnectionInfo | None = None,
         view_source: ViewSource = metadata_view, data_mover: DataMover | None = cluster_data_mover,
+        config_applier: ConfigApplier | None = cluster_config_applier,
         interval: float = DEFAULT_INTERVAL,
         liveness: str | None = None, metrics_port: int = -1, metrics_host: str = "0.0.0.0",
         install_crds: bool = False, stop_flag: threading.Event | None = None,
@@ -204,6 +215,7 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
         clock: Clock = now_ms) -> None:
     """Run the operator until stopped (SIGTERM/SIGINT, or stop_flag in tests)."""
     memo = OperatorMemo(connection=connection, view_source=view_source, data_mover=data_mover,
+                        config_applier=config_applier,
                         namespaces=list(namespaces),
                         clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
                         topic_tuning=topic_tuning or topics.Tuning(), metrics_port=metrics_port,

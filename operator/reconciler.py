@@ -15,11 +15,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from odradek.common.clock import Clock, now_ms
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 from odradek.operator import builders, certificates, cluster_security
 from odradek.operator.apply import apply, prune
+from odradek.operator.broker_config import apply_dynamic_defaults
 from odradek.operator.cluster_access import cached_access, cluster_access
 from odradek.operator.cluster_access import forget as forget_access
 from odradek.operator.data_movement import MovementStep, move_data
+from odradek.operator.kafka_admin import Unsupported
 from odradek.operator.kube import KubeClient
 from odradek.operator.models import (
     DEFAULT_IMAGE,
@@ -37,6 +40,8 @@ from odradek.operator.storage import plan_resize
 log = logging.getLogger(__name__)
 
 ViewSource = Callable[[dict[str, Any]], Awaitable[ClusterView]]
+ConfigApplier = Callable[[dict[str, Any], dict[str, str]], Awaitable[str | None]]
+"""(resource, the spec's live broker keys) → the brokers' refusal, if any (broker_config)."""
 DataMover = Callable[[dict[str, Any], ClusterView, int, int], Awaitable[MovementStep]]
 """(resource, view, broker count running, desired) → the data movement started (data_movement)."""
 
@@ -56,6 +61,26 @@ async def cluster_data_mover(body: dict[str, Any], view: ClusterView, current: i
     spec = parse_spec(body.get("spec"))
     return await move_data(list(access.bootstrap), view, current, desired, spec.brokers.auto_rebalance, timeout=5.0,
                            security=access.security)
+
+
+async def cluster_config_applier(body: dict[str, Any], desired: dict[str, str]) -> str | None:
+    """The spec's live broker keys into the cluster-wide dynamic defaults, through the bootstrap
+    Service (broker_config.apply_dynamic_defaults)."""
+    access = cached_access(body)
+    return await apply_dynamic_config(body, list(access.bootstrap), desired, access.security)
+
+
+async def apply_dynamic_config(body: dict[str, Any], bootstrap: list[tuple[str, int]], desired: dict[str, str],
+                               security: ClientSecurity = PLAINTEXT) -> str | None:
+    meta = body["metadata"]
+    try:
+        change, refused = await apply_dynamic_defaults(bootstrap, desired, timeout=5.0, security=security)
+    except Unsupported as e:
+        return str(e)
+    if refused is None and not change.empty:
+        log.info("%s/%s: dynamic broker configs set %s, deleted %s (no restart)", meta["namespace"], meta["name"],
+                 change.set, list(change.delete))
+    return None if refused is None else f"dynamic broker configs {sorted(change.set)}: {refused}"
 
 
 def ready_replicas(obj: dict[str, Any] | None) -> int:
@@ -248,7 +273,8 @@ def keep_claim_templates(obj: dict[str, Any], live: dict[str, Any] | None) -> di
 
 
 async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewSource = metadata_view,
-                    data_mover: DataMover | None = cluster_data_mover, clock: Clock = now_ms) -> Observation:
+                    data_mover: DataMover | None = cluster_data_mover, clock: Clock = now_ms,
+                    config_applier: ConfigApplier | None = cluster_config_applier) -> Observation:
     """`clock` decides certificate renewal (tests move it past renewalDays)."""
     meta = body["metadata"]
     generation = meta.get("generation")
@@ -309,6 +335,12 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
             pending_restarts=tuple(s.broker_id for s in states if s.config_hash not in (None, desired_hash)),
             unreachable=f"no broker answered Metadata: {e}", stalled=tuple(stalled), **support)
 
+    if config_applier is not None:  # live keys: no restart (the rest is in desired_hash)
+        try:
+            if (config_refused := await config_applier(body, builders.dynamic_broker_config(body, spec))):
+                stalled.append(("DynamicConfigRefused", config_refused))
+        except (OSError, ConnectionError, TimeoutError, ValueError) as e:
+            log.warning("%s/%s: dynamic broker configs not applied this pass: %s", namespace, name, e)
     movement = MovementStep()
     if data_mover is not None:
         try:

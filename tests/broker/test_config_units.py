@@ -5,6 +5,7 @@ import pytest
 
 from odradek.broker import config_admin as ca
 from odradek.broker import config_helper as ch
+from odradek.broker import dynamic_config as dynamic_config_module
 from odradek.broker.admin_manager import ApiError
 from odradek.broker.config_manager import new_notifications, obsolete, parse_entity_path
 from odradek.broker.dynamic_config import DYNAMIC_CONFIGS, DynamicBrokerConfig
@@ -264,3 +265,24 @@ def test_dynamic_broker_keys_are_kafkas_all_dynamic_configs():
             dynamic.validate(props, per_broker=per_broker)
     assert dynamic.update(broker=accepted) is False  # stored, not applied: nothing this broker acts on
     assert dynamic.dynamic_broker == accepted
+
+
+def test_connection_limits_and_producer_expiration_apply_live():
+    """Kafka's DynamicConnectionQuota and ProducerStateManagerConfig keys are in the effective
+    config (the listeners and the log manager read it), at either dynamic level."""
+    from odradek.broker.server import connection_limits
+    from odradek.common.dynamic_broker_keys import LIVE_BROKER_CONFIGS, is_live
+
+    dynamic = DynamicBrokerConfig(dict(BASE))
+    assert dynamic.update(default={"max.connections": "50", "producer.id.expiration.ms": "60000"},
+                          broker={"max.connections.per.ip": "7"})
+    limits = connection_limits(dynamic.current)
+    assert (limits.max_connections, limits.max_connections_per_ip) == (50, 7)
+    assert dynamic.current.producer_id_expiration_ms == 60000
+    dynamic.validate({"max.connections": "10", "max.connections.per.ip": "3"}, per_broker=False)
+    assert DYNAMIC_CONFIGS == LIVE_BROKER_CONFIGS and is_live("log.retention.ms") and not is_live("num.partitions")
+    # every live key may be set at the cluster-wide default (what the operator sends)
+    keys = dynamic_config_module.KAFKA_BROKER_KEYS
+    for name in LIVE_BROKER_CONFIGS:
+        assert dynamic_config_module.is_reconfigurable(name) and name in keys, name
+        assert name not in dynamic_config_module.PER_BROKER_CONFIGS, name

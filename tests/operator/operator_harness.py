@@ -184,7 +184,7 @@ class Kubelet:
 class OperatorThread:
     """`odradek.operator.main.run` in a thread, against the emulator, until stop()."""
 
-    def __init__(self, url: str, view, interval: float = 0.1, data_mover=None, **run_kwargs):
+    def __init__(self, url: str, view, interval: float = 0.1, data_mover=None, config_applier=None, **run_kwargs):
         import kopf
 
         from odradek.operator.main import run
@@ -195,7 +195,8 @@ class OperatorThread:
         def target():
             try:
                 run([NS], False, connection=kopf.ConnectionInfo(server=url, insecure=True),
-                    view_source=view, data_mover=data_mover, interval=interval, stop_flag=self.stop_flag,
+                    view_source=view, data_mover=data_mover, config_applier=config_applier, interval=interval,
+                    stop_flag=self.stop_flag,
                     ready_flag=self.ready_flag,
                     **run_kwargs)
             except BaseException as e:

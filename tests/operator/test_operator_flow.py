@@ -127,7 +127,7 @@ async def test_config_change_rolls_one_pod_at_a_time_only_while_healthy(env):
     env.view.set(default_min_insync=2, partitions=(PartitionView("orders", 0, (0, 1, 2), (0, 1)),
                                                    PartitionView("orders", 1, (0, 1, 2), (1, 2))))
     mark = len(list(env.server))
-    await env.api.patch_spec({"brokers": {"config": {"log.retention.ms": 3600000}}})
+    await env.api.patch_spec({"brokers": {"config": {"num.partitions": 6}}})
     sts = await wait_for(lambda: (s := env.server.live(STS, NS, "demo-broker"))["spec"]["template"]["metadata"]
                          ["annotations"][builders.CONFIG_HASH] != old_hash and s, 20, "new template hash")
     new_hash = sts["spec"]["template"]["metadata"]["annotations"][builders.CONFIG_HASH]

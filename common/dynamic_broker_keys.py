@@ -1,0 +1,41 @@
+"""Which broker config keys change without a restart: the ones Odradek's broker applies live.
+
+Kafka's DynamicBrokerConfig accepts more keys (listeners, SSL stores, thread pools, ...; see
+broker/dynamic_config.py, which stores and describes them); this set is the part of them that
+this broker acts on when `/config/brokers/<default>` or `/config/brokers/<id>` changes. The broker
+recomputes its effective config from them, and the operator sends changes of these keys through
+IncrementalAlterConfigs instead of rolling the brokers (Strimzi's KafkaBrokerConfigurationDiff).
+Every key here may be set at the cluster-wide default (none is one of Kafka's per-broker keys).
+"""
+
+from odradek.common.topic_config import TOPIC_CONFIG_SYNONYMS
+
+LIVE_LOG_CONFIGS = frozenset(TOPIC_CONFIG_SYNONYMS.values()) - {"log.message.format.version"}
+"""Kafka's DynamicLogConfig.ReconfigurableConfigs: the primary broker synonym of every topic
+config (message.format.version excluded, as Kafka excludes it); every log's config follows."""
+LIVE_REPLICATION_CONFIGS = frozenset({
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+})
+LIVE_CLEANER_CONFIGS = frozenset({
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
+})
+"""Kafka's LogCleaner.ReconfigurableConfigs: they take effect at the next cleaning; a new thread
+count starts or retires cleaner loops."""
+LIVE_CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip"})
+"""Kafka's DynamicConnectionQuota keys: checked for each new connection (open ones stay)."""
+LIVE_PRODUCER_STATE_CONFIGS = frozenset({"producer.id.expiration.ms"})
+"""Kafka's ProducerStateManagerConfig reconfigurable: read at the next expiration check."""
+
+LIVE_BROKER_CONFIGS = (LIVE_LOG_CONFIGS | LIVE_REPLICATION_CONFIGS | LIVE_CLEANER_CONFIGS
+                       | LIVE_CONNECTION_CONFIGS | LIVE_PRODUCER_STATE_CONFIGS)
+"""Every broker key applied without a restart."""
+
+
+def is_live(name: str) -> bool:
+    """Whether a change of broker key `name` takes effect without restarting the broker."""
+    return name in LIVE_BROKER_CONFIGS

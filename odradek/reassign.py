@@ -47,6 +47,7 @@ from kio.static.primitive import i8, i32, i32Timedelta
 
 from odradek.common.config_def import ConfigException
 from odradek.common.network.bootstrap import BootstrapConnections, add_command_config, command_security
+from odradek.common.reassignment_throttle import BROKER_THROTTLES, TOPIC_THROTTLES, throttled_replicas
 from odradek.common.replica_balance import BalanceError, balance
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
@@ -54,8 +55,6 @@ Plan = dict[tuple[str, int], tuple[int, ...]]
 POLL_S = 1.0
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 OP_SET, OP_DELETE = 0, 1
-BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-TOPIC_THROTTLES = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
 
 class ToolError(Exception):
@@ -111,25 +110,6 @@ def propose(current: Plan, brokers: list[int]) -> Plan:
     except BalanceError as e:
         raise ToolError(str(e)) from e
     return {(t, p): r for t, parts in proposed.items() for p, r in parts.items()}
-
-
-def throttled_replicas(current: Plan, plan: Plan) -> tuple[dict[str, dict[str, str]], set[int]]:
-    """Kafka's throttle settings for a plan: per topic, the moving partitions' current replicas
-    as leaders and their added replicas as followers (`partition:broker,...`); and the brokers
-    whose rates to set (every replica of a moving partition, before and after)."""
-    leaders: dict[str, list[str]] = {}
-    followers: dict[str, list[str]] = {}
-    brokers: set[int] = set()
-    for (t, p), target in sorted(plan.items()):
-        existing = current.get((t, p), ())
-        if tuple(existing) == tuple(target):
-            continue
-        leaders.setdefault(t, []).extend(f"{p}:{b}" for b in existing)
-        followers.setdefault(t, []).extend(f"{p}:{b}" for b in target if b not in existing)
-        brokers |= set(existing) | set(target)
-    topics = {t: {TOPIC_THROTTLES[0]: ",".join(leaders.get(t, [])), TOPIC_THROTTLES[1]: ",".join(followers.get(t, []))}
-              for t in sorted(set(leaders) | set(followers))}
-    return topics, brokers
 
 
 @dataclass(frozen=True)
@@ -310,10 +290,10 @@ async def execute(cluster: Cluster, plan_file: str, throttle: int | None = None)
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
     if throttle is not None:
-        topics, brokers = throttled_replicas(current, plan)
-        for b in sorted(brokers & set(endpoints)):
-            await cluster.alter_configs(endpoints[b], RESOURCE_BROKER, str(b), dict.fromkeys(BROKER_THROTTLES, str(throttle)))
-        for t, values in topics.items():
+        settings = throttled_replicas(current, plan)
+        for b in sorted(settings.brokers & set(endpoints)):
+            await cluster.alter_configs(endpoints[b], RESOURCE_BROKER, str(b), settings.broker_configs(throttle))
+        for t, values in settings.topics.items():
             await cluster.alter_configs(None, RESOURCE_TOPIC, t, dict(values))
         print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
               "throttle is removed.")

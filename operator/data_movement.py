@@ -18,6 +18,11 @@ forwards them to the controller).
   led by their preferred replica are left alone.
 - While any reassignment is in progress nothing new is started (one step at a time, as a
   reassignment tool would).
+- Placement is rack-aware when brokers have `broker.rack` (common/replica_balance).
+- Every move is throttled as kafka-reassign-partitions --throttle does
+  (common/reassignment_throttle; `spec.brokers.rebalance.throttleBytesPerSecond`, 0 = off). What
+  was throttled is kept in the status (`status.dataMovement`, with the progress) and removed at the
+  first pass that finds no reassignment in progress, before anything new starts.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kio.schema.alter_partition_reassignments.v0.request import (
@@ -35,11 +40,17 @@ from kio.schema.alter_partition_reassignments.v0.request import (
 )
 from kio.schema.elect_leaders.v2.request import ElectLeadersRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from odradek.common.network.client import NetworkClient
+from odradek.common.reassignment_throttle import Throttle, cleared, throttled_replicas
 from odradek.common.replica_balance import BalanceError, balance, balance_topic
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
@@ -48,6 +59,45 @@ from .rolling import ClusterView
 log = logging.getLogger(__name__)
 
 Targets = dict[tuple[str, int], tuple[int, ...]]
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+OP_SET, OP_DELETE = 0, 1
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A move under way, as the status keeps it between passes (status.dataMovement)."""
+
+    reason: str
+    partitions: int
+    remaining: int
+    throttle: int = 0
+    """bytes/s per broker, 0 = not throttled"""
+    brokers: tuple[int, ...] = ()
+    """brokers whose throttled rates were set"""
+    topics: tuple[str, ...] = ()
+    """topics whose throttled replicas were set"""
+
+    def to_status(self) -> dict[str, Any]:
+        return {"reason": self.reason, "partitions": self.partitions, "done": self.partitions - self.remaining,
+                "throttleBytesPerSecond": self.throttle, "throttledBrokers": list(self.brokers),
+                "throttledTopics": list(self.topics)}
+
+    @classmethod
+    def from_status(cls, found: Any) -> Progress | None:
+        if not isinstance(found, dict):
+            return None
+        try:
+            total = int(found.get("partitions") or 0)
+            return cls(str(found.get("reason") or ""), total, total - int(found.get("done") or 0),
+                       int(found.get("throttleBytesPerSecond") or 0),
+                       tuple(int(b) for b in found.get("throttledBrokers") or ()),
+                       tuple(str(t) for t in found.get("throttledTopics") or ()))
+        except (TypeError, ValueError):
+            return None
+
+    def describe(self) -> str:
+        rate = f", throttled at {self.throttle} B/s per broker" if self.throttle else ""
+        return f"{self.reason}: {self.partitions - self.remaining}/{self.partitions} partitions moved{rate}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +111,12 @@ class MovementStep:
     draining: int | None = None
     elect_preferred: bool = False
     """Replicas are where they belong and all in sync: move leaders to their preferred replicas."""
+    throttle: Throttle | None = None
+    """Set before the targets start."""
+    clear: Progress | None = None
+    """A finished move whose throttles to remove first."""
+    progress: Progress | None = None
+    """What the status keeps (None: nothing moving)."""
 
 
 def _by_topic(view: ClusterView) -> dict[str, dict[int, tuple[int, ...]]]:
@@ -71,13 +127,34 @@ def _by_topic(view: ClusterView) -> dict[str, dict[int, tuple[int, ...]]]:
 
 
 def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterable[tuple[str, int]],
-                  auto_rebalance: bool = True) -> MovementStep:
-    """What to move now, given the broker count the runtime runs (`current`) and the desired one."""
+                  auto_rebalance: bool = True, throttle: int = 0, previous: Progress | None = None
+                  ) -> MovementStep:
+    """What to move now, given the broker count the runtime runs (`current`) and the desired one;
+    `throttle` (bytes/s, 0 = none) for what starts, `previous` what the status kept."""
     moving = sorted(moving)
     if moving:
+        progress = replace(previous, remaining=min(len(moving), previous.partitions)) if previous else \
+            Progress("reassignments in progress", len(moving), len(moving))
         return MovementStep(waiting=f"{len(moving)} partition reassignments in progress "
-                                    f"({', '.join(f'{t}-{p}' for t, p in moving[:5])})")
+                                    f"({', '.join(f'{t}-{p}' for t, p in moving[:5])})"
+                                    + (f"; {progress.describe()}" if previous else ""),
+                            progress=progress)
+    clear = previous if previous is not None and (previous.brokers or previous.topics) else None
+    step = _decide(view, current, desired, auto_rebalance)
+    if not step.targets:
+        return replace(step, clear=clear)
+    current_plan = {(p.topic, p.partition): tuple(p.replicas) for p in view.partitions}
+    settings = throttled_replicas(current_plan, step.targets) if throttle > 0 else None
+    reason = f"draining broker {step.draining}" if step.draining is not None else "rebalancing"
+    progress = Progress(reason, len(step.targets), len(step.targets), throttle if settings else 0,
+                        tuple(sorted(settings.brokers)) if settings else (),
+                        tuple(sorted(settings.topics)) if settings else ())
+    return replace(step, throttle=settings, clear=clear, progress=progress)
+
+
+def _decide(view: ClusterView, current: int, desired: int, auto_rebalance: bool) -> MovementStep:
     topics = _by_topic(view)
+    racks = view.racks or None
     if desired < current:
         holding = sorted(b for b in range(desired, current) if view.replicas_by_broker.get(b, 0) > 0)
         if not holding:
@@ -89,7 +166,7 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
             if not any(draining in r for r in parts.values()):
                 continue
             try:
-                proposed = balance_topic(topic, parts, stay)
+                proposed = balance_topic(topic, parts, stay, racks)
             except BalanceError as e:
                 return MovementStep(blocked=f"cannot drain broker {draining}: {e}", draining=draining)
             targets.update({(topic, p): r for p, r in proposed.items()
@@ -99,7 +176,7 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
     if not auto_rebalance or current != desired or not set(range(current)) <= view.registered:
         return MovementStep()
     try:
-        spread = balance(topics, range(current))
+        spread = balance(topics, range(current), racks)
     except BalanceError:
         return MovementStep()  # a topic wider than the cluster: nothing to spread it onto
     targets = {(t, p): r for t, parts in spread.items() for p, r in parts.items()
@@ -164,13 +241,55 @@ async def elect_preferred_leaders(bootstrap: list[tuple[str, int]], timeout: flo
                if p.error_code == ErrorCode.none)
 
 
+async def alter_configs(endpoints: list[tuple[str, int]], resource_type: int, name: str,
+                        changes: dict[str, str | None], timeout: float,
+                        security: ClientSecurity = PLAINTEXT) -> None:
+    """IncrementalAlterConfigs of one resource (None values deleted); ConnectionError on a refusal."""
+    response = await _send_any(endpoints, IncrementalAlterConfigsRequest(resources=(AlterConfigsResource(
+        resource_type=i8(resource_type), resource_name=name, configs=tuple(
+            AlterableConfig(name=k, config_operation=i8(OP_DELETE if v is None else OP_SET), value=v)
+            for k, v in sorted(changes.items()))),), validate_only=False), timeout, security)
+    for r in response.responses:
+        if r.error_code != ErrorCode.none:
+            raise ConnectionError(f"IncrementalAlterConfigs {name}: {r.error_code.name}: {r.error_message or ''}")
+
+
+async def set_throttle(bootstrap: list[tuple[str, int]], view: ClusterView, throttle: Throttle, rate: int,
+                       timeout: float, security: ClientSecurity = PLAINTEXT) -> None:
+    """The rates on each involved broker (sent to that broker, as Kafka wants), the replicas on each topic."""
+    for b in sorted(throttle.brokers & set(view.endpoints)):
+        await alter_configs([view.endpoints[b]], RESOURCE_BROKER, str(b), throttle.broker_configs(rate), timeout, security)
+    for t, values in sorted(throttle.topics.items()):
+        await alter_configs(bootstrap, RESOURCE_TOPIC, t, dict(values), timeout, security)
+
+
+async def clear_throttle(bootstrap: list[tuple[str, int]], view: ClusterView, done: Progress, timeout: float,
+                         security: ClientSecurity = PLAINTEXT) -> None:
+    """Remove what `done` set; brokers and topics that are gone are skipped."""
+    per_broker, per_topic = cleared()
+    for b in done.brokers:
+        if b in view.endpoints:
+            await alter_configs([view.endpoints[b]], RESOURCE_BROKER, str(b), per_broker, timeout, security)
+    existing = {p.topic for p in view.partitions}
+    for t in done.topics:
+        if t in existing:
+            await alter_configs(bootstrap, RESOURCE_TOPIC, t, per_topic, timeout, security)
+    log.info("%s: done, throttles removed from brokers %s and topics %s", done.reason, list(done.brokers),
+             list(done.topics))
+
+
 async def move_data(bootstrap: list[tuple[str, int]], view: ClusterView, current: int, desired: int,
-                    auto_rebalance: bool = True, timeout: float = 10.0,
-                    security: ClientSecurity = PLAINTEXT) -> MovementStep:
-    """One pass: decide from the cluster's word, start what is decided, report."""
+                    auto_rebalance: bool = True, timeout: float = 10.0, throttle: int = 0,
+                    previous: Progress | None = None, security: ClientSecurity = PLAINTEXT) -> MovementStep:
+    """One pass: decide from the cluster's word, remove a finished move's throttles, throttle and
+    start what is decided, report."""
     moving = await ongoing_reassignments(bootstrap, timeout, security)
-    step = plan_movement(view, current, desired, moving, auto_rebalance)
+    step = plan_movement(view, current, desired, moving, auto_rebalance, throttle, previous)
+    if step.clear is not None:
+        await clear_throttle(bootstrap, view, step.clear, timeout, security)
     if step.targets:
+        if step.throttle is not None:
+            await set_throttle(bootstrap, view, step.throttle, throttle, timeout, security)
         refused = await start_reassignments(bootstrap, step.targets, timeout, security)
         for tp, error in sorted(refused.items()):
             log.warning("reassignment of %s-%d to %s refused: %s", *tp, list(step.targets[tp]), error)

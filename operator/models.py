@@ -103,6 +103,18 @@ class Rack(_Model):
     )
 
 
+DEFAULT_THROTTLE = 50 * 2**20
+"""Bytes/s per broker for moving data: about 40 % of a 1 Gbit/s link, leaving the rest to clients."""
+
+
+class RebalanceSpec(_Model):
+    throttle_bytes_per_second: int = Field(
+        DEFAULT_THROTTLE, ge=0,
+        description="Replication throttle while partitions move (a scale-up, a drain, an on-demand rebalance): "
+                    "leader/follower.replication.throttled.rate on the brokers involved, removed when the move "
+                    "completes; 0 = unthrottled.")
+
+
 class BrokersSpec(_Model):
     replicas: int = Field(3, ge=1, description="Broker count; broker id = StatefulSet ordinal.")
     storage: Storage = Field(default_factory=Storage)
@@ -115,6 +127,7 @@ class BrokersSpec(_Model):
     auto_rebalance: bool = Field(
         True, description="Move existing partitions onto brokers added by a scale-up (balanced, few moves); "
                           "a scale-down always drains the removed brokers first.")
+    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
 
     @field_validator("config")
     @classmethod
@@ -371,6 +384,22 @@ class KafkaClusterStatus(_Model):
     zookeeper: ComponentStatus | None = Field(
         None, description="The operator-managed ZooKeeper ensemble; null for an existing one.")
     bootstrap_servers: str | None = None
+    data_movement: "DataMovementStatus | None" = Field(
+        None, description="Partitions being moved (a drain, a scale-up spread, a rebalance) and what is throttled.")
+
+
+class DataMovementStatus(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    reason: str = ""
+    partitions: int = Field(0, description="Partitions this move reassigns.")
+    done: int = Field(0, description="Of which complete.")
+    throttle_bytes_per_second: int = 0
+    throttled_brokers: list[int] = Field(default_factory=list)
+    throttled_topics: list[str] = Field(default_factory=list)
+
+
+KafkaClusterStatus.model_rebuild()
 
 
 def parse_spec(spec: dict[str, Any] | None) -> KafkaClusterSpec:

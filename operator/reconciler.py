@@ -21,7 +21,7 @@ from odradek.operator.apply import apply, prune
 from odradek.operator.broker_config import apply_dynamic_defaults
 from odradek.operator.cluster_access import cached_access, cluster_access
 from odradek.operator.cluster_access import forget as forget_access
-from odradek.operator.data_movement import MovementStep, move_data
+from odradek.operator.data_movement import MovementStep, Progress, move_data
 from odradek.operator.kafka_admin import Unsupported
 from odradek.operator.kube import KubeClient
 from odradek.operator.models import (
@@ -60,7 +60,13 @@ async def cluster_data_mover(body: dict[str, Any], view: ClusterView, current: i
     access = cached_access(body)
     spec = parse_spec(body.get("spec"))
     return await move_data(list(access.bootstrap), view, current, desired, spec.brokers.auto_rebalance, timeout=5.0,
-                           security=access.security)
+                           throttle=spec.brokers.rebalance.throttle_bytes_per_second,
+                           previous=previous_movement(body), security=access.security)
+
+
+def previous_movement(body: dict[str, Any]) -> Progress | None:
+    """The move the last pass recorded in the status (its throttles are removed once it is done)."""
+    return Progress.from_status((body.get("status") or {}).get("dataMovement"))
 
 
 async def cluster_config_applier(body: dict[str, Any], desired: dict[str, str]) -> str | None:
@@ -333,7 +339,8 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
             bootstrap_servers=builders.bootstrap_servers(body),
             # A broker whose pod does not exist yet is being created, not waiting for a restart.
             pending_restarts=tuple(s.broker_id for s in states if s.config_hash not in (None, desired_hash)),
-            unreachable=f"no broker answered Metadata: {e}", stalled=tuple(stalled), **support)
+            unreachable=f"no broker answered Metadata: {e}", stalled=tuple(stalled),
+            data_movement=(body.get("status") or {}).get("dataMovement"), **support)
 
     if config_applier is not None:  # live keys: no restart (the rest is in desired_hash)
         try:
@@ -341,7 +348,8 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
                 stalled.append(("DynamicConfigRefused", config_refused))
         except (OSError, ConnectionError, TimeoutError, ValueError) as e:
             log.warning("%s/%s: dynamic broker configs not applied this pass: %s", namespace, name, e)
-    movement = MovementStep()
+    # what the status recorded stays until a pass decides otherwise (its throttles are still set)
+    movement = MovementStep(progress=previous_movement(body))
     if data_mover is not None:
         try:
             movement = await data_mover(body, view, current or 0, desired_count)
@@ -363,4 +371,5 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
         waiting=step.waiting,
         # a drain under way is progress, not a refusal; a blocked one names what blocks it
         refused=movement.blocked or (None if movement.draining is not None else step.refused),
-        moving=movement.waiting, pending_restarts=stale, stalled=tuple(stalled), **support)
+        moving=movement.waiting, pending_restarts=stale, stalled=tuple(stalled),
+        data_movement=movement.progress.to_status() if movement.progress else None, **support)

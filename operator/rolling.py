@@ -29,6 +29,8 @@ class ClusterView:
     partitions: tuple[PartitionView, ...] = ()
     min_insync: dict[str, int] = field(default_factory=dict)  # per topic, as DescribeConfigs reports it
     default_min_insync: int = 1  # for topics missing from min_insync (the cluster's rendered default)
+    racks: dict[int, str] = field(default_factory=dict)  # broker → broker.rack, for those that have one
+    endpoints: dict[int, tuple[str, int]] = field(default_factory=dict)  # broker → host, port (Metadata)
 
     @property
     def under_replicated(self) -> tuple[tuple[str, int], ...]:
@@ -224,7 +226,10 @@ def view_from_metadata(response: Any, min_insync: dict[str, int] | None = None,
         for topic in response.topics for p in topic.partitions)
     return ClusterView(registered=frozenset(int(b.node_id) for b in response.brokers),
                        partitions=partitions, min_insync=dict(min_insync or {}),
-                       default_min_insync=default_min_insync)
+                       default_min_insync=default_min_insync,
+                       racks={int(b.node_id): str(b.rack) for b in response.brokers if getattr(b, "rack", None)},
+                       endpoints={int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers
+                                  if getattr(b, "host", None) is not None})
 
 
 def min_insync_from(response: Any) -> dict[str, int]:

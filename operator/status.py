@@ -53,6 +53,7 @@ class Observation:
     unreachable: str | None = None  # the cluster did not answer Metadata
     stalled: tuple[tuple[str, str], ...] = ()  # (reason, message) of each change the operator refuses
     moving: str | None = None  # partitions being moved (a drain before a scale-down, a rebalance)
+    data_movement: dict[str, Any] | None = None  # status.dataMovement: progress and throttles (data_movement)
 
 
 def now() -> str:
@@ -192,6 +193,7 @@ def status(o: Observation, previous: dict[str, Any] | None = None, at: str | Non
         "zookeeper": (None if o.desired_zookeeper is None
                       else {"desired": o.desired_zookeeper, "ready": o.ready_zookeeper}),
         "bootstrapServers": o.bootstrap_servers,
+        "dataMovement": o.data_movement,
     }
 
 

@@ -51,11 +51,12 @@ def test_verify_wording_and_progress():
 
 
 def test_throttles_name_current_replicas_as_leaders_and_added_ones_as_followers():
-    from odradek.reassign import throttled_replicas
+    from odradek.common.reassignment_throttle import throttled_replicas
 
-    current = {("t", 0): (0, 1), ("t", 1): (1, 2), ("u", 0): (2,)}
-    plan = {("t", 0): (1, 3), ("t", 1): (1, 2), ("u", 0): (0, 2)}
-    topics, brokers = throttled_replicas(current, plan)
+    current = {("t", 0): (0, 1), ("t", 1): (1, 2), ("u", 0): (2,), ("u", 1): (0, 1)}
+    plan = {("t", 0): (1, 3), ("t", 1): (1, 2), ("u", 0): (0, 2), ("u", 1): (1, 0)}  # u-1: a reorder moves no data
+    settings = throttled_replicas(current, plan)
+    topics, brokers = settings.topics, settings.brokers
     assert topics == {
         "t": {"leader.replication.throttled.replicas": "0:0,0:1", "follower.replication.throttled.replicas": "0:3"},
         "u": {"leader.replication.throttled.replicas": "0:2", "follower.replication.throttled.replicas": "0:0"},

@@ -59,3 +59,41 @@ def test_scale_up_spreads_once_all_brokers_registered():
     lagging = ClusterView(frozenset(range(5)), (PartitionView("t", 0, (0, 1, 2), (0, 1)),))
     assert plan_movement(lagging, 5, 5, []) == MovementStep()  # not while a replica is out of sync
     assert not plan_movement(view({"t": rr(10, 3, 3)}), 5, 5, [], auto_rebalance=False).targets
+
+
+def test_moves_are_throttled_recorded_and_the_throttle_cleared_when_done():
+    from odradek.operator.data_movement import Progress
+
+    a = {"t": rr(6, 2, 3)}
+    step = plan_movement(view(a), 5, 5, [], throttle=1000)
+    assert step.targets and step.throttle is not None and step.clear is None
+    moved = {b for (_, p), r in step.targets.items() for b in set(r) ^ set(a["t"][p])}
+    assert {3, 4} <= step.throttle.brokers and moved <= step.throttle.brokers
+    follower = step.throttle.topics["t"]["follower.replication.throttled.replicas"]
+    assert {int(x.split(":")[1]) for x in follower.split(",")} <= {3, 4}
+    progress = step.progress
+    assert progress == Progress("rebalancing", len(step.targets), len(step.targets), 1000,
+                                tuple(sorted(step.throttle.brokers)), ("t",))
+    assert Progress.from_status(progress.to_status()) == progress
+    # while moving: progress counts down, nothing new, nothing cleared
+    running = plan_movement(view(a), 5, 5, [("t", 0)], throttle=1000, previous=progress)
+    assert running.progress.remaining == 1 and running.clear is None and "partitions moved" in running.waiting
+    # done: the throttle is cleared, and nothing is left to record
+    a = apply(a, step.targets)
+    done = plan_movement(view(a), 5, 5, [], throttle=1000, previous=running.progress)
+    assert done.clear == running.progress and done.progress is None and not done.targets
+    # 0 = unthrottled
+    assert plan_movement(view({"t": rr(6, 2, 3)}), 5, 5, [], throttle=0).throttle is None
+
+
+def test_drains_and_spreads_are_rack_aware():
+    racks = {0: "a", 1: "b", 2: "c", 3: "a", 4: "b"}
+    a = {"t": rr(10, 3, 3)}
+    racked = ClusterView(frozenset(range(5)), tuple(PartitionView("t", p, r, r) for p, r in a["t"].items()),
+                         racks=racks)
+    a = apply(a, plan_movement(racked, 5, 5, []).targets)
+    assert all(len({racks[b] for b in r}) == 3 for r in a["t"].values())
+    racked = ClusterView(frozenset(range(5)), tuple(PartitionView("t", p, r, r) for p, r in a["t"].items()),
+                         racks=racks)
+    drained = apply(a, plan_movement(racked, 5, 4, []).targets)
+    assert all(4 not in r and len({racks[b] for b in r}) == 3 for r in drained["t"].values())

@@ -250,6 +250,8 @@ class KafkaServer:
                                             sasl_properties(config), self.credentials, error_response, self.clock)
             server = SocketServer(host, port, handler, config.socket_request_max_bytes, listener=name,
                                   limits=limits, security=security)
+            if self.quotas is not None:
+                server.connection_rate = self.quotas.connection_throttle_ms  # every listener, as Kafka's
             control_plane = name == config.control_plane_listener_name
             bound_port = await server.start(serving=control_plane)
             bound[name] = (host, bound_port)

@@ -21,6 +21,7 @@ from odradek.common.metrics import Family
 
 from . import request_time
 from .client_quota_manager import ClientQuotaManager, QuotaConfig
+from .connection_quotas import ConnectionQuotas, ip_configs
 from .controller_mutation_quota import ControllerMutationQuotaManager, MutationQuota
 from .quota_entity import (
     CONSUMER_BYTE_RATE,
@@ -61,6 +62,12 @@ class QuotaManagers:
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, config)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, config, max_throttle_ms=config.window_ms)
         self.controller_mutation = ControllerMutationQuotaManager(config)
+        self.connections = ConnectionQuotas(config)
+        """connection_creation_rate per IP (KIP-612), consulted by the socket servers' accept."""
+
+    def connection_throttle_ms(self, ip: str) -> int:
+        """A new connection from `ip`: how long to hold it before closing it, 0 to serve it."""
+        return self.connections.record(ip, self.clock())
 
     def mutation_quota(self, user: str, client_id: str, strict: bool) -> MutationQuota | None:
         """A CreateTopics/CreatePartitions/DeleteTopics request's controller mutation quota."""
@@ -94,17 +101,19 @@ class QuotaManagers:
         for manager in (self.produce, self.fetch, self.request):
             manager.update_configs(by_type[manager.quota_type])
         self.controller_mutation.update_configs(by_type[CONTROLLER_MUTATION_RATE])
+        self.connections.update(ip_configs(configs.ips))
 
     async def load_all(self) -> None:
         if self.store is None:
             return
         self.update(await self.store.read_all())
-        log.info("client quotas loaded: %d produce, %d fetch, %d request", len(self.produce.configs),
-                 len(self.fetch.configs), len(self.request.configs))
+        log.info("client quotas loaded: %d produce, %d fetch, %d request, %d controller mutation, %d ip",
+                 len(self.produce.configs), len(self.fetch.configs), len(self.request.configs),
+                 len(self.controller_mutation.configs), len(self.connections.quotas))
 
     async def on_entity_changes(self, entity_paths: list[str] | None) -> None:
         """DynamicConfigManager's listener: entity paths named by new notifications (None: all)."""
-        if entity_paths is None or any(p.partition("/")[0] in ("users", "clients") for p in entity_paths):
+        if entity_paths is None or any(p.partition("/")[0] in ("users", "clients", "ips") for p in entity_paths):
             await self.load_all()
 
     def families(self) -> Iterable[Family]:

@@ -215,6 +215,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._closed = True
             cast(asyncio.Transport, transport).abort()
             return
+        throttle_ms = self.server.connection_throttle_ms(self.peer)
+        if throttle_ms > 0:
+            # KIP-612: over its IP's connection rate; held unread, then closed (Kafka's Acceptor
+            # delays the close so the client does not reconnect at once)
+            self.server.bad_input.warning("ip-rate", "closing connection from %s in %d ms: connection_creation_rate",
+                                          self.peer, throttle_ms)
+            self._closed = True
+            cast(asyncio.ReadTransport, transport).pause_reading()
+            self.loop.call_later(throttle_ms / 1000.0, cast(asyncio.Transport, transport).abort)
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -612,6 +622,9 @@ class SocketServer:
         self.bad_input = RateLimitedLog(log)
         self._server: asyncio.Server | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self.connection_rate: Callable[[str], int] | None = None
+        """A new connection's IP → how long to hold it before closing it (IP connection-rate
+        quotas, KIP-612), 0 to serve it; None: no such quotas on this listener."""
 
     # --- limits ---------------------------------------------------------------------------------
 
@@ -624,6 +637,9 @@ class SocketServer:
         if self._per_ip[ip] >= limits.max_connections_per_ip:
             return f"{self._per_ip[ip]} connections from {ip} (max.connections.per.ip)"
         return None
+
+    def connection_throttle_ms(self, peer: object) -> int:
+        return 0 if self.connection_rate is None else self.connection_rate(_ip(peer))
 
     def add(self, conn: KafkaConnection) -> None:
         self.connections.add(conn)

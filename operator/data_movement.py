@@ -54,6 +54,7 @@ from odradek.common.reassignment_throttle import Throttle, cleared, throttled_re
 from odradek.common.replica_balance import BalanceError, balance, balance_topic
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
+from . import rebalance
 from .rolling import ClusterView
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,10 @@ class MovementStep:
     """A finished move whose throttles to remove first."""
     progress: Progress | None = None
     """What the status keeps (None: nothing moving)."""
+    rebalance: dict[str, Any] | None = None
+    """status.rebalance: the on-demand rebalance's state and plan (operator/rebalance)."""
+    annotation: str | None = None
+    """The rebalance annotation's new value ("" = remove it), None = leave it."""
 
 
 def _by_topic(view: ClusterView) -> dict[str, dict[int, tuple[int, ...]]]:
@@ -127,10 +132,11 @@ def _by_topic(view: ClusterView) -> dict[str, dict[int, tuple[int, ...]]]:
 
 
 def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterable[tuple[str, int]],
-                  auto_rebalance: bool = True, throttle: int = 0, previous: Progress | None = None
-                  ) -> MovementStep:
+                  auto_rebalance: bool = True, throttle: int = 0, previous: Progress | None = None,
+                  requested: Targets | None = None) -> MovementStep:
     """What to move now, given the broker count the runtime runs (`current`) and the desired one;
-    `throttle` (bytes/s, 0 = none) for what starts, `previous` what the status kept."""
+    `throttle` (bytes/s, 0 = none) for what starts, `previous` what the status kept, `requested`
+    an approved on-demand rebalance (operator/rebalance) to start instead of the automatic spread."""
     moving = sorted(moving)
     if moving:
         progress = replace(previous, remaining=min(len(moving), previous.partitions)) if previous else \
@@ -140,12 +146,16 @@ def plan_movement(view: ClusterView, current: int, desired: int, moving: Iterabl
                                     + (f"; {progress.describe()}" if previous else ""),
                             progress=progress)
     clear = previous if previous is not None and (previous.brokers or previous.topics) else None
-    step = _decide(view, current, desired, auto_rebalance)
+    if requested and current == desired:
+        step = MovementStep(dict(requested), f"on-demand rebalance: moving {len(requested)} partitions")
+    else:
+        step = _decide(view, current, desired, auto_rebalance)
     if not step.targets:
         return replace(step, clear=clear)
     current_plan = {(p.topic, p.partition): tuple(p.replicas) for p in view.partitions}
     settings = throttled_replicas(current_plan, step.targets) if throttle > 0 else None
-    reason = f"draining broker {step.draining}" if step.draining is not None else "rebalancing"
+    reason = (f"draining broker {step.draining}" if step.draining is not None
+              else "on-demand rebalance" if requested and current == desired else "rebalancing")
     progress = Progress(reason, len(step.targets), len(step.targets), throttle if settings else 0,
                         tuple(sorted(settings.brokers)) if settings else (),
                         tuple(sorted(settings.topics)) if settings else ())
@@ -280,11 +290,22 @@ async def clear_throttle(bootstrap: list[tuple[str, int]], view: ClusterView, do
 
 async def move_data(bootstrap: list[tuple[str, int]], view: ClusterView, current: int, desired: int,
                     auto_rebalance: bool = True, timeout: float = 10.0, throttle: int = 0,
-                    previous: Progress | None = None, security: ClientSecurity = PLAINTEXT) -> MovementStep:
-    """One pass: decide from the cluster's word, remove a finished move's throttles, throttle and
-    start what is decided, report."""
-    moving = await ongoing_reassignments(bootstrap, timeout, security)
-    step = plan_movement(view, current, desired, moving, auto_rebalance, throttle, previous)
+                    previous: Progress | None = None, rebalance_action: str | None = None,
+                    rebalance_status: dict[str, Any] | None = None,
+                    security: ClientSecurity = PLAINTEXT) -> MovementStep:
+    """One pass: decide from the cluster's word (and the rebalance annotation, `rebalance_action`),
+    remove a finished move's throttles, throttle and start what is decided, report."""
+    ongoing = await ongoing_reassignments(bootstrap, timeout, security)
+    decision = rebalance.Decision()
+    if rebalance_action is not None or rebalance_status is not None:
+        settled = None if current == desired and set(range(current)) <= view.registered else \
+            f"brokers {sorted(view.registered)} registered, {current} running, {desired} desired"
+        decision = rebalance.decide(rebalance_action, _by_topic(view), range(current), view.racks, settled,
+                                    bool(ongoing), rebalance_status)
+    step = plan_movement(view, current, desired, ongoing, auto_rebalance, throttle, previous,
+                         requested=decision.targets or None)
+    step = replace(step, rebalance=decision.status, annotation=decision.annotation,
+                   elect_preferred=step.elect_preferred or (decision.elect_preferred and not view.under_replicated))
     if step.clear is not None:
         await clear_throttle(bootstrap, view, step.clear, timeout, security)
     if step.targets:

@@ -386,6 +386,9 @@ class KafkaClusterStatus(_Model):
     bootstrap_servers: str | None = None
     data_movement: "DataMovementStatus | None" = Field(
         None, description="Partitions being moved (a drain, a scale-up spread, a rebalance) and what is throttled.")
+    rebalance: "RebalanceStatus | None" = Field(
+        None, description="The on-demand rebalance (annotation odradek.io/rebalance: plan, then approve): "
+                          "its dry-run plan, then its state.")
 
 
 class DataMovementStatus(_Model):
@@ -397,6 +400,29 @@ class DataMovementStatus(_Model):
     throttle_bytes_per_second: int = 0
     throttled_brokers: list[int] = Field(default_factory=list)
     throttled_topics: list[str] = Field(default_factory=list)
+
+
+class RebalanceBroker(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    id: int
+    rack: str | None = None
+    replicas_before: int = 0
+    replicas_after: int = 0
+    leaders_before: int = Field(0, description="Preferred leaderships (first replicas).")
+    leaders_after: int = 0
+
+
+class RebalanceStatus(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    state: str = Field("", description="ProposalReady, Rebalancing, Ready or NotReady.")
+    message: str = ""
+    plan_id: str | None = Field(None, description="Approving runs this plan only if it is still the one computed.")
+    partitions_to_reassign: int = 0
+    replicas_to_copy: int = 0
+    leader_changes: int = 0
+    brokers: list[RebalanceBroker] = Field(default_factory=list)
 
 
 KafkaClusterStatus.model_rebuild()

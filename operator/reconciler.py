@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from odradek.common.clock import Clock, now_ms
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
-from odradek.operator import builders, certificates, cluster_security
+from odradek.operator import builders, certificates, cluster_security, rebalance
 from odradek.operator.apply import apply, prune
 from odradek.operator.broker_config import apply_dynamic_defaults
 from odradek.operator.cluster_access import cached_access, cluster_access
@@ -61,7 +61,10 @@ async def cluster_data_mover(body: dict[str, Any], view: ClusterView, current: i
     spec = parse_spec(body.get("spec"))
     return await move_data(list(access.bootstrap), view, current, desired, spec.brokers.auto_rebalance, timeout=5.0,
                            throttle=spec.brokers.rebalance.throttle_bytes_per_second,
-                           previous=previous_movement(body), security=access.security)
+                           previous=previous_movement(body),
+                           rebalance_action=(body["metadata"].get("annotations") or {}).get(rebalance.ANNOTATION),
+                           rebalance_status=(body.get("status") or {}).get("rebalance"),
+                           security=access.security)
 
 
 def previous_movement(body: dict[str, Any]) -> Progress | None:
@@ -340,7 +343,8 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
             # A broker whose pod does not exist yet is being created, not waiting for a restart.
             pending_restarts=tuple(s.broker_id for s in states if s.config_hash not in (None, desired_hash)),
             unreachable=f"no broker answered Metadata: {e}", stalled=tuple(stalled),
-            data_movement=(body.get("status") or {}).get("dataMovement"), **support)
+            data_movement=(body.get("status") or {}).get("dataMovement"),
+            rebalance=(body.get("status") or {}).get("rebalance"), **support)
 
     if config_applier is not None:  # live keys: no restart (the rest is in desired_hash)
         try:
@@ -349,12 +353,15 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
         except (OSError, ConnectionError, TimeoutError, ValueError) as e:
             log.warning("%s/%s: dynamic broker configs not applied this pass: %s", namespace, name, e)
     # what the status recorded stays until a pass decides otherwise (its throttles are still set)
-    movement = MovementStep(progress=previous_movement(body))
+    movement = MovementStep(progress=previous_movement(body), rebalance=(body.get("status") or {}).get("rebalance"))
     if data_mover is not None:
         try:
             movement = await data_mover(body, view, current or 0, desired_count)
         except (OSError, ConnectionError, TimeoutError) as e:
             log.warning("%s/%s: no data movement this pass: %s", namespace, name, e)
+    if movement.annotation is not None:
+        await client.patch("KafkaCluster", namespace, name, {"metadata": {"annotations": {
+            rebalance.ANNOTATION: movement.annotation or None}}})
     step = await reconcile_brokers(orchestrator, desired_hash, desired_count, view)
     if step.restarted is not None:
         log.info("broker %d of %s/%s restarted for the new configuration", step.restarted, namespace, name)
@@ -372,4 +379,5 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
         # a drain under way is progress, not a refusal; a blocked one names what blocks it
         refused=movement.blocked or (None if movement.draining is not None else step.refused),
         moving=movement.waiting, pending_restarts=stale, stalled=tuple(stalled),
-        data_movement=movement.progress.to_status() if movement.progress else None, **support)
+        data_movement=movement.progress.to_status() if movement.progress else None,
+        rebalance=movement.rebalance, **support)

@@ -54,6 +54,7 @@ class Observation:
     stalled: tuple[tuple[str, str], ...] = ()  # (reason, message) of each change the operator refuses
     moving: str | None = None  # partitions being moved (a drain before a scale-down, a rebalance)
     data_movement: dict[str, Any] | None = None  # status.dataMovement: progress and throttles (data_movement)
+    rebalance: dict[str, Any] | None = None  # status.rebalance: the on-demand rebalance (operator/rebalance)
 
 
 def now() -> str:
@@ -194,6 +195,7 @@ def status(o: Observation, previous: dict[str, Any] | None = None, at: str | Non
                       else {"desired": o.desired_zookeeper, "ready": o.ready_zookeeper}),
         "bootstrapServers": o.bootstrap_servers,
         "dataMovement": o.data_movement,
+        "rebalance": o.rebalance,
     }
 
 

@@ -86,3 +86,55 @@ def test_a_throttled_rebalance_completes_and_its_throttle_is_removed(cluster_fac
     copied = 4 * 500 * 1000
     print(f"throttled move: {copied / 1e6:.1f} MB onto broker 2 in {done - started:.1f}s at {RATE} B/s per broker")
     assert done - started >= 0.5 * copied / RATE  # broker 2 fetched it all under its follower throttle
+
+
+def test_on_demand_rebalance_plan_then_approve_evens_replicas_and_leaders(cluster_factory):
+    """Twelve one-partition topics all on brokers 0 and 1 (each balanced on its own, so the
+    automatic spread leaves them): `plan` shows the moves and changes nothing, `approve` runs them
+    throttled, and the preferred leader election evens the leaders."""
+    cluster = cluster_factory(brokers=3, controllers=1)
+    bootstrap = [("127.0.0.1", p) for p in cluster.broker_ports]
+    client = admin(cluster.bootstrap)
+    topics = [f"r{i}" for i in range(12)]
+    futures = client.create_topics([NewTopic(t, num_partitions=1, replica_assignment=[[i % 2, 1 - i % 2]])
+                                    for i, t in enumerate(topics)], operation_timeout=10)
+    for f in futures.values():
+        f.result(timeout=15)
+    for t in topics:
+        wait_isr_full(cluster.bootstrap, t, 1)
+
+    async def passes():
+        status = None
+        progress = None
+        # plan: a dry run
+        view = await fetch_view(bootstrap, timeout=5.0)
+        step = await move_data(bootstrap, view, 3, 3, timeout=5.0, throttle=RATE, rebalance_action="plan")
+        assert not step.targets and step.rebalance["state"] == "ProposalReady", step
+        status = step.rebalance
+        assert await fetch_view(bootstrap, timeout=5.0) == view  # nothing moved
+        action = "approve"
+        deadline = time.monotonic() + 90
+        for _ in range(200):
+            view = await fetch_view(bootstrap, timeout=5.0)
+            step = await move_data(bootstrap, view, 3, 3, timeout=5.0, throttle=RATE, previous=progress,
+                                   rebalance_action=action, rebalance_status=status)
+            if step.annotation is not None:
+                action = step.annotation or None
+            status, progress = step.rebalance, step.progress
+            if status and status["state"] == "Ready" and progress is None and step.clear is None:
+                return status
+            assert time.monotonic() < deadline, step
+            await asyncio.sleep(0.3)
+        raise AssertionError(step)
+
+    shown = asyncio.run(passes())
+    assert [r["replicasAfter"] for r in shown["brokers"]] == [8, 8, 8]
+    views = {t: partition_views(cluster.bootstrap, t)[0] for t in topics}
+    assert Counter(b for v in views.values() for b in v.replicas) == {0: 8, 1: 8, 2: 8}
+    deadline = time.monotonic() + 30
+    while Counter(v.leader for v in views.values()) != {0: 4, 1: 4, 2: 4}:  # the election follows the move
+        assert time.monotonic() < deadline, Counter(v.leader for v in views.values())
+        time.sleep(0.5)
+        views = {t: partition_views(cluster.bootstrap, t)[0] for t in topics}
+    for b in range(3):
+        assert not THROTTLE_KEYS & set(configs(cluster.bootstrap, ConfigResource("BROKER", str(b))))

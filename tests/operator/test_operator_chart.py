@@ -66,7 +66,9 @@ VALUE_SETS = {
                "cluster.authorization.type=simple", "cluster.authorization.superUsers={User:ops}",
                "cluster.clusterCa.renewalDays=20"),
     "metrics": ("cluster.enabled=true", "cluster.metrics=true", "metrics.podMonitor.enabled=true",
-                "metrics.grafanaDashboard.enabled=true"),
+                "metrics.grafanaDashboard.enabled=true", "metrics.prometheusRule.enabled=true"),
+    "service-monitor": ("cluster.enabled=true", "cluster.metrics=true", "metrics.serviceMonitor.enabled=true",
+                        "operator.watchAllNamespaces=true", "metrics.prometheusRule.enabled=true"),
 }
 
 
@@ -222,3 +224,91 @@ def test_a_secure_cluster_in_one_install(helm):
     assert spec.cluster_ca.renewal_days == 20
     plain = next(d for d in render(helm, "cluster.enabled=true") if d["kind"] == "KafkaCluster")
     assert not parse_spec(plain["spec"]).secured and "listeners" not in plain["spec"]
+
+
+def test_monitors_select_the_namespaces_the_operator_watches(helm):
+    """A PodMonitor of the release's namespace missed clusters elsewhere with watchAllNamespaces
+    (issue 28 item 13)."""
+    def selector(kind, *sets):
+        return next(d for d in render(helm, *sets) if d["kind"] == kind)["spec"]["namespaceSelector"]
+
+    assert selector("PodMonitor", *VALUE_SETS["metrics"]) == {"matchNames": ["kafka"]}
+    assert selector("ServiceMonitor", *VALUE_SETS["service-monitor"]) == {"any": True}
+    assert selector("PodMonitor", "metrics.podMonitor.enabled=true", "metrics.namespaces={a,b}") == {
+        "matchNames": ["a", "b"]}
+
+
+def test_the_service_monitor_reaches_the_operator_and_every_cluster_pod(helm):
+    from odradek.operator import builders
+    from odradek.operator.models import parse_spec
+
+    docs = render(helm, *VALUE_SETS["service-monitor"])
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+
+    def selected(svc):
+        return all(svc["metadata"]["labels"].get(e["key"]) in e["values"]
+                   for e in monitor["spec"]["selector"]["matchExpressions"])
+
+    operator_svc = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics"))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
+    assert selected(operator_svc)
+    assert operator_svc["spec"]["selector"].items() <= deployment["metadata"]["labels"].items()
+    body = {"metadata": {"name": "kafka", "namespace": "kafka", "uid": "u"}, "spec": {"metrics": {"enabled": True}}}
+    objects = builders.desired_objects(body, parse_spec(body["spec"]))
+    cluster_svc = next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "kafka-metrics")
+    assert selected(cluster_svc) and not selected(next(o for o in objects if o["kind"] == "Service" and o is not cluster_svc))
+    port = monitor["spec"]["endpoints"][0]["port"]
+    assert port in {p["name"] for p in cluster_svc["spec"]["ports"]}
+    assert cluster_svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    pods = [o["spec"]["template"] for o in objects if o["kind"] in ("StatefulSet", "Deployment")]
+    assert len(pods) == 3  # ZooKeeper, controllers, brokers: each selected, each with a `metrics` port
+    for template in pods:
+        assert cluster_svc["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+        assert "metrics" in {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+    body["spec"] = {}
+    assert not [o for o in builders.desired_objects(body, parse_spec({})) if o["metadata"]["name"] == "kafka-metrics"]
+
+
+EXTERNAL_METRICS = {"up", "kubelet_volume_stats_available_bytes", "kubelet_volume_stats_capacity_bytes"}
+PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "rate", "increase", "predict_linear", "absent", "and", "or",
+                "unless", "on", "ignoring", "bool", "by", "without", "humanize"}
+
+
+def metrics_in(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: its identifiers less label matchers, grouping
+    clauses, ranges and function names."""
+    import re
+
+    expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", " ", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", " ", expr)
+    return {w for w in re.findall(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*\b", expr) if w not in PROMQL_WORDS}
+
+
+def test_every_alert_reads_metrics_that_exist_and_promtool_accepts_the_rules(helm, tmp_path):
+    import os
+    import shutil
+
+    rule = next(d for d in render(helm, *VALUE_SETS["metrics"]) if d["kind"] == "PrometheusRule")
+    groups = rule["spec"]["groups"]
+    alerts = {r["alert"] for g in groups for r in g["rules"]}
+    assert {"KafkaUnderReplicatedPartitions", "KafkaOfflinePartitions", "KafkaUnderMinIsrPartitions",
+            "KafkaNoActiveController", "KafkaConsumerGroupLag", "KafkaVolumeFilling"} <= alerts
+    source = "".join(p.read_text() for d in ("broker", "controller", "operator", "common")
+                     for p in (CHART.parents[1] / d).glob("*.py"))
+    used = {m for g in groups for r in g["rules"] for m in metrics_in(r["expr"])}
+    assert "kafka_consumergroup_lag" in used and "kubelet_volume_stats_available_bytes" in used
+    for metric in used - EXTERNAL_METRICS:
+        assert f'"{metric}"' in source, f"{metric}: no process exports it"
+
+    promtool = shutil.which("promtool", path=f"{Path(sys_prefix()) / 'bin'}:{os.environ.get('PATH', '')}")
+    if promtool is None:
+        pytest.skip("promtool not installed (make setup installs it from Debian's prometheus package)")
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    out = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def sys_prefix() -> str:
+    import sys
+    return sys.prefix

@@ -12,6 +12,7 @@ import kmock
 import pytest
 import pytest_asyncio
 from confluent_kafka.admin import AdminClient, NewTopic
+from integration.metrics_scrape import scrape, value
 from operator_harness import KC, NS, TOPICS, Api, OperatorThread, condition, new_server, wait_for, writes
 
 from odradek.dev.cluster import LocalCluster
@@ -119,8 +120,10 @@ class Env:
 
     def start_operator(self):
         ports = list(self.cluster.broker_ports)
+        self.metrics_url = f"http://127.0.0.1:{free_ports(1)[0]}/metrics"
         self.operator = OperatorThread(
-            self.url, self.view, interval=2.0,
+            self.url, self.view, interval=2.0, metrics_host="127.0.0.1",
+            metrics_port=int(self.metrics_url.rsplit(":", 1)[1].split("/")[0]),
             topic_bootstrap=lambda cluster: [("127.0.0.1", p) for p in ports],
             topic_tuning=Tuning(workers=8, resync=RESYNC, linger=0.02))
 
@@ -206,6 +209,12 @@ async def test_create_reports_the_live_topic_with_kstatus_conditions(env):
     assert body["metadata"]["finalizers"] == [FINALIZER]
     await env.kafka.wait_topic(name, {"partitions": 3, "replicas": 2}, timeout=15)
     assert await env.kafka.overrides(name) == {"cleanup.policy": "delete", "retention.ms": "3600000"}
+    # the Topic controller's passes are counted and timed per kind and namespace (issue 28 item 13)
+    samples = await asyncio.to_thread(scrape, env.metrics_url)
+    topic = {"kind": "Topic", "namespace": NS}
+    assert value(samples, "odradek_operator_reconcile_duration_seconds_count", **topic) >= 1
+    assert value(samples, "odradek_operator_reconcile_errors_total", **topic) == 0
+    assert not [ls for n, ls, _ in samples if ls.get("kind") == "Topic" and "name" in ls], "no series per Topic"
 
 
 async def test_resync_recreates_a_topic_deleted_in_the_cluster_and_writes_nothing_when_nothing_changed(env):

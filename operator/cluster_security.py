@@ -22,6 +22,8 @@ calls the Kubernetes API.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from odradek.operator import builders, certificates
@@ -38,6 +40,39 @@ OPERATOR_PEER = {"namespaceSelector": {}, "podSelector": {"matchLabels": {
     "app.kubernetes.io/name": "odradek", "app.kubernetes.io/component": "operator"}}}
 """The operator's pods (the chart's labels), in whatever namespace they run."""
 SECRET_MODE = 0o440
+ADDRESSES_DIR = "/etc/odradek-addresses"
+"""External listeners: the operator's per-broker advertised addresses (a ConfigMap), read at start."""
+HOST_IP = "@HOST_IP@"
+"""Stands for the node's address (the pod's status.hostIP) in a nodeport listener's address."""
+
+
+def advertised_addresses(cluster: str, spec: KafkaClusterSpec, brokers: int,
+                         services: Mapping[str, Mapping[str, Any] | None]) -> dict[str, str]:
+    """Pod name -> the advertised entries of its external listeners (`EXT://host:port,...`), for
+    the brokers whose every external address is known: a load balancer's ingress address, or the
+    node's address (HOST_IP) and the Service's node port. `services` holds the per-broker Services
+    found (name -> object or None)."""
+    n = builders.names(cluster)
+    out: dict[str, str] = {}
+    for i in range(brokers):
+        entries = []
+        for lst in spec.listeners:
+            if lst.type == "internal":
+                continue
+            svc = services.get(f"{n['broker']}-{i}-{lst.name}") or {}
+            if lst.type == "loadbalancer":
+                ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [{}]
+                host, port = ingress[0].get("ip") or ingress[0].get("hostname"), lst.port
+            else:
+                ports = (svc.get("spec") or {}).get("ports") or [{}]
+                host, port = HOST_IP, ports[0].get("nodePort")
+            if not host or not port:
+                break
+            entries.append(f"{lst.kafka_name}://{host}:{port}")
+        else:
+            if entries:
+                out[f"{n['broker']}-{i}"] = ",".join(entries)
+    return out
 
 
 def default_listeners(spec: KafkaClusterSpec) -> bool:
@@ -107,29 +142,48 @@ def controller_properties(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[
     return props
 
 
-def _broker_text(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
+def _broker_text(body: dict[str, Any], spec: KafkaClusterSpec, addresses: Mapping[str, str] | None = None) -> str:
+    """server.properties; with external addresses known, a comment naming them: a broker reads
+    its address at start, so a new one restarts the brokers (once, when the cloud assigns it)."""
     text = builders._properties(broker_properties(body, spec))
+    if addresses:
+        text += f"# external advertised listeners: {json.dumps(dict(sorted(addresses.items())))}\n"
     if spec.brokers.rack:  # as builders._broker_properties_text
         text += (f"# broker.rack: the node label {spec.brokers.rack.topology_key} "
                  f"({builders.RACKS_DIR}/<node>)\n")
     return text
 
 
-def broker_config_hash(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
+def broker_config_hash(body: dict[str, Any], spec: KafkaClusterSpec, addresses: Mapping[str, str] | None = None) -> str:
     """What forces a broker restart, security included (a renewed certificate is not in it)."""
     if default_listeners(spec):
         return builders.broker_config_hash(body, spec)
-    return builders.config_hash(_broker_text(body, spec), builders.image(spec))
+    return builders.config_hash(_broker_text(body, spec, addresses), builders.image(spec))
 
 
-def _advertised(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
+def _advertised(body: dict[str, Any], spec: KafkaClusterSpec, external: bool) -> str:
+    """The pod's in-cluster names for the internal listeners (external: the external ones,
+    advertised so until their addresses are known)."""
     n = builders.names(body["metadata"]["name"])
     pod_dns = f"${{POD_NAME}}.{n['broker_headless']}.${{POD_NAMESPACE}}.svc"
-    listeners = [(lst.kafka_name, lst.port) for lst in spec.listeners]
-    if spec.secured:
+    listeners = [(lst.kafka_name, lst.port) for lst in spec.listeners if (lst.type != "internal") == external]
+    if spec.secured and not external:
         listeners.append((REPLICATION, builders.REPLICATION_PORT))
-    listeners.append((CONTROL_PLANE, builders.BROKER_CONTROL_PORT))
+    if not external:
+        listeners.append((CONTROL_PLANE, builders.BROKER_CONTROL_PORT))
     return ",".join(f"{name}://{pod_dns}:{port}" for name, port in listeners)
+
+
+def _advertised_command(body: dict[str, Any], spec: KafkaClusterSpec) -> tuple[str, str]:
+    """(shell prefix, advertised.listeners value): external listeners take the address the
+    operator found for this pod (ADDRESSES_DIR/<pod>), else the pod's in-cluster name."""
+    internal = _advertised(body, spec, external=False)
+    if all(lst.type == "internal" for lst in spec.listeners):
+        return "", internal
+    fallback = _advertised(body, spec, external=True)
+    prefix = (f'ext=$(sed "s/{HOST_IP}/${{HOST_IP}}/g" "{ADDRESSES_DIR}/${{POD_NAME}}" 2>/dev/null); '
+              f'[ -n "$ext" ] || ext="{fallback}"; ')
+    return prefix, f"{internal},$ext"
 
 
 def _secret_volume(name: str, secret: str, items: list[str] | None = None) -> dict[str, Any]:
@@ -155,9 +209,12 @@ def _ports(spec: KafkaClusterSpec) -> list[tuple[str, int]]:
 
 
 def desired_objects(body: dict[str, Any], spec: KafkaClusterSpec, broker_replicas: int | None = None,
-                    zookeeper_replicas: int | None = None, racks: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """builders.desired_objects with the cluster's listeners, security and network policies."""
+                    zookeeper_replicas: int | None = None, racks: dict[str, str] | None = None,
+                    addresses: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """builders.desired_objects with the cluster's listeners, security and network policies;
+    `addresses` are the external listeners' advertised addresses (advertised_addresses)."""
     objects = builders.desired_objects(body, spec, broker_replicas, zookeeper_replicas, racks)
+    external = any(lst.type != "internal" for lst in spec.listeners)
     for obj in objects:
         if obj["kind"] in ("StatefulSet", "Deployment"):
             obj["spec"]["template"]["spec"]["automountServiceAccountToken"] = False
@@ -167,17 +224,25 @@ def desired_objects(body: dict[str, Any], spec: KafkaClusterSpec, broker_replica
     n = builders.names(meta["name"])
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     # brokers
-    text = _broker_text(body, spec)
+    text = _broker_text(body, spec, addresses)
     by_name[("ConfigMap", n["broker"])]["data"]["server.properties"] = text
     sts = by_name[("StatefulSet", n["broker"])]
     template = sts["spec"]["template"]
     template["metadata"]["annotations"][builders.CONFIG_HASH] = builders.config_hash(text, builders.image(spec))
     pod_spec = template["spec"]
     container = pod_spec["containers"][0]
-    advertised = _advertised(body, spec)
+    prefix, advertised = _advertised_command(body, spec)
+    if prefix:
+        advertised = f'"{advertised}"'
     if spec.secured:
         advertised += f" --override ssl.keystore.location={CERTS_DIR}/${{POD_NAME}}.pem"
-    container["command"] = ["sh", "-c", builders._broker_command(advertised, spec)]
+    container["command"] = ["sh", "-c", prefix + builders._broker_command(advertised, spec)]
+    address_map = []
+    if external:
+        container["env"] = [*container["env"], {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+        container["volumeMounts"] = [*container["volumeMounts"], {"name": "addresses", "mountPath": ADDRESSES_DIR}]
+        pod_spec["volumes"] = [*pod_spec["volumes"], {"name": "addresses", "configMap": {"name": f"{n['broker']}-addresses"}}]
+        address_map = [builders._config_map(body, f"{n['broker']}-addresses", "broker", dict(sorted((addresses or {}).items())))]
     ports = [{"name": name, "containerPort": port} for name, port in _ports(spec)]
     if spec.secured:
         ports.append({"name": "replication", "containerPort": builders.REPLICATION_PORT})
@@ -201,7 +266,7 @@ def desired_objects(body: dict[str, Any], spec: KafkaClusterSpec, broker_replica
         _mount_security(template["spec"], container, n["controller_certs"], n["zookeeper_client"])
     extra = external_services(body, spec, broker_replicas if broker_replicas is not None else spec.brokers.replicas)
     policies = network_policies(body, spec) if spec.secured else []
-    return [*objects, *extra, *policies]
+    return [*address_map, *objects, *extra, *policies]
 
 
 def external_services(body: dict[str, Any], spec: KafkaClusterSpec, brokers: int) -> list[dict[str, Any]]:

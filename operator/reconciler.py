@@ -223,11 +223,21 @@ def _decoded(secret: dict[str, Any] | None) -> dict[str, str] | None:
     return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
 
+async def external_services(client: KubeClient, body: dict[str, Any], spec: KafkaClusterSpec,
+                            brokers: int) -> dict[str, dict[str, Any] | None]:
+    """The per-broker Services of the nodeport/loadbalancer listeners, by name (None: not yet)."""
+    meta = body["metadata"]
+    n = builders.names(meta["name"])
+    names = [f"{n['broker']}-{i}-{lst.name}" for lst in spec.listeners if lst.type != "internal"
+             for i in range(brokers)]
+    return {name: await client.get("Service", meta["namespace"], name) for name in names}
+
+
 async def external_addresses(client: KubeClient, body: dict[str, Any], spec: KafkaClusterSpec,
-                             brokers: int) -> dict[int, tuple[str, ...]]:
+                             brokers: int, services: dict[str, dict[str, Any] | None]) -> dict[int, tuple[str, ...]]:
     """Each broker's names outside the pod network, for its certificate: its per-broker
-    Services and, once the cloud assigned them, their load balancer addresses (a new address
-    renews the certificate; the broker reloads it)."""
+    Services, their load balancer addresses once the cloud assigned them, and, with a nodeport
+    listener, its node's addresses (a new address renews the certificate; the broker reloads it)."""
     meta = body["metadata"]
     namespace, n = meta["namespace"], builders.names(meta["name"])
     out: dict[int, list[str]] = {}
@@ -238,9 +248,17 @@ async def external_addresses(client: KubeClient, body: dict[str, Any], spec: Kaf
             name = f"{n['broker']}-{i}-{listener.name}"
             hosts = out.setdefault(i, [])
             hosts += [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
-            service = await client.get("Service", namespace, name)
+            service = services.get(name)
             for ingress in (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
                 hosts += [str(v) for v in (ingress.get("ip"), ingress.get("hostname")) if v]
+    if any(lst.type == "nodeport" for lst in spec.listeners):
+        nodes = {(node.get("metadata") or {}).get("name"): node for node in await client.list("Node", None, {})}
+        for pod in await client.list("Pod", namespace, builders.selector(meta["name"], "broker")):
+            i = int(pod["metadata"]["name"].rsplit("-", 1)[1])
+            node = nodes.get((pod.get("spec") or {}).get("nodeName")) or {}
+            found = [a.get("address") for a in (node.get("status") or {}).get("addresses") or []]
+            found.append((pod.get("status") or {}).get("hostIP"))
+            out.setdefault(i, []).extend(str(a) for a in found if a)
     return {i: tuple(dict.fromkeys(hosts)) for i, hosts in out.items()}
 
 
@@ -254,7 +272,7 @@ async def write_certificates(client: KubeClient, body: dict[str, Any], spec: Kaf
     wanted = ("cluster_ca", "cluster_ca_cert", "clients_ca", "clients_ca_cert", "broker_certs", "controller_certs",
               "operator_certs", "zookeeper_client")
     found = {n[k]: _decoded(await client.get("Secret", meta["namespace"], n[k])) for k in wanted}
-    external = await external_addresses(client, body, spec, brokers)
+    external = await external_addresses(client, body, spec, brokers, await external_services(client, body, spec, brokers))
     plan = certificates.plan(meta["name"], meta["namespace"], spec, brokers, found, now, external)
     if plan.missing_ca is not None:
         return plan.missing_ca
@@ -311,8 +329,11 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
     if spec.secured and (missing := await write_certificates(client, body, spec, max(current or 0, spec.brokers.replicas),
                                                              certificates.clock_now(clock))):
         stalled.append(("CertificateAuthorityMissing", missing))
+    addresses = cluster_security.advertised_addresses(
+        name, spec, max(current or 0, spec.brokers.replicas),
+        await external_services(client, body, spec, max(current or 0, spec.brokers.replicas)))
     desired = cluster_security.desired_objects(body, spec, broker_replicas=current, zookeeper_replicas=zk_replicas,
-                                               racks=racks)
+                                               racks=racks, addresses=addresses)
     for obj in desired:
         live = live_sts.get("broker") if obj["metadata"]["name"] == n["broker"] else (
             live_sts.get("zookeeper") if obj["metadata"]["name"] == n["zookeeper"] else None)
@@ -327,7 +348,7 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
         if storage is not None and (refused := await resize_claims(client, namespace, live_sts[key], storage)):
             stalled.append((refused[0], f"{n[key]}: {refused[1]}"))
 
-    desired_hash = cluster_security.broker_config_hash(body, spec)
+    desired_hash = cluster_security.broker_config_hash(body, spec, addresses)
     desired_count = spec.brokers.replicas
     support = await support_readiness(client, body, spec)
     try:

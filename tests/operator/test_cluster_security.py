@@ -178,3 +178,28 @@ def test_renewal_reasons():
     assert certificates.needs_renewal(cert, ca, ("h", "i"), NOW, 5) == "names changed"
     assert certificates.needs_renewal(cert, ca, ("h",), NOW + datetime.timedelta(days=26), 5) == "expires soon"
     assert certificates.needs_renewal(cert, ca, ("h",), NOW, 5) is None
+
+
+def test_external_listeners_advertise_the_address_once_known_and_roll_once():
+    body = {"metadata": {"name": "demo", "namespace": "kafka", "uid": "u"}}
+    spec = parse_spec({"listeners": [{"name": "lb", "port": 9094, "type": "loadbalancer", "tls": True},
+                                     {"name": "np", "port": 9095, "type": "nodeport", "tls": True}],
+                       "brokers": {"replicas": 2}})
+    services = {"demo-broker-0-lb": {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}},
+                "demo-broker-0-np": {"spec": {"ports": [{"port": 9095, "nodePort": 31234}]}},
+                "demo-broker-1-lb": {"status": {}},  # not assigned yet
+                "demo-broker-1-np": {"spec": {"ports": [{"port": 9095, "nodePort": 31235}]}}}
+    addresses = cluster_security.advertised_addresses("demo", spec, 2, services)
+    assert addresses == {"demo-broker-0": "LB://203.0.113.7:9094,NP://@HOST_IP@:31234"}
+    before = cluster_security.broker_config_hash(body, spec, {})
+    assert cluster_security.broker_config_hash(body, spec, addresses) != before  # the brokers read it at start
+    objs = {(o["kind"], o["metadata"]["name"]): o
+            for o in cluster_security.desired_objects(body, spec, addresses=addresses)}
+    assert objs[("ConfigMap", "demo-broker-addresses")]["data"] == addresses
+    pod = objs[("StatefulSet", "demo-broker")]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in container["env"]
+    assert 'ext="LB://${POD_NAME}.demo-broker-headless' in container["command"][-1]  # until the address is known
+    for obj in objs.values():
+        validate(obj)
+    assert restricted_violations(pod) == []

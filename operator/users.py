@@ -23,6 +23,7 @@ from typing import Any, cast
 import kopf
 
 from odradek.operator.batching import Batcher
+from odradek.operator.cluster_access import ClusterAccess, cluster_access
 from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats, kind_key
@@ -79,21 +80,20 @@ class PasswordUnavailable(Exception):
 @dataclass
 class UserAdmin:
     """One cluster's admin connection and the batchers in front of it."""
-    bootstrap: tuple[tuple[str, int], ...]
+    access: ClusterAccess
     admin: KafkaAdmin
     batchers: dict[str, Batcher[Any, Any]] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, bootstrap: tuple[tuple[str, int], ...], tuning: Tuning) -> "UserAdmin":
-        admin = KafkaAdmin(list(bootstrap), request_timeout=tuning.request_timeout,
-                           client_id="odradek-user-operator")
+    def open(cls, access: ClusterAccess, tuning: Tuning) -> "UserAdmin":
+        admin = access.admin(request_timeout=tuning.request_timeout, client_id="odradek-user-operator")
 
         def batcher(name: str, send: Callable[[list[Any]], Any], key: Callable[[Any], Hashable],
                     share: bool = False) -> Batcher[Any, Any]:
             return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
                            max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
 
-        return cls(bootstrap, admin, {
+        return cls(access, admin, {
             "describe": batcher("describe-users", admin.describe_users, lambda u: u, share=True),
             "scram": batcher("scram", admin.alter_scram, lambda a: a.user),
             "create-acls": batcher("create-acls", admin.create_acls, lambda a: a.user),
@@ -264,14 +264,21 @@ class UserController:
             return Cluster.MISSING
         return Cluster.DELETING if body["metadata"].get("deletionTimestamp") else Cluster.PRESENT
 
-    def admin_for(self, r: UserResource) -> UserAdmin:
+    async def access_of(self, cluster: dict[str, Any]) -> ClusterAccess:
+        """As the Topic controller reaches the cluster (cluster_access: TLS and the operator's
+        certificate when secured); a given bootstrap source (tests, benchmarks) wins."""
+        if self.bootstrap_source is not service_bootstrap:
+            return ClusterAccess(tuple(self.bootstrap_source(cluster)))
+        return await cluster_access(self.client, cluster)
+
+    async def admin_for(self, r: UserResource) -> UserAdmin:
         key = (r.namespace, r.cluster_ref)
-        bootstrap = tuple(self.bootstrap_source(self.clusters[key]))
+        access = await self.access_of(self.clusters[key])
         admin = self.admins.get(key)
-        if admin is None or admin.bootstrap != bootstrap:
+        if admin is None or admin.access != access:
             if admin is not None:
                 asyncio.get_running_loop().create_task(admin.close())
-            admin = self.admins[key] = UserAdmin.open(bootstrap, self.tuning)
+            admin = self.admins[key] = UserAdmin.open(access, self.tuning)
         return admin
 
     async def reconcile(self, key: tuple[str, str]) -> bool:
@@ -337,7 +344,7 @@ class UserController:
             await self._write_status(r, Outcome(r, Phase.PROGRESSING, "PasswordSecretNotFound", str(e)))
             return True
         try:
-            admin = self.admin_for(r)
+            admin = await self.admin_for(r)
             if r.managed_username is not None and r.managed_username != user:
                 old = r.managed_username
                 results = await self._run(admin, removal(old, await admin.describe(old)))
@@ -376,7 +383,7 @@ class UserController:
     async def _remove(self, r: UserResource) -> bool:
         user = r.managed_username or r.username
         try:
-            admin = self.admin_for(r)
+            admin = await self.admin_for(r)
             results = await self._run(admin, removal(user, await admin.describe(user)))
         except (OSError, ConnectionError, TimeoutError, ValueError) as e:
             await self._write_status(r, unreachable(r, f"removing user {user!r}: {e}"))

@@ -126,8 +126,10 @@ def claim_template(sts: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def zookeeper_scaling(spec: KafkaClusterSpec, live: dict[str, Any] | None) -> tuple[int | None, tuple[str, str] | None]:
     """The ensemble size to render and the refusal when the spec asks for another one. Members
-    read the server list once, at start: a new size would leave them on the old list (3 → 1
-    leaves the survivor waiting for a quorum), so a running ensemble keeps its size."""
+    read a static server list once, at start: a new size would leave them on the old list (3 → 1
+    leaves the survivor waiting for a quorum), so a running ensemble keeps its size. Dynamic
+    reconfiguration one member at a time keeps a quorum (operator/zookeeper_reconfig, tested on a
+    real 3 → 5 → 3 ensemble) but the rendered ensemble does not use it yet (static ZOO_SERVERS)."""
     if not spec.zookeeper.managed or live is None:
         return None, None
     current = int((live.get("spec") or {}).get("replicas") or 0)

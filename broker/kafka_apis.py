@@ -31,7 +31,7 @@ from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchM
 from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.legacy_records import down_convert, up_convert
-from odradek.broker.log.log import FileRegion
+from odradek.broker.log.local_log import FileRegion
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import broker_endpoint

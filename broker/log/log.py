@@ -1,23 +1,22 @@
-"""Log: one partition's replica on disk, a sequence of LogSegments.
+"""Log: one partition's replica, the offsets layer over its LocalLog (Kafka's UnifiedLog).
 
-Appends take batches as bytes, validate their headers and CRC, assign offsets in place and write
-them with one pwrite; reads hand back file regions for sendfile. Not thread-safe: the broker calls
-it from its event loop (only fsyncs run in a worker thread, see `flush_async`).
+It owns what the segment files do not: the log start offset, the high watermark and last stable
+offset, the leader epoch cache and producer state. Appends take batches as bytes, validate their
+headers and CRC, assign offsets in place and write them with one pwrite; reads hand back file
+regions for sendfile. Loading is LogLoader's, the segment files are LocalLog's. Not thread-safe:
+the broker calls it from its event loop (only fsyncs run in a worker thread, see `flush_async`).
 """
 
-import asyncio
-import bisect
+import itertools
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 from odradek.common.clock import now_ms
 
-from .checkpoint import fsync_dir
 from .cleaner import SegmentStats
 from .config import LogConfig
 from .control_batch import TRANSACTIONAL_MASK, read_marker
@@ -31,9 +30,10 @@ from .errors import (
 )
 from .leader_epoch import FILE_NAME as EPOCH_FILE
 from .leader_epoch import LeaderEpochFileCache
+from .local_log import FetchDataInfo, LocalLog, open_segment
+from .log_loader import LogLoader
 from .log_validator import validate_client_batch
 from .producer_state import (
-    SNAPSHOT_SUFFIX,
     AppendOrigin,
     BatchAppend,
     BatchMetadata,
@@ -41,26 +41,22 @@ from .producer_state import (
     CompletedTxn,
     ProducerStateManager,
     delete_snapshots,
-    delete_snapshots_within,
     load_latest_snapshot,
     write_snapshot,
 )
 from .record_batch import (
-    HEADER_SIZE,
     NO_TIMESTAMP,
     BatchInfo,
     Buffer,
     assign_offset,
     decode_records,
     iter_batches,
-    read_header,
     record_timestamps,
     set_log_append_time,
     validate_batches,
 )
-from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, file_name
-from .segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, complete_swaps, rename_suffix, write_swap_end
-from .transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
+from .segment import LogSegment
+from .transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -90,42 +86,6 @@ class LogAppendInfo(NamedTuple):
     ones it got the first time (Kafka answers it as a success)."""
 
 
-class FileRegion:
-    """A byte range of an open segment file, for `loop.sendfile(transport, file, position, size)`.
-
-    The file object is shared by every region of its segment: use explicit offsets (sendfile,
-    pread), never its file position.
-    """
-
-    __slots__ = ("file", "position", "size")
-
-    def __init__(self, file: BinaryIO, position: int, size: int):
-        self.file, self.position, self.size = file, position, size
-
-    def read_bytes(self) -> bytes:
-        chunks, done = [], 0
-        while done < self.size:
-            chunk = os.pread(self.file.fileno(), self.size - done, self.position + done)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            done += len(chunk)
-        return b"".join(chunks)
-
-    def __repr__(self) -> str:
-        return f"FileRegion({getattr(self.file, 'name', '?')}, {self.position}, {self.size})"
-
-
-@dataclass(slots=True)
-class FetchDataInfo:
-    regions: list[FileRegion] = field(default_factory=list)
-    size: int = 0
-    first_offset: int = -1  # base offset of the first batch served (the fetch offset when empty)
-
-    def read_bytes(self) -> bytes:
-        return b"".join(region.read_bytes() for region in self.regions)
-
-
 class Log:
     def __init__(
         self,
@@ -144,45 +104,47 @@ class Log:
         if parsed is None:
             raise ValueError(f"{self.dir} is not named <topic>-<partition>")
         self.topic, self.partition = parsed
-        self._config = config
-        self.segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        self._pending_deletes: list[tuple[int, LogSegment]] = []
-        self._truncations = 0
         self.on_truncate: Callable[[Log], None] | None = None
         """Called after a truncation lowered the recovery point (LogManager checkpoints it)."""
         self.on_storage_error: Callable[[Log, BaseException], None] | None = None
         """Called when an I/O error hits this log's files (LogManager: the directory goes offline)."""
-        self.closed = False
         self.dir.mkdir(parents=True, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE, lambda: self.log_end_offset)
-        self.log_end_offset = 0
-        self.recovery_point = recovery_point
-        self._last_flush_ms = self.clock()
-        self._replay_at_most_from: int | None = None
-        """After an unclean stop, producer state (and the transaction indexes) is replayed from
-        no later than the first recovered segment (Kafka's recoverSegment)."""
-        self._load(had_clean_shutdown)
-        # The checkpointed start (DeleteRecords) may lie inside the first segment; past the end
-        # (records lost in a crash) every record is gone.
-        self.log_start_offset = min(max(log_start_offset, self.segments[0].base_offset), self.log_end_offset)
-        self._high_watermark = self.log_end_offset
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        loaded = LogLoader(
+            self.dir, lambda base: open_segment(self.dir, base, config, clock), self.leader_epoch_cache,
+            recovery_point=recovery_point, log_start_offset=log_start_offset, had_clean_shutdown=had_clean_shutdown,
+        ).load()
+        self._segments = loaded.segments
+        self._local = LocalLog(
+            self.dir, config, loaded.segments, recovery_point=loaded.recovery_point,
+            log_end_offset=loaded.log_end_offset, clock=clock, on_storage_error=self._report_storage_error,
+        )
+        self.log_start_offset = loaded.log_start_offset
+        self._high_watermark = loaded.log_end_offset
         self.producer_state = ProducerStateManager(self.log_start_offset)
-        self._load_producer_state()
+        self._load_producer_state(loaded.replay_at_most_from)
 
     # --- properties -----------------------------------------------------------------------
 
     @property
     def config(self) -> LogConfig:
-        return self._config
+        return self._local.config
 
     @config.setter
     def config(self, config: LogConfig) -> None:
-        self._config = config
-        self.active_segment.index_interval_bytes = config.index_interval_bytes
+        self._local.config = config
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._local.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._local.recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, offset: int) -> None:
+        self._local.recovery_point = offset
 
     @property
     def high_watermark(self) -> int:
@@ -190,79 +152,36 @@ class Log:
 
     @high_watermark.setter
     def high_watermark(self, offset: int) -> None:
-        self._high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+        self._high_watermark = max(self.log_start_offset, min(offset, self._local.log_end_offset))
+
+    @property
+    def segments(self) -> Sequence[LogSegment]:
+        """Every segment, oldest first (read only)."""
+        return self._segments.values()
 
     @property
     def active_segment(self) -> LogSegment:
-        return self.segments[-1]
+        return self._segments.active_segment
 
     @property
     def size(self) -> int:
-        return sum(seg.size for seg in self.segments)
+        return self._segments.size_in_bytes()
 
     @property
     def unflushed_messages(self) -> int:
-        return self.log_end_offset - self.recovery_point
+        return self._local.unflushed_messages
+
+    @property
+    def closed(self) -> bool:
+        return self._local.closed
+
+    @closed.setter
+    def closed(self, closed: bool) -> None:
+        """The LogManager closes a log it takes out of service without touching its files."""
+        self._local.closed = closed
 
     def __repr__(self) -> str:
         return f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset})"
-
-    # --- loading --------------------------------------------------------------------------
-
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(
-            self.dir,
-            base_offset,
-            index_interval_bytes=self._config.index_interval_bytes,
-            max_index_entries=self._config.max_index_entries,
-            clock=self.clock,
-        )
-
-    def _load(self, had_clean_shutdown: bool) -> None:
-        complete_swaps(self.dir)
-        bases: set[int] = set()
-        indexes: list[tuple[int, Path]] = []
-        for path in self.dir.iterdir():
-            name = path.name
-            if name.endswith((DELETED_SUFFIX, ".tmp")):
-                path.unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
-            elif name.endswith(SNAPSHOT_SUFFIX):
-                continue
-            elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
-                bases.add(int(name[: -len(LOG_SUFFIX)]))
-            else:
-                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                    if name.endswith(suffix) and name[: -len(suffix)].isdigit():
-                        indexes.append((int(name[: -len(suffix)]), path))
-        for base, path in indexes:
-            if base not in bases:
-                path.unlink(missing_ok=True)  # orphaned index
-        self.segments = [self._new_segment(b) for b in sorted(bases)] or [self._new_segment(0)]
-        self._bases = [s.base_offset for s in self.segments]
-        if had_clean_shutdown:
-            for seg in self.segments:
-                seg.load(is_active=seg is self.segments[-1])
-        else:
-            self._recover()
-        self.log_end_offset = self.active_segment.next_offset
-
-    def _recover(self) -> None:
-        """After an unclean stop: check every batch of the segments at and after the recovery point."""
-        first_unflushed = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-        self._replay_at_most_from = self._bases[first_unflushed]
-        for seg in self.segments[:first_unflushed]:
-            seg.load(is_active=False)
-        for i in range(first_unflushed, len(self.segments)):
-            seg = self.segments[i]
-            truncated = seg.recover(self.leader_epoch_cache)
-            if truncated:
-                log.warning("%s: truncated %d torn or corrupt bytes from %s", self.dir.name, truncated, seg.log_path.name)
-                for later in self.segments[i + 1 :]:
-                    log.warning("%s: deleting %s, which follows a corrupt segment", self.dir.name, later.log_path.name)
-                    later.delete_files()
-                del self.segments[i + 1 :]
-                del self._bases[i + 1 :]
-                break
 
     # --- appending ------------------------------------------------------------------------
 
@@ -273,12 +192,13 @@ class Log:
         A bytearray or writable memoryview is rewritten in place; other buffers are copied once.
         Only the COORDINATOR origin may append control batches (transaction markers).
         """
-        self._check_open()
+        local = self._local
+        local.check_open()
         if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
             buf = records
         else:
             buf = bytearray(records)
-        config = self._config
+        config = local.config
         batches = validate_batches(buf, max_batch_bytes=config.max_message_bytes)
         if origin is AppendOrigin.CLIENT:  # the coordinators write markers and their own batches
             compacted = config.compacts
@@ -293,7 +213,7 @@ class Log:
         if now is None:
             now = self.clock()
         append_time = now if config.log_append_time else None
-        first = offset = self.log_end_offset
+        first = offset = local.log_end_offset
         producer_appends = None
         if any(info.producer_id >= 0 for info in batches):
             outcome = self._analyze_producer_state(buf, batches, first, append_time, origin)
@@ -327,7 +247,7 @@ class Log:
             raise
         except OSError as exc:
             raise self.storage_error(exc, "append") from exc
-        self.log_end_offset = offset
+        local.log_end_offset = offset
         if producer_appends:
             self._index_aborts(self.producer_state, self.producer_state.update(producer_appends, offset))
         else:
@@ -359,7 +279,7 @@ class Log:
         with the LSO the abort left (taken right after it: at most one marker per call)."""
         for txn in completed:
             if txn.aborted:
-                seg = segment or self._segment_of(txn.last_offset)
+                seg = segment or self._segments.floor_segment(txn.last_offset)
                 seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
                                                 state.last_stable_offset_after(txn)))
 
@@ -374,22 +294,20 @@ class Log:
                 chunk = []
         state.replay(chunk, map_end)
 
-    def _segment_of(self, offset: int) -> LogSegment:
-        return self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1)]
-
     def append_as_follower(self, records: Buffer) -> LogAppendInfo:
         """Append batches fetched from the leader with their offsets and epochs as sent.
 
         A partial batch at the end (a fetch cut short) is dropped; every whole batch is checked.
         """
-        self._check_open()
+        local = self._local
+        local.check_open()
         batches = validate_batches(records, allow_partial_tail=True)
         if not batches:
             return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, -1, 0, 0)
         first = batches[0].base_offset
-        if first < self.log_end_offset:
+        if first < local.log_end_offset:
             raise UnexpectedAppendOffsetError(
-                f"follower append starts at offset {first}, below the log end offset {self.log_end_offset}"
+                f"follower append starts at offset {first}, below the log end offset {local.log_end_offset}"
             )
         valid_bytes = batches[-1].position + batches[-1].size
         cache = self.leader_epoch_cache
@@ -409,12 +327,12 @@ class Log:
                 if info.partition_leader_epoch > cache.latest_epoch:
                     cache.assign(info.partition_leader_epoch, info.base_offset)
             now = self.clock()
-            for chunk in _segment_chunks(batches, self._config.segment_bytes):
+            for chunk in _segment_chunks(batches, local.config.segment_bytes):
                 start, end = chunk[0].position, chunk[-1].position + chunk[-1].size
                 segment = self._maybe_roll(end - start, max(b.max_timestamp for b in chunk), chunk[0].base_offset,
                                            chunk[-1].last_offset, now)
                 segment.append(view[start:end], chunk, [b.base_offset for b in chunk], None, position_base=start)
-                self.log_end_offset = chunk[-1].next_offset
+                local.log_end_offset = chunk[-1].next_offset
         except KafkaStorageError as exc:  # a segment write (it truncated what it had written)
             self.storage_error(exc, "append")
             raise
@@ -425,12 +343,13 @@ class Log:
         return LogAppendInfo(first, expected - 1, max_ts, offset_of_max, -1, count, valid_bytes)
 
     def _after_append(self) -> None:
-        if self.log_end_offset - self.recovery_point >= self._config.flush_messages:
-            self.flush()
+        local = self._local
+        if local.log_end_offset - local.recovery_point >= local.config.flush_messages:
+            local.flush()
 
     def _maybe_roll(self, size: int, max_timestamp: int, first_offset: int, last_offset: int, now: int) -> LogSegment:
-        seg = self.segments[-1]
-        config = self._config
+        seg = self._segments.active_segment
+        config = self._local.config
         if (
             seg.size > config.segment_bytes - size
             or (seg.size > 0 and seg.time_waited_for_roll(now, max_timestamp) > config.segment_ms)
@@ -438,29 +357,21 @@ class Log:
             or seg.time_index.is_full
             or last_offset - seg.base_offset > _MAX_RELATIVE_OFFSET
         ):
-            return self.roll(max(first_offset, self.log_end_offset))
+            return self.roll(max(first_offset, self._local.log_end_offset))
         return seg
 
     def roll(self, new_base: int | None = None) -> LogSegment:
-        """Start a new active segment at `new_base` (default: the log end offset)."""
-        self._check_open()
-        new_base = self.log_end_offset if new_base is None else new_base
-        active = self.segments[-1]
+        """Start a new active segment at `new_base` (default: the log end offset), with a
+        producer snapshot at it when the old one holds records."""
+        self._local.check_open()
+        new_base = self._local.log_end_offset if new_base is None else new_base
+        active = self._segments.active_segment
         if active.base_offset == new_base:
             return active  # never two segments with one base offset
-        if active.size == 0:
-            active.delete_files()  # an empty segment at the wrong base holds nothing
-            self.segments.pop()
-            self._bases.pop()
-        else:
-            active.on_become_inactive()
+        if active.size != 0:
             self._take_producer_snapshot(new_base)
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            (self.dir / file_name(new_base, suffix)).unlink(missing_ok=True)  # stale leftovers above the end
-        seg = self._new_segment(new_base)
-        self.segments.append(seg)
-        self._bases.append(new_base)
-        if self.segments[0] is seg:
+        seg = self._local.roll(new_base)
+        if self._segments.first_segment is seg:
             self.log_start_offset = new_base  # the replaced empty segment was the whole log
         return seg
 
@@ -486,35 +397,14 @@ class Log:
 
         `max_offset` is exclusive (the high watermark for consumers).
         """
-        self._check_open()
-        end = self.log_end_offset
+        local = self._local
+        local.check_open()
+        end = local.log_end_offset
         if start_offset < self.log_start_offset or start_offset > end:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is outside [{self.log_start_offset}, {end}] for {self.topic}-{self.partition}"
             )
-        if start_offset == end or (max_offset is not None and start_offset >= max_offset):
-            return FetchDataInfo([], 0, start_offset)
-        try:
-            i = bisect.bisect_right(self._bases, start_offset) - 1
-            while i < len(self.segments):
-                seg = self.segments[i]
-                first = seg.translate_offset(start_offset)
-                if first is None:
-                    i += 1
-                    continue
-                max_position = seg.size
-                next_base = self._bases[i + 1] if i + 1 < len(self._bases) else None
-                if max_offset is not None and max_offset < end and (next_base is None or max_offset < next_base):
-                    bound = seg.translate_offset(max_offset, first.position)
-                    if bound is not None:
-                        max_position = bound.position
-                size = seg.read_range(first, max_bytes, max_position, min_one_message)
-                if size == 0:
-                    return FetchDataInfo([], 0, start_offset)
-                return FetchDataInfo([FileRegion(seg.file, first.position, size)], size, first.base_offset)
-        except OSError as exc:
-            raise self.storage_error(exc, "read") from exc
-        return FetchDataInfo([], 0, start_offset)
+        return local.read(start_offset, max_bytes, max_offset, min_one_message)
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -535,22 +425,24 @@ class Log:
         collectAbortedTransactions): from the segment of `start_offset` on, until an abort's LSO
         shows that no older transaction can overlap the range."""
         out: list[AbortedTxn] = []
-        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
-        for seg in self.segments[i:]:
+        for seg in self._segments.values_from(start_offset):
             found, complete = seg.txn_index.collect(start_offset, upper_bound)
             out.extend(found)
             if complete:
                 break
         return out
 
+    # --- offsets by timestamp -------------------------------------------------------------
+
     def legacy_fetch_offsets_before(self, timestamp: int, max_num_offsets: int, now: int) -> list[int]:
         """ListOffsets v0 (Kafka's legacyFetchOffsetsBefore): segment start offsets (and the log end
         offset, the last segment being non-empty) whose segment was last modified at or before
         `timestamp`, newest first, at most `max_num_offsets`; -1 latest, -2 earliest."""
-        self._check_open()
+        self._local.check_open()
+        segments = self._segments
         points = [(max(seg.base_offset, self.log_start_offset), int(os.fstat(seg.file.fileno()).st_mtime * 1000))
-                  for seg in self.segments]
-        if self.segments[-1].size > 0:
+                  for seg in segments]
+        if segments.active_segment.size > 0:
             points.append((self.log_end_offset, now))
         if timestamp == -1:
             start = len(points) - 1
@@ -564,8 +456,8 @@ class Log:
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp_ms`; None if none."""
-        self._check_open()
-        for seg in self.segments:
+        self._local.check_open()
+        for seg in self._segments:
             if seg.max_timestamp < timestamp_ms:
                 continue
             info = seg.find_timestamp(timestamp_ms)
@@ -578,8 +470,8 @@ class Log:
         timestamp (ListOffsets MAX_TIMESTAMP, KIP-734): the first segment with the largest max
         timestamp, its first batch reaching it, that batch's first record with it. None when no
         record has a timestamp (an empty log)."""
-        self._check_open()
-        seg = max(self.segments, key=lambda s: s.max_timestamp)  # the first of equals, as Kafka's maxBy
+        self._local.check_open()
+        seg = max(self._segments, key=lambda s: s.max_timestamp)  # the first of equals, as Kafka's maxBy
         if seg.max_timestamp < 0:
             return None
         info = seg.find_timestamp(seg.max_timestamp)
@@ -616,60 +508,16 @@ class Log:
 
     # --- flushing -------------------------------------------------------------------------
 
-    def _segments_between(self, start: int, end: int) -> list[LogSegment]:
-        i = max(0, bisect.bisect_right(self._bases, start) - 1)
-        j = bisect.bisect_left(self._bases, end)
-        return self.segments[i:max(j, i + 1)]
-
     def flush(self, offset: int | None = None) -> None:
         """fsync everything below `offset` (default: all) and move the recovery point there."""
-        self._check_open()
-        offset = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
-        if offset <= self.recovery_point:
-            return
-        try:
-            for seg in self._segments_between(self.recovery_point, offset):
-                if seg is not self.segments[-1]:
-                    seg.write_indexes(fsync=True)
-                seg.fsync()
-        except OSError as exc:
-            raise self.storage_error(exc, "flush") from exc
-        self.recovery_point = offset
-        self._last_flush_ms = self.clock()
+        self._local.flush(offset)
 
     async def flush_async(self, offset: int | None = None) -> None:
         """`flush` with the fsyncs in a worker thread, so the event loop keeps serving."""
-        offset = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
-        if offset <= self.recovery_point or self.closed:
-            return
-        segments = self._segments_between(self.recovery_point, offset)
-        active = self.segments[-1]
-        for seg in segments:
-            if seg is not active:
-                seg.write_indexes()
-        generation = self._truncations
-
-        def fsync_all() -> None:
-            for seg in segments:
-                seg.fsync()
-                if seg is not active:
-                    seg.write_indexes(fsync=True)
-
-        try:
-            await asyncio.to_thread(fsync_all)
-        except ValueError as exc:  # a file closed meanwhile (the log deleted or closed)
-            log.warning("%s: background flush failed: %s", self.dir.name, exc)
-            return
-        except OSError as exc:
-            if self.closed:
-                return
-            raise self.storage_error(exc, "flush") from exc
-        if generation == self._truncations and not self.closed:
-            self.recovery_point = max(self.recovery_point, min(offset, self.log_end_offset))
-            self._last_flush_ms = self.clock()
+        await self._local.flush_async(offset)
 
     def needs_time_flush(self, now: int) -> bool:
-        return self.unflushed_messages > 0 and now - self._last_flush_ms >= self._config.flush_ms
+        return self._local.needs_time_flush(now)
 
     # --- retention and deletion -----------------------------------------------------------
 
@@ -679,15 +527,16 @@ class Log:
         Like Kafka: oldest first, only segments wholly below the high watermark, and when every
         segment goes the log rolls first so an (empty) active segment remains.
         """
-        self._check_open()
-        if not self._config.deletes:
+        self._local.check_open()
+        config = self._local.config
+        if not config.deletes:
             return 0
         now = self.clock() if now is None else now
         deleted = 0
-        retention_ms = self._config.retention_ms
+        retention_ms = config.retention_ms
         if retention_ms >= 0:
             deleted += self._delete_segments(lambda seg: now - seg.largest_timestamp > retention_ms, now)
-        retention_bytes = self._config.retention_bytes
+        retention_bytes = config.retention_bytes
         if retention_bytes >= 0:
             excess = [self.size - retention_bytes]
 
@@ -705,7 +554,7 @@ class Log:
         following its leader's start): the records below it are gone for every reader at once, and
         the whole segments below it are deleted (the segment holding it stays, as in Kafka). A
         start above the high watermark is refused (OffsetOutOfRangeError). True when it moved."""
-        self._check_open()
+        self._local.check_open()
         if offset > self._high_watermark:
             raise OffsetOutOfRangeError(
                 f"cannot move the log start offset of {self.topic}-{self.partition} to {offset}: "
@@ -714,68 +563,46 @@ class Log:
             return False
         self.log_start_offset = offset
         self.leader_epoch_cache.truncate_from_start(offset)
-        next_base = dict(zip(self._bases, self._bases[1:]))
+        bases = self._segments.base_offsets()
+        next_base = dict(itertools.pairwise(bases))
         self._delete_segments(lambda seg: next_base.get(seg.base_offset, offset + 1) <= offset,
                               self.clock() if now is None else now)
         log.info("%s: log start offset now %d", self.dir.name, offset)
         return True
 
     def _delete_segments(self, predicate: Callable[[LogSegment], bool], now: int) -> int:
+        segments = self._segments
         doomed = []
-        for i, seg in enumerate(self.segments):
-            last = i + 1 == len(self.segments)
-            upper = self.log_end_offset if last else self._bases[i + 1]
-            if self._high_watermark >= upper and not (last and seg.size == 0) and predicate(seg):
+        for i, seg in enumerate(segments):
+            upper = segments.next_base_offset(i)
+            last = upper is None
+            if self._high_watermark >= (self.log_end_offset if upper is None else upper) \
+                    and not (last and seg.size == 0) and predicate(seg):
                 doomed.append(seg)
             else:
                 break
         if not doomed:
             return 0
-        if len(doomed) == len(self.segments):
+        if len(doomed) == len(segments):
             self.roll()
-        for seg in doomed:
-            self._schedule_delete(seg, now)
-        del self.segments[: len(doomed)]
-        del self._bases[: len(doomed)]
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._local.remove_and_delete_segments(doomed, now)
+        self.log_start_offset = max(self.log_start_offset, segments.first_segment.base_offset)
         self._high_watermark = max(self._high_watermark, self.log_start_offset)
-        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self._local.recovery_point = max(self._local.recovery_point, self.log_start_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         delete_snapshots(self.dir, below=self.log_start_offset)
         log.info("%s: deleted %d old segment(s), log start offset %d", self.dir.name, len(doomed), self.log_start_offset)
         return len(doomed)
 
-    def _schedule_delete(self, seg: LogSegment, now: int | None = None) -> None:
-        seg.rename_to_deleted()
-        due = (self.clock() if now is None else now) + self._config.file_delete_delay_ms
-        self._pending_deletes.append((due, seg))
-
     def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:
         """Close and unlink segments whose file.delete.delay.ms has passed (all with `force`)."""
-        now = self.clock() if now is None else now
-        keep, count = [], 0
-        for due, seg in self._pending_deletes:
-            if force or due <= now:
-                seg.delete_files()
-                count += 1
-            else:
-                keep.append((due, seg))
-        self._pending_deletes = keep
-        return count
+        return self._local.delete_pending_files(now, force)
 
     # --- compaction -----------------------------------------------------------------------
 
     def segment_stats(self) -> list[SegmentStats]:
         """What the cleaner decides on, per segment (the active one last)."""
-        out = []
-        for i, seg in enumerate(self.segments):
-            next_offset = self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset
-            first_ts = -1
-            if seg.size >= HEADER_SIZE:
-                first_ts = read_header(seg.read_bytes(0, HEADER_SIZE), 0, 0).max_timestamp
-            mtime = int(os.fstat(seg.file.fileno()).st_mtime * 1000)
-            out.append(SegmentStats(seg.base_offset, next_offset, seg.size, seg.max_timestamp, first_ts, mtime))
-        return out
+        return self._local.segment_stats()
 
     def last_data_offsets(self) -> dict[int, int]:
         """producer id → the last offset of its last data batch: the cleaner keeps that batch."""
@@ -784,119 +611,32 @@ class Log:
     @property
     def truncation_count(self) -> int:
         """Truncations so far: a cleaning planned before one is thrown away."""
-        return self._truncations
+        return self._local.truncations
 
     def discard_cleaned(self, base: int) -> None:
         """Remove the cleaned files of `base` that will not be swapped in."""
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            (self.dir / (file_name(base, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
+        self._local.discard_cleaned(base)
 
     def replace_segments(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> bool:
-        """Swap the cleaned `<base>.*.cleaned` files in for the segments `old_bases` (crash-safe:
-        segment_swap). Refused (False, the cleaned files removed) when those segments are no
-        longer exactly what was cleaned: retention, a truncation or DeleteRecords got there first."""
-        if self._swap_range(base, old_bases, old_sizes, end) is None:
-            self.discard_cleaned(base)
-            return False
-        try:
-            swap_end = self._decide_swap(self.dir, base, end)
-        except OSError as exc:
-            raise self.storage_error(exc, "segment swap") from exc
-        self._finish_swap(base, old_bases, old_sizes, end)
-        try:
-            self._forget_swap(self.dir, swap_end)
-        except OSError as exc:
-            raise self.storage_error(exc, "segment swap") from exc
-        return True
+        """Swap cleaned segment files in for the segments `old_bases` (LocalLog.replace_segments)."""
+        return self._local.replace_segments(base, old_bases, old_sizes, end)
 
     async def replace_segments_async(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> bool:
-        """`replace_segments` with its fsyncs in a worker thread: on a disk busy writing back, each
-        costs tens of milliseconds the event loop would not serve requests."""
-        if self._swap_range(base, old_bases, old_sizes, end) is None:
-            self.discard_cleaned(base)
-            return False
-        try:
-            swap_end = await asyncio.to_thread(self._decide_swap, self.dir, base, end)
-        except OSError as exc:
-            raise self.storage_error(exc, "segment swap") from exc
-        if self._swap_range(base, old_bases, old_sizes, end) is None:  # changed meanwhile: undo, durably
-            if self.closed:  # deleted or offline: load completes the swap of the unchanged segments, if ever
-                return False
-            try:
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                    (self.dir / (file_name(base, suffix) + SWAP_SUFFIX)).unlink(missing_ok=True)
-                fsync_dir(self.dir)
-                swap_end.unlink(missing_ok=True)
-            except OSError as exc:
-                raise self.storage_error(exc, "segment swap") from exc
-            return False
-        self._finish_swap(base, old_bases, old_sizes, end)
-        try:
-            await asyncio.to_thread(self._forget_swap, self.dir, swap_end)
-        except OSError as exc:
-            raise self.storage_error(exc, "segment swap") from exc
-        return True
-
-    def _swap_range(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> tuple[int, int] | None:
-        """The index range of the segments a swap replaces, None when they are not exactly the
-        ones cleaned (or the log is closed)."""
-        i = bisect.bisect_left(self._bases, base)
-        j = i + len(old_bases)
-        unchanged = (
-            not self.closed
-            and j < len(self.segments)  # never the active segment
-            and self._bases[i:j] == old_bases
-            and [seg.size for seg in self.segments[i:j]] == old_sizes
-            and self._bases[j] == end
-        )
-        return (i, j) if unchanged else None
-
-    @staticmethod
-    def _decide_swap(directory: Path, base: int, end: int) -> Path:
-        """Steps 1-2 of segment_swap: from here on a crash completes the swap."""
-        swap_end = write_swap_end(directory, base, end)
-        rename_suffix(directory, base, CLEANED_SUFFIX, SWAP_SUFFIX)
-        fsync_dir(directory)
-        return swap_end
-
-    def _finish_swap(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> None:
-        """Steps 3-4 (renames only) and the swap in memory."""
-        i, j = self._swap_range(base, old_bases, old_sizes, end) or (0, 0)
-        try:
-            for seg in self.segments[i:j]:
-                self._schedule_delete(seg)
-            rename_suffix(self.dir, base, SWAP_SUFFIX, "", log_first=True)
-            cleaned = self._new_segment(base)
-            cleaned.load(is_active=False)
-        except OSError as exc:
-            raise self.storage_error(exc, "segment swap") from exc
-        self.segments[i:j] = [cleaned]
-        self._bases[i:j] = [base]
-        try:
-            delete_snapshots_within(self.dir, base, end)
-        except OSError as exc:
-            raise self.storage_error(exc, "producer snapshot") from exc
-
-    @staticmethod
-    def _forget_swap(directory: Path, swap_end: Path) -> None:
-        fsync_dir(directory)
-        swap_end.unlink()
+        """`replace_segments` with its fsyncs in a worker thread."""
+        return await self._local.replace_segments_async(base, old_bases, old_sizes, end)
 
     # --- truncation -----------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch holding an offset >= `offset` (a follower before fetching)."""
-        self._check_open()
+        self._local.check_open()
         if offset >= self.log_end_offset:
             return False
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
         try:
-            while len(self.segments) > 1 and self._bases[-1] > offset:
-                self._schedule_delete(self.segments.pop())
-                self._bases.pop()
-            self.log_end_offset = self.segments[-1].truncate_to(offset)
+            self._local.truncate_to(offset)
             self._truncate_producer_state()
             self._after_truncate()
         except OSError as exc:
@@ -905,33 +645,28 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop everything; the log restarts empty at `offset`."""
-        self._check_open()
-        for seg in self.segments:
-            self._schedule_delete(seg)
-        self.segments = [self._new_segment(offset)]
-        self._bases = [offset]
-        self.log_start_offset = self.log_end_offset = offset
+        self._local.check_open()
+        self._local.truncate_fully_and_start_at(offset)
+        self.log_start_offset = offset
         self.leader_epoch_cache.clear()
         delete_snapshots(self.dir)
         self.producer_state = ProducerStateManager(offset)
         self._after_truncate()
 
     def _after_truncate(self) -> None:
-        self._truncations += 1
         self._high_watermark = max(self.log_start_offset, min(self._high_watermark, self.log_end_offset))
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         if self.on_truncate is not None:
             self.on_truncate(self)
 
     # --- producer state -------------------------------------------------------------------
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, replay_at_most_from: int | None = None) -> None:
         """The newest snapshot at or below the log end (one is written at every roll and at
-        close), then the batch headers after it: after a clean shutdown that is nothing."""
+        close), then the batch headers after it: after a clean shutdown that is nothing. After an
+        unclean one, from no later than `replay_at_most_from` (the first recovered segment)."""
         end = self.log_end_offset
-        high = end if self._replay_at_most_from is None else min(end, self._replay_at_most_from)
-        self._replay_at_most_from = None
+        high = end if replay_at_most_from is None else min(end, replay_at_most_from)
         try:
             delete_snapshots(self.dir, above=end)
             state = load_latest_snapshot(self.dir, self.log_start_offset, high)
@@ -948,8 +683,7 @@ class Log:
         loading has checked what it had to), markers included; the transaction indexes are
         rebuilt from `start` on as the markers come by."""
         end = self.log_end_offset
-        i = max(0, bisect.bisect_right(self._bases, start) - 1)
-        for seg in self.segments[i:]:
+        for seg in self._segments.values_from(start):
             seg.txn_index.truncate_to(start)
             if seg.size == 0:
                 continue
@@ -1006,27 +740,19 @@ class Log:
     def close(self) -> None:
         """Write out the indexes and a producer snapshot, close the files (no fsync of the log:
         see `flush`)."""
-        if self.closed:
+        if self._local.closed:
             return
         self._take_producer_snapshot(self.log_end_offset, fsync=True)
-        for seg in self.segments:
-            seg.close()
-        self.delete_pending_files(force=True)
-        self.closed = True
+        self._local.close()
 
     def storage_error(self, exc: BaseException, what: str) -> KafkaStorageError:
         """An I/O error on this log's disk: tell `on_storage_error` (the LogManager takes the whole
         log directory offline, as Kafka does) and return the error to raise."""
-        if self.on_storage_error is not None:
-            try:
-                self.on_storage_error(self, exc)
-            except Exception:
-                log.exception("%s: storage error hook failed", self.dir.name)
-        return exc if isinstance(exc, KafkaStorageError) else KafkaStorageError(f"{what} in {self.dir} failed: {exc}")
+        return self._local.storage_error(exc, what)
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
+    def _report_storage_error(self, exc: BaseException) -> None:
+        if self.on_storage_error is not None:
+            self.on_storage_error(self, exc)
 
 
 def _segment_chunks(batches: list[BatchInfo], segment_bytes: int) -> list[list[BatchInfo]]:

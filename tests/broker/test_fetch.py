@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from odradek.broker import fetch as fetch_codec
-from odradek.broker.log.log import FileRegion
+from odradek.broker.log.local_log import FileRegion
 from odradek.broker.replica_manager import FetchResult
 from odradek.common import wire
 

@@ -259,7 +259,7 @@ def test_log_start_offset_moves_up_to_the_high_watermark_and_whole_segments_go(l
     segments = len(log.segments)
     assert log.maybe_increment_log_start_offset(61)
     assert log.log_start_offset == 61 and len(log.segments) < segments
-    assert log.segments[0].base_offset <= 61 < (log._bases[1] if len(log._bases) > 1 else log.log_end_offset)
+    assert log.segments[0].base_offset <= 61 < (log.segments[1].base_offset if len(log.segments) > 1 else log.log_end_offset)
     assert read_all(log)[0] == (61, 61) and read_all(log)[-1] == (119, 119)
     with pytest.raises(OffsetOutOfRangeError):
         log.read(60, 1000)

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from odradek.broker.log.log import FileRegion
+from odradek.broker.log.local_log import FileRegion
 from odradek.common.network.socket_server import CloseConnection, SocketServer
 
 

@@ -15,7 +15,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from odradek.broker.log.log import FileRegion
+from odradek.broker.log.local_log import FileRegion
 from odradek.common.network.socket_server import SocketServer
 from odradek.common.security.channel import ListenerSecurity
 from odradek.common.security.principal import SslPrincipalMapper

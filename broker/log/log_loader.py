@@ -1,0 +1,111 @@
+"""LogLoader: a log's segments read back from its directory at startup (Kafka's LogLoader).
+
+It finishes interrupted segment swaps, removes what an interrupted delete or checkpoint write
+left, opens the segments and, after an unclean stop, recovers those at and after the recovery
+point (each batch checked, a torn or corrupt tail truncated). Producer state is rebuilt by the
+log afterwards (Kafka's UnifiedLog.rebuildProducerState), from `replay_at_most_from` at the latest.
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .leader_epoch import LeaderEpochFileCache
+from .log_segments import LogSegments
+from .producer_state import SNAPSHOT_SUFFIX
+from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from .segment_swap import complete_swaps
+from .transaction_index import TXN_INDEX_SUFFIX
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLogOffsets:
+    """What loading found (Kafka's LoadedLogOffsets, with the segments)."""
+
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+    replay_at_most_from: int | None
+    """After an unclean stop, producer state (and the transaction indexes) is replayed from no
+    later than the first recovered segment (Kafka's recoverSegment)."""
+
+
+class LogLoader:
+    def __init__(
+        self,
+        directory: Path,
+        new_segment: Callable[[int], LogSegment],
+        leader_epoch_cache: LeaderEpochFileCache,
+        *,
+        recovery_point: int,
+        log_start_offset: int,
+        had_clean_shutdown: bool,
+    ):
+        self.dir = directory
+        self._new_segment = new_segment
+        self._leader_epoch_cache = leader_epoch_cache
+        self._recovery_point = recovery_point
+        self._log_start_offset = log_start_offset
+        self._had_clean_shutdown = had_clean_shutdown
+
+    def load(self) -> LoadedLogOffsets:
+        complete_swaps(self.dir)
+        segments = LogSegments([self._new_segment(b) for b in sorted(self._segment_files())] or
+                               [self._new_segment(0)])
+        replay_at_most_from = None
+        if self._had_clean_shutdown:
+            for seg in segments:
+                seg.load(is_active=seg is segments.active_segment)
+        else:
+            replay_at_most_from = self._recover(segments)
+        end = segments.active_segment.next_offset
+        # The checkpointed start (DeleteRecords) may lie inside the first segment; past the end
+        # (records lost in a crash) every record is gone.
+        start = min(max(self._log_start_offset, segments.first_segment.base_offset), end)
+        self._leader_epoch_cache.truncate_from_end(end)
+        self._leader_epoch_cache.truncate_from_start(start)
+        return LoadedLogOffsets(segments, start, min(self._recovery_point, end), end, replay_at_most_from)
+
+    def _segment_files(self) -> set[int]:
+        """The base offsets of the `.log` files; leftovers of unfinished deletes and checkpoint
+        writes and indexes without their `.log` are removed."""
+        bases: set[int] = set()
+        indexes: list[tuple[int, Path]] = []
+        for path in self.dir.iterdir():
+            name = path.name
+            if name.endswith((DELETED_SUFFIX, ".tmp")):
+                path.unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
+            elif name.endswith(SNAPSHOT_SUFFIX):
+                continue
+            elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
+                bases.add(int(name[: -len(LOG_SUFFIX)]))
+            else:
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                    if name.endswith(suffix) and name[: -len(suffix)].isdigit():
+                        indexes.append((int(name[: -len(suffix)]), path))
+        for base, path in indexes:
+            if base not in bases:
+                path.unlink(missing_ok=True)  # orphaned index
+        return bases
+
+    def _recover(self, segments: LogSegments) -> int:
+        """After an unclean stop: check every batch of the segments at and after the recovery
+        point (Kafka's recoverLog). Returns the base offset of the first segment checked."""
+        first_unflushed = segments.floor_index(self._recovery_point)
+        values = segments.values()
+        for seg in values[:first_unflushed]:
+            seg.load(is_active=False)
+        for i in range(first_unflushed, len(values)):
+            seg = values[i]
+            truncated = seg.recover(self._leader_epoch_cache)
+            if truncated:
+                log.warning("%s: truncated %d torn or corrupt bytes from %s", self.dir.name, truncated, seg.log_path.name)
+                for later in segments.remove_after(i):
+                    log.warning("%s: deleting %s, which follows a corrupt segment", self.dir.name, later.log_path.name)
+                    later.delete_files()
+                break
+        return values[first_unflushed].base_offset

@@ -89,7 +89,7 @@ class LocalLog:
         on_storage_error: Callable[[BaseException], None],
     ):
         self.dir = directory
-        self._config = config
+        self.config = config
         self.segments = segments
         self.recovery_point = recovery_point
         self.log_end_offset = log_end_offset
@@ -101,17 +101,8 @@ class LocalLog:
         """Truncations so far: a flush or cleaning planned before one is thrown away."""
         self.closed = False
 
-    @property
-    def config(self) -> LogConfig:
-        return self._config
-
-    @config.setter
-    def config(self, config: LogConfig) -> None:
-        self._config = config
-        self.segments.active_segment.index_interval_bytes = config.index_interval_bytes
-
     def new_segment(self, base_offset: int) -> LogSegment:
-        return open_segment(self.dir, base_offset, self._config, self.clock)
+        return open_segment(self.dir, base_offset, self.config, self.clock)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -231,7 +222,7 @@ class LocalLog:
             self.last_flush_ms = self.clock()
 
     def needs_time_flush(self, now: int) -> bool:
-        return self.unflushed_messages > 0 and now - self.last_flush_ms >= self._config.flush_ms
+        return self.unflushed_messages > 0 and now - self.last_flush_ms >= self.config.flush_ms
 
     # --- truncation -----------------------------------------------------------------------
 
@@ -265,7 +256,7 @@ class LocalLog:
 
     def schedule_delete(self, seg: LogSegment, now: int | None = None) -> None:
         seg.rename_to_deleted()
-        due = (self.clock() if now is None else now) + self._config.file_delete_delay_ms
+        due = (self.clock() if now is None else now) + self.config.file_delete_delay_ms
         self._pending_deletes.append((due, seg))
 
     def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:

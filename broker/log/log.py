@@ -133,6 +133,7 @@ class Log:
     @config.setter
     def config(self, config: LogConfig) -> None:
         self._local.config = config
+        self._segments.active_segment.index_interval_bytes = config.index_interval_bytes
 
     @property
     def log_end_offset(self) -> int:
@@ -348,7 +349,7 @@ class Log:
             local.flush()
 
     def _maybe_roll(self, size: int, max_timestamp: int, first_offset: int, last_offset: int, now: int) -> LogSegment:
-        seg = self._segments.active_segment
+        seg = self._segments.values()[-1]
         config = self._local.config
         if (
             seg.size > config.segment_bytes - size

@@ -510,8 +510,34 @@ def broker_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int |
 def desired_objects(body: dict[str, Any], spec: KafkaClusterSpec, broker_replicas: int | None = None,
                     zookeeper_replicas: int | None = None, racks: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every object the cluster consists of, in the order to apply them."""
-    return [*zookeeper_objects(body, spec, zookeeper_replicas), *controller_objects(body, spec),
-            *broker_objects(body, spec, broker_replicas, racks), *metrics_objects(body, spec)]
+    objects = [*zookeeper_objects(body, spec, zookeeper_replicas), *controller_objects(body, spec),
+               *broker_objects(body, spec, broker_replicas, racks), *metrics_objects(body, spec)]
+    settings = {"zookeeper": spec.zookeeper.pod, "controller": spec.controller.pod, "broker": spec.brokers.pod}
+    for obj in objects:
+        component = obj["metadata"]["labels"].get("app.kubernetes.io/component", "")
+        if obj["kind"] in ("StatefulSet", "Deployment") and component in settings:
+            pod_template(obj["spec"]["template"], settings[component])
+    return objects
+
+
+def pod_template(template: dict[str, Any], settings: PodSettings) -> None:
+    """The user's part of a component's pod template (spec.<component>.pod): extra labels,
+    annotations and environment variables under the operator's own (which win: selectors, the
+    config hash and the process's settings stay the operator's), pull secrets, a service account."""
+    meta, pod = template["metadata"], template["spec"]
+    if settings.labels:
+        meta["labels"] = {**settings.labels, **meta["labels"]}
+    if settings.annotations:
+        meta["annotations"] = {**settings.annotations, **meta.get("annotations", {})}
+    if settings.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s.name} for s in settings.image_pull_secrets]
+    if settings.service_account_name:
+        pod["serviceAccountName"] = settings.service_account_name
+    if settings.env:
+        container = pod["containers"][0]
+        own = {e["name"] for e in container.get("env", [])}
+        extra = [{"name": e.name, "value": e.value} for e in settings.env if e.name not in own]
+        container["env"] = [*container.get("env", []), *extra]
 
 
 def metrics_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ Field names are camelCase on the wire (Kubernetes style); defaults make a five-l
 working three-broker cluster with two controllers and a three-node ZooKeeper ensemble.
 """
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -75,14 +76,38 @@ class Toleration(_Model):
     toleration_seconds: int | None = None
 
 
+class LocalObjectReference(_Model):
+    name: str = Field(min_length=1, max_length=253)
+
+
+class EnvVar(_Model):
+    name: str = Field(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    value: str = ""
+
+
 class PodSettings(_Model):
-    """Where a component's pods may run."""
+    """Where a component's pods may run, and what they carry beyond what the operator sets (its own
+    labels, annotations and environment variables win over these)."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list)
     priority_class_name: str | None = None
     anti_affinity: Literal["preferred", "required", "none"] = Field(
         "preferred", description="Spread the component's pods over nodes (kubernetes.io/hostname): as a "
                                  "preference, as a rule (needs a node per pod), or not at all.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list, description="Secrets for pulling the image from a private registry.")
+    service_account_name: str | None = Field(None, description="The pods' ServiceAccount (default: the namespace's).")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables of the main container.")
+
+    @field_validator("labels", "annotations")
+    @classmethod
+    def _keys(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not re.match(LABEL_KEY, k)]
+        if bad:
+            raise ValueError(f"not a Kubernetes label or annotation key: {bad}")
+        return value
 
 
 def _resources(cpu: str, memory: str, memory_limit: str) -> Resources:

@@ -323,3 +323,38 @@ def test_zookeeper_heap_fits_its_memory_limit():
     for probe in ("readinessProbe", "livenessProbe"):
         command = " ".join(container[probe]["exec"]["command"])
         assert "zkServer.sh" not in command and "java" not in command and "/dev/tcp/" in command
+
+
+def test_pod_template_of_every_component_is_added_under_the_operators_own():
+    """spec.<component>.pod (issue 28 item 12): pull secrets, labels, annotations, env,
+    tolerations, priority class and service account reach every pod; the operator's labels,
+    annotations and variables win; the pods still validate and meet restricted Pod Security."""
+    pod = {"labels": {"team": "data", "app.kubernetes.io/component": "mine"},
+           "annotations": {"example.com/owner": "data", builders.CONFIG_HASH: "forged"},
+           "imagePullSecrets": [{"name": "registry"}], "serviceAccountName": "kafka-pods",
+           "env": [{"name": "TZ", "value": "UTC"}, {"name": "POD_NAME", "value": "forged"}],
+           "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "kafka", "effect": "NoSchedule"}],
+           "priorityClassName": "kafka-critical"}
+    body = resource({"brokers": {"pod": pod}, "controller": {"pod": pod}, "zookeeper": {"pod": pod}})
+    workloads = [o for o in builders.desired_objects(body, parse_spec(body["spec"]))
+                 if o["kind"] in ("StatefulSet", "Deployment")]
+    assert len(workloads) == 3
+    for obj in workloads:
+        template = obj["spec"]["template"]
+        meta, spec = template["metadata"], template["spec"]
+        component = obj["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert meta["labels"]["team"] == "data" and meta["labels"]["app.kubernetes.io/component"] == component
+        assert obj["spec"]["selector"]["matchLabels"].items() <= meta["labels"].items()
+        assert meta["annotations"]["example.com/owner"] == "data"
+        assert meta["annotations"][builders.CONFIG_HASH] != "forged"
+        assert spec["imagePullSecrets"] == [{"name": "registry"}]
+        assert spec["serviceAccountName"] == "kafka-pods" and spec["priorityClassName"] == "kafka-critical"
+        assert spec["tolerations"][0]["key"] == "dedicated"
+        env = spec["containers"][0]["env"]
+        assert {"name": "TZ", "value": "UTC"} in env
+        pod_name = [e for e in env if e["name"] == "POD_NAME"]
+        assert len(pod_name) == 1, "one POD_NAME: the operator's where it sets one, else the user's"
+        assert restricted_violations(spec) == []
+        validate(obj)
+    with pytest.raises(ValueError):
+        parse_spec({"brokers": {"pod": {"labels": {"not a key!": "x"}}}})

@@ -67,6 +67,14 @@ VALUE_SETS = {
                "cluster.clusterCa.renewalDays=20"),
     "metrics": ("cluster.enabled=true", "cluster.metrics=true", "metrics.podMonitor.enabled=true",
                 "metrics.grafanaDashboard.enabled=true", "metrics.prometheusRule.enabled=true"),
+    "pod-template": ("cluster.enabled=true", "image.registry=registry.example.com/platform/",
+                     "imagePullSecrets[0].name=regcred", "operator.podLabels.team=data",
+                     "operator.podAnnotations.example\\.com/owner=data", "operator.env[0].name=TZ",
+                     "operator.env[0].value=UTC", "cluster.pod.labels.team=data",
+                     "cluster.pod.annotations.example\\.com/owner=data", "cluster.pod.env[0].name=TZ",
+                     "cluster.pod.env[0].value=UTC", "cluster.pod.priorityClassName=kafka",
+                     "cluster.pod.tolerations[0].key=dedicated", "cluster.pod.tolerations[0].operator=Exists",
+                     "cluster.pod.serviceAccountName=kafka-pods"),
     "service-monitor": ("cluster.enabled=true", "cluster.metrics=true", "metrics.serviceMonitor.enabled=true",
                         "operator.watchAllNamespaces=true", "metrics.prometheusRule.enabled=true"),
 }
@@ -312,3 +320,33 @@ def test_every_alert_reads_metrics_that_exist_and_promtool_accepts_the_rules(hel
 def sys_prefix() -> str:
     import sys
     return sys.prefix
+
+
+def test_pull_secrets_and_pod_templates_reach_every_pod(helm):
+    """Issue 28 item 12: a registry path, pull secrets and a pod template for the operator and for
+    each broker, controller and ZooKeeper pod of the chart's cluster."""
+    from odradek.operator import builders
+    from odradek.operator.models import parse_spec
+
+    docs = render(helm, *VALUE_SETS["pod-template"])
+    operator = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
+    container = operator["spec"]["containers"][0]
+    assert container["image"].startswith("registry.example.com/platform/odradek:")
+    assert operator["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert operator["metadata"]["labels"]["team"] == "data"
+    assert operator["metadata"]["annotations"] == {"example.com/owner": "data"}
+    assert {"name": "TZ", "value": "UTC"} in container["env"]
+    kc = next(d for d in docs if d["kind"] == "KafkaCluster")
+    assert kc["spec"]["image"] == container["image"]
+    body = {"metadata": {"name": "kafka", "namespace": "kafka", "uid": "u"}, "spec": kc["spec"]}
+    pods = [o["spec"]["template"] for o in builders.desired_objects(body, parse_spec(kc["spec"]))
+            if o["kind"] in ("StatefulSet", "Deployment")]
+    assert len(pods) == 3
+    for template in pods:
+        spec = template["spec"]
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}] and spec["serviceAccountName"] == "kafka-pods"
+        assert spec["priorityClassName"] == "kafka" and spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert template["metadata"]["labels"]["team"] == "data"
+        assert template["metadata"]["annotations"]["example.com/owner"] == "data"
+        assert {"name": "TZ", "value": "UTC"} in spec["containers"][0]["env"]
+        assert restricted_violations(spec) == []

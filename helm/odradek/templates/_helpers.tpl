@@ -3,7 +3,21 @@
 {{- end -}}
 
 {{- define "odradek.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* A KafkaCluster component's pod template: cluster.pod, with the chart's imagePullSecrets. */}}
+{{- define "odradek.clusterPod" -}}
+{{- $pod := deepCopy (.Values.cluster.pod | default dict) -}}
+{{- if and .Values.imagePullSecrets (not (hasKey $pod "imagePullSecrets")) -}}
+{{- $_ := set $pod "imagePullSecrets" .Values.imagePullSecrets -}}
+{{- end -}}
+{{- if $pod -}}
+pod:
+  {{- toYaml $pod | nindent 2 }}
+{{- end -}}
 {{- end -}}
 
 {{- define "odradek.serviceAccountName" -}}

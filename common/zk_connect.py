@@ -94,6 +94,12 @@ class SecureKazooClient(KazooClient):
         return super().create_async(path, value, self.zk_security.acls(path) if acl is None else acl,
                                     *args, **kwargs)
 
+    def ensure_path_async(self, path: str, acl: Any = None) -> Any:
+        """Every missing ancestor gets the ACLs of its own path, as Kafka's createRecursive does
+        (kazoo hands a created znode's ACLs to its parents: `/config` made on the way to a user's
+        credentials would lose its world read)."""
+        return super().ensure_path_async(path, None)
+
     def transaction(self) -> TransactionRequest:
         return _Transaction(self)
 

@@ -9,6 +9,8 @@ ZooKeeper and removes them at its end; one ACL goes through the CreateAcls API o
 check that every broker enforces it within 5 s.
 """
 
+import asyncio
+import datetime
 import sys
 import time
 import uuid
@@ -587,3 +589,65 @@ def test_spark_source_and_sink_with_least_privilege(spark, cluster, acls):
     acls.add(acl(RT.TOPIC, topic, OP.READ))
     settle(cluster, acls)
     assert sorted((r["key"], r["value"]) for r in read()) == sorted(rows)
+
+
+def test_delegation_token_and_user_acls(cluster, acls):
+    """ACLs on the DelegationToken (6) and User (7) resource types through Create/Describe/
+    DeleteAcls, stored where Kafka keeps them; a token request for another owner is refused on a
+    PLAINTEXT listener before any ACL is consulted (Kafka's allowTokenRequests)."""
+    port = cluster.broker_ports[0]
+    token, owner = unique("token"), f"User:{unique('owner')}"
+    mod = request_module(CREATE_ACLS, 3)
+    creations = tuple(mod.AclCreation(
+        resource_type=i8(rt), resource_name=name, resource_pattern_type=i8(PT.LITERAL), principal=ANONYMOUS,
+        host="*", operation=i8(op), permission_type=i8(AclPermissionType.ALLOW))
+        for rt, name, op in ((RT.DELEGATION_TOKEN, token, OP.DESCRIBE), (RT.USER, owner, OP.CREATE_TOKENS),
+                             (RT.USER, owner, OP.DESCRIBE_TOKENS)))
+    (refused,) = ask(port, [request(CREATE_ACLS, 3, creations=creations)])
+    assert [r.error_code for r in refused.results] == [ErrorCode.cluster_authorization_failed] * 3
+    acls.add(acl(RT.CLUSTER, "kafka-cluster", OP.ALTER))
+    def created() -> None:
+        (answer,) = ask(port, [request(CREATE_ACLS, 3, creations=creations)])
+        assert [r.error_code for r in answer.results] == [ErrorCode.none] * 3, answer
+
+    eventually(created, "CreateAcls with ALTER on the Cluster")
+    acls.added += [acl(RT.DELEGATION_TOKEN, token, OP.DESCRIBE), acl(RT.USER, owner, OP.CREATE_TOKENS),
+                   acl(RT.USER, owner, OP.DESCRIBE_TOKENS)]
+    zk = cluster.zk_client()
+    try:
+        assert zk.exists(f"/kafka-acl/DelegationToken/{token}") and zk.exists(f"/kafka-acl/User/{owner}")
+    finally:
+        zk.stop()
+        zk.close()
+    acls.add(acl(RT.CLUSTER, "kafka-cluster", OP.DESCRIBE))
+
+    def described() -> None:
+        (answer,) = ask(port, [request(29, 3, resource_type_filter=i8(RT.USER), resource_name_filter=owner,
+                                       pattern_type_filter=i8(PT.ANY), principal_filter=None, host_filter=None,
+                                       operation=i8(OP.ANY), permission_type=i8(AclPermissionType.ANY))])
+        assert answer.error_code == ErrorCode.none
+        assert sorted(int(a.operation) for r in answer.resources for a in r.acls) == [OP.CREATE_TOKENS,
+                                                                                      OP.DESCRIBE_TOKENS]
+
+    eventually(described, "DescribeAcls lists the User ACLs")
+    # token requests on PLAINTEXT: never allowed, whatever the ACLs
+    token_request = request(38, 3, owner_principal_type="User", owner_principal_name=owner[5:], renewers=(),
+                            max_lifetime=datetime.timedelta(milliseconds=-1))
+
+    async def token_error() -> int:  # read by hand: kio cannot decode the -1 timestamps Kafka sends
+        from odradek.common.network.client import NetworkClient
+
+        client = NetworkClient("127.0.0.1", port)
+        try:
+            body = bytes(await client.send_frame(lambda cid: wire.encode_request(token_request, cid, "t"), "token"))
+        finally:
+            await client.close()
+        return int.from_bytes(body[5:7], "big", signed=True)  # correlation id, empty tags, error_code
+
+    assert asyncio.run(token_error()) == ErrorCode.delegation_token_request_not_allowed
+    # DeleteAcls removes them
+    dmod = request_module(31, 3)
+    (deleted,) = ask(port, [request(31, 3, filters=(dmod.DeleteAclsFilter(
+        resource_type_filter=i8(RT.DELEGATION_TOKEN), resource_name_filter=token, pattern_type_filter=i8(PT.LITERAL),
+        principal_filter=None, host_filter=None, operation=i8(OP.ANY), permission_type=i8(AclPermissionType.ANY)),))])
+    assert [len(r.matching_acls) for r in deleted.filter_results] == [1]

@@ -23,7 +23,7 @@ from odradek.operator.topics import Tuning
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
 
-RESYNC = 1.5
+RESYNC = 0.5  # tests wait for resync passes (Env.resync_passes), never for a time
 CLUSTER = "demo"
 BASE = f"/apis/odradek.io/v1alpha1/namespaces/{NS}/topics"
 
@@ -114,17 +114,30 @@ class Env:
         self.api = Api(url)
         self.kafka = Kafka(kafka.bootstrap)
         self.operator: OperatorThread | None = None
+        self.observes = 0
+        """Topic reconcile passes that looked at the cluster: each asks topic_bootstrap once."""
 
     async def view(self, body):
         return await fetch_view([("127.0.0.1", p) for p in self.cluster.broker_ports], timeout=5.0)
 
+    def _bootstrap(self, cluster):  # called in the operator's thread; an int += is atomic enough here
+        self.observes += 1
+        return [("127.0.0.1", p) for p in self.cluster.broker_ports]
+
+    async def resync_passes(self, n, timeout=30.0):
+        """Wait until the operator has looked at the cluster for its Topics n more times. With one
+        managed Topic these are its resync passes, and once pass n+1 has started pass n is over,
+        writes included (the work queue gives a key to one worker at a time): the event to wait
+        for, rather than sleeping through resync periods."""
+        target = self.observes + n
+        await wait_for(lambda: self.observes >= target, timeout, f"{n} more topic reconcile passes")
+
     def start_operator(self):
-        ports = list(self.cluster.broker_ports)
         self.metrics_url = f"http://127.0.0.1:{free_ports(1)[0]}/metrics"
         self.operator = OperatorThread(
             self.url, self.view, interval=2.0, metrics_host="127.0.0.1",
             metrics_port=int(self.metrics_url.rsplit(":", 1)[1].split("/")[0]),
-            topic_bootstrap=lambda cluster: [("127.0.0.1", p) for p in ports],
+            topic_bootstrap=self._bootstrap,
             topic_tuning=Tuning(workers=8, resync=RESYNC, linger=0.02))
 
     async def stop_operator(self):
@@ -224,7 +237,7 @@ async def test_resync_recreates_a_topic_deleted_in_the_cluster_and_writes_nothin
     await env.apply(name, {"partitions": 2})
     await env.ready(name)
     mark = env.mark()
-    await asyncio.sleep(RESYNC * 2.5)  # two resyncs of an unchanged topic
+    await env.resync_passes(3)  # two whole resyncs of an unchanged topic
     assert env.topic_writes(mark) == [], "an unchanged topic gets no status or finalizer writes"
 
     await env.kafka.delete(name)  # out of band
@@ -362,8 +375,11 @@ async def test_unmanaged_annotation_stops_managing_without_deleting(env):
     name = unique()
     await env.create_cluster()
     env.start_operator()
+    witness = unique("witness")  # a managed Topic: its resync passes show that resyncs happened
+    await env.apply(witness, {"partitions": 1})
     await env.apply(name, {"partitions": 1})
     await env.ready(name)
+    await env.ready(witness)
     await env.patch(name, {"metadata": {"annotations": {MANAGED_ANNOTATION: "false"}}})
     body = await env.reason(name, "Unmanaged")
     assert not body["metadata"].get("finalizers")
@@ -371,12 +387,12 @@ async def test_unmanaged_annotation_stops_managing_without_deleting(env):
         "Ready": "False", "Reconciling": "False", "Stalled": "False"}
     await env.kafka.delete(name)  # not recreated while unmanaged
     await env.kafka.wait_gone(name)
-    await asyncio.sleep(RESYNC * 2)
+    await env.resync_passes(3)
     assert await env.kafka.topic(name) is None
     await env.kafka.create(name, 1)
     await env.delete(name)
     await env.gone(name)
-    await asyncio.sleep(0.5)
+    await env.resync_passes(2)
     await env.kafka.wait_topic(name, {"partitions": 1, "replicas": 1}, timeout=15)  # deleting the resource kept the topic
 
 
@@ -438,5 +454,5 @@ async def test_operator_restarted_between_steps(env):
 
     mark = env.mark()  # an upgrade: a new process, nothing changed
     env.start_operator()
-    await asyncio.sleep(RESYNC * 2)
+    await env.resync_passes(3)  # the first look and two whole resyncs
     assert env.topic_writes(mark) == [], "a restarted operator writes nothing for a Ready topic"

@@ -155,6 +155,24 @@ def state_families(server) -> Iterable[Family]:
         end.add(plog.log_end_offset, labels)
     yield size
     yield end
+    # Kafka's per-partition gauges (kafka.cluster:type=Partition), 0 or 1, reported by the leader:
+    # Strimzi's dashboard sums them per cluster.
+    at_min = Family("kafka_cluster_partition_atminisr", "gauge",
+                    "1 for a partition this broker leads whose ISR is exactly min.insync.replicas.")
+    under_min_isr = Family("kafka_cluster_partition_underminisr", "gauge",
+                           "1 for a partition this broker leads whose ISR is below min.insync.replicas.")
+    under_replicated = Family("kafka_cluster_partition_underreplicated", "gauge",
+                              "1 for a partition this broker leads with fewer in-sync replicas than replicas.")
+    for (topic, index), p in sorted(partitions.items()):
+        if p.is_leader:
+            labels = (("topic", topic), ("partition", str(index)))
+            isr, minimum = len(p.isr), p.min_insync_replicas()
+            at_min.add(int(isr == minimum), labels)
+            under_min_isr.add(int(isr < minimum), labels)
+            under_replicated.add(int(isr < len(p.replicas)), labels)
+    yield at_min
+    yield under_min_isr
+    yield under_replicated
     purgatory = Family("kafka_server_delayedoperationpurgatory_purgatorysize", "gauge",
                        "Requests waiting in a purgatory.")
     for name, p in (("Produce", rm.produce_purgatory), ("Fetch", rm.fetch_purgatory),

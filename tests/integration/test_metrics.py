@@ -97,6 +97,11 @@ def test_metrics_follow_the_load(zookeeper, tmp_path):
             led = value(s, "kafka_server_replicamanager_leadercount")
             return led >= PARTITIONS and value(s, "kafka_server_replicamanager_underreplicatedpartitions") == led
         wait_until(every_led_partition_under_replicated, 60, "under-replicated partitions on broker 0")
-        assert value(scrape(brokers[0]), "kafka_server_replicamanager_underminisrpartitioncount") == PARTITIONS
+        samples = scrape(brokers[0])
+        assert value(samples, "kafka_server_replicamanager_underminisrpartitioncount") == PARTITIONS
+        # Kafka's per-partition gauges (Strimzi's dashboard sums them)
+        assert value(samples, "kafka_cluster_partition_underminisr", topic=TOPIC) == PARTITIONS
+        assert value(samples, "kafka_cluster_partition_underreplicated", topic=TOPIC) == PARTITIONS
+        assert value(samples, "kafka_cluster_partition_atminisr", topic=TOPIC) == 0
     finally:
         cluster.stop()

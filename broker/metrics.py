@@ -13,14 +13,14 @@ from typing import Any
 
 from kio.index import load_request_schema
 
-from odradek.common.metrics import Family, Latency, latency_family
+from odradek.common.metrics import Family, Labels, Latency, latency_family
 
 
 class BrokerTopicStats:
     """Per-topic counters (Kafka's BrokerTopicMetrics); each value a list of four ints."""
     MESSAGES_IN, BYTES_IN, BYTES_OUT, REPLICATION_BYTES_OUT = range(4)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.topics: dict[str, list[int]] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -76,13 +76,13 @@ def api_name(api_key: int) -> str:
 class RequestStats:
     """Requests and their total time per API key (Kafka's RequestMetrics)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.latency: dict[int, Latency] = {}
         self.in_flight = 0
         self._names: dict[int, str] = {}
 
     def families(self) -> Iterable[Family]:
-        def labels(key: int):
+        def labels(key: int) -> Labels:
             name = self._names.get(key)
             if name is None:
                 name = self._names[key] = api_name(key)
@@ -107,7 +107,7 @@ def metered(handle: Handler, stats: RequestStats) -> Handler:
     latency = stats.latency
     clock = time.perf_counter
 
-    async def handler(frame_body, conn):
+    async def handler(frame_body: Any, conn: Any) -> Any:
         start = clock()
         stats.in_flight += 1
         try:
@@ -124,7 +124,7 @@ def metered(handle: Handler, stats: RequestStats) -> Handler:
     return handler
 
 
-def state_families(server) -> Iterable[Family]:
+def state_families(server: Any) -> Iterable[Family]:  # a KafkaServer (which imports this module)
     """What the broker holds right now: partitions, logs, purgatories, connections, group lag."""
     rm = server.replica_manager
     if rm is None:
@@ -186,7 +186,7 @@ def state_families(server) -> Iterable[Family]:
     yield lag_family(server)
 
 
-def lag_family(server) -> Family:
+def lag_family(server: Any) -> Family:
     """Consumer lag (the high watermark minus the committed offset, kafka_exporter's name) of the
     groups this broker coordinates, for the partitions it has a replica of: a follower's high
     watermark trails the leader's by at most one fetch. A partition with no replica here is

@@ -19,6 +19,7 @@ from odradek.operator.models import (
     PodSettings,
     Resources,
     Storage,
+    parse_spec,
 )
 
 BROKER_PORT = 9092
@@ -210,8 +211,15 @@ def replication_bootstrap(body: dict[str, Any]) -> tuple[str, int]:
 
 
 def bootstrap_servers(body: dict[str, Any]) -> str:
+    """The bootstrap Service at the first internal client listener (spec.listeners; 9092 by default)."""
     meta = body["metadata"]
-    return f"{names(meta['name'])['bootstrap']}.{meta['namespace']}.svc:{BROKER_PORT}"
+    port = BROKER_PORT
+    try:
+        listeners = parse_spec(body.get("spec")).listeners
+        port = next((lst.port for lst in listeners if lst.type == "internal"), listeners[0].port)
+    except ValueError:  # an invalid spec (pydantic's ValidationError) is reported elsewhere
+        pass
+    return f"{names(meta['name'])['bootstrap']}.{meta['namespace']}.svc:{port}"
 
 
 # --- ZooKeeper ----------------------------------------------------------------------------------

@@ -71,8 +71,8 @@ def access(cluster: dict[str, Any], credentials: OperatorCredentials | None = No
     spec = parse_spec(cluster.get("spec"))
     zk_connect = builders.zookeeper_connect(cluster, spec)
     if not spec.secured:
-        host = builders.bootstrap_servers(cluster).rsplit(":", 1)[0]
-        return ClusterAccess(((host, spec.listeners[0].port),), zookeeper_connect=zk_connect)
+        host, port = builders.bootstrap_servers(cluster).rsplit(":", 1)
+        return ClusterAccess(((host, int(port)),), zookeeper_connect=zk_connect)
     if credentials is None:
         raise NotReady(f"the operator's certificate of {cluster['metadata']['name']} is not issued yet")
     security = client_security("SSL", {

@@ -161,6 +161,12 @@ def _int(options: dict, key: str) -> int | None:
         raise ValueError(f"{key} must be an integer, got {text!r}") from e
 
 
+def _int_or(options: dict, key: str, default: int) -> int:
+    """`key` as an integer, `default` only when it is not given (0 is a value)."""
+    value = _int(options, key)
+    return default if value is None else value
+
+
 def kafka_params(options: dict) -> dict:
     """Every `kafka.*` option without its prefix: the client's own configuration."""
     return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
@@ -264,7 +270,7 @@ def read_options(raw: dict, streaming: bool) -> ReadOptions:
         max_offsets_per_trigger=max_per_trigger,
         poll_timeout_ms=_int(options, POLL_TIMEOUT_MS) or 120_000,
         fetch_offset_retries=max(1, _int(options, FETCH_OFFSET_RETRIES) or 3),
-        fetch_offset_retry_interval_ms=max(0, _int(options, FETCH_OFFSET_RETRY_INTERVAL_MS) or 1000),
+        fetch_offset_retry_interval_ms=max(0, _int_or(options, FETCH_OFFSET_RETRY_INTERVAL_MS, 1000)),  # 0: no wait
         commit_offsets_to_group=options.get(COMMIT_OFFSETS_TO_GROUP) or None,
         kafka_params=params,
         group_id=f"{prefix}-{uuid.uuid4()}-executor",

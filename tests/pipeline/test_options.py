@@ -78,3 +78,10 @@ def test_write_options():
                          ({"deliveryGuarantee": "twice"}, "deliveryGuarantee")]:
         with pytest.raises(ValueError, match=message):
             write_options({"kafka.bootstrap.servers": "h:1", **bad})
+
+
+def test_a_zero_retry_interval_is_kept_not_replaced_by_the_default():
+    base = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "orders"}
+    assert read_options(base, streaming=False).fetch_offset_retry_interval_ms == 1000
+    zero = read_options({**base, "fetchoffset.retryintervalms": "0"}, streaming=False)
+    assert zero.fetch_offset_retry_interval_ms == 0

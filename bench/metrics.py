@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             text, scrape_s = scrape(target.cluster.metrics_urls["broker-0"])
         finally:
             target.close()
-    requests = sample(text, 'kafka_network_requestmetrics_requestspersec{request="Produce"}')
+    requests = sample(text, 'kafka_network_requestmetrics_requests_total{request="Produce"}')
     appends_per_request = args.partitions  # at most one append per partition per request
     broker_ms = sample(text, 'kafka_network_requestmetrics_totaltimems_sum{request="Produce"}')
     cost_s = requests * (wrapper_ns + appends_per_request * counting_ns) / 1e9

@@ -435,6 +435,8 @@ class BrokerZkClient:
         calls = self._calls()
         path = zk_data.entity_config_path(entity_path)
         data = zk_data.encode_entity_config(config)
+        if expected_version < 0:  # the first entity of its type: a transaction cannot make parents
+            calls.ensure_path(path.rsplit("/", 1)[0])
         t = calls.zk.transaction()
         if expected_version < 0:
             t.create(path, data)

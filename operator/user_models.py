@@ -131,7 +131,7 @@ def spec_problem(error: ValidationError) -> tuple[str, str]:
 
 
 def username(name: str, spec: KafkaUserSpec | None) -> str:
-    """Kafka's user name: the resource's name, or `CN=<name>` for a certificate (the subject
+    """Kafka's user name: the resource's name, or `CN=<name>` for a certificate (its subject, which
     the default `ssl.principal.mapping.rules` turn into the principal)."""
     if spec is not None and spec.authentication is not None and spec.authentication.type == TLS:
         return f"CN={name}"

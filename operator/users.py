@@ -8,10 +8,14 @@ holds its credential, and the status only when it changed. A periodic resync que
 KafkaUser again, which reverts ACL, quota and credential changes made directly in the cluster.
 
 Passwords are generated with `secrets`, read from Secrets, salted in kafka_admin and written to
-the user's Secret; they never reach a log line, an event, a condition or the status.
+the user's Secret; they never reach a log line, an event, a condition or the status. A `tls`
+user's certificate is issued here (`cryptography`) from the cluster's clients CA Secret and
+reissued within the CA's renewalDays of its end (checked at every pass).
 """
 
 import asyncio
+import base64
+import datetime
 import hmac
 import logging
 import secrets
@@ -21,13 +25,20 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import kopf
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from odradek.operator import builders
 from odradek.operator.batching import Batcher
+from odradek.operator.certificates import BACKDATE, Authority, clock_now, needs_renewal
 from odradek.operator.cluster_access import ClusterAccess, cluster_access
 from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats, kind_key
-from odradek.operator.models import GROUP, VERSION
+from odradek.operator.models import GROUP, VERSION, parse_spec
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
 from odradek.operator.topic_reconciler import Cluster, Phase
 from odradek.operator.topics import BootstrapSource, Tuning, service_bootstrap
@@ -70,6 +81,32 @@ ClusterKey = tuple[str, str | None]
 def generate_password() -> str:
     """32 letters and digits from `secrets` (about 190 bits), as Strimzi generates them."""
     return "".join(secrets.choice(_ALPHABET) for _ in range(PASSWORD_LENGTH))
+
+
+def issue_client_certificate(ca: Authority, name: str, now: datetime.datetime, validity_days: int
+                             ) -> dict[str, str]:
+    """A client certificate for KafkaUser `name`, subject `CN=<name>` only (its principal is
+    `User:CN=<name>`; the cluster's own certificates carry O=odradek.io, which no user's can),
+    as Strimzi's Secret keys: ca.crt, user.crt, user.key, and user.p12 under user.password."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca.certificate.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - BACKDATE)
+            .not_valid_after(now + datetime.timedelta(days=validity_days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca.private_key(), hashes.SHA256()))
+    password = generate_password()
+    p12 = pkcs12.serialize_key_and_certificates(
+        name.encode(), key, cert, [ca.certificate], serialization.BestAvailableEncryption(password.encode()))
+    return {"ca.crt": ca.cert_pem, "user.crt": cert.public_bytes(serialization.Encoding.PEM).decode(),
+            "user.key": key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()).decode(),
+            "user.p12": base64.b64encode(p12).decode(), "user.password": password}
+
+
+class ClientsCaUnavailable(Exception):
+    """The cluster's clients CA is not (yet) in its Secret."""
 
 
 class PasswordUnavailable(Exception):
@@ -328,6 +365,29 @@ class UserController:
             stored = False
         return password, stored, secret
 
+    async def _certificate(self, r: UserResource) -> None:
+        """Issue the user's certificate from the cluster's clients CA when its Secret has none, or
+        one of another CA, or one within the CA's renewalDays of its end; write the Secret."""
+        cluster = self.clusters[(r.namespace, r.cluster_ref)]
+        ca_name = builders.names(str(r.cluster_ref))["clients_ca"]
+        found = await self.client.get("Secret", r.namespace, ca_name)
+        data = {k: v for k in ("ca.key", "ca.crt") if (v := secret_value(found, k)) is not None}
+        ca = Authority.from_secret(data)
+        if ca is None:
+            raise ClientsCaUnavailable(f"the clients CA Secret {ca_name!r} does not exist or holds no CA yet")
+        try:
+            settings = parse_spec(cluster.get("spec") or {}).clients_ca
+            validity, renewal = settings.validity_days, settings.renewal_days
+        except ValueError:
+            validity, renewal = 365, 30
+        current = await self.client.get("Secret", r.namespace, r.secret_name)
+        now = clock_now()
+        why = needs_renewal(secret_value(current, "user.crt"), ca, (), now, renewal)
+        if why is None and secret_value(current, "ca.crt") == ca.cert_pem:
+            return
+        await self._write_secret(r, issue_client_certificate(ca, r.name, now, validity), current)
+        log.info("KafkaUser %s/%s: client certificate issued (%s)", r.namespace, r.name, why or "CA changed")
+
     async def _observe_and_act(self, r: UserResource) -> bool:
         spec = r.spec
         if spec is None:
@@ -340,8 +400,13 @@ class UserController:
                 password, stored, secret = await self._password(r)
             elif spec.authentication is None:
                 await self._delete_secret(r)
+            elif spec.authentication.type == TLS:
+                await self._certificate(r)
         except PasswordUnavailable as e:
             await self._write_status(r, Outcome(r, Phase.PROGRESSING, "PasswordSecretNotFound", str(e)))
+            return True
+        except ClientsCaUnavailable as e:
+            await self._write_status(r, Outcome(r, Phase.PROGRESSING, "ClientsCaNotFound", str(e)))
             return True
         try:
             admin = await self.admin_for(r)
@@ -363,10 +428,6 @@ class UserController:
         if scram and password is not None and credential_ok and not stored:
             await self._write_secret(r, scram_secret_data(user, password), secret)
         o = outcome(r, user, p, results, r.secret_name if spec.authentication is not None else None)
-        if o.phase is Phase.READY and spec.authentication is not None and spec.authentication.type == TLS:
-            o = Outcome(r, Phase.PROGRESSING, "CertificateNotIssued",
-                        "the user's ACLs and quotas are set; client certificates are not issued yet "
-                        "(no clients CA for this cluster)", user, None)
         repeated = _ready_reason(r) == o.reason
         for action, result in results:
             if result.error is None:

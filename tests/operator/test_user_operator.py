@@ -323,3 +323,41 @@ async def test_a_password_from_a_secret_and_its_change(env):
     await env.delete("late")
     await wait_for(lambda: env.user("app") is None and env.user("late") is None, 30, "users removed")
     await env.operator.stop()
+
+
+async def test_a_tls_user_gets_a_certificate_of_the_clients_ca(env):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    from odradek.operator.certificates import clock_now, new_ca
+
+    await env.create_cluster()
+    env.start_operator()
+    acls = [{"resource": {"type": "topic", "name": "granted"}, "operations": ["Read"]}]
+    await env.apply("certified", {"authentication": {"type": "tls"}, "authorization": {"acls": acls}})
+    body = await wait_for(lambda: condition(env.user("certified"), "Ready").get("reason") == "ClientsCaNotFound"
+                          and env.user("certified"), 20, "waiting for the clients CA")
+    assert condition(body, "Reconciling")["status"] == "True" and condition(body, "Stalled")["status"] == "False"
+    ca = new_ca("demo-clients-ca", clock_now(), 365)
+    await env.put_secret("demo-clients-ca", {"ca.key": ca.key_pem, "ca.crt": ca.cert_pem})
+    body = await env.ready("certified", timeout=6 * RESYNC + 20)
+    assert body["status"]["username"] == "CN=certified" and body["status"]["secret"] == "certified"
+    secret = env.secret("certified")
+    assert set(secret) == {"ca.crt", "user.crt", "user.key", "user.p12", "user.password"}
+    cert = x509.load_pem_x509_certificate(secret["user.crt"].encode())
+    assert cert.subject.rfc4514_string() == "CN=certified" and cert.issuer == ca.certificate.subject
+    ca.certificate.public_key().verify(cert.signature, cert.tbs_certificate_bytes,
+                                       ec.ECDSA(cert.signature_hash_algorithm))
+    key, p12_cert, _ = pkcs12.load_key_and_certificates(base64.b64decode(secret["user.p12"]),
+                                                        secret["user.password"].encode())
+    assert p12_cert == cert and key is not None
+    assert env.acls_of("User:CN=certified") == {("TOPIC", "granted", "LITERAL", "READ", "ALLOW")}
+    # A pass that finds the certificate good keeps it.
+    await env.patch("certified", {"spec": {"quotas": {"consumerByteRate": 2048}}})
+    await env.ready("certified")
+    assert env.secret("certified")["user.crt"] == secret["user.crt"]
+    await env.delete("certified")
+    await wait_for(lambda: env.user("certified") is None, 30, "KafkaUser certified removed")
+    assert env.acls_of("User:CN=certified") == set()
+    await env.operator.stop()

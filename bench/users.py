@@ -9,9 +9,10 @@ group prefix) and a consumer quota: per user one SCRAM upsert, two ACLs, one quo
 Secret. Ready means its Ready condition is True for its generation; at the end the cluster is
 checked with librdkafka (SCRAM credentials and ACLs of every user).
 
-No peer yet: librdkafka's (confluent-kafka 2.x) alter_user_scram_credentials got no answer from
-Odradek's broker within 20 s here (its CreateAcls and DescribeUserScramCredentials work), so the
-figure is the operator's alone, against the 60 s target.
+The peer, on a cluster of its own: librdkafka's AdminClient upserting the same credentials
+(AlterUserScramCredentials) and creating the same ACLs (CreateAcls), 1,000 users per request, no
+operator, no Kubernetes (librdkafka has no client-quota call). Its time is what the cluster itself
+needs; the ratio says what the operator adds.
 
 Run: .venv/bin/python bench/users.py [--users 1000]   (target: all Ready within 60 s)
 """
@@ -98,6 +99,32 @@ def started_cluster(data_dir: Path, brokers: int):
         cluster.stop()
 
 
+def _acls(name: str) -> list:
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    return [AclBinding(ResourceType.TOPIC, name, ResourcePatternType.LITERAL, f"User:{name}", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW),
+            AclBinding(ResourceType.GROUP, f"{name}-", ResourcePatternType.PREFIXED, f"User:{name}", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW)]
+
+
+def peer(bootstrap: str, n: int, timeout: float) -> float:
+    """Seconds for librdkafka to upsert n SCRAM credentials and create 2n ACLs, 1,000 users per request."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(min(timeout, 300) * 1000)})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    started = time.monotonic()
+    for first in range(0, n, 1000):
+        names = [f"peer-{i:05d}" for i in range(first, min(n, first + 1000))]
+        upserts = [UserScramCredentialUpsertion(u, info, b"peer-password-" + u.encode()) for u in names]
+        for f in admin.alter_user_scram_credentials(upserts, request_timeout=timeout).values():
+            f.result()
+        for f in admin.create_acls([b for u in names for b in _acls(u)], request_timeout=timeout).values():
+            f.result()
+    return time.monotonic() - started
+
+
 def verify(bootstrap: str, n: int) -> str:
     from confluent_kafka.admin import (
         AclBindingFilter,
@@ -119,7 +146,7 @@ def verify(bootstrap: str, n: int) -> str:
     return f"{len(users)} SCRAM-SHA-512 credentials, {len(ours)} ACLs"
 
 
-async def bench(n: int, cluster, data_dir: Path, workers: int, timeout: float) -> dict:
+async def bench(n: int, cluster, data_dir: Path, workers: int, timeout: float, peer_s: float | None) -> dict:
     import aiohttp
     import kmock
     from operator_harness import USERS, new_server
@@ -181,6 +208,8 @@ async def bench(n: int, cluster, data_dir: Path, workers: int, timeout: float) -
             checked = await asyncio.to_thread(verify, cluster.bootstrap, n)
             return {"users": n, "apply_s": round(applied, 1), "all_ready_s": round(wall, 1),
                     "operator_peak_mb": round(peak), "target_s": TARGET_S, "secrets": secrets, "checked": checked,
+                    "peer_librdkafka_s": None if peer_s is None else round(peer_s, 1),
+                    "ratio_to_peer": None if peer_s is None else round(wall / peer_s, 2),
                     "requests_to_api": len(list(server))}
     finally:
         stop(operator)
@@ -197,14 +226,20 @@ def main(argv=None) -> int:
     p.add_argument("--brokers", type=int, default=1)
     p.add_argument("--workers", type=int, default=256, help="the operator's concurrent reconciles")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--no-peer", action="store_true", help="skip the librdkafka peer run")
     args = p.parse_args(argv)
     if args.what == "operator":
         operator_main(args.url, [int(x) for x in args.ports.split(",")], args.workers)
         return 0
     print(f"{args.users} KafkaUsers (scram-sha-512, 2 ACLs, 1 quota each), {args.brokers} broker(s)", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="odradek-bench-users-"))
+    peer_s = None
+    if not args.no_peer:
+        with started_cluster(tmp / "peer-cluster", args.brokers) as cluster:
+            peer_s = peer(cluster.bootstrap, args.users, args.timeout)
+        print(f"  peer: librdkafka made {args.users} users in {peer_s:.1f}s", flush=True)
     with started_cluster(tmp / "cluster", args.brokers) as cluster:
-        result = asyncio.run(bench(args.users, cluster, tmp, args.workers, args.timeout))
+        result = asyncio.run(bench(args.users, cluster, tmp, args.workers, args.timeout, peer_s))
     shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result, indent=2))
     return 0

@@ -40,9 +40,10 @@ def _entity_path(change: ca.ResourceChange) -> str:
 
 
 class ConfigApis:
-    def __init__(self, dynamic: DynamicBrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient):
+    def __init__(self, dynamic: DynamicBrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient, *,
+                 authorizer: Authorizer = ALLOW_ALL):
         self.dynamic = dynamic
-        self.authorizer: Authorizer = ALLOW_ALL
+        self.authorizer = authorizer
         self.broker_id = dynamic.broker_id
         self.metadata_cache = metadata_cache
         self.zk = zk

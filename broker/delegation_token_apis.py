@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.common.api_key import ApiKey
-from odradek.common.network.request_context import RequestContext
+from odradek.common.network.request_context import Handler, RequestContext
 from odradek.common.wire import NO_THROTTLE, make_entity, response_module
 
 from .authorizer.acl import AclOperation, ResourceType
@@ -40,8 +40,8 @@ class DelegationTokenApis:
     def __init__(self, authorizer: Callable[[], Authorizer]):
         self.authorizer = authorizer
         """The broker's authorizer as it is now (it is installed after the handlers are built)."""
-        self.versions = dict(VERSIONS)
-        self.handlers = {
+        self.versions: dict[int, tuple[int, int]] = dict(VERSIONS)
+        self.handlers: dict[int, Handler] = {
             ApiKey.CREATE_DELEGATION_TOKEN: self.handle_create,
             ApiKey.RENEW_DELEGATION_TOKEN: self.handle_renew_or_expire,
             ApiKey.EXPIRE_DELEGATION_TOKEN: self.handle_renew_or_expire,

@@ -30,9 +30,9 @@ MIN_FORWARD_S, MAX_FORWARD_S = 1.0, 60.0
 
 
 class ForwardedApis:
-    def __init__(self, channel: BrokerToControllerChannel):
+    def __init__(self, channel: BrokerToControllerChannel, *, authorizer: Authorizer = ALLOW_ALL):
         self.channel = channel
-        self.authorizer: Authorizer = ALLOW_ALL
+        self.authorizer = authorizer
         self.versions: dict[int, tuple[int, int]] = {
             ApiKey.ELECT_LEADERS: (0, 2),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),

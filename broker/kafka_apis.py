@@ -16,7 +16,7 @@ import logging
 import sys
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta, i64
@@ -26,9 +26,7 @@ from odradek.broker import fetch as fetch_codec
 from odradek.broker import produce as produce_codec
 from odradek.broker.authorizer.acl import AclOperation, ResourceType
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, CLUSTER_GATED_APIS, Authorizer, authorize_cluster
-from odradek.broker.delegation_token_apis import DelegationTokenApis
 from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
-from odradek.broker.group.group_apis import GroupApis
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.legacy_records import down_convert, up_convert
 from odradek.broker.log.local_log import FileRegion
@@ -92,6 +90,10 @@ def down_converted(result: typing.Any, magic: int, fetch_offset: int) -> FetchRe
     data = b"".join(r.read_bytes() if isinstance(r, FileRegion) else bytes(r) for r in result.regions)
     converted = down_convert(data, magic, fetch_offset)
     return dataclasses.replace(result, regions=[converted] if converted else [], size=len(converted))
+
+
+LegacyDecoder = Callable[[bytes], tuple[typing.Any, ...]]
+"""A request version kio lacks: frame body → (header, request, schema)."""
 
 
 def decode_legacy_produce(frame_body) -> tuple:
@@ -222,59 +224,46 @@ class Unanswered:
 # --- KafkaApis ------------------------------------------------------------------------------------
 
 
+class ApiGroup(typing.Protocol):
+    """A module's handlers and the versions it serves, merged into KafkaApis' one dispatch table."""
+
+    @property
+    def handlers(self) -> Mapping[int, Handler]: ...
+    @property
+    def versions(self) -> Mapping[int, tuple[int, int]]: ...
+
+
 class KafkaApis:
+    """Kafka's KafkaApis: one dispatch table from ApiKey to handler (its own and those of the API
+    groups it is given, built once here), the authorizer's cluster-wide checks, the framing."""
+
     def __init__(self, config: BrokerConfig, replica_manager: ReplicaManager, metadata_apis: MetadataApis | None,
-                 group_apis: GroupApis | None = None, producer_id_manager: ZkProducerIdManager | None = None,
-                 transaction_apis: TransactionApis | None = None,
-                 control_plane_guard: control_plane.ControlPlaneGuard | None = None, *, clock: Clock = now_ms):
+                 apis: Sequence[ApiGroup] = (), producer_id_manager: ZkProducerIdManager | None = None,
+                 control_plane_guard: control_plane.ControlPlaneGuard | None = None, *,
+                 authorizer: Authorizer = ALLOW_ALL, quotas: QuotaManagers | None = None,
+                 transaction_verifier: TransactionVerifier | None = None,
+                 transaction_apis: TransactionApis | None = None, clock: Clock = now_ms):
         self.config = config
-        self.authorizer: Authorizer = ALLOW_ALL
+        self.authorizer = authorizer
         """Consulted where Kafka's KafkaApis consults its authorizer (broker/authorizer)."""
         self.control_plane_guard = control_plane_guard
         """Admits controller requests (broker/control_plane); without one every one is refused."""
         self.replica_manager = replica_manager
         self.producer_id_manager = producer_id_manager
         """ZkProducerIdManager; without one InitProducerId is not advertised."""
+        self.transaction_verifier = transaction_verifier
         self.transaction_apis = transaction_apis
-        self.transaction_verifier: TransactionVerifier | None = None
-        self.quotas: QuotaManagers | None = None
+        """The transaction coordinator's APIs, for InitProducerId with a transactional id."""
+        self.quotas = quotas
         """Client quotas (broker/quota): Produce and consumer Fetch answers carry their throttle time."""
         self.clock = clock
         self.request_timer: Timer = monotonic_ns
         """Measures handler time for the request quota (broker/quota/request_time)."""
-        self.handlers: dict[int, Handler] = {
-            ApiKey.PRODUCE: self.handle_produce,
-            ApiKey.FETCH: self.handle_fetch,
-            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
-            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
-            ApiKey.STOP_REPLICA: self.handle_stop_replica,
-            ApiKey.API_VERSIONS: self.handle_api_versions,
-            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
-            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
-            ApiKey.DELETE_RECORDS: self.handle_delete_records,
-        }
-        self.versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
         self.metadata_apis = metadata_apis
         """Topic ids for Fetch v13+ (without it, unknown to every id)."""
         self._names_by_id: dict[uuid.UUID, str] = {}
-        if producer_id_manager is not None:
-            self.handlers[ApiKey.INIT_PRODUCER_ID] = self.handle_init_producer_id
-            self.versions[ApiKey.INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
-        for apis in (metadata_apis, transaction_apis):
-            if apis is not None:
-                self.add_apis(apis)
-        self.add_apis(DelegationTokenApis(lambda: self.authorizer))
-        self.legacy_requests: dict = {(ApiKey.PRODUCE, v): decode_legacy_produce for v in produce_codec.LEGACY_VERSIONS}
-        """(api, version) → decoder(frame body) → (header, request, schema), for versions kio lacks."""
-        if group_apis is not None:
-            # The group coordinator's FindCoordinator replaces the placeholder below.
-            for key, handler in group_apis.handlers.items():
-                if key in self.handlers and key != ApiKey.FIND_COORDINATOR:
-                    raise ValueError(f"API {key} handled twice")
-                self.handlers[key] = handler
-                lowest, highest = group_apis.versions[key]
-                self.versions[key] = (lowest, highest)
-            self.legacy_requests.update(getattr(group_apis, "legacy_requests", {}))
+        self.handlers, self.versions, self.legacy_requests = self._dispatch_table(
+            [g for g in (metadata_apis,) if g is not None] + list(apis))
         self.leader_and_isr_listeners: list[Callable] = []
         """Called with (request, response) after each LeaderAndIsr (the group coordinator's election hook)."""
         self.stop_replica_listeners: list[Callable] = []
@@ -288,13 +277,39 @@ class KafkaApis:
         )
         """Incremental fetch sessions (KIP-227), used by Fetch v7+."""
 
-    def add_apis(self, apis) -> None:
-        """Merge another module's `handlers` and `versions` (before the first ApiVersions)."""
-        for key, handler in apis.handlers.items():
-            if key in self.handlers:
-                raise ValueError(f"API {key} handled twice")
-            self.handlers[key] = handler
-            self.versions[key] = tuple(apis.versions[key])
+    def _dispatch_table(self, groups: Sequence[ApiGroup]) -> tuple[
+            dict[int, Handler], dict[int, tuple[int, int]], dict[tuple[int, int], LegacyDecoder]]:
+        """ApiKey → handler and → (lowest, highest) version, and the (api, version) decoders of
+        versions kio lacks: this class's APIs, then each group's (an API handled twice is a wiring
+        error). FindCoordinator here is a placeholder, replaced by the group coordinator's."""
+        handlers: dict[int, Handler] = {
+            ApiKey.PRODUCE: self.handle_produce,
+            ApiKey.FETCH: self.handle_fetch,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr,
+            ApiKey.STOP_REPLICA: self.handle_stop_replica,
+            ApiKey.API_VERSIONS: self.handle_api_versions,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records,
+        }
+        versions: dict[int, tuple[int, int]] = dict(DATA_VERSIONS)
+        if self.producer_id_manager is not None:
+            handlers[ApiKey.INIT_PRODUCER_ID] = self.handle_init_producer_id
+            versions[ApiKey.INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
+        legacy: dict[tuple[int, int], LegacyDecoder] = {
+            (ApiKey.PRODUCE, v): decode_legacy_produce for v in produce_codec.LEGACY_VERSIONS}
+        placeholders = {ApiKey.FIND_COORDINATOR}
+        for group in groups:
+            for key, handler in group.handlers.items():
+                if key in handlers and key not in placeholders:
+                    raise ValueError(f"API {key} handled twice")
+                placeholders.discard(ApiKey(key))
+                handlers[key] = handler
+                lowest, highest = group.versions[key]
+                versions[key] = (lowest, highest)
+            legacy.update(getattr(group, "legacy_requests", {}))
+        return handlers, versions, legacy
 
     # --- dispatch -------------------------------------------------------------------------------
 

@@ -96,9 +96,9 @@ def wanted_partitions(request) -> dict[str, set[int]] | None:
 
 
 class LogDirsApis:
-    def __init__(self, log_manager: LogManager):
+    def __init__(self, log_manager: LogManager, *, authorizer: Authorizer = ALLOW_ALL):
         self.log_manager = log_manager
-        self.authorizer: Authorizer = ALLOW_ALL
+        self.authorizer = authorizer
         self.versions: dict[int, tuple[int, int]] = {ApiKey.DESCRIBE_LOG_DIRS: (0, 4)}  # v0: legacy_schemas
         self.handlers: dict[int, Handler] = {
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}

@@ -1,11 +1,10 @@
 """The broker's metadata and admin APIs: Metadata, UpdateMetadata, CreateTopics, DeleteTopics,
-DescribeCluster, and the config APIs (config_apis: DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs).
+CreatePartitions, DescribeCluster (the config APIs are config_apis').
 
 Each handler takes (context, request) and returns the kio response of the request's version. One
 builder per API fills whatever fields that version's classes have (`_make` drops the rest), so
-every version comes from the same code. broker-data's KafkaApis merges `handlers`/`versions` into
-its dispatch table and ApiVersions answer.
+every version comes from the same code. KafkaApis merges `handlers`/`versions` into its dispatch
+table and ApiVersions answer.
 """
 
 import asyncio
@@ -41,7 +40,6 @@ from .admin_manager import (
 from .auth_helper import NOT_REQUESTED, ResourceType, authorized_operations
 from .authorizer.acl import AclOperation
 from .authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
-from .config_apis import ConfigApis
 from .dynamic_config import DynamicBrokerConfig
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError, broker_endpoint
@@ -119,16 +117,17 @@ def _body(chunks: list[bytes]) -> Body:
 
 
 class MetadataApis:
-    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient,
-                 dynamic_config: DynamicBrokerConfig | None = None):
+    def __init__(self, config: BrokerConfig, metadata_cache: MetadataCache, zk: BrokerZkClient, admin: AdminManager,
+                 dynamic_config: DynamicBrokerConfig, *, authorizer: Authorizer = ALLOW_ALL,
+                 quotas: QuotaManagers | None = None):
         self.config = config
-        self.authorizer: Authorizer = ALLOW_ALL
+        self.authorizer = authorizer
         self.metadata_cache = metadata_cache
         self.zk = zk
-        self.dynamic_config = dynamic_config or DynamicBrokerConfig.from_config(config)
+        self.dynamic_config = dynamic_config
         """The effective (static + dynamic) configuration, shared with the config manager."""
-        self.admin = AdminManager(config, metadata_cache, zk, current_config=lambda: self.dynamic_config.current)
-        self.config_apis = ConfigApis(self.dynamic_config, metadata_cache, zk)
+        self.admin = admin
+        """Carries out topic creation and deletion (also for the group and transaction APIs)."""
         self._cluster_id: str | None = None
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._topic_cache: dict[tuple[int, str, int, str], bytes] = {}
@@ -137,7 +136,7 @@ class MetadataApis:
         self._broker_cache: dict[tuple[int, str], list[bytes]] = {}
         """Encoded Metadata broker lists per (version, listener), for the same generation."""
         self._topic_cache_generation = -1
-        self.quotas: QuotaManagers | None = None
+        self.quotas = quotas
         """Client quotas: CreateTopics, CreatePartitions and DeleteTopics charge controller_mutation_rate."""
         self.handlers: dict[int, Handler] = {
             ApiKey.METADATA: self.handle_metadata,
@@ -146,7 +145,6 @@ class MetadataApis:
             ApiKey.DELETE_TOPICS: self.handle_delete_topics,
             ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
             ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster,
-            **self.config_apis.handlers,
         }
         self.versions: dict[int, tuple[int, int]] = {
             ApiKey.METADATA: (0, 13),
@@ -155,7 +153,6 @@ class MetadataApis:
             ApiKey.DELETE_TOPICS: (0, 6),
             ApiKey.CREATE_PARTITIONS: (0, 3),
             ApiKey.DESCRIBE_CLUSTER: (0, 2),
-            **self.config_apis.versions,
         }
 
     # --- shared pieces -------------------------------------------------------------------------

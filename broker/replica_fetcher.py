@@ -41,7 +41,7 @@ from odradek.broker.replica_fetch_codec import (
 )
 from odradek.broker.replication_quota import is_throttled
 from odradek.common.network.client import NetworkClient
-from odradek.common.security.channel import PLAINTEXT
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -430,13 +430,13 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Which fetcher follows which partition; fetchers come and go with their partitions."""
 
-    def __init__(self, replica_manager, config):
+    def __init__(self, replica_manager, config, security: ClientSecurity = PLAINTEXT):
         self.replica_manager = replica_manager
         self.config = config
         self.broker_id = int(config.broker_id)
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        self.security = PLAINTEXT
-        """How fetchers connect to their leaders' inter-broker listener (set by the server)."""
+        self.security = security
+        """How fetchers connect to their leaders' inter-broker listener."""
         self._closing: set[asyncio.Task] = set()
         self._closed = False
         """Set by shutdown: a LeaderAndIsr still arriving then starts no fetcher (it would outlive

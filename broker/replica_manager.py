@@ -44,6 +44,7 @@ from odradek.common.messages import (
     StopReplicaRequest,
     StopReplicaResponse,
 )
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -255,13 +256,16 @@ async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> N
 
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, metadata_cache: MetadataCache,
-                 zk: BrokerZkClient | None, *, clock: Callable[[], int] = now_ms):
+                 zk: BrokerZkClient | None, *, clock: Callable[[], int] = now_ms,
+                 leader_quota: ReplicationQuota | None = None, follower_quota: ReplicationQuota | None = None,
+                 alter_partition_manager: AlterPartitionManager | None = None,
+                 inter_broker_security: ClientSecurity = PLAINTEXT):
         self.config = config
         self.clock = clock
         """Wall-clock milliseconds for ISR lag, leader epochs and back-offs (injectable for tests)."""
-        self.leader_quota: ReplicationQuota | None = None
+        self.leader_quota = leader_quota
         """Bounds what throttled followers out of the ISR are served (broker/replication_quota)."""
-        self.follower_quota: ReplicationQuota | None = None
+        self.follower_quota = follower_quota
         """Bounds what this broker's fetchers take for throttled replicas."""
         self.broker_id = int(config.broker_id)
         self.log_manager = log_manager
@@ -274,12 +278,12 @@ class ReplicaManager:
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords")
         self._state_change_lock = asyncio.Lock()
-        self.fetcher_manager = ReplicaFetcherManager(self, config)
+        self.fetcher_manager = ReplicaFetcherManager(self, config, inter_broker_security)
         self._written_hw: dict = {}
         self._checkpoint_lock = asyncio.Lock()
         """One HW checkpoint write at a time (they share a temp file)."""
-        self.alter_partition_manager: AlterPartitionManager | None = None
-        """An AlterPartitionManager (set by the server); without one ISRs never change here."""
+        self.alter_partition_manager = alter_partition_manager
+        """Sends ISR changes to the controller; without one ISRs never change here."""
         self.fenced = False
         """Set while the broker's ZooKeeper registration is lost (see set_fenced)."""
         self.offline_partitions: set[tuple[str, int]] = set()

@@ -16,52 +16,29 @@ import asyncio
 import logging
 import signal
 import sys
-from pathlib import Path
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
-from odradek.broker.acl_apis import AclApis
-from odradek.broker.alter_partition_manager import AlterPartitionManager
-from odradek.broker.authorizer.acl_authorizer import AclAuthorizer
-from odradek.broker.authorizer.authorizer import ALLOW_ALL
-from odradek.broker.config_manager import DynamicConfigManager
-from odradek.broker.control_plane import ControlPlaneGuard
-from odradek.broker.controller_channel import BrokerToControllerChannel
+from odradek.broker import components
+from odradek.broker.components import BrokerComponents
 from odradek.broker.dynamic_config import DynamicBrokerConfig
-from odradek.broker.forwarded_apis import ForwardedApis
 from odradek.broker.group import txn_offsets
-from odradek.broker.group.group_apis import GroupApis
-from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
-from odradek.broker.group.group_metadata_manager import GroupMetadataManager
+from odradek.broker.group.group_coordinator import GroupCoordinator
 from odradek.broker.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
-from odradek.broker.kafka_apis import KafkaApis, error_response
+from odradek.broker.kafka_apis import error_response
 from odradek.broker.log import LogManager
-from odradek.broker.log_dirs_apis import LogDirsApis
-from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.metrics import RequestStats, metered, state_families
-from odradek.broker.producer_id_manager import ZkProducerIdManager
-from odradek.broker.quota.client_quota_manager import QuotaConfig
-from odradek.broker.quota.quota_apis import QuotaApis
+from odradek.broker.partition import Partition
 from odradek.broker.quota.quota_managers import QuotaManagers
-from odradek.broker.quota.zk_quota_store import ZkQuotaStore
 from odradek.broker.replica_manager import ReplicaManager
-from odradek.broker.replication_quota import ReplicationQuota
-from odradek.broker.security.credential_cache import CredentialCache, CredentialLoader
+from odradek.broker.security.credential_cache import CredentialCache
 from odradek.broker.security.listeners import check_sasl_listeners, sasl_listener_handler
-from odradek.broker.security.sasl_apis import SaslApis
-from odradek.broker.security.scram_apis import ScramApis
-from odradek.broker.transaction.marker_channel import TransactionMarkerChannel
-from odradek.broker.transaction.marker_writer import MarkerWriter
-from odradek.broker.transaction.transaction_apis import TransactionApis
+from odradek.broker.transaction.marker_writer import TxnMarker
 from odradek.broker.transaction.transaction_coordinator import TransactionCoordinator
-from odradek.broker.transaction.transaction_state_manager import (
-    TRANSACTION_STATE_TOPIC_NAME,
-    TransactionConfig,
-    TransactionStateManager,
-)
-from odradek.broker.transaction.verification import TransactionVerifier
+from odradek.broker.transaction.transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, open_files, process_logging, zk_security
 from odradek.common.bounded_exit import end_leftover_tasks, within
@@ -89,40 +66,30 @@ DATA_PLANE_WAIT_LOG_S = 30.0
 """While the client listeners wait for the controller's first UpdateMetadata, a line this often."""
 
 
-def log_dirs(config: BrokerConfig) -> list[Path]:
-    return [Path(d.strip()) for d in config.log_dirs.split(",") if d.strip()]
-
-
 def connection_limits(config: BrokerConfig) -> ConnectionLimits:
     return ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                             config.connections_max_idle_ms, config.queued_max_request_bytes)
 
 
 class KafkaServer:
+    """One broker process: start-up order, the listeners, controlled shutdown, shutdown. The
+    object graph itself is built in one place, broker/components.build."""
+
     def __init__(self, config: BrokerConfig, *, clock: Clock = now_ms):
         self.config = config
         self.clock = clock
         """The broker's one clock (Kafka's Time), handed to every component that reads the time."""
         self.credentials = CredentialCache()
-        self.log_manager: LogManager | None = None
-        self.metadata_cache: MetadataCache | None = None
         self.zk: BrokerZkClient | None = None
-        self.replica_manager: ReplicaManager | None = None
-        self.metadata_apis: MetadataApis | None = None
-        self.apis: KafkaApis | None = None
-        self.group_coordinator: GroupCoordinator | None = None
-        self.transaction_coordinator: TransactionCoordinator | None = None
-        self.producer_id_manager: ZkProducerIdManager | None = None
+        self.components: BrokerComponents | None = None
+        """The broker's parts, once start-up built them (broker/components)."""
         self.socket_servers: list[SocketServer] = []
         self.endpoints: list[EndPoint] = []
         self._stop_background = asyncio.Event()
-        self._background: asyncio.Task | None = None
-        self._replica_background: asyncio.Task | None = None
+        self._background: asyncio.Task[None] | None = None
+        self._replica_background: asyncio.Task[None] | None = None
         self.dynamic_config = DynamicBrokerConfig.from_config(config)
-        self.config_manager: DynamicConfigManager | None = None
-        self.controller_channel: BrokerToControllerChannel | None = None
-        self.alter_partition_manager: AlterPartitionManager | None = None
-        self._announcements: set[asyncio.Task] = set()
+        self._announcements: set[asyncio.Task[None]] = set()
         """Log directory failure notifications being written (retried while ZooKeeper is down)."""
         self.request_stats = RequestStats()
         self.cert_watcher = CertificateWatcher()
@@ -130,11 +97,25 @@ class KafkaServer:
         self._controller_security: dict[str, ClientSecurity] = {}
         self.metrics = Registry()
         self.metrics_server: MetricsServer | None = None
-        self.authorizer: AclAuthorizer | None = None
-        """Set when authorizer.class.name is (ACLs from ZooKeeper); None: every request allowed."""
-        self.quotas: QuotaManagers | None = None
-        """Client quotas (broker/quota), loaded from ZooKeeper at start-up."""
-        self._data_plane: asyncio.Task | None = None
+        self._data_plane: asyncio.Task[None] | None = None
+
+    # What the metrics and tests read of a running broker (None before start-up built it).
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None:
+        return self.components.replica_manager if self.components is not None else None
+
+    @property
+    def log_manager(self) -> LogManager | None:
+        return self.components.log_manager if self.components is not None else None
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None:
+        return self.components.group_coordinator if self.components is not None else None
+
+    @property
+    def quotas(self) -> QuotaManagers | None:
+        return self.components.quotas if self.components is not None else None
 
     @property
     def data_plane_servers(self) -> list[SocketServer]:
@@ -148,110 +129,43 @@ class KafkaServer:
         inter_broker = outgoing_security(config, config.inter_broker_listener,
                                          config.security_protocol(config.inter_broker_listener), self.cert_watcher)
         listener_securities = {name: listener_security(config, name, self.cert_watcher) for name, _, _ in listeners}
-        self.zk = BrokerZkClient(config)
-        await self.zk.start()
-        await self._load_dynamic_configs()
-        if config.authorizer_class_name:
-            zk = self.zk
-            self.authorizer = AclAuthorizer.from_config(
-                config.authorizer_class_name, config.super_users, config.allow_everyone_if_no_acl_found,
-                lambda: zk.calls, lambda: zk.session_id, self.clock)
-            await self.authorizer.start()
-            zk.registration_listeners.append(self.authorizer.on_registration)
+        zk = self.zk = BrokerZkClient(config)
+        await zk.start()
+        await self._load_dynamic_configs(zk)
+        parts = self.components = components.build(
+            config, zk, self.dynamic_config, self.credentials, self.clock, inter_broker,
+            self._security_to_controller, self._drop_connections_on_fencing)
+        if parts.acl_authorizer is not None:
+            await parts.acl_authorizer.start()
             own = {name: config.security_protocol(name)
                    for name in (config.control_plane_listener_name, config.inter_broker_listener)}
-            for name in self.authorizer.unauthenticated_peers_refused(own):
+            for name in parts.acl_authorizer.unauthenticated_peers_refused(own):
                 log.warning("listener %s is PLAINTEXT: the controller's and the brokers' requests there come as "
                             "User:ANONYMOUS, which has no CLUSTER_ACTION on the Cluster; they will be refused "
                             "(grant it, or authenticate those listeners and list their users in super.users)", name)
-        self.log_manager = LogManager(log_dirs(config), self.dynamic_config.current, clock=self.clock)
-        await self._load_logs()
-        self.metadata_cache = MetadataCache(config.broker_id)
-        self.replica_manager = ReplicaManager(config, self.log_manager, self.metadata_cache, self.zk, clock=self.clock)
-        self.replica_manager.fetcher_manager.security = inter_broker
-        self.replica_manager.load_high_watermarks()
-        dynamic = self.dynamic_config  # the rates are dynamic broker configs, read at every check
-        self.replica_manager.leader_quota = ReplicationQuota(
-            lambda: int(dynamic.current.leader_replication_throttled_rate))
-        self.replica_manager.follower_quota = ReplicationQuota(
-            lambda: int(dynamic.current.follower_replication_throttled_rate))
-        self.zk.fencing_listeners.append(self._drop_connections_on_fencing)  # before the partitions change
-        self.zk.fencing_listeners.append(self.replica_manager.set_fenced)
-        self.replica_manager.log_dir_failure_listeners.append(self._on_log_dir_failure)
-        self.controller_channel = BrokerToControllerChannel(self.zk, config.broker_id,
-                                                            security_for=self._security_to_controller)
-        self.alter_partition_manager = AlterPartitionManager(
-            self.controller_channel, config.broker_id, lambda: self.zk.broker_epoch,
-            self.replica_manager.isr_change_still_wanted, config.controller_socket_timeout_ms,
-        )
-        self.replica_manager.alter_partition_manager = self.alter_partition_manager
-        self.alter_partition_manager.start()
-        self.metadata_apis = MetadataApis(config, self.metadata_cache, self.zk, self.dynamic_config)
-        self.config_manager = DynamicConfigManager(self.zk, self.dynamic_config, self.log_manager,
-                                                   clock=self.clock)
-        await self.config_manager.start()
-        credential_loader = CredentialLoader(self.zk, self.credentials)
-        await credential_loader.load_all()
-        self.config_manager.entity_listeners.append(credential_loader.on_entity_changes)
-        quota_store = ZkQuotaStore(self.zk)
-        self.quotas = QuotaManagers(quota_store, QuotaConfig(config.quota_window_num,
-                                                             config.quota_window_size_seconds * 1000), self.clock)
-        await self.quotas.load_all()
-        self.config_manager.entity_listeners.append(self.quotas.on_entity_changes)
-        self.group_coordinator = self._group_coordinator()
-        self.group_apis = GroupApis(
-            self.group_coordinator, self.metadata_cache, self.metadata_apis.admin,
-            config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
-        )
-        self.producer_id_manager = ZkProducerIdManager(config.broker_id, self.zk)
-        self.marker_writer = MarkerWriter(self.replica_manager, config.request_timeout_ms, clock=self.clock)
-        self.transaction_coordinator = self._transaction_coordinator()
-        self.transaction_apis = TransactionApis(
-            self.transaction_coordinator, self.marker_writer, self.metadata_cache, self.replica_manager,
-            self.group_coordinator.manager.partition_for, self.metadata_apis.admin)
-        self.group_apis.find_transaction_coordinator = self.transaction_apis.find_coordinator
-        self.marker_writer.listeners.append(self._on_txn_marker)
-        guard = ControlPlaneGuard(config.control_plane_listener_name, lambda: self.zk.broker_epoch,
-                                  self.zk.get_controller_epoch)
-        self.zk.registration_listeners.append(guard.registered)
-        self.apis = KafkaApis(config, self.replica_manager, self.metadata_apis, self.group_apis,
-                              self.producer_id_manager, self.transaction_apis, guard, clock=self.clock)
-        if config.transaction_partition_verification_enable:
-            self.apis.transaction_verifier = TransactionVerifier(
-                config.broker_id, self.replica_manager, self.metadata_cache, self.transaction_coordinator,
-                config.request_timeout_ms)
-            self.apis.transaction_verifier.listener = config.inter_broker_listener
-            self.apis.transaction_verifier.security = inter_broker
-            self.group_apis.verify_txn_offsets = self.apis.transaction_verifier.verify_offsets
-        forwarded = ForwardedApis(self.controller_channel)
-        self.apis.add_apis(forwarded)
-        log_dirs_apis = LogDirsApis(self.log_manager)
-        self.apis.add_apis(log_dirs_apis)
-        self.apis.add_apis(AclApis(self.authorizer))
-        self.apis.add_apis(SaslApis())
-        self.apis.add_apis(ScramApis(self.zk))
-        self.apis.add_apis(QuotaApis(quota_store))
-        self.apis.quotas = self.metadata_apis.quotas = self.quotas
-        authorizer = self.authorizer or ALLOW_ALL  # one object, consulted by every handler
-        for apis in (self.apis, self.metadata_apis, self.metadata_apis.config_apis, self.group_apis,
-                     self.transaction_apis, forwarded, log_dirs_apis):
-            apis.authorizer = authorizer
-        self.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
-        self.apis.stop_replica_listeners.append(self._on_stop_replica)
-        self.group_coordinator.startup()
-        self.transaction_coordinator.startup()
+        await self._load_logs(zk, parts.log_manager)
+        parts.replica_manager.load_high_watermarks()
+        parts.replica_manager.log_dir_failure_listeners.append(self._on_log_dir_failure)
+        parts.alter_partition_manager.start()
+        await parts.config_manager.start()
+        await parts.credential_loader.load_all()
+        await parts.quotas.load_all()
+        parts.marker_writer.listeners.append(self._on_txn_marker)
+        parts.apis.leader_and_isr_listeners.append(self._on_leader_and_isr)
+        parts.apis.stop_replica_listeners.append(self._on_stop_replica)
+        parts.group_coordinator.startup()
+        parts.transaction_coordinator.startup()
 
         bound: dict[str, tuple[str, int]] = {}
         protocols = parse_protocol_map(config.listener_security_protocol_map)
         limits = connection_limits(self.dynamic_config.current)
         for name, host, port in listeners:
             security = listener_securities[name]
-            handler = sasl_listener_handler(metered(self.apis.handle, self.request_stats), name, protocols,
+            handler = sasl_listener_handler(metered(parts.apis.handle, self.request_stats), name, protocols,
                                             sasl_properties(config), self.credentials, error_response, self.clock)
             server = SocketServer(host, port, handler, config.socket_request_max_bytes, listener=name,
                                   limits=limits, security=security)
-            if self.quotas is not None:
-                server.connection_rate = self.quotas.connection_throttle_ms  # every listener, as Kafka's
+            server.connection_rate = parts.quotas.connection_throttle_ms  # every listener, as Kafka's
             control_plane = name == config.control_plane_listener_name
             bound_port = await server.start(serving=control_plane)
             bound[name] = (host, bound_port)
@@ -262,29 +176,29 @@ class KafkaServer:
                 log.info("bound %s://%s:%d (%s); clients are served once registered with the controller's metadata",
                          name, host, bound_port, security.security_protocol)
         self.cert_watcher.start()
-        self.config_manager.reconfigure_listeners.append(self._reconfigure_listeners)
+        parts.config_manager.reconfigure_listeners.append(self._reconfigure_listeners)
 
         self.endpoints = self._advertised_endpoints(bound)
-        await self._start_metrics()
-        epoch = await self.zk.register_broker(BrokerInfo(config.broker_id, tuple(self.endpoints), config.broker_rack))
-        if self.log_manager.offline_dirs:  # failed to load: the controller must not lead from them
+        await self._start_metrics(parts)
+        epoch = await zk.register_broker(BrokerInfo(config.broker_id, tuple(self.endpoints), config.broker_rack))
+        if parts.log_manager.offline_dirs:  # failed to load: the controller must not lead from them
             self._announce_log_dir_failure()
         self._background = asyncio.get_running_loop().create_task(
-            self.log_manager.run_background(self._stop_background)
+            parts.log_manager.run_background(self._stop_background)
         )
         self._replica_background = asyncio.get_running_loop().create_task(
-            self.replica_manager.run_background(self._stop_background)
+            parts.replica_manager.run_background(self._stop_background)
         )
-        self._data_plane = asyncio.get_running_loop().create_task(self._serve_clients_when_ready(),
+        self._data_plane = asyncio.get_running_loop().create_task(self._serve_clients_when_ready(parts.metadata_cache),
                                                                   name="data-plane-start")
         log.info("broker %d started (epoch %d)", config.broker_id, epoch)
 
-    async def _serve_clients_when_ready(self) -> None:
+    async def _serve_clients_when_ready(self, cache: MetadataCache) -> None:
         """Kafka's startProcessingRequests for the data plane, once this broker is registered (it
         is: called after registering) and knows the cluster (the controller's first UpdateMetadata,
         sent to a broker as soon as it sees it registered). Waits as long as no controller
         answers: clients use the other brokers meanwhile. Cancelled by shutdown."""
-        cache, waited = self.metadata_cache, 0.0
+        waited = 0.0
         while not await cache.wait_for(lambda: cache.initialized, DATA_PLANE_WAIT_LOG_S):
             waited += DATA_PLANE_WAIT_LOG_S
             log.info("broker %d: no UpdateMetadata from a controller after %.0fs; client listeners stay closed",
@@ -293,14 +207,12 @@ class KafkaServer:
             await server.start_serving()
             log.info("listening on %s://%s:%d (clients)", server.listener, server.host, server.port)
 
-    async def _start_metrics(self) -> None:
+    async def _start_metrics(self, parts: BrokerComponents) -> None:
         """The Prometheus endpoint (metrics.port), before registration: scraped from the start."""
-        rm = self.replica_manager
-        self.metrics.register(rm.stats.families)
+        self.metrics.register(parts.replica_manager.stats.families)
         self.metrics.register(self.request_stats.families)
         self.metrics.register(lambda: state_families(self))
-        if self.quotas is not None:
-            self.metrics.register(self.quotas.families)
+        self.metrics.register(parts.quotas.families)
         if self.config.metrics_port >= 0:
             self.metrics_server = MetricsServer(self.metrics, self.config.metrics_host, self.config.metrics_port,
                                                 readiness=self.readiness)
@@ -312,7 +224,7 @@ class KafkaServer:
         means: registered in ZooKeeper (not fenced) and caught up with the cluster (the
         controller's first UpdateMetadata arrived), the client listeners serving."""
         registered = self.zk is not None and self.zk.registered
-        caught_up = self.metadata_cache is not None and self.metadata_cache.initialized
+        caught_up = self.components is not None and self.components.metadata_cache.initialized
         serving = bool(self.data_plane_servers) and all(s.serving for s in self.data_plane_servers)
         return registered and caught_up and serving, {
             "brokerId": self.config.broker_id, "registered": registered, "caughtUp": caught_up, "serving": serving}
@@ -324,79 +236,43 @@ class KafkaServer:
         for server in self.socket_servers:
             server.limits = limits
 
-    async def _load_dynamic_configs(self) -> None:
+    async def _load_dynamic_configs(self, zk: BrokerZkClient) -> None:
         """The cluster's and this broker's dynamic configs, before anything uses the config."""
-        default = await self.zk.get_entity_config(f"brokers/{DEFAULT_ENTITY}")
-        own = await self.zk.get_entity_config(f"brokers/{self.config.broker_id}")
+        default = await zk.get_entity_config(f"brokers/{DEFAULT_ENTITY}")
+        own = await zk.get_entity_config(f"brokers/{self.config.broker_id}")
         self.dynamic_config.update(default=default.config, broker=own.config)
 
-    async def _load_logs(self) -> None:
+    async def _load_logs(self, zk: BrokerZkClient, log_manager: LogManager) -> None:
         """Load the logs with their topics' configs from ZooKeeper (Kafka's LogManager does the
         same at start-up): a log loaded on the broker defaults would drop every topic override."""
-        topics = await asyncio.to_thread(self.log_manager.topics_on_disk)
-        reads = await self.zk.get_topic_configs(topics)
+        topics = await asyncio.to_thread(log_manager.topics_on_disk)
+        reads = await zk.get_topic_configs(topics)
         overrides = {t: (read.mzxid, read.config) for t, read in reads.items()}
-        await asyncio.to_thread(self.log_manager.startup, overrides)
+        await asyncio.to_thread(log_manager.startup, overrides)
 
-    def _group_coordinator(self) -> GroupCoordinator:
-        c = self.config
-        cache = self.metadata_cache
+    def _parts(self) -> BrokerComponents:
+        """The broker's parts; the hooks below run only once start-up built them."""
+        if self.components is None:
+            raise RuntimeError("the broker is not started")
+        return self.components
 
-        def partition_count() -> int:
-            return cache.partition_count(GROUP_METADATA_TOPIC_NAME) or c.offsets_topic_num_partitions
-
-        manager = GroupMetadataManager(c.broker_id, self.replica_manager, partition_count, c.offsets_commit_timeout_ms,
-                                       clock=self.clock)
-        return GroupCoordinator(manager, GroupConfig(
-            min_session_timeout_ms=c.group_min_session_timeout_ms,
-            max_session_timeout_ms=c.group_max_session_timeout_ms,
-            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
-            offset_metadata_max_bytes=c.offset_metadata_max_bytes,
-            offsets_retention_ms=c.offsets_retention_minutes * 60_000,
-            offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
-            max_size=c.group_max_size,
-        ), clock_ms=self.clock)
-
-    def _transaction_coordinator(self) -> TransactionCoordinator:
-        c = self.config
-        tconfig = TransactionConfig(
-            num_partitions=c.transaction_state_log_num_partitions,
-            replication_factor=c.transaction_state_log_replication_factor,
-            min_isr=c.transaction_state_log_min_isr,
-            segment_bytes=c.transaction_state_log_segment_bytes,
-            max_timeout_ms=c.transaction_max_timeout_ms,
-            abort_timed_out_interval_ms=c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-            id_expiration_ms=c.transactional_id_expiration_ms,
-            remove_expired_interval_ms=c.transaction_remove_expired_transaction_cleanup_interval_ms,
-            request_timeout_ms=c.request_timeout_ms,
-            partition_verification=c.transaction_partition_verification_enable,
-        )
-        cache = self.metadata_cache
-
-        def partition_count() -> int:
-            return cache.partition_count(TRANSACTION_STATE_TOPIC_NAME) or tconfig.num_partitions
-
-        state = TransactionStateManager(self.replica_manager, partition_count, tconfig, clock=self.clock)
-        channel = TransactionMarkerChannel(c.broker_id, cache, self.marker_writer, c.request_timeout_ms)
-        channel.listener = c.inter_broker_listener
-        channel.security = self.replica_manager.fetcher_manager.security
-        return TransactionCoordinator(state, self.producer_id_manager, channel, tconfig, clock=self.clock)
-
-    def _on_txn_marker(self, marker, written) -> None:
+    def _on_txn_marker(self, marker: TxnMarker, written: list[tuple[str, int]]) -> None:
         """Markers on `__consumer_offsets` partitions complete transactional offset commits."""
         offsets_partitions = {p for t, p in written if t == GROUP_METADATA_TOPIC_NAME}
         if offsets_partitions:
-            txn_offsets.complete_txn(self.group_coordinator.manager, marker.producer_id, marker.commit,
+            txn_offsets.complete_txn(self._parts().group_coordinator.manager, marker.producer_id, marker.commit,
                                      offsets_partitions)
 
-    def _on_leader_and_isr(self, request, response) -> None:
+    def _on_leader_and_isr(self, request: Any, response: Any) -> None:
         """Kafka's onLeadershipChange: elect or resign the coordinator of offsets partitions."""
         if response.error_code != 0:
             return
         failed = {(e.topic_name, int(e.partition_index)) for e in response.partition_errors if e.error_code != 0}
-        rm = self.replica_manager
-        coordinators = {GROUP_METADATA_TOPIC_NAME: self.group_coordinator,
-                        TRANSACTION_STATE_TOPIC_NAME: self.transaction_coordinator}
+        parts = self._parts()
+        rm = parts.replica_manager
+        coordinators: dict[str, GroupCoordinator | TransactionCoordinator] = {
+            GROUP_METADATA_TOPIC_NAME: parts.group_coordinator,
+            TRANSACTION_STATE_TOPIC_NAME: parts.transaction_coordinator}
         for ts in request.topic_states:
             coordinator = coordinators.get(ts.topic_name)
             if coordinator is None:
@@ -425,27 +301,30 @@ class KafkaServer:
             log.info("broker %d %s: dropped %d client connections", self.config.broker_id,
                      "fenced" if fenced else "unfenced", closed)
 
-    def _on_log_dir_failure(self, log_dir, keys) -> None:
+    def _on_log_dir_failure(self, log_dir: object, keys: list[tuple[str, int]]) -> None:
         """A log directory failed: resign the coordinators of its offsets partitions and tell the
         controller (through ZooKeeper, as Kafka does), which moves the leaderships away."""
         for topic, partition in keys:
             if topic == GROUP_METADATA_TOPIC_NAME:
-                self.group_coordinator.on_resignation(partition)
+                self._parts().group_coordinator.on_resignation(partition)
         self._announce_log_dir_failure()
 
     def _announce_log_dir_failure(self) -> None:
+        if self.zk is None:
+            return
         task = asyncio.get_running_loop().create_task(self.zk.propagate_log_dir_event(self.config.broker_id))
         self._announcements.add(task)
         task.add_done_callback(self._announcements.discard)
 
-    def _on_stop_replica(self, request, response) -> None:
+    def _on_stop_replica(self, request: Any, response: Any) -> None:
+        parts = self._parts()
         for t in request.topics:
             if t.name == GROUP_METADATA_TOPIC_NAME:
                 for p in t.partition_indexes:
-                    self.group_coordinator.on_resignation(int(p))
+                    parts.group_coordinator.on_resignation(int(p))
             elif t.name == TRANSACTION_STATE_TOPIC_NAME:
                 for p in t.partition_indexes:
-                    self.transaction_coordinator.on_resignation(int(p))
+                    parts.transaction_coordinator.on_resignation(int(p))
 
     def _security_to_controller(self, security_protocol: str) -> ClientSecurity:
         """How to reach the controller's listener (its protocol is in `/controller`): with this
@@ -482,9 +361,10 @@ class KafkaServer:
         out of ISRs) while we still serve, so clients and followers switch before we go. Retries
         while partitions remain (controlled.shutdown.max.retries, .retry.backoff.ms), all within
         CONTROLLED_SHUTDOWN_MAX_S. True when the controller had nothing left for us."""
-        config, rm = self.config, self.replica_manager
-        if not config.controlled_shutdown_enable or rm is None or self.controller_channel is None or rm.broker_epoch < 0:
+        config, parts = self.config, self.components
+        if not config.controlled_shutdown_enable or parts is None or parts.replica_manager.broker_epoch < 0:
             return False
+        rm, channel = parts.replica_manager, parts.controller_channel
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CONTROLLED_SHUTDOWN_MAX_S
         request = messages.ControlledShutdownRequest(broker_id=i32(config.broker_id), broker_epoch=i64(rm.broker_epoch))
@@ -497,7 +377,7 @@ class KafkaServer:
                 log.warning("controlled shutdown: no controller registered; shutting down without it")
                 return False
             try:
-                response = await self.controller_channel.send(
+                response = await channel.send(
                     request, min(remaining, config.controller_socket_timeout_ms / 1000))
             except (ConnectionError, TimeoutError, OSError) as e:
                 log.warning("controlled shutdown attempt %d/%d: %s", attempt, attempts, e)
@@ -534,7 +414,8 @@ class KafkaServer:
         deadline = loop.time() + timeout_s
         while True:
             try:
-                if await self.zk.get_controller(timeout_s=max(0.1, deadline - loop.time())) is not None:
+                if self.zk is not None and await self.zk.get_controller(
+                        timeout_s=max(0.1, deadline - loop.time())) is not None:
                     return True
             except (TimeoutError, ConnectionError) as e:
                 log.warning("controlled shutdown: ZooKeeper did not answer (%r)", e)
@@ -546,16 +427,16 @@ class KafkaServer:
                 return False
             await asyncio.sleep(0.1)
 
-    async def _wait_unmovable(self, keys, timeout_s: float) -> bool:
+    async def _wait_unmovable(self, keys: list[tuple[str, int]], timeout_s: float) -> bool:
         """Wait out the retry backoff, but return True early once every remaining partition is led
         by us with an ISR of only us (after the controller's LeaderAndIsr landed): no replica
         could take over, so retrying cannot help (e.g. the whole cluster stopping at once)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
         me = self.config.broker_id
-        rm = self.replica_manager
+        rm = self._parts().replica_manager
 
-        def unmovable(key) -> bool:
+        def unmovable(key: tuple[str, int]) -> bool:
             p = rm.get_partition(key)
             return p is not None and p.is_leader and set(p.isr) <= {me}
 
@@ -570,8 +451,12 @@ class KafkaServer:
         """The controller queued LeaderAndIsr for us before answering; let it land (bounded)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)
-        multi = lambda p: p.is_leader and len(p.replicas) > 1  # noqa: E731 - single replicas cannot move
-        while loop.time() < deadline and any(multi(p) for p in self.replica_manager.all_partitions()):
+        rm = self._parts().replica_manager
+
+        def multi(p: Partition) -> bool:
+            return p.is_leader and len(p.replicas) > 1  # single replicas cannot move
+
+        while loop.time() < deadline and any(multi(p) for p in rm.all_partitions()):
             await asyncio.sleep(0.05)
 
     async def shutdown(self) -> None:
@@ -583,29 +468,28 @@ class KafkaServer:
                 await self.controlled_shutdown()
             except Exception:
                 log.exception("controlled shutdown failed")
-        if self.alter_partition_manager is not None:
-            await within(self.alter_partition_manager.shutdown(), 5, "stopping the AlterPartition sender", log)
-        if self.config_manager is not None:
-            await within(self.config_manager.stop(), 5, "stopping the config change listener", log)
-        if self.authorizer is not None:
-            await within(self.authorizer.stop(), 5, "stopping the ACL change listener", log)
+        parts = self.components
+        if parts is not None:
+            await within(parts.alter_partition_manager.shutdown(), 5, "stopping the AlterPartition sender", log)
+            await within(parts.config_manager.stop(), 5, "stopping the config change listener", log)
+            if parts.acl_authorizer is not None:
+                await within(parts.acl_authorizer.stop(), 5, "stopping the ACL change listener", log)
         await self.cert_watcher.stop()
         for server in self.socket_servers:
             server.stop_accepting()
-        if self.group_coordinator is not None:
-            self.group_coordinator.shutdown()  # waiting joins/syncs answer NOT_COORDINATOR
-        if self.transaction_coordinator is not None:
-            await within(self.transaction_coordinator.shutdown(), 5, "stopping the transaction coordinator", log)
-        if self.apis is not None and self.apis.transaction_verifier is not None:
-            await within(self.apis.transaction_verifier.close(), 5, "closing the transaction verifier", log)
+        if parts is not None:
+            parts.group_coordinator.shutdown()  # waiting joins/syncs answer NOT_COORDINATOR
+            await within(parts.transaction_coordinator.shutdown(), 5, "stopping the transaction coordinator", log)
+            if parts.transaction_verifier is not None:
+                await within(parts.transaction_verifier.close(), 5, "closing the transaction verifier", log)
         self._stop_background.set()
-        if self.replica_manager is not None:
-            await within(self.replica_manager.shutdown_async(), 20, "stopping the replica manager", log)
+        if parts is not None:
+            await within(parts.replica_manager.shutdown_async(), 20, "stopping the replica manager", log)
         log.info("broker %d: replica manager stopped; closing connections", self.config.broker_id)
         for server in self.socket_servers:
             await within(server.stop(), 5, f"closing the connections of port {server.port}", log)
-        if self.controller_channel is not None:
-            await within(self.controller_channel.close(), 5, "closing the controller channel", log)
+        if parts is not None:
+            await within(parts.controller_channel.close(), 5, "closing the controller channel", log)
         for task in list(self._announcements):
             task.cancel()
         if self.zk is not None:
@@ -614,13 +498,12 @@ class KafkaServer:
                 await self.zk.stop()
             except Exception:
                 log.exception("closing the ZooKeeper session failed")
-        for task in (self._replica_background, self._background):
-            if task is not None:
-                await within(task, 10, f"background task {task.get_name()}", log)
+        for task in [t for t in (self._replica_background, self._background) if t is not None]:
+            await within(task, 10, f"background task {task.get_name()}", log)
         if self.metrics_server is not None:
             await within(self.metrics_server.stop(), 5, "closing the metrics endpoint", log)
-        if self.log_manager is not None:
-            await asyncio.to_thread(self.log_manager.shutdown)
+        if parts is not None:
+            await asyncio.to_thread(parts.log_manager.shutdown)
         log.info("broker %d stopped", self.config.broker_id)
 
 

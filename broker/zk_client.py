@@ -332,6 +332,11 @@ class BrokerZkClient:
             return False
         return {(e.host, e.port) for e in other.endpoints} == {(e.host, e.port) for e in info.endpoints}
 
+    def current_calls(self) -> BoundedCalls:
+        """The bounded calls of the current session, for components with synchronous ZooKeeper
+        code of their own (the ACL store); ConnectionError before start or after stop."""
+        return self._calls()
+
     def _calls(self) -> BoundedCalls:
         """The bounded calls of the current session; ConnectionError before start or after stop."""
         if self.zk is None or self.calls is None:

@@ -8,6 +8,7 @@ fields a version has. KafkaApis merges `handlers`/`versions` like MetadataApis'.
 import asyncio
 import datetime
 import logging
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v2 import request as offset_commit_v2
@@ -20,7 +21,7 @@ from odradek.broker.auth_helper import ResourceType, authorized_operations
 from odradek.broker.authorizer.acl import AclOperation
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
 from odradek.common.api_key import ApiKey
-from odradek.common.network.request_context import RequestContext
+from odradek.common.network.request_context import Handler, RequestContext
 from odradek.common.wire import (
     NO_THROTTLE,
     make_entity,
@@ -36,7 +37,7 @@ from .offsets_topic import GROUP_METADATA_TOPIC_CONFIG, GROUP_METADATA_TOPIC_NAM
 
 log = logging.getLogger(__name__)
 
-VERSIONS = {
+VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 6),  # v5 and v6 only add error codes and the share key type
     ApiKey.OFFSET_COMMIT: (0, 9),  # v9 as v8 for classic groups (Kafka 3.9); v10 is 4.x
     ApiKey.OFFSET_FETCH: (0, 9),  # v9's member id and epoch are for KIP-848 groups only
@@ -57,15 +58,17 @@ CLASSIC_GROUP_TYPE = "classic"
 
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator, metadata_cache, admin, offsets_partitions: int,
-                 offsets_replication_factor: int):
+                 offsets_replication_factor: int, *, authorizer: Authorizer = ALLOW_ALL,
+                 find_transaction_coordinator: Callable[[str, str], tuple[ErrorCode, int, str, int]] | None = None,
+                 verify_txn_offsets: txn_offsets.Verify | None = None):
         self.coordinator = coordinator
-        self.authorizer: Authorizer = ALLOW_ALL
+        self.authorizer = authorizer
         self.metadata_cache = metadata_cache
         self.admin = admin
         self.offsets_partitions = offsets_partitions
         self.offsets_replication_factor = offsets_replication_factor
-        self.versions = dict(VERSIONS)
-        self.handlers = {
+        self.versions: dict[int, tuple[int, int]] = dict(VERSIONS)
+        self.handlers: dict[int, Handler] = {
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.OFFSET_COMMIT: self.handle_offset_commit,
             ApiKey.OFFSET_FETCH: self.handle_offset_fetch,
@@ -79,9 +82,9 @@ class GroupApis:
             ApiKey.OFFSET_DELETE: self.handle_offset_delete,
             ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
         }
-        self.find_transaction_coordinator = None
-        """key → (error, node, host, port) for FindCoordinator's transaction key type (set by the server)."""
-        self.verify_txn_offsets = None
+        self.find_transaction_coordinator = find_transaction_coordinator
+        """(key, listener) → (error, node, host, port) for FindCoordinator's transaction key type."""
+        self.verify_txn_offsets = verify_txn_offsets
         """TxnOffsetCommit's check with the transaction coordinator (txn_offsets.commit_txn_offsets)."""
         self._creating: asyncio.Task | None = None
         self.legacy_requests = {(ApiKey.OFFSET_COMMIT, 1): decode_offset_commit_v1}

@@ -19,7 +19,7 @@ from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableT
 from kio.static.primitive import i16, i32
 
 from odradek.common.network.client import NetworkClient
-from odradek.common.security.channel import PLAINTEXT
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 from .marker_writer import MarkerWriter, TxnMarker
 
@@ -37,17 +37,18 @@ class MarkersAbandoned(Exception):
 
 
 class TransactionMarkerChannel:
-    def __init__(self, broker_id: int, metadata_cache, marker_writer: MarkerWriter, request_timeout_ms: int):
+    def __init__(self, broker_id: int, metadata_cache, marker_writer: MarkerWriter, request_timeout_ms: int, *,
+                 listener: str = "PLAINTEXT", security: ClientSecurity = PLAINTEXT):
         self.broker_id = broker_id
         self.metadata_cache = metadata_cache
         self.marker_writer = marker_writer
         self.request_timeout_s = request_timeout_ms / 1000
         self._clients: dict[int, NetworkClient] = {}
         self._closed = False
-        self.listener = "PLAINTEXT"
-        """The inter-broker listener: markers go to each leader's endpoint on it (set by the server)."""
-        self.security = PLAINTEXT
-        """How to connect to that listener (common/security/channel.ClientSecurity)."""
+        self.listener = listener
+        """The inter-broker listener: markers go to each leader's endpoint on it."""
+        self.security = security
+        """How to connect to that listener."""
 
     def _client(self, broker_id: int, host: str, port: int) -> NetworkClient:
         client = self._clients.get(broker_id)

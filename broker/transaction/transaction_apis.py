@@ -16,7 +16,7 @@ from kio.static.primitive import i16, i32, i64
 from odradek.broker.authorizer.acl import AclOperation, ResourceType
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
 from odradek.common.api_key import ApiKey
-from odradek.common.network.request_context import RequestContext
+from odradek.common.network.request_context import Handler, RequestContext
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
 
 from .marker_writer import MarkerWriter, TxnMarker
@@ -57,9 +57,9 @@ def _by_topic(pairs) -> dict[str, list]:
 
 class TransactionApis:
     def __init__(self, coordinator: TransactionCoordinator, marker_writer: MarkerWriter, metadata_cache,
-                 replica_manager, offsets_partition_for, admin):
+                 replica_manager, offsets_partition_for, admin, *, authorizer: Authorizer = ALLOW_ALL):
         self.coordinator = coordinator
-        self.authorizer: Authorizer = ALLOW_ALL
+        self.authorizer = authorizer
         self.admin = admin
         self._creating: asyncio.Task | None = None
         self.marker_writer = marker_writer
@@ -67,8 +67,8 @@ class TransactionApis:
         self.replica_manager = replica_manager
         self.offsets_partition_for = offsets_partition_for
         """group id → its `__consumer_offsets` partition (AddOffsetsToTxn adds that partition)."""
-        self.versions = dict(VERSIONS)
-        self.handlers = {
+        self.versions: dict[int, tuple[int, int]] = dict(VERSIONS)
+        self.handlers: dict[int, Handler] = {
             ApiKey.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
             ApiKey.END_TXN: self.handle_end_txn,

@@ -25,7 +25,7 @@ from kio.static.primitive import i16, i32
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK
 from odradek.broker.log.record_batch import HEADER
 from odradek.common.network.client import NetworkClient
-from odradek.common.security.channel import PLAINTEXT
+from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 
@@ -54,16 +54,17 @@ def fenced_to_produce(code: ErrorCode) -> ErrorCode:
 
 
 class TransactionVerifier:
-    def __init__(self, broker_id: int, replica_manager, metadata_cache, coordinator, timeout_ms: int):
+    def __init__(self, broker_id: int, replica_manager, metadata_cache, coordinator, timeout_ms: int, *,
+                 listener: str = "PLAINTEXT", security: ClientSecurity = PLAINTEXT):
         self.broker_id = broker_id
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.coordinator = coordinator
         self.timeout_s = timeout_ms / 1000
         self._clients: dict[int, NetworkClient] = {}
-        self.listener = "PLAINTEXT"
-        """The inter-broker listener, where the coordinator is asked (set by the server)."""
-        self.security = PLAINTEXT
+        self.listener = listener
+        """The inter-broker listener, where the coordinator is asked."""
+        self.security = security
 
     def needs_verification(self, key, producer_id: int) -> int | None:
         """The guard (last marker offset, -1 if none) when the producer has no transaction open

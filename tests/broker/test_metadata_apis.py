@@ -15,6 +15,9 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
+from odradek.broker.admin_manager import AdminManager
+from odradek.broker.config_apis import ConfigApis
+from odradek.broker.dynamic_config import DynamicBrokerConfig
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.zk_client import BrokerZkClient, base64_to_uuid
@@ -64,7 +67,12 @@ class Harness:
 
     async def __aenter__(self):
         await self.zk.start()
-        self.apis = MetadataApis(self.config, self.cache, self.zk)
+        dynamic = DynamicBrokerConfig.from_config(self.config)
+        admin = AdminManager(self.config, self.cache, self.zk, current_config=lambda: dynamic.current)
+        self.apis = MetadataApis(self.config, self.cache, self.zk, admin, dynamic)
+        config_apis = ConfigApis(dynamic, self.cache, self.zk)
+        self.handlers = {**self.apis.handlers, **config_apis.handlers}
+        self.versions = {**self.apis.versions, **config_apis.versions}
         self.raw = KazooClient(hosts=self.config.zookeeper_connect)
         await asyncio.to_thread(self.raw.start, 10)
         return self
@@ -79,10 +87,10 @@ class Harness:
         frame = wire.encode_request(payload, self.correlation, "test")
         header, decoded, schema = wire.decode_request(frame[4:])
         api_key = int(schema.__api_key__)
-        assert api_key in self.apis.handlers
-        low, high = self.apis.versions[api_key]
+        assert api_key in self.handlers
+        low, high = self.versions[api_key]
         assert low <= int(schema.__version__) <= high
-        response = await self.apis.handlers[api_key](RequestContext(header), decoded)
+        response = await self.handlers[api_key](RequestContext(header), decoded)
         flexible = wire.response_header_flexible(api_key, schema.__flexible__)
         if isinstance(response, Body):  # pre-encoded: frame it as KafkaApis does
             body = b"".join(response.chunks)

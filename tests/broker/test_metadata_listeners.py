@@ -8,6 +8,8 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
+from odradek.broker.admin_manager import AdminManager
+from odradek.broker.dynamic_config import DynamicBrokerConfig
 from odradek.broker.metadata_apis import MetadataApis
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.common import wire
@@ -46,7 +48,9 @@ def _apis() -> MetadataApis:
         live_brokers=(UpdateMetadataBroker(id=0, endpoints=(_endpoint("CLIENT", 9000), _endpoint("INTERNAL", 9100)),
                                            rack=None),
                       UpdateMetadataBroker(id=1, endpoints=(_endpoint("INTERNAL", 9101),), rack=None))))
-    return MetadataApis(BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "z"}), cache, _Zk())
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "z"})
+    zk = _Zk()
+    return MetadataApis(config, cache, zk, AdminManager(config, cache, zk), DynamicBrokerConfig.from_config(config))
 
 
 def _metadata(apis: MetadataApis, version: int, listener: str):

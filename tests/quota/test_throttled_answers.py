@@ -97,10 +97,8 @@ def test_quota_apis_need_kafkas_cluster_operations():
             self.altered.append(entity)
 
     config = SimpleNamespace(max_incremental_fetch_session_cache_slots=10, min_incremental_fetch_session_eviction_ms=1000)
-    apis = KafkaApis(config, StandInReplicaManager(), None)
     store = Store()
-    apis.add_apis(QuotaApis(store))
-    apis.authorizer = OnlyDescribeConfigs()
+    apis = KafkaApis(config, StandInReplicaManager(), None, [QuotaApis(store)], authorizer=OnlyDescribeConfigs())
     alter = wire.request_schema(ApiKey.ALTER_CLIENT_QUOTAS, 1)
     amod = __import__(alter.__module__, fromlist=["x"])
     request = alter(validate_only=False, entries=(amod.EntryData(

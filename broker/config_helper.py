@@ -8,6 +8,7 @@ key it knows with the same sources; the default resource ("") lists only the clu
 defaults. Keys that can change at runtime are not read-only.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from odradek.common.config import BrokerConfig
@@ -127,7 +128,7 @@ def _broker_entry(name: str, value: str | None, sources: ConfigSources, per_brok
     )
 
 
-def select(entries: list[DescribedConfig], keys) -> list[DescribedConfig]:
+def select(entries: list[DescribedConfig], keys: Iterable[str] | None) -> list[DescribedConfig]:
     """The entries a request's configuration_keys ask for (null or empty: all of them)."""
     if not keys:
         return entries

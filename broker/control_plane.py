@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -95,7 +96,7 @@ class ControlPlaneGuard:
             own = self._broker_epoch()
         return own
 
-    async def admit(self, request, listener: str | None) -> ErrorCode:
+    async def admit(self, request: Any, listener: str | None) -> ErrorCode:
         name = type(request).__name__
         if listener != self.listener:
             return ErrorCode.cluster_authorization_failed
@@ -124,7 +125,7 @@ class ControlPlaneGuard:
         return ErrorCode.stale_controller_epoch
 
 
-def refusal(api_key: int, code: ErrorCode):
+def refusal(api_key: int, code: ErrorCode) -> Any:
     """The whole-request error answer to a refused controller request."""
     if api_key == ApiKey.LEADER_AND_ISR:
         return m.LeaderAndIsrResponse(error_code=code, partition_errors=())

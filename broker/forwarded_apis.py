@@ -11,6 +11,7 @@ forwarding answers.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -41,7 +42,7 @@ class ForwardedApis:
         self.handlers: dict[int, Handler] = dict.fromkeys(
             self.versions, self.forward)
 
-    async def forward(self, context: RequestContext, request):
+    async def forward(self, context: RequestContext, request: Any) -> Any:
         if int(request.__api_key__) == ApiKey.ELECT_LEADERS and not authorize_cluster(
                 self.authorizer, context, AclOperation.ALTER):  # Kafka: ALTER on the Cluster
             return elect_leaders_error(request, ErrorCode.cluster_authorization_failed)
@@ -55,7 +56,7 @@ class ForwardedApis:
             return error_response(request, ErrorCode.request_timed_out)
 
 
-def elect_leaders_error(request, code: ErrorCode):
+def elect_leaders_error(request: Any, code: ErrorCode) -> Any:
     """Every listed partition answered `code` (v0 has no top-level error code to carry it)."""
     mod = wire.response_module(ApiKey.ELECT_LEADERS, int(request.__version__))
     results = tuple(

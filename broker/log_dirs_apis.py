@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
@@ -65,12 +66,12 @@ def snapshot(log_manager: LogManager) -> list[LogDirView]:
     return out
 
 
-def describe(views: list[LogDirView], wanted: dict[str, set[int]] | None, version: int):
+def describe(views: list[LogDirView], wanted: dict[str, set[int]] | None, version: int) -> Any:
     """The response of `version` for `wanted` (topic → partitions; None: every replica)."""
     mod = wire.response_module(ApiKey.DESCRIBE_LOG_DIRS, version)
     results = []
     for v in views:
-        topics: dict[str, list] = {}
+        topics: dict[str, list[Any]] = {}
         for r in sorted(v.replicas, key=lambda r: (r.topic, r.partition)):
             if wanted is not None and r.partition not in wanted.get(r.topic, ()):
                 continue
@@ -86,7 +87,7 @@ def describe(views: list[LogDirView], wanted: dict[str, set[int]] | None, versio
                             results=tuple(results))
 
 
-def wanted_partitions(request) -> dict[str, set[int]] | None:
+def wanted_partitions(request: Any) -> dict[str, set[int]] | None:
     if request.topics is None:
         return None
     out: dict[str, set[int]] = {}
@@ -103,7 +104,7 @@ class LogDirsApis:
         self.handlers: dict[int, Handler] = {
             ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs}
 
-    async def handle_describe_log_dirs(self, context: RequestContext, request):
+    async def handle_describe_log_dirs(self, context: RequestContext, request: Any) -> Any:
         if not authorize_cluster(self.authorizer, context, AclOperation.DESCRIBE):  # Kafka: nothing, v3+ says why
             mod = wire.response_module(ApiKey.DESCRIBE_LOG_DIRS, int(request.__version__))
             return wire.make_entity(mod.DescribeLogDirsResponse, throttle_time=wire.NO_THROTTLE,

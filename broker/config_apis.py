@@ -9,6 +9,7 @@ concurrent change of the same entity makes the read-modify-write start over (a f
 
 import logging
 from collections.abc import Awaitable, Callable
+from types import ModuleType
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -74,7 +75,7 @@ class ConfigApis:
 
     # --- DescribeConfigs (32) ------------------------------------------------------------------
 
-    async def handle_describe_configs(self, context: RequestContext, request):
+    async def handle_describe_configs(self, context: RequestContext, request: Any) -> Any:
         mod = wire.response_module(ApiKey.DESCRIBE_CONFIGS, int(request.__version__))
         synonyms = bool(getattr(request, "include_synonyms", False))
         docs = bool(getattr(request, "include_documentation", False))
@@ -103,7 +104,8 @@ class ConfigApis:
             ))
         return wire.make_entity(mod.DescribeConfigsResponse, throttle_time=wire.NO_THROTTLE, results=tuple(results))
 
-    async def _describe(self, rtype: int, rname: str, overrides: dict, synonyms: bool, docs: bool):
+    async def _describe(self, rtype: int, rname: str, overrides: dict[str, zk_data.EntityConfig], synonyms: bool,
+                        docs: bool) -> list[ch.DescribedConfig]:
         if rtype == ca.TOPIC:
             error = topic_name_error(rname)
             if error is not None:
@@ -127,7 +129,7 @@ class ConfigApis:
         raise ApiError(ErrorCode.invalid_request, f"Unsupported resource type: {rtype}")
 
     @staticmethod
-    def _entry(mod, e: ch.DescribedConfig):
+    def _entry(mod: ModuleType, e: ch.DescribedConfig) -> Any:
         return wire.make_entity(
             mod.DescribeConfigsResourceResult,
             name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
@@ -139,20 +141,20 @@ class ConfigApis:
 
     # --- AlterConfigs (33), IncrementalAlterConfigs (44) --------------------------------------
 
-    async def handle_alter_configs(self, context: RequestContext, request):
+    async def handle_alter_configs(self, context: RequestContext, request: Any) -> Any:
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, ca.SET, c.value) for c in r.configs))
                    for r in request.resources]
         return await self._answer(ApiKey.ALTER_CONFIGS, request, changes, False, context)
 
-    async def handle_incremental_alter_configs(self, context: RequestContext, request):
+    async def handle_incremental_alter_configs(self, context: RequestContext, request: Any) -> Any:
         changes = [ca.ResourceChange(int(r.resource_type), r.resource_name,
                                      tuple(ca.ConfigOp(c.name, int(c.config_operation), c.value) for c in r.configs))
                    for r in request.resources]
         return await self._answer(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, changes, True, context)
 
-    async def _answer(self, api_key: int, request, changes: list[ca.ResourceChange], incremental: bool,
-                      context: RequestContext):
+    async def _answer(self, api_key: int, request: Any, changes: list[ca.ResourceChange], incremental: bool,
+                      context: RequestContext) -> Any:
         mod = wire.response_module(api_key, int(request.__version__))
         refused = [self.refusal(context, c.type, c.name, AclOperation.ALTER_CONFIGS) for c in changes]
         allowed = [c for c, r in zip(changes, refused) if r is None]

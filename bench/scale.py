@@ -181,12 +181,19 @@ class Load(threading.Thread):
         self.stopping = threading.Event()
         self.sent = self.delivered = 0
         self.errors: Counter = Counter()
+        self.phase = "before"
+        """Set by the driver; every record's outcome is counted under the phase it was sent in."""
+        self.outcomes: Counter = Counter()
 
-    def _report(self, err, _msg) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
-            self.errors[err.name()] += 1
+    def _report(self, phase: str):
+        def report(err, _msg) -> None:
+            if err is None:
+                self.delivered += 1
+                self.outcomes[f"{phase} delivered"] += 1
+            else:
+                self.errors[err.name()] += 1
+                self.outcomes[f"{phase} {err.name()}"] += 1
+        return report
 
     def run(self) -> None:
         start, i = time.perf_counter(), 0
@@ -198,7 +205,8 @@ class Load(threading.Thread):
                 continue
             topic, partition = self.targets[i % len(self.targets)]
             try:
-                self.producer.produce(topic, value=b"x" * 100, partition=partition, on_delivery=self._report)
+                self.producer.produce(topic, value=b"x" * 100, partition=partition,
+                                      on_delivery=self._report(self.phase))
                 self.sent += 1
             except BufferError:
                 self.producer.poll(0.05)
@@ -269,6 +277,7 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     popen = process._running()
     assert popen is not None
     start = time.monotonic()
+    load.phase = "shutting down"
     popen.send_signal(signal.SIGTERM)
     try:
         popen.wait(timeout=args.timeout)
@@ -276,7 +285,9 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
         process.kill()
         raise
     took = time.monotonic() - start
+    load.phase = "broker down"
     time.sleep(args.warmup)
+    load.phase = "restarting"
     restart = time.monotonic()
     process.start()
     cluster.wait_ready(timeout=args.timeout)
@@ -284,9 +295,12 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     wait_for("restarted broker back in full ISR", lambda: full(admin, topics, view.partitions),
              timeout=args.timeout, interval=1.0)
     back = time.monotonic() - restart
+    load.phase = "after"
+    time.sleep(args.warmup)
     load.finish()
     return {"broker": victim, "partitions_led": led, "sigterm_to_exit_s": round(took, 2),
             "produce_sent": load.sent, "produce_delivered": load.delivered, "produce_errors": dict(load.errors),
+            "by_phase_sent_in": dict(load.outcomes),
             "returncode": popen.returncode, "restart_registered_s": round(registered, 1),
             "restart_full_isr_s": round(back, 1)}
 
@@ -334,7 +348,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=30_000)
     p.add_argument("--brokers", type=int, default=3)
     p.add_argument("--per-topic", type=int, default=100, help="partitions per topic")
-    p.add_argument("--batch", type=int, default=50, help="topics per CreateTopics request")
+    p.add_argument("--batch", type=int, default=20, help="topics per CreateTopics request")
     p.add_argument("--rate", type=float, default=2000.0, help="acks=all records/s during the shutdown")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before and after the shutdown")
     p.add_argument("--timeout", type=float, default=300.0, help="bound on every wait, seconds")
@@ -358,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = LocalCluster(tmp, brokers=args.brokers, controllers=2, broker_ports=free_ports(args.brokers),
                                zookeeper_port=free_port())
         with cluster:
-            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 300_000})
             topics, figures["create"] = create(cluster, admin, args)
             print("create", figures["create"], flush=True)
             figures["footprint"] = footprint(cluster, figures["create"]["partitions"])

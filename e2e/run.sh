@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End to end on kind: build and load the image, install the chart with a cluster, wait for Ready,
-# produce and consume inside the cluster, roll the brokers with a config change (data still
-# there), scale 3→4 brokers (partitions spread onto the new one) and back to 3 (drained first),
-# a Topic from values (kubectl wait for Ready, then its partitions through kcat), tear down.
+# produce and consume inside the cluster, a dynamic config change (no roll), roll the brokers with
+# a static one (data still there), scale 3→4 brokers (partitions spread onto the new one) and back
+# to 3 (drained first), a Topic from values (kubectl wait for Ready, then its partitions through
+# kcat), tear down; then a secured cluster (SASL_SSL listener, ACLs) with a Topic and a KafkaUser
+# from values, used by a client holding the user's Secret and the cluster CA, and torn down.
 # On any failure it prints the KafkaCluster, pods, events and the operator's and brokers' logs.
 # Needs docker, kind, kubectl and helm on PATH. Not yet run anywhere (no Docker engine where it
 # was written).
@@ -54,10 +56,16 @@ got=$(consume_all)
 [ "$got" = "$want" ] || fail "consumed records differ: $got"
 echo "e2e: produced and consumed 100 records"
 
-# A config change rolls every broker, one at a time; the data stays readable.
+# A dynamic config change (log.retention.ms) is applied live: no roll.
 hash() { kubectl -n "$NS" get statefulset kafka-broker -o jsonpath='{.spec.template.metadata.annotations.odradek\.io/config-hash}'; }
 before=$(hash)
 helm upgrade odradek helm/odradek --namespace "$NS" --reuse-values --set 'cluster.config.log\.retention\.ms=86400000'
+sleep 30
+[ "$(hash)" = "$before" ] || fail "a dynamic config change rolled the brokers"
+echo "e2e: log.retention.ms applied without a roll"
+
+# A static config change (num.partitions) rolls every broker, one at a time; the data stays readable.
+helm upgrade odradek helm/odradek --namespace "$NS" --reuse-values --set 'cluster.config.num\.partitions=2'
 after=$before
 for _ in $(seq 30); do after=$(hash); [ "$after" != "$before" ] && break; sleep 2; done
 [ "$after" != "$before" ] || fail "the config change did not reach the broker template"
@@ -124,4 +132,44 @@ for _ in $(seq 30); do
   sleep 2
 done
 [ "$left" = 0 ] || fail "KafkaCluster still present after helm uninstall"
+
+# A secured cluster: a SASL_SSL (SCRAM-SHA-512) listener, the ACL authorizer, a Topic and a
+# KafkaUser from values; a client with the user's Secret and the cluster CA produces and consumes,
+# and is refused a topic its ACLs do not name.
+helm install odradek helm/odradek --namespace "$NS" --wait \
+  --set image.repository=odradek --set image.tag=e2e \
+  --set cluster.enabled=true --set cluster.brokers=3 --set cluster.storage.size=1Gi \
+  --set-json 'cluster.listeners=[{"name":"tls","port":9093,"type":"internal","tls":true,"authentication":{"type":"scram-sha-512"}}]' \
+  --set-json 'cluster.authorization={"type":"simple"}' \
+  --set-json 'topics=[{"name":"e2e-secure","partitions":3,"replicas":3}]' \
+  --set-json 'users=[{"name":"e2e-app","authentication":{"type":"scram-sha-512"},"authorization":{"type":"simple","acls":[{"resource":{"type":"topic","name":"e2e-secure"},"operations":["Read","Write","Describe"]}]}}]'
+wait_ready
+kubectl -n "$NS" wait topic/e2e-secure --for=condition=Ready --timeout=300s
+kubectl -n "$NS" wait kafkauser/e2e-app --for=condition=Ready --timeout=300s
+# The client runs in a pod with the cluster CA and the user's Secret mounted; its script comes on
+# stdin and reads the password from the mounted file, so it never appears in a command line.
+ksecure() {
+  local name=$1
+  kubectl -n "$NS" run "$name" --rm -i --quiet --restart=Never --image="$KCAT_IMAGE" --overrides='{
+    "spec": {"volumes": [{"name": "ca", "secret": {"secretName": "kafka-cluster-ca-cert"}},
+                         {"name": "user", "secret": {"secretName": "e2e-app"}}],
+             "containers": [{"name": "'"$name"'", "image": "'"$KCAT_IMAGE"'", "stdin": true, "stdinOnce": true,
+                             "command": ["sh", "-s"],
+                             "volumeMounts": [{"name": "ca", "mountPath": "/ca"}, {"name": "user", "mountPath": "/user"}]}]}}'
+}
+SECURE=kafka-bootstrap.$NS.svc:9093
+client_config='{ echo security.protocol=SASL_SSL; echo sasl.mechanisms=SCRAM-SHA-512; echo sasl.username=e2e-app;
+  echo ssl.ca.location=/ca/ca.crt; printf "sasl.password=%s\n" "$(cat /user/password)"; } > /tmp/client.config'
+printf '%s\nseq 100 | kcat -F /tmp/client.config -P -b %s -t e2e-secure -X acks=all\n' "$client_config" "$SECURE" \
+  | ksecure e2e-secure-produce
+got=$(printf '%s\nkcat -F /tmp/client.config -C -b %s -t e2e-secure -o beginning -e -q\n' "$client_config" "$SECURE" \
+  | ksecure e2e-secure-consume | sort -n | tr '\n' ' ')
+[ "$got" = "$want" ] || fail "secured cluster: consumed records differ: $got"
+refused=$(printf '%s\nseq 1 | kcat -F /tmp/client.config -P -b %s -t e2e-other -X acks=all -X message.timeout.ms=20000 2>&1\n' \
+  "$client_config" "$SECURE" | ksecure e2e-secure-refused || true)
+echo "$refused" | grep -qi "authoriz" || fail "secured cluster: a write outside the user's ACLs was not refused: $refused"
+echo "e2e: KafkaUser e2e-app produced and consumed over SASL_SSL and was refused another topic"
+kubectl -n "$NS" delete kafkauser e2e-app --wait --timeout=120s
+kubectl -n "$NS" delete topic e2e-secure --wait --timeout=120s
+helm uninstall odradek --namespace "$NS" --wait
 echo "e2e: passed"

@@ -17,5 +17,6 @@ def test_the_script_parses_and_every_pod_run_is_quiet():
     runs = [line for line in text.splitlines() if re.search(r"kubectl .*\brun\b.*--rm", line)]
     assert runs and all("--quiet" in r for r in runs), "kubectl run --rm -i prints 'pod deleted' unless --quiet"
     for check in ("dump", "config-hash", "cluster.brokers=4", "cluster.brokers=3", "condition=Ready",
-                  "helm uninstall"):
+                  "helm uninstall", "a dynamic config change rolled", "kafkauser/e2e-app", "SASL_SSL",
+                  "kafka-cluster-ca-cert"):
         assert check in text, check

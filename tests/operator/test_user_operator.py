@@ -1,8 +1,11 @@
 """KafkaUser resources end to end (issue 29): the operator (kopf, in a thread) against an emulated
-API server, and a real cluster with the ACL authorizer on: a SASL_PLAINTEXT listener with
-SCRAM-SHA-512 for the users, and a PLAINTEXT listener where User:ANONYMOUS is the super user the
-operator connects as (its own authenticated connection is another issue's). What the users can do
-is checked with librdkafka (confluent-kafka) logging in with the values of the user's Secret.
+API server, and a real cluster with the ACL authorizer on and the listeners the operator renders for
+a secured cluster (operator/cluster_security): CLIENT is SASL_SSL with SCRAM-SHA-512 and a broker
+certificate of the cluster CA; TLS is SSL with `ssl.client.auth=required`, the clients CA as its
+trust store and the operator's user principal mapping rules. A PLAINTEXT listener, where
+User:ANONYMOUS is the super user, is the operator's (its own authenticated connection is another
+issue's). What the users can do is checked with librdkafka (confluent-kafka) connecting with the
+values of the user's Secret: SCRAM users with their password, TLS users with their certificate.
 """
 
 import asyncio
@@ -32,6 +35,8 @@ from operator_harness import NS, SECRETS, USERS, Api, OperatorThread, condition,
 from odradek.common.security import jaas
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import free_ports
+from odradek.operator.certificates import clock_now, common_name, issue, new_ca
+from odradek.operator.cluster_security import USER_PRINCIPAL_RULES
 from odradek.operator.rolling import fetch_view
 from odradek.operator.topics import Tuning
 from odradek.operator.user_models import FINALIZER
@@ -46,21 +51,39 @@ MECHANISM = "SCRAM-SHA-512"
 
 @pytest.fixture(scope="module")
 def kafka(zookeeper, tmp_path_factory):
-    client_port = free_ports(1)[0]
+    data = tmp_path_factory.mktemp("user-operator-cluster")
+    client_port, tls_port = free_ports(2)
+    # The CAs as operator/certificates makes them: the broker's certificate from the cluster CA, the
+    # TLS listener trusting the clients CA, which the tests hand to the operator in its Secret.
+    now = clock_now()
+    cluster_ca, clients_ca = new_ca(f"{CLUSTER}-cluster-ca", now, 365), new_ca(f"{CLUSTER}-clients-ca", now, 365)
+    key, cert = issue(cluster_ca, common_name(CLUSTER, "broker"), ("127.0.0.1", "localhost"), now, 365)
+    (data / "broker.pem").write_text(key + cert + cluster_ca.cert_pem)
+    (data / "ca.crt").write_text(cluster_ca.cert_pem)
+    (data / "clients-ca.crt").write_text(clients_ca.cert_pem)
     cluster = LocalCluster(
-        tmp_path_factory.mktemp("user-operator-cluster"), brokers=1, controllers=1, broker_ports=free_ports(1),
+        data, brokers=1, controllers=1, broker_ports=free_ports(1),
         zookeeper_connect=f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}",
         broker_overrides={
             "zookeeper.session.timeout.ms": 6000, "auto.create.topics.enable": "false",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
-            "sasl.enabled.mechanisms": MECHANISM,
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_SSL,TLS:SSL",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(data / "broker.pem"),
+            "listener.name.client.sasl.enabled.mechanisms": MECHANISM,
+            "listener.name.tls.ssl.client.auth": "required",
+            "listener.name.tls.ssl.truststore.type": "PEM",
+            "listener.name.tls.ssl.truststore.location": str(data / "clients-ca.crt"),
+            "listener.name.tls.ssl.principal.mapping.rules": USER_PRINCIPAL_RULES,
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:ANONYMOUS",
             "offsets.topic.replication.factor": 1, "offsets.topic.num.partitions": 1,
             "group.initial.rebalance.delay.ms": 0},
         controller_overrides={"zookeeper.session.timeout.ms": 6000})
-    cluster.brokers[0].overrides["listeners"] += f",CLIENT://127.0.0.1:{client_port}"
+    cluster.brokers[0].overrides["listeners"] += f",CLIENT://127.0.0.1:{client_port},TLS://127.0.0.1:{tls_port}"
     cluster.client_bootstrap = f"127.0.0.1:{client_port}"
+    cluster.tls_bootstrap = f"127.0.0.1:{tls_port}"
+    cluster.ca_location = str(data / "ca.crt")
+    cluster.clients_ca = clients_ca
     cluster.start()
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     futures = admin.create_topics([NewTopic(t, 1, 1) for t in ("granted", "other")], operation_timeout=20)
@@ -76,8 +99,20 @@ def kafka(zookeeper, tmp_path_factory):
 
 
 def sasl(kafka, user: str, password: str) -> dict:
-    return {"bootstrap.servers": kafka.client_bootstrap, "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": MECHANISM, "sasl.username": user, "sasl.password": password}
+    """SCRAM-SHA-512 over TLS, trusting the cluster CA (the host name is checked: librdkafka's default)."""
+    return {"bootstrap.servers": kafka.client_bootstrap, "security.protocol": "SASL_SSL",
+            "ssl.ca.location": kafka.ca_location, "sasl.mechanism": MECHANISM, "sasl.username": user,
+            "sasl.password": password}
+
+
+def mtls(kafka, directory, secret: dict[str, str]) -> dict:
+    """The TLS listener with a KafkaUser's Secret: its user.crt and user.key as files, as a pod mounts them."""
+    for key in ("user.crt", "user.key"):
+        (directory / key).write_text(secret[key])
+    (directory / "user.key").chmod(0o600)
+    return {"bootstrap.servers": kafka.tls_bootstrap, "security.protocol": "SSL",
+            "ssl.ca.location": kafka.ca_location, "ssl.certificate.location": str(directory / "user.crt"),
+            "ssl.key.location": str(directory / "user.key")}
 
 
 def read(conf: dict, topic: str, group: str, n: int = 5, seconds: float = 15.0) -> tuple[int, list[int]]:
@@ -325,26 +360,26 @@ async def test_a_password_from_a_secret_and_its_change(env):
     await env.operator.stop()
 
 
-async def test_a_tls_user_gets_a_certificate_of_the_clients_ca(env):
+async def test_a_tls_user_connects_with_its_certificate_and_reads_what_its_acls_grant(env, tmp_path):
     from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.serialization import pkcs12
 
-    from odradek.operator.certificates import clock_now, new_ca
+    from odradek.operator.users import issue_client_certificate
 
     await env.create_cluster()
     env.start_operator()
-    acls = [{"resource": {"type": "topic", "name": "granted"}, "operations": ["Read"]}]
-    await env.apply("certified", {"authentication": {"type": "tls"}, "authorization": {"acls": acls}})
+    await env.apply("certified", {"authentication": {"type": "tls"}, "authorization": {"acls": READER_ACLS}})
     body = await wait_for(lambda: condition(env.user("certified"), "Ready").get("reason") == "ClientsCaNotFound"
                           and env.user("certified"), 20, "waiting for the clients CA")
     assert condition(body, "Reconciling")["status"] == "True" and condition(body, "Stalled")["status"] == "False"
-    ca = new_ca("demo-clients-ca", clock_now(), 365)
+    ca = env.cluster.clients_ca  # the CA the broker's TLS listener trusts, in the Secret the operator reads
     await env.put_secret("demo-clients-ca", {"ca.key": ca.key_pem, "ca.crt": ca.cert_pem})
     body = await env.ready("certified", timeout=6 * RESYNC + 20)
     assert body["status"]["username"] == "CN=certified" and body["status"]["secret"] == "certified"
     secret = env.secret("certified")
     assert set(secret) == {"ca.crt", "user.crt", "user.key", "user.p12", "user.password"}
+    assert secret["ca.crt"] == ca.cert_pem
     cert = x509.load_pem_x509_certificate(secret["user.crt"].encode())
     assert cert.subject.rfc4514_string() == "CN=certified" and cert.issuer == ca.certificate.subject
     ca.certificate.public_key().verify(cert.signature, cert.tbs_certificate_bytes,
@@ -352,12 +387,47 @@ async def test_a_tls_user_gets_a_certificate_of_the_clients_ca(env):
     key, p12_cert, _ = pkcs12.load_key_and_certificates(base64.b64decode(secret["user.p12"]),
                                                         secret["user.password"].encode())
     assert p12_cert == cert and key is not None
-    assert env.acls_of("User:CN=certified") == {("TOPIC", "granted", "LITERAL", "READ", "ALLOW")}
+    # The broker maps the certificate to the principal the operator wrote the ACLs for.
+    assert env.acls_of("User:CN=certified") == GRANTED
+    conf = mtls(env.cluster, tmp_path, secret)
+    got, codes = await asyncio.to_thread(read, conf, "granted", "reader-tls-1")
+    assert got == 5 and codes == []
+    got, codes = await asyncio.to_thread(read, conf, "other", "reader-tls-2", seconds=8)
+    assert got == 0 and KafkaError.TOPIC_AUTHORIZATION_FAILED in codes
+    for topic in ("granted", "other"):
+        error = await asyncio.to_thread(write, conf, topic)
+        assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+    # The same subject from a CA the listener does not trust gets no connection.
+    forged = issue_client_certificate(new_ca("demo-clients-ca", clock_now(), 365), "certified", clock_now(), 30)
+    forged_dir = tmp_path / "forged"
+    forged_dir.mkdir()
+    assert not await asyncio.to_thread(connects, mtls(env.cluster, forged_dir, forged))
+
     # A pass that finds the certificate good keeps it.
     await env.patch("certified", {"spec": {"quotas": {"consumerByteRate": 2048}}})
     await env.ready("certified")
     assert env.secret("certified")["user.crt"] == secret["user.crt"]
+    # Deleted, the user keeps a certificate valid until its end (no revocation) but no ACL: refused
+    # (its group first, as Kafka checks the group before the topic).
     await env.delete("certified")
     await wait_for(lambda: env.user("certified") is None, 30, "KafkaUser certified removed")
     assert env.acls_of("User:CN=certified") == set()
+    got, codes = await asyncio.to_thread(read, conf, "granted", "reader-tls-3", seconds=8)
+    assert got == 0 and {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED} & set(codes)
     await env.operator.stop()
+
+
+def connects(conf: dict, seconds: float = 10.0) -> bool:
+    """Whether a client reaches the broker's metadata (a refused TLS handshake reports to error_cb)."""
+    errors: list[KafkaError] = []
+    producer = Producer({**conf, "error_cb": errors.append})
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            producer.list_topics(timeout=1.0)
+            return True
+        except KafkaException:
+            producer.poll(0.1)
+            if errors:
+                return False
+    raise AssertionError(f"neither connected nor refused in {seconds}s")

@@ -34,8 +34,11 @@ REPLICATION = "REPLICATION"
 CONTROL_PLANE = "CONTROLLER"
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 USER_PRINCIPAL_RULES = rf"RULE:^CN=([^,]+),O={certificates.ORGANIZATION}$/$1/,DEFAULT"
-"""On client listeners with tls authentication a KafkaUser's certificate `CN=<user>,O=odradek.io`
-is `User:<user>`; the operator's own listeners keep DEFAULT (the whole subject)."""
+"""Client listeners with tls authentication: a KafkaUser's certificate (subject `CN=<user>`, see
+operator/users.py) maps by DEFAULT to `User:CN=<user>`, the principal its ACLs name. The RULE is
+a guard: a clients-CA certificate that spells the cluster's own subject `CN=<x>,O=odradek.io`
+becomes `User:<x>`, never the super user `User:CN=<x>,O=odradek.io` that the operator's own
+listeners (DEFAULT, cluster CA) give the brokers, controllers and operator."""
 OPERATOR_PEER = {"namespaceSelector": {}, "podSelector": {"matchLabels": {
     "app.kubernetes.io/name": "odradek", "app.kubernetes.io/component": "operator"}}}
 """The operator's pods (the chart's labels), in whatever namespace they run."""

@@ -6,6 +6,7 @@ import datetime
 import yaml
 from op_validation import restricted_violations, validate
 
+from odradek.common.security.principal import SslPrincipalMapper
 from odradek.operator import builders, certificates, cluster_security
 from odradek.operator.models import parse_spec
 from odradek.operator.render import render_objects
@@ -203,3 +204,16 @@ def test_external_listeners_advertise_the_address_once_known_and_roll_once():
     for obj in objs.values():
         validate(obj)
     assert restricted_violations(pod) == []
+
+
+def test_a_clients_ca_certificate_cannot_spell_a_super_user():
+    """On a tls client listener a KafkaUser's certificate is `User:CN=<name>`, and one that copies
+    the cluster's own subject is not the super user that subject is on the operator's listeners."""
+    client = SslPrincipalMapper(cluster_security.USER_PRINCIPAL_RULES)
+    own = SslPrincipalMapper("DEFAULT")
+    supers = certificates.super_users("demo")
+    for role in ("broker", "controller", "operator"):
+        subject = f"CN={certificates.common_name('demo', role)},O={certificates.ORGANIZATION}"
+        assert f"User:{own.name(subject)}" in supers
+        assert f"User:{client.name(subject)}" not in supers
+    assert client.name("CN=orders-reader") == "CN=orders-reader"

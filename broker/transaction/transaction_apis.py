@@ -9,12 +9,17 @@ transactional id comes here from KafkaApis. Partition side: WriteTxnMarkers and 
 import asyncio
 import datetime
 import logging
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i16, i32, i64
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
+from odradek.broker.admin_manager import AdminManager
 from odradek.broker.authorizer.acl import AclOperation, ResourceType
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
+from odradek.broker.metadata_cache import MetadataCache
+from odradek.broker.replica_manager import ReplicaManager
 from odradek.common.api_key import ApiKey
 from odradek.common.network.request_context import Handler, RequestContext
 from odradek.common.wire import NO_THROTTLE, make_entity, ms, response_module
@@ -24,6 +29,7 @@ from .transaction_coordinator import TransactionCoordinator
 from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),  # v5 adds TRANSACTION_ABORTABLE (never sent here)
@@ -48,20 +54,21 @@ def fenced_for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode
     return code
 
 
-def _by_topic(pairs) -> dict[str, list]:
-    out: dict[str, list] = {}
+def _by_topic(pairs: Iterable[tuple[str, _T]]) -> dict[str, list[_T]]:
+    out: dict[str, list[_T]] = {}
     for topic, item in pairs:
         out.setdefault(topic, []).append(item)
     return out
 
 
 class TransactionApis:
-    def __init__(self, coordinator: TransactionCoordinator, marker_writer: MarkerWriter, metadata_cache,
-                 replica_manager, offsets_partition_for, admin, *, authorizer: Authorizer = ALLOW_ALL):
+    def __init__(self, coordinator: TransactionCoordinator, marker_writer: MarkerWriter, metadata_cache: MetadataCache,
+                 replica_manager: ReplicaManager, offsets_partition_for: Callable[[str], int], admin: AdminManager,
+                 *, authorizer: Authorizer = ALLOW_ALL):
         self.coordinator = coordinator
         self.authorizer = authorizer
         self.admin = admin
-        self._creating: asyncio.Task | None = None
+        self._creating: asyncio.Task[None] | None = None
         self.marker_writer = marker_writer
         self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
@@ -90,7 +97,7 @@ class TransactionApis:
         replicas = max(1, min(config.replication_factor, len(self.metadata_cache.live_brokers())))
         min_isr = max(1, min(config.min_isr, replicas))
 
-        async def create():
+        async def create() -> None:
             try:
                 await self.admin.create_internal_topic(
                     TRANSACTION_STATE_TOPIC_NAME, config.num_partitions, config.replication_factor,
@@ -118,7 +125,8 @@ class TransactionApis:
 
     # --- InitProducerId (from KafkaApis, for a transactional id) --------------------------------
 
-    async def init_producer_id(self, request) -> tuple[ErrorCode, int, int]:
+    async def init_producer_id(self, request: Any) -> tuple[ErrorCode, int, int]:
+        """`request`: kio's InitProducerIdRequest of any version (its class differs per version)."""
         code, producer_id, epoch = await self.coordinator.init_producer_id(
             request.transactional_id, ms(request.transaction_timeout),
             int(getattr(request, "producer_id", -1)), int(getattr(request, "producer_epoch", -1)))
@@ -130,7 +138,8 @@ class TransactionApis:
         parts = self.metadata_cache.topic_partitions(topic)
         return not parts or partition not in parts
 
-    async def _add(self, transactional_id, producer_id, epoch, partitions, verify_only) -> dict:
+    async def _add(self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]],
+                   verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
         """{(topic, partition): error} for one transaction of the request."""
         if verify_only:
             return self.coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
@@ -141,11 +150,11 @@ class TransactionApis:
         code = await self.coordinator.add_partitions(transactional_id, producer_id, epoch, partitions)
         return dict.fromkeys(partitions, code)
 
-    async def handle_add_partitions_to_txn(self, context: RequestContext, request):
+    async def handle_add_partitions_to_txn(self, context: RequestContext, request: Any) -> Any:
         version = context.api_version
         mod = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, version)
 
-        def topic_results(codes):
+        def topic_results(codes: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
             return tuple(
                 mod.AddPartitionsToTxnTopicResult(name=topic, results_by_partition=tuple(
                     mod.AddPartitionsToTxnPartitionResult(partition_index=i32(p), partition_error_code=code)
@@ -182,7 +191,7 @@ class TransactionApis:
         return mod.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                                               results_by_transaction=tuple(results))
 
-    async def handle_add_offsets_to_txn(self, context: RequestContext, request):
+    async def handle_add_offsets_to_txn(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.ADD_OFFSETS_TO_TXN, context.api_version)
         if not self._may_write(context, request.transactional_id):
             code = ErrorCode.transactional_id_authorization_failed
@@ -199,7 +208,7 @@ class TransactionApis:
         return mod.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=fenced_for_version(
             code, ApiKey.ADD_OFFSETS_TO_TXN, context.api_version))
 
-    async def handle_end_txn(self, context: RequestContext, request):
+    async def handle_end_txn(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.END_TXN, context.api_version)
         if not self._may_write(context, request.transactional_id):
             return make_entity(mod.EndTxnResponse, throttle_time=NO_THROTTLE,
@@ -214,7 +223,7 @@ class TransactionApis:
 
     # --- WriteTxnMarkers (partition leaders) ----------------------------------------------------
 
-    async def handle_write_txn_markers(self, context: RequestContext, request):
+    async def handle_write_txn_markers(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.WRITE_TXN_MARKERS, context.api_version)
         markers = [
             TxnMarker(int(m.producer_id), int(m.producer_epoch), int(m.coordinator_epoch), bool(m.transaction_result),
@@ -235,7 +244,7 @@ class TransactionApis:
 
     # --- tooling (KIP-664) ----------------------------------------------------------------------
 
-    async def handle_describe_producers(self, context: RequestContext, request):
+    async def handle_describe_producers(self, context: RequestContext, request: Any) -> Any:
         """The producers a partition leader knows, with their open transactions."""
         mod = response_module(ApiKey.DESCRIBE_PRODUCERS, context.api_version)
         topics = []
@@ -261,7 +270,7 @@ class TransactionApis:
             topics.append(mod.TopicResponse(name=t.name, partitions=tuple(partitions)))
         return mod.DescribeProducersResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
-    async def handle_describe_transactions(self, context: RequestContext, request):
+    async def handle_describe_transactions(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.DESCRIBE_TRANSACTIONS, context.api_version)
         out = []
         for txn_id in request.transactional_ids:
@@ -285,7 +294,7 @@ class TransactionApis:
                 producer_id=i64(m.producer_id), producer_epoch=i16(max(m.producer_epoch, -1)), topics=topics))
         return mod.DescribeTransactionsResponse(throttle_time=NO_THROTTLE, transaction_states=tuple(out))
 
-    async def handle_list_transactions(self, context: RequestContext, request):
+    async def handle_list_transactions(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.LIST_TRANSACTIONS, context.api_version)
         code, found, unknown = self.coordinator.list_transactions(
             set(request.state_filters), {int(p) for p in request.producer_id_filters},
@@ -299,11 +308,9 @@ class TransactionApis:
                                             unknown_state_filters=tuple(unknown), transaction_states=states)
 
 
-def _ms_delta(n: int):
-    from kio.static.primitive import i32Timedelta
-
+def _ms_delta(n: int) -> i32Timedelta:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
 
 
-def _time(ms_since_epoch: int):
+def _time(ms_since_epoch: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms_since_epoch / 1000, tz=datetime.UTC)

@@ -8,7 +8,9 @@ fields a version has. KafkaApis merges `handlers`/`versions` like MetadataApis'.
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v2 import request as offset_commit_v2
@@ -20,6 +22,7 @@ from kio.static.primitive import i32, i64, i64Timedelta
 from odradek.broker.auth_helper import ResourceType, authorized_operations
 from odradek.broker.authorizer.acl import AclOperation
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
+from odradek.broker.metadata_cache import MetadataCache
 from odradek.common.api_key import ApiKey
 from odradek.common.network.request_context import Handler, RequestContext
 from odradek.common.wire import (
@@ -56,8 +59,34 @@ CLASSIC_GROUP_TYPE = "classic"
 """The only group type of the classic protocol (KIP-848 adds "consumer"): ListGroups v5's group_type."""
 
 
+class _NamedTopic(Protocol):
+    """A request's topic entry, any version's kio class (each has its own)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class ConsumerOffsetStore(Protocol):
+    """Where OffsetCommit/OffsetFetch v0 keep offsets (BrokerZkClient: `/consumers/<group>/offsets/...`)."""
+
+    async def set_consumer_offset(self, group: str, topic: str, partition: int, offset: int) -> None: ...
+
+    async def get_consumer_offset(self, group: str, topic: str, partition: int) -> int | None: ...
+
+
+class GroupAdmin(Protocol):
+    """What GroupApis needs of AdminManager (a protocol: admin_manager imports this package)."""
+
+    @property
+    def zk(self) -> ConsumerOffsetStore: ...
+
+    async def create_internal_topic(self, name: str, partitions: int, replication_factor: int,
+                                    config: dict[str, str]) -> ErrorCode: ...
+
+
 class GroupApis:
-    def __init__(self, coordinator: GroupCoordinator, metadata_cache, admin, offsets_partitions: int,
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache, admin: GroupAdmin,
+                 offsets_partitions: int,
                  offsets_replication_factor: int, *, authorizer: Authorizer = ALLOW_ALL,
                  find_transaction_coordinator: Callable[[str, str], tuple[ErrorCode, int, str, int]] | None = None,
                  verify_txn_offsets: txn_offsets.Verify | None = None):
@@ -86,7 +115,7 @@ class GroupApis:
         """(key, listener) → (error, node, host, port) for FindCoordinator's transaction key type."""
         self.verify_txn_offsets = verify_txn_offsets
         """TxnOffsetCommit's check with the transaction coordinator (txn_offsets.commit_txn_offsets)."""
-        self._creating: asyncio.Task | None = None
+        self._creating: asyncio.Task[None] | None = None
         self.legacy_requests = {(ApiKey.OFFSET_COMMIT, 1): decode_offset_commit_v1}
         """Request versions kio lacks: (api, version) → decoder of the frame body."""
 
@@ -97,7 +126,7 @@ class GroupApis:
         if self.metadata_cache.contains(GROUP_METADATA_TOPIC_NAME) or (self._creating and not self._creating.done()):
             return
 
-        async def create():
+        async def create() -> None:
             try:
                 await self.admin.create_internal_topic(
                     GROUP_METADATA_TOPIC_NAME, self.offsets_partitions, self.offsets_replication_factor,
@@ -138,7 +167,7 @@ class GroupApis:
         node, host, port = endpoint
         return ErrorCode.none, None, node, host, port
 
-    async def handle_find_coordinator(self, context: RequestContext, request):
+    async def handle_find_coordinator(self, context: RequestContext, request: Any) -> Any:
         version = context.api_version
         mod = response_module(ApiKey.FIND_COORDINATOR, version)
         key_type = int(getattr(request, "key_type", 0))
@@ -155,7 +184,7 @@ class GroupApis:
 
     # --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
 
-    async def handle_join_group(self, context: RequestContext, request):
+    async def handle_join_group(self, context: RequestContext, request: Any) -> Any:
         version = context.api_version
         mod = response_module(ApiKey.JOIN_GROUP, version)
         if not self._may_read_group(context, request.group_id):
@@ -181,7 +210,7 @@ class GroupApis:
             leader=result.leader_id, skip_assignment=False, member_id=result.member_id, members=members,
         )
 
-    async def handle_sync_group(self, context: RequestContext, request):
+    async def handle_sync_group(self, context: RequestContext, request: Any) -> Any:
         version = context.api_version
         mod = response_module(ApiKey.SYNC_GROUP, version)
         if not self._may_read_group(context, request.group_id):
@@ -201,7 +230,7 @@ class GroupApis:
             assignment=assignment,
         )
 
-    async def handle_heartbeat(self, context: RequestContext, request):
+    async def handle_heartbeat(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.HEARTBEAT, context.api_version)
         if not self._may_read_group(context, request.group_id):
             return make_entity(mod.HeartbeatResponse, throttle_time=NO_THROTTLE,
@@ -210,7 +239,7 @@ class GroupApis:
                                           getattr(request, "group_instance_id", None), int(request.generation_id))
         return make_entity(mod.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
 
-    async def handle_leave_group(self, context: RequestContext, request):
+    async def handle_leave_group(self, context: RequestContext, request: Any) -> Any:
         version = context.api_version
         mod = response_module(ApiKey.LEAVE_GROUP, version)
         if not self._may_read_group(context, request.group_id):
@@ -235,14 +264,14 @@ class GroupApis:
     def _may_read_group(self, context: RequestContext, group_id: str) -> bool:
         return self.authorizer.authorize(context, AclOperation.READ, ResourceType.GROUP, group_id)
 
-    def _unreadable_topics(self, context: RequestContext, topics) -> set[str]:
+    def _unreadable_topics(self, context: RequestContext, topics: Iterable[_NamedTopic]) -> set[str]:
         names = {t.name for t in topics}
         return names - authorized_names(self.authorizer, context, AclOperation.READ, ResourceType.TOPIC, names)
 
     def _known_partition(self, topic: str, partition: int) -> bool:
         return self.metadata_cache.partition_state(topic, partition) is not None
 
-    async def handle_offset_commit(self, context: RequestContext, request):
+    async def handle_offset_commit(self, context: RequestContext, request: Any) -> Any:
         """Offsets of partitions the cluster does not have get UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
         KafkaApis answers before the coordinator sees them; the rest are committed."""
         version = context.api_version
@@ -282,15 +311,18 @@ class GroupApis:
         )
         return make_entity(mod.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)
 
-    def _fetch_group(self, version: int, group_id: str, topics, topic_cls, part_cls, require_stable: bool = False,
-                     context: RequestContext | None = None):
+    def _fetch_group(self, version: int, group_id: str, topics: Iterable[Any] | None, topic_cls: type,
+                     part_cls: type, require_stable: bool = False,
+                     context: RequestContext | None = None) -> tuple[ErrorCode, tuple[Any, ...]]:
+        """(error, the response's topic entries of `topic_cls`): `topics` are the request's, any
+        version's kio classes; None asks for every partition of the group."""
         wanted = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
         found: dict[tuple[str, int], OffsetAndMetadata | None]
         if context is not None and not self._may_read_group(context, group_id):
             code, found = ErrorCode.group_authorization_failed, {}
         else:
             code, found = self.coordinator.fetch_offsets(group_id, wanted)
-        per_topic: dict[str, list] = {}
+        per_topic: dict[str, list[Any]] = {}
         if code == ErrorCode.none:
             keys = wanted if wanted is not None else sorted(found)
             group = self.coordinator.manager.groups.get(group_id) if require_stable else None
@@ -324,7 +356,8 @@ class GroupApis:
                     part_cls, partition_index=i32(p), committed_offset=i64(-1), metadata="", error_code=code))
         return code, tuple(topic_cls(name=n, partitions=tuple(ps)) for n, ps in per_topic.items())
 
-    async def _commit_offsets_to_zookeeper(self, group_id: str, offsets: dict) -> dict:
+    async def _commit_offsets_to_zookeeper(self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata]
+                                           ) -> dict[tuple[str, int], ErrorCode]:
         """OffsetCommit v0: offsets go to ZooKeeper (`/consumers/<group>/offsets/<topic>/<p>`), not
         to the coordinator, as Kafka's KafkaApis.commitOffsetsToZookeeper does."""
         results = {}
@@ -342,7 +375,7 @@ class GroupApis:
                 results[(topic, partition)] = ErrorCode.unknown_server_error
         return results
 
-    async def _fetch_offsets_from_zookeeper(self, context: RequestContext, mod, request):
+    async def _fetch_offsets_from_zookeeper(self, context: RequestContext, mod: ModuleType, request: Any) -> Any:
         """OffsetFetch v0: offsets from ZooKeeper (Kafka's handleOffsetFetchRequestFromZookeeper);
         a partition unknown, or without an offset there, is UNKNOWN_TOPIC_OR_PARTITION."""
         if not self.authorizer.authorize(context, AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
@@ -374,7 +407,7 @@ class GroupApis:
             topics.append(mod.OffsetFetchResponseTopic(name=t.name, partitions=tuple(parts)))
         return mod.OffsetFetchResponse(topics=tuple(topics))
 
-    async def handle_offset_fetch(self, context: RequestContext, request):
+    async def handle_offset_fetch(self, context: RequestContext, request: Any) -> Any:
         version = context.api_version
         mod = response_module(ApiKey.OFFSET_FETCH, version)
         if version == 0:
@@ -392,7 +425,7 @@ class GroupApis:
                                          context)
         return make_entity(mod.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code)
 
-    async def handle_txn_offset_commit(self, context: RequestContext, request):
+    async def handle_txn_offset_commit(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.TXN_OFFSET_COMMIT, context.api_version)
         now = self.coordinator.clock_ms()
         offsets = {
@@ -428,7 +461,7 @@ class GroupApis:
 
     # --- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
 
-    async def handle_describe_groups(self, context: RequestContext, request):
+    async def handle_describe_groups(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.DESCRIBE_GROUPS, context.api_version)
         want_ops = bool(getattr(request, "include_authorized_operations", False))
         out = []
@@ -459,7 +492,7 @@ class GroupApis:
                              authorized_operations=ops))
         return make_entity(mod.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(out))
 
-    async def handle_list_groups(self, context: RequestContext, request):
+    async def handle_list_groups(self, context: RequestContext, request: Any) -> Any:
         """Every group here is a classic one: a types filter (v5) lists them only if it names
         "classic" (any case), as Kafka's old coordinator does."""
         mod = response_module(ApiKey.LIST_GROUPS, context.api_version)
@@ -479,7 +512,7 @@ class GroupApis:
         )
         return make_entity(mod.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=code, groups=listed)
 
-    async def handle_delete_groups(self, context: RequestContext, request):
+    async def handle_delete_groups(self, context: RequestContext, request: Any) -> Any:
         mod = response_module(ApiKey.DELETE_GROUPS, context.api_version)
         names = list(request.groups_names)
         deletable = authorized_names(self.authorizer, context, AclOperation.DELETE, ResourceType.GROUP, names)
@@ -490,7 +523,7 @@ class GroupApis:
 
     # --- OffsetDelete (KIP-496) -----------------------------------------------------------------
 
-    async def handle_offset_delete(self, context: RequestContext, request):
+    async def handle_offset_delete(self, context: RequestContext, request: Any) -> Any:
         """Deletes a group's committed offsets. Partitions the cluster does not have get
         UNKNOWN_TOPIC_OR_PARTITION (as in OffsetCommit); a group error answers alone, with no topics
         (Kafka's getErrorResponse)."""
@@ -514,7 +547,7 @@ class GroupApis:
         if code != ErrorCode.none:
             return mod.OffsetDeleteResponse(error_code=code, throttle_time=NO_THROTTLE, topics=())
         results.update(deleted)
-        per_topic: dict[str, list] = {}
+        per_topic: dict[str, list[Any]] = {}
         for (topic, p), c in results.items():
             per_topic.setdefault(topic, []).append(mod.OffsetDeleteResponsePartition(partition_index=i32(p), error_code=c))
         topics = tuple(mod.OffsetDeleteResponseTopic(name=n, partitions=tuple(ps)) for n, ps in per_topic.items())

@@ -10,7 +10,7 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,15 +18,18 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
 
 from odradek.broker.admin_manager import INTERNAL_TOPICS
-from odradek.broker.alter_partition_manager import AlterPartitionManager
+from odradek.broker.alter_partition_manager import AlterPartitionAnswer, AlterPartitionManager
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
 from odradek.broker.fetch_session import PartitionFetch, Unchanged
 from odradek.broker.log import LogManager
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.errors import KafkaStorageError, LogError
 from odradek.broker.log.leader_epoch import write_in_worker
+from odradek.broker.log.local_log import FileRegion
 from odradek.broker.log.log import Log
 from odradek.broker.log.producer_state import AppendOrigin
+from odradek.broker.log.record_batch import Buffer
+from odradek.broker.log.transaction_index import AbortedTxn
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.metrics import BrokerTopicStats
 from odradek.broker.partition import Partition, PendingIsrChange
@@ -36,6 +39,7 @@ from odradek.broker.zk_client import BrokerZkClient
 from odradek.common.clock import now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.messages import (
+    LeaderAndIsrLiveLeader,
     LeaderAndIsrPartitionError,
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
@@ -95,10 +99,11 @@ class FetchResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    regions: list = field(default_factory=list)
+    regions: list[FileRegion | bytes] = field(default_factory=list)
+    """File regions to send as they are; bytes where the records were rewritten (down-converted)."""
     size: int = 0
-    aborted_transactions: list | None = None
-    """read_committed: the aborted transactions (AbortedTxn) overlapping what was read."""
+    aborted_transactions: list[AbortedTxn] | None = None
+    """read_committed: the aborted transactions overlapping what was read."""
 
 
 @dataclass
@@ -124,7 +129,7 @@ class ListOffsetResult:
 class DelayedProduce(DelayedOperation):
     """acks=-1: completes when every appended partition's HW reaches its batch, or on timeout."""
 
-    def __init__(self, delay_ms: float, manager: "ReplicaManager", results: dict):
+    def __init__(self, delay_ms: float, manager: "ReplicaManager", results: dict[tuple[str, int], ProduceResult]):
         super().__init__(delay_ms)
         self.manager = manager
         self.results = results
@@ -164,7 +169,8 @@ class DelayedProduce(DelayedOperation):
 class DelayedFetch(DelayedOperation):
     """A long poll: completes once min_bytes are readable, a partition changes role, or at max_wait."""
 
-    def __init__(self, delay_ms: float, manager: "ReplicaManager", replica_id: int, min_bytes: int, infos,
+    def __init__(self, delay_ms: float, manager: "ReplicaManager", replica_id: int, min_bytes: int,
+                 infos: Sequence[PartitionFetch],
                  isolation_level: int = READ_UNCOMMITTED):
         super().__init__(delay_ms)
         self.manager = manager
@@ -207,7 +213,8 @@ class DelayedDeleteRecords(DelayedOperation):
     """DeleteRecords: completes when every partition's low watermark (the smallest log start
     offset of its live replicas) reaches the asked offset, or at the timeout."""
 
-    def __init__(self, delay_ms: float, manager: "ReplicaManager", results: dict):
+    def __init__(self, delay_ms: float, manager: "ReplicaManager",
+                 results: dict[tuple[str, int], DeleteRecordsResult]):
         super().__init__(delay_ms)
         self.manager = manager
         self.results = results
@@ -236,7 +243,7 @@ class DelayedDeleteRecords(DelayedOperation):
                 result.pending = False
 
 
-async def _every(stop: asyncio.Event, interval_s: float, action, what: str) -> None:
+async def _every(stop: asyncio.Event, interval_s: float, action: Callable[[], Awaitable[None]], what: str) -> None:
     """Runs `await action()` every `interval_s` until `stop` is set; a failure is logged, not fatal."""
     while not stop.is_set():
         try:
@@ -279,7 +286,7 @@ class ReplicaManager:
         self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords")
         self._state_change_lock = asyncio.Lock()
         self.fetcher_manager = ReplicaFetcherManager(self, config, inter_broker_security)
-        self._written_hw: dict = {}
+        self._written_hw: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = asyncio.Lock()
         """One HW checkpoint write at a time (they share a temp file)."""
         self.alter_partition_manager = alter_partition_manager
@@ -288,7 +295,7 @@ class ReplicaManager:
         """Set while the broker's ZooKeeper registration is lost (see set_fenced)."""
         self.offline_partitions: set[tuple[str, int]] = set()
         """Partitions whose log directory failed: KAFKA_STORAGE_ERROR until the broker restarts."""
-        self.log_dir_failure_listeners: list = []
+        self.log_dir_failure_listeners: list[Callable[[Path, list[tuple[str, int]]], None]] = []
         """Callables(log_dir, [(topic, partition)]) run after a failed directory's partitions are
         taken offline (the server tells the controller, the group coordinator resigns)."""
         if log_manager is not None:
@@ -316,7 +323,7 @@ class ReplicaManager:
         for key in list(self._partitions):
             self.complete_delayed_requests(key)
 
-    def _on_log_dir_failure(self, log_dir, keys) -> None:
+    def _on_log_dir_failure(self, log_dir: Path, keys: list[tuple[str, int]]) -> None:
         """The LogManager took `log_dir` offline (possibly in the middle of a request, or from a
         worker thread): handle it in its own task, between state changes."""
         try:
@@ -331,7 +338,7 @@ class ReplicaManager:
         else:
             target.call_soon_threadsafe(lambda: target.create_task(self.handle_log_dir_failure(log_dir, keys)))
 
-    async def handle_log_dir_failure(self, log_dir, keys) -> None:
+    async def handle_log_dir_failure(self, log_dir: Path, keys: list[tuple[str, int]]) -> None:
         """Kafka's handleLogDirFailure: the partitions of a failed directory stop fetching and
         serving (KAFKA_STORAGE_ERROR from now on, for LeaderAndIsr too), waiting requests on them
         end, and the listeners run (the controller, told through ZooKeeper, moves leaderships and
@@ -386,7 +393,7 @@ class ReplicaManager:
                 by_dir[plog.dir.parent][(plog.topic, plog.partition)] = plog.high_watermark
         return {d: hws for d, hws in by_dir.items() if force or self._written_hw.get(d) != hws}
 
-    def _write_high_watermarks(self, log_dir, hws: dict) -> None:
+    def _write_high_watermarks(self, log_dir: Path, hws: dict[tuple[str, int], int]) -> None:
         write_offsets(log_dir / HIGH_WATERMARK_CHECKPOINT, hws)
         self._written_hw[log_dir] = hws
 
@@ -444,14 +451,14 @@ class ReplicaManager:
             return None, error
         return p, ErrorCode.none
 
-    def complete_delayed_requests(self, key) -> None:
+    def complete_delayed_requests(self, key: tuple[str, int]) -> None:
         self.fetch_purgatory.check_and_complete(key)
         self.produce_purgatory.check_and_complete(key)
         self.delete_records_purgatory.check_and_complete(key)
 
     # --- controller requests --------------------------------------------------------------------
 
-    def _fence(self, request) -> ErrorCode:
+    def _fence(self, request: LeaderAndIsrRequest | StopReplicaRequest) -> ErrorCode:
         if request.controller_epoch < self.controller_epoch:
             log.warning(
                 "ignoring %s from controller %d with epoch %d < %d",
@@ -474,7 +481,7 @@ class ReplicaManager:
             errors: dict[tuple[str, int], ErrorCode] = {}
             changed: list[tuple[Partition, LeaderAndIsrPartitionState]] = []
 
-            def answer(topic, index, code):
+            def answer(topic: str, index: int, code: ErrorCode) -> None:
                 errors[(topic, index)] = code
 
             unreadable = await self._read_topic_configs(request)
@@ -571,7 +578,7 @@ class ReplicaManager:
             lm.update_topic_config(topic, read.config, read.mzxid)
         return set()
 
-    async def _assign_new_leader_epochs(self, becoming_leader: list) -> None:
+    async def _assign_new_leader_epochs(self, becoming_leader: list[tuple[Partition, LeaderAndIsrPartitionState]]) -> None:
         """Checkpoint the new leader epochs of partitions about to lead, in a worker thread.
 
         Each checkpoint is two fsyncs; a LeaderAndIsr moving many leaderships (a failover, a
@@ -619,7 +626,7 @@ class ReplicaManager:
 
     # --- replica fetchers (issue 3) -------------------------------------------------------------
 
-    def add_fetchers(self, partitions: list[Partition], live_leaders) -> None:
+    def add_fetchers(self, partitions: list[Partition], live_leaders: Iterable[LeaderAndIsrLiveLeader]) -> None:
         """Followers (re)start fetching from their leader, found in the request's live_leaders.
 
         A partition without a leader (-1: its ISR is down, as while a cluster restarts) has nothing
@@ -644,7 +651,7 @@ class ReplicaManager:
         if targets:
             self.fetcher_manager.add_fetchers(targets)
 
-    def remove_fetchers(self, keys) -> None:
+    def remove_fetchers(self, keys: Iterable[tuple[str, int]]) -> None:
         self.fetcher_manager.remove_fetchers(keys)
 
     # --- OffsetForLeaderEpoch -------------------------------------------------------------------
@@ -661,8 +668,11 @@ class ReplicaManager:
 
     # --- produce --------------------------------------------------------------------------------
 
-    async def append_records(self, timeout_ms: int, required_acks: int, entries,
-                             origin: AppendOrigin = AppendOrigin.CLIENT, verified: dict | None = None) -> dict:
+    async def append_records(self, timeout_ms: int, required_acks: int,
+                             entries: Iterable[tuple[str, int, Buffer | None]],
+                             origin: AppendOrigin = AppendOrigin.CLIENT,
+                             verified: dict[tuple[str, int], tuple[int, int]] | None = None
+                             ) -> dict[tuple[str, int], ProduceResult]:
         """Appends `entries` [(topic, partition, records)] as leader; returns {(t, p): ProduceResult}.
 
         acks=-1 waits (up to timeout_ms) until the HW covers every successful append. `origin`
@@ -879,12 +889,12 @@ class ReplicaManager:
         assert self.alter_partition_manager is not None, "callers check it is set"
         self.alter_partition_manager.submit(partition.key, change, self._on_isr_change_answer)
 
-    def isr_change_still_wanted(self, key, change) -> bool:
+    def isr_change_still_wanted(self, key: tuple[str, int], change: object) -> bool:
         p = self._partitions.get(key)
         return p is not None and p.pending_isr_change is change
 
-    def _on_isr_change_answer(self, key, change, answer) -> None:
-        if not self.isr_change_still_wanted(key, change):
+    def _on_isr_change_answer(self, key: tuple[str, int], change: object, answer: AlterPartitionAnswer) -> None:
+        if not isinstance(change, PendingIsrChange) or not self.isr_change_still_wanted(key, change):
             return  # gone, or a LeaderAndIsr replaced the change
         p = self._partitions[key]
         p.on_alter_partition_answer(change, answer.error, answer.leader_epoch, answer.isr, answer.partition_epoch,

@@ -22,7 +22,7 @@ from odradek.common.network.request_context import Handler, RequestContext
 from .authorizer.acl import AclOperation
 from .authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster
 from .controller_channel import BrokerToControllerChannel
-from .kafka_apis import error_response
+from .error_response import error_response
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from kio.static.primitive import i32, i64
 from odradek.broker import components
 from odradek.broker.components import BrokerComponents
 from odradek.broker.dynamic_config import DynamicBrokerConfig
+from odradek.broker.error_response import error_response
 from odradek.broker.group import txn_offsets
 from odradek.broker.group.group_coordinator import GroupCoordinator
 from odradek.broker.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
-from odradek.broker.kafka_apis import error_response
 from odradek.broker.log import LogManager
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.metrics import RequestStats, metered, state_families

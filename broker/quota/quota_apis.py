@@ -106,5 +106,5 @@ def describe_error_response(request: Any, code: ErrorCode) -> Any:
 
 
 ERROR_RESPONSES: dict[int, Callable[[Any, ErrorCode], Any]] = {ApiKey.DESCRIBE_CLIENT_QUOTAS: describe_error_response}
-"""Error responses the generic builder (kafka_apis.error_response) would get wrong (it would mirror
+"""Error responses the generic builder (broker/error_response) would get wrong (it would mirror
 the filter components as entries)."""

@@ -6,7 +6,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
-from odradek.broker.kafka_apis import error_response
+from odradek.broker.error_response import error_response
 from odradek.common import wire
 
 

@@ -81,7 +81,7 @@ def test_filters_and_matching():
 
 
 def test_error_responses_of_the_cluster_gate():
-    from odradek.broker.kafka_apis import error_response
+    from odradek.broker.error_response import error_response
 
     alter = wire.request_schema(ApiKey.ALTER_CLIENT_QUOTAS, 1)
     amod = __import__(alter.__module__, fromlist=["x"])

@@ -16,7 +16,8 @@ import logging
 import sys
 import typing
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import ModuleType
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta, i64
@@ -27,7 +28,14 @@ from odradek.broker import produce as produce_codec
 from odradek.broker.authorizer.acl import AclOperation, ResourceType
 from odradek.broker.authorizer.authorizer import ALLOW_ALL, CLUSTER_GATED_APIS, Authorizer, authorize_cluster
 from odradek.broker.error_response import error_response
-from odradek.broker.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchManager, FetchSessionCache
+from odradek.broker.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchContext,
+    FetchManager,
+    FetchSessionCache,
+    PartitionFetch,
+)
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.legacy_records import down_convert, up_convert
 from odradek.broker.log.local_log import FileRegion
@@ -45,9 +53,10 @@ from odradek.common.api_key import ApiKey
 from odradek.common.clock import Clock, Timer, monotonic_ns, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.errors import KafkaError
+from odradek.common.messages import LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest, StopReplicaResponse
 from odradek.common.network.encoding import Body, frame, response_header
 from odradek.common.network.request_context import ANONYMOUS, DEFAULT_LISTENER, Handler, RequestContext, client_host
-from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
+from odradek.common.network.socket_server import Chunk, CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +87,16 @@ ApiVersions and the SASL requests are charged, as in Kafka."""
 LEADING_THROTTLE: dict[int, int] = {ApiKey.METADATA: 3}
 """Hand-encoded bodies whose first field is throttle_time_ms from this version on."""
 
+_Q = typing.TypeVar("_Q")
+_A = typing.TypeVar("_A")
+_TopicResults = tuple[str, list[tuple[int, FetchResult]]]
+"""A Fetch response's topic: (name, [(partition index, result)])."""
+
 UNKNOWN_TOPIC_ID_PREFIX = "\0unknown-topic-id:"
 """The name Fetch v13+ gives a topic id no topic has (no topic name holds a NUL)."""
 
 
-def down_converted(result: typing.Any, magic: int, fetch_offset: int) -> FetchResult:
+def down_converted(result: FetchResult, magic: int, fetch_offset: int) -> FetchResult:
     """A partition's fetched v2 batches (a FetchResult) as a magic 0/1 message set (Fetch v0–v3)."""
     if not isinstance(result, FetchResult) or not result.size:
         return result
@@ -95,7 +109,7 @@ LegacyDecoder = Callable[[bytes], tuple[typing.Any, ...]]
 """A request version kio lacks: frame body → (header, request, schema)."""
 
 
-def decode_legacy_produce(frame_body) -> tuple:
+def decode_legacy_produce(frame_body: bytes) -> tuple[typing.Any, ...]:
     """A Produce v0–v2 frame as (its header, a v3 request whose message sets are up-converted to
     v2 batches, the v3 schema): handle_produce serves it and answers in the frame's version. A set
     that does not convert becomes empty records, answered INVALID_RECORD."""
@@ -169,9 +183,9 @@ class KafkaApis:
         self._names_by_id: dict[uuid.UUID, str] = {}
         self.handlers, self.versions, self.legacy_requests = self._dispatch_table(
             [g for g in (metadata_apis,) if g is not None] + list(apis))
-        self.leader_and_isr_listeners: list[Callable] = []
+        self.leader_and_isr_listeners: list[Callable[[LeaderAndIsrRequest, LeaderAndIsrResponse], None]] = []
         """Called with (request, response) after each LeaderAndIsr (the group coordinator's election hook)."""
-        self.stop_replica_listeners: list[Callable] = []
+        self.stop_replica_listeners: list[Callable[[StopReplicaRequest, StopReplicaResponse], None]] = []
         """Called with (request, response) after each StopReplica."""
         self.bad_input = RateLimitedLog(log)
         self._api_versions_bodies: dict[int, Body] = {}
@@ -218,8 +232,9 @@ class KafkaApis:
 
     # --- dispatch -------------------------------------------------------------------------------
 
-    async def handle(self, frame_body, conn) -> list | None:
-        """Answers one request frame (without its size prefix): response chunks, or None."""
+    async def handle(self, frame_body: bytes, conn: object) -> list[Chunk] | None:
+        """Answers one request frame (without its size prefix): response chunks, or None. `conn` is
+        the socket server's KafkaConnection, read through getattr (tests pass stand-ins)."""
         peer = getattr(conn, "peer", None)
         listener = getattr(getattr(conn, "server", None), "listener", None)  # None: no server (tests)
         try:
@@ -345,7 +360,7 @@ class KafkaApis:
             return 0
         return self.quotas.request_throttle(context.user, context.client_id)
 
-    def unauthorized_topics(self, context: RequestContext, op: AclOperation, topics) -> set[str]:
+    def unauthorized_topics(self, context: RequestContext, op: AclOperation, topics: Iterable[str]) -> set[str]:
         """The topics (each checked once) the principal may not `op` (AuthHelper.filterByAuthorized)."""
         if not self.authorizer.enabled:
             return set()
@@ -354,7 +369,7 @@ class KafkaApis:
 
     # --- ApiVersions ----------------------------------------------------------------------------
 
-    def _api_versions_payload(self, version: int, error_code: ErrorCode):
+    def _api_versions_payload(self, version: int, error_code: ErrorCode) -> typing.Any:
         mod = wire.response_module(ApiKey.API_VERSIONS, version)
         keys = tuple(
             mod.ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
@@ -365,7 +380,7 @@ class KafkaApis:
             fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ApiVersionsResponse(**fields)
 
-    async def handle_api_versions(self, context: RequestContext, request) -> Body:
+    async def handle_api_versions(self, context: RequestContext, request: typing.Any) -> Body:
         version = context.api_version
         throttle_ms = self._request_throttle(context)
         if throttle_ms and version >= 1:
@@ -379,14 +394,14 @@ class KafkaApis:
             body = self._api_versions_bodies[version] = Body([data], len(data))
         return Body(body.chunks, body.size, throttle_ms) if throttle_ms else body
 
-    def _api_versions_unsupported(self, correlation_id: int) -> list:
+    def _api_versions_unsupported(self, correlation_id: int) -> list[Chunk]:
         """A version newer than ours: UNSUPPORTED_VERSION and our list, as v0 (KIP-511)."""
         data = wire.encode_entity(self._api_versions_payload(0, ErrorCode.unsupported_version))
         return frame(response_header(correlation_id, False), [data], len(data))
 
     # --- Produce --------------------------------------------------------------------------------
 
-    async def handle_produce(self, context: RequestContext, request) -> Body | Unanswered | None:
+    async def handle_produce(self, context: RequestContext, request: typing.Any) -> Body | Unanswered | None:
         version = context.api_version
         acks = int(request.acks)
         txn_id = request.transactional_id
@@ -412,7 +427,7 @@ class KafkaApis:
             if denied:
                 entries = [e for e in entries if e[0] not in denied]
             refused: dict[tuple[str, int], ErrorCode] = {}
-            verified: dict | None = None
+            verified: dict[tuple[str, int], tuple[int, int]] | None = None
             if request.transactional_id is not None and self.transaction_verifier is not None:
                 refused, verified = await self.transaction_verifier.verify(request.transactional_id, entries)
                 entries = [e for e in entries if (e[0], e[1]) not in refused]
@@ -450,7 +465,8 @@ class KafkaApis:
             return 0
         return self.quotas.produce.record(context.user, context.client_id, context.size, self.clock())
 
-    def _leader_hints(self, context: RequestContext, keys) -> tuple[dict, list]:
+    def _leader_hints(self, context: RequestContext, keys: Iterable[tuple[str, int]]
+                      ) -> tuple[dict[tuple[str, int], tuple[int, int]], list[tuple[int, str, int, str | None]]]:
         """KIP-951: ({(topic, partition): (leader id, leader epoch)}, [(node, host, port, rack)])
         for partitions this broker does not lead, from the metadata cache, with the leaders'
         endpoints on the request's listener (Kafka's KafkaApis.getCurrentLeader)."""
@@ -472,7 +488,7 @@ class KafkaApis:
 
     # --- Fetch ----------------------------------------------------------------------------------
 
-    async def handle_fetch(self, context: RequestContext, request) -> Body:
+    async def handle_fetch(self, context: RequestContext, request: typing.Any) -> Body:
         """Fetch, sessionless or in a fetch session (KIP-227, v7+; rules in broker/fetch_session).
 
         The FetchManager decides what is read (an incremental request reads every partition of its
@@ -548,7 +564,8 @@ class KafkaApis:
         chunks, size = await self._encode_fetch(context, error, session_id, pairs)
         return Body(chunks, size, throttle_ms)
 
-    async def _fetch_throttle(self, context: RequestContext, fetch_context, results) -> int:
+    async def _fetch_throttle(self, context: RequestContext, fetch_context: FetchContext,
+                              results: Sequence[FetchResult | None]) -> int:
         """A consumer's Fetch against its quotas, as Kafka's handleFetchRequest: the response it
         would get (measured before any down-conversion) is charged to the fetch quota and the
         handler's time to the request quota; when either is violated the bytes are taken back
@@ -565,8 +582,9 @@ class KafkaApis:
             self.quotas.fetch.unrecord(context.user, context.client_id, size, now)
         return throttle_ms
 
-    async def _encode_fetch(self, context: RequestContext, error: ErrorCode, session_id: int, pairs,
-                            convert: bool = True) -> tuple[list, int]:
+    async def _encode_fetch(self, context: RequestContext, error: ErrorCode, session_id: int,
+                            pairs: list[tuple[PartitionFetch, FetchResult]], convert: bool = True
+                            ) -> tuple[list[Chunk], int]:
         """(chunks, size) of a FetchResponse carrying `pairs` ([(info, FetchResult)])."""
         version = context.api_version
         if version < 4 and convert:  # message formats v0/v1: the records down-converted
@@ -601,7 +619,7 @@ class KafkaApis:
             out[topic_id] = name
         return out
 
-    async def _with_topic_ids(self, topics: list) -> tuple[dict[str, uuid.UUID], list]:
+    async def _with_topic_ids(self, topics: list[_TopicResults]) -> tuple[dict[str, uuid.UUID], list[_TopicResults]]:
         """The response's topic ids by name (an unknown id's partitions say UNKNOWN_TOPIC_ID)."""
         names = [name for name, _ in topics]
         known = [n for n in names if not n.startswith(UNKNOWN_TOPIC_ID_PREFIX)]
@@ -618,7 +636,7 @@ class KafkaApis:
 
     # --- ListOffsets ----------------------------------------------------------------------------
 
-    async def handle_list_offsets(self, context: RequestContext, request):
+    async def handle_list_offsets(self, context: RequestContext, request: typing.Any) -> typing.Any:
         version = context.api_version
         mod = wire.response_module(ApiKey.LIST_OFFSETS, version)
         rm = self.replica_manager
@@ -654,7 +672,7 @@ class KafkaApis:
             fields["throttle_time"] = wire.NO_THROTTLE
         return mod.ListOffsetsResponse(**fields)
 
-    def _list_offsets_v0(self, mod, request, denied) -> object:
+    def _list_offsets_v0(self, mod: ModuleType, request: typing.Any, denied: set[str]) -> object:
         """Kafka's handleListOffsetRequestV0: up to max_num_offsets segment start offsets before
         the time (-1 latest, -2 earliest; other negative times UNSUPPORTED_VERSION)."""
         topics = []
@@ -677,7 +695,7 @@ class KafkaApis:
 
     # --- FindCoordinator ------------------------------------------------------------------------
 
-    async def handle_find_coordinator(self, context: RequestContext, request):
+    async def handle_find_coordinator(self, context: RequestContext, request: typing.Any) -> typing.Any:
         """COORDINATOR_NOT_AVAILABLE for every key until the group coordinator exists.
 
         Advertised anyway because librdkafka (up to 2.11) enables lz4 and other features only when
@@ -699,7 +717,7 @@ class KafkaApis:
 
     # --- InitProducerId -------------------------------------------------------------------------
 
-    async def handle_init_producer_id(self, context: RequestContext, request):
+    async def handle_init_producer_id(self, context: RequestContext, request: typing.Any) -> typing.Any:
         """A fresh producer id with epoch 0 for an idempotent producer (null transactional id), as
         Kafka's TransactionCoordinator.handleInitProducerId does: the id and epoch a v3+ request
         carries are only checked for shape (both or neither); the producer gets a new id either way.
@@ -710,7 +728,7 @@ class KafkaApis:
         """
         mod = wire.response_module(ApiKey.INIT_PRODUCER_ID, context.api_version)
 
-        def answer(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):
+        def answer(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH) -> typing.Any:
             return mod.InitProducerIdResponse(
                 throttle_time=wire.NO_THROTTLE, error_code=code, producer_id=i64(producer_id), producer_epoch=i16(epoch)
             )
@@ -740,7 +758,7 @@ class KafkaApis:
 
     # --- DeleteRecords --------------------------------------------------------------------------
 
-    async def handle_delete_records(self, context: RequestContext, request):
+    async def handle_delete_records(self, context: RequestContext, request: typing.Any) -> typing.Any:
         """Move log start offsets at the leaders, answer once every live replica followed (or at
         the timeout). A partition named twice counts once, the last offset winning (Kafka's map)."""
         mod = wire.response_module(ApiKey.DELETE_RECORDS, context.api_version)
@@ -751,7 +769,7 @@ class KafkaApis:
                 offsets[(t.name, int(p.partition_index))] = int(p.offset)
         allowed = {k: v for k, v in offsets.items() if k[0] not in denied}
         results = await self.replica_manager.delete_records(wire.ms(request.timeout), allowed) if allowed else {}
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[typing.Any]] = {}
         for topic, index in offsets.keys() - allowed.keys():
             by_topic.setdefault(topic, []).append(mod.DeleteRecordsPartitionResult(
                 partition_index=i32(index), low_watermark=i64(-1), error_code=ErrorCode.topic_authorization_failed))
@@ -762,7 +780,7 @@ class KafkaApis:
                        for name, parts in by_topic.items())
         return mod.DeleteRecordsResponse(throttle_time=wire.NO_THROTTLE, topics=topics)
 
-    async def handle_offset_for_leader_epoch(self, context: RequestContext, request):
+    async def handle_offset_for_leader_epoch(self, context: RequestContext, request: typing.Any) -> typing.Any:
         """Where each asked leader epoch ends in our log (followers truncate there)."""
         mod = wire.response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, context.api_version)
         rm = self.replica_manager
@@ -792,18 +810,18 @@ class KafkaApis:
 
     # --- controller requests --------------------------------------------------------------------
 
-    async def handle_leader_and_isr(self, context: RequestContext, request):
+    async def handle_leader_and_isr(self, context: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
         response = await self.replica_manager.become_leader_or_follower(request)
         self._notify(self.leader_and_isr_listeners, request, response)
         return response
 
-    async def handle_stop_replica(self, context: RequestContext, request):
+    async def handle_stop_replica(self, context: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
         response = await self.replica_manager.stop_replicas(request)
         self._notify(self.stop_replica_listeners, request, response)
         return response
 
     @staticmethod
-    def _notify(listeners, request, response) -> None:
+    def _notify(listeners: Sequence[Callable[[_Q, _A], None]], request: _Q, response: _A) -> None:
         for listener in listeners:
             try:
                 listener(request, response)

@@ -15,6 +15,7 @@ from odradek.common.errors import KafkaError
 from odradek.common.messages import (
     LEADER_DURING_DELETE,
     UpdateMetadataBroker,
+    UpdateMetadataEndpoint,
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
@@ -44,7 +45,7 @@ class MetadataCache:
         """Bumped on every accepted update, so readers can memoise what they build from the cache."""
         self._partitions: dict[str, dict[int, UpdateMetadataPartitionState]] = {}
         self._brokers: dict[int, UpdateMetadataBroker] = {}
-        self._waiters: set[asyncio.Future] = set()
+        self._waiters: set[asyncio.Future[None]] = set()
 
     # --- writes (UpdateMetadata only) ------------------------------------------------------------
 
@@ -150,7 +151,7 @@ class MetadataCache:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            fut = loop.create_future()
+            fut: asyncio.Future[None] = loop.create_future()
             self._waiters.add(fut)
             try:
                 await asyncio.wait_for(fut, remaining)
@@ -161,7 +162,7 @@ class MetadataCache:
         return True
 
 
-def broker_endpoint(broker: UpdateMetadataBroker, listener: str = "PLAINTEXT"):
+def broker_endpoint(broker: UpdateMetadataBroker, listener: str = "PLAINTEXT") -> UpdateMetadataEndpoint | None:
     """The broker's endpoint on `listener`, or None (no fallback: a client must reach that listener)."""
     for endpoint in broker.endpoints:
         if endpoint.listener == listener:

@@ -19,6 +19,8 @@ from kio.schema.errors import ErrorCode
 from odradek.common.errors import KafkaError
 from odradek.common.zk_data import PRODUCER_ID_BLOCK_SIZE, ProducerIdsBlock
 
+from .zk_client import BrokerZkClient
+
 log = logging.getLogger(__name__)
 
 MAX_PRODUCER_ID = 2**63 - 1
@@ -83,7 +85,7 @@ class ZkProducerIdManager:
     `zk_client` is anything with BrokerZkClient's `claim_producer_id_block(next_block)`.
     """
 
-    def __init__(self, broker_id: int, zk_client, block_size: int = PRODUCER_ID_BLOCK_SIZE):
+    def __init__(self, broker_id: int, zk_client: BrokerZkClient, block_size: int = PRODUCER_ID_BLOCK_SIZE):
         self.broker_id = broker_id
         self.zk_client = zk_client
         self.block_size = block_size

@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.broker.log.control_batch import build_marker
 from odradek.broker.log.producer_state import AppendOrigin
+from odradek.broker.replica_manager import ReplicaManager
 from odradek.common.clock import now_ms
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ class TxnMarker(NamedTuple):
 
 
 class MarkerWriter:
-    def __init__(self, replica_manager, timeout_ms: int, *, clock: Callable[[], int] = now_ms):
+    def __init__(self, replica_manager: ReplicaManager, timeout_ms: int, *, clock: Callable[[], int] = now_ms):
         self.replica_manager = replica_manager
         self.clock = clock
         """Wall-clock milliseconds for the markers' timestamps (injectable for tests)."""

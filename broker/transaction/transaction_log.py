@@ -49,7 +49,7 @@ class _Reader:
     def take(self, st: struct.Struct) -> int:
         (v,) = st.unpack_from(self.data, self.pos)
         self.pos += st.size
-        return v
+        return int(v)  # every struct here is an integer format
 
     def string(self) -> str:
         n = self.take(_H)

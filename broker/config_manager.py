@@ -21,6 +21,8 @@ from odradek.common.zk_data import DEFAULT_ENTITY
 
 from .admin_manager import topic_name_error
 from .dynamic_config import DynamicBrokerConfig
+from .log.log_manager import LogManager
+from .zk_client import BrokerZkClient
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,8 @@ def obsolete(created: dict[str, int], now: int) -> list[str]:
 
 
 class DynamicConfigManager:
-    def __init__(self, zk, dynamic: DynamicBrokerConfig, log_manager, *, clock: Clock = now_ms):
+    def __init__(self, zk: BrokerZkClient, dynamic: DynamicBrokerConfig, log_manager: LogManager, *,
+                 clock: Clock = now_ms):
         self.zk = zk
         self.clock = clock
         """The broker's clock: notifications older than CHANGE_EXPIRATION_MS by it are purged."""
@@ -73,7 +76,7 @@ class DynamicConfigManager:
         self._wake = asyncio.Event()
         self._full_sync = True
         self._session: int | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.reconfigure_listeners: list[Callable[[BrokerConfig], None]] = []
         """Told the new effective broker config after the log manager (the listeners' connection
@@ -138,7 +141,8 @@ class DynamicConfigManager:
             self._last_seen = max(self._last_seen, fresh[-1][0])
         await self._purge()
 
-    async def _apply_notifications(self, fresh: list[tuple[int, str]], read: dict) -> None:
+    async def _apply_notifications(self, fresh: list[tuple[int, str]], read: dict[str, tuple[bytes, int] | None]
+                                   ) -> None:
         topics, default, own = set(), False, False
         others: list[str] = []
         for _, name in fresh:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
+
+from .zk_client import BrokerZkClient
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +29,7 @@ class ControllerNotAvailableError(TimeoutError):
 
 
 class BrokerToControllerChannel:
-    def __init__(self, zk, broker_id: int, retry_backoff_ms: int = 100, connect_timeout_s: float = 5.0,
+    def __init__(self, zk: BrokerZkClient, broker_id: int, retry_backoff_ms: int = 100, connect_timeout_s: float = 5.0,
                  security_for: Callable[[str], ClientSecurity] | None = None):
         self.security_for = security_for
         """The controller's listener's security protocol (from `/controller`) → how to connect."""
@@ -62,10 +65,11 @@ class BrokerToControllerChannel:
                                     connect_timeout=self.connect_timeout_s, connect_attempts=1, security=security)
         return self.client
 
-    async def send(self, request, timeout_s: float):
+    async def send(self, request: Any, timeout_s: float) -> Any:
         """Send `request` to the active controller and return its answer, retrying (with backoff)
         on connection errors and NOT_CONTROLLER until `timeout_s` passes: then
-        ControllerNotAvailableError. The answer's other errors are the caller's to handle."""
+        ControllerNotAvailableError. The answer's other errors are the caller's to handle.
+        `request` is any kio request class and the answer its response (NetworkClient.send's)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         last: object = "no controller registered"

@@ -111,7 +111,7 @@ def validate_configs(props: Mapping[str, str], per_broker: bool, current: Mappin
     known non-dynamic key, a security key without its listener prefix, a value its key's type or
     validator refuses, a per-broker key or a password at the cluster-wide default, or a thread
     pool resized by more than twice (`current`: the thread pools' present sizes)."""
-    def check(names, message: str) -> None:
+    def check(names: set[str], message: str) -> None:
         if names:
             raise ConfigException(sorted(names)[0], message=f"{message}: Set({', '.join(sorted(names))})")
 

@@ -11,35 +11,40 @@ its outcome means for the one after.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 
+Key = tuple[str, int]
+"""(topic, partition)."""
+V = TypeVar("V")
+"""A partition's fetch data: any value compared with ==."""
 
-class FetchRequestData(NamedTuple):
+
+class FetchRequestData(NamedTuple, Generic[V]):
     session_id: int
     epoch: int
-    to_send: dict
-    """key → fetch data (any comparable value) to put in the request."""
-    forgotten: list
+    to_send: dict[Key, V]
+    """key → fetch data to put in the request."""
+    forgotten: list[Key]
     """keys the session should drop."""
     full: bool
 
 
-class FetchSessionHandler:
+class FetchSessionHandler(Generic[V]):
     """Session state of one fetcher towards one leader."""
 
     def __init__(self) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
-        self.session_partitions: dict = {}
+        self.session_partitions: dict[Key, V] = {}
         """What the leader caches for us: key → the fetch data last sent."""
-        self._pending: FetchRequestData | None = None
-        self._next_partitions: dict = {}
+        self._pending: FetchRequestData[V] | None = None
+        self._next_partitions: dict[Key, V] = {}
 
-    def build(self, partitions: dict) -> FetchRequestData:
+    def build(self, partitions: dict[Key, V]) -> FetchRequestData[V]:
         """The next request for `partitions` (key → fetch data)."""
         if self.epoch == INITIAL_EPOCH:
             data = FetchRequestData(self.session_id, INITIAL_EPOCH, dict(partitions), [], True)

@@ -100,7 +100,7 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._added = asyncio.Event()
         """Set when partitions join while a long poll is in flight (see `_long_poll`)."""
-        self.session = FetchSessionHandler()
+        self.session: FetchSessionHandler[PartitionFetch] = FetchSessionHandler()
         self._task: asyncio.Task | None = None
         self._stopping = False
         self.backoff_s = self.config.replica_fetch_backoff_ms / 1000

@@ -2,6 +2,7 @@
 what `odradek dev` runs), driven by confluent-kafka's AdminClient."""
 
 import socket
+import time
 import uuid
 
 import pytest
@@ -62,9 +63,14 @@ def test_create_describe_delete_with_the_controller(cluster):
     assert configs["retention.ms"].value == "999"
     assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 
-    # each broker itself answers the same metadata (the controller sent UpdateMetadata to all)
+    # each broker itself answers the same metadata once the controller's UpdateMetadata reaches it
+    # (CreateTopics waits only for the broker that answered it, as Kafka's does)
     for port in cluster.broker_ports:
+        deadline = time.monotonic() + 15
         response = metadata_from(port, "replicated")
+        while not response.topics[0].partitions and time.monotonic() < deadline:
+            time.sleep(0.2)
+            response = metadata_from(port, "replicated")
         assert [b.node_id for b in response.brokers] == [0, 1] and response.controller_id == 0
         assert sorted(p.partition_index for p in response.topics[0].partitions) == [0, 1, 2]
 

@@ -17,21 +17,12 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
 
-
-def _int32():
-    return field(metadata={"kafka_type": "int32"})
-
-
-def _int64():
-    return field(metadata={"kafka_type": "int64"})
-
-
-def _string():
-    return field(metadata={"kafka_type": "string"})
-
-
-def _errors():
-    return field(metadata={"kafka_type": "error_code"})
+# Each field's kio wire type, as `field(metadata=...)` inline so mypy's dataclass plugin sees
+# the fields as required (a helper returning `field(...)` would read to it as a default value).
+_INT32 = {"kafka_type": "int32"}
+_INT64 = {"kafka_type": "int64"}
+_STRING = {"kafka_type": "string"}
+_ERRORS = {"kafka_type": "error_code"}
 
 
 class _Message:
@@ -50,38 +41,38 @@ class _LeaderAndIsr(_Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrPartitionState(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
-    partition_index: i32 = _int32()
-    controller_epoch: i32 = _int32()
-    leader: i32 = _int32()
-    leader_epoch: i32 = _int32()
-    isr: tuple[i32, ...] = _int32()
-    zk_version: i32 = _int32()
+    partition_index: i32 = field(metadata=_INT32)
+    controller_epoch: i32 = field(metadata=_INT32)
+    leader: i32 = field(metadata=_INT32)
+    leader_epoch: i32 = field(metadata=_INT32)
+    isr: tuple[i32, ...] = field(metadata=_INT32)
+    zk_version: i32 = field(metadata=_INT32)
     """The version of the partition state znode: the partition epoch AlterPartition compares."""
-    replicas: tuple[i32, ...] = _int32()
+    replicas: tuple[i32, ...] = field(metadata=_INT32)
     is_new: bool = field(metadata={"kafka_type": "bool"}, default=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrTopicState(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
-    topic_name: str = _string()
+    topic_name: str = field(metadata=_STRING)
     partition_states: tuple[LeaderAndIsrPartitionState, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrLiveLeader(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
-    broker_id: i32 = _int32()
-    host_name: str = _string()
-    port: i32 = _int32()
+    broker_id: i32 = field(metadata=_INT32)
+    host_name: str = field(metadata=_STRING)
+    port: i32 = field(metadata=_INT32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrRequest(_LeaderAndIsr):
     __type__: ClassVar = EntityType.request
-    controller_id: i32 = _int32()
-    controller_epoch: i32 = _int32()
-    broker_epoch: i64 = _int64()
+    controller_id: i32 = field(metadata=_INT32)
+    controller_epoch: i32 = field(metadata=_INT32)
+    broker_epoch: i64 = field(metadata=_INT64)
     topic_states: tuple[LeaderAndIsrTopicState, ...]
     live_leaders: tuple[LeaderAndIsrLiveLeader, ...]
 
@@ -90,16 +81,16 @@ class LeaderAndIsrRequest(_LeaderAndIsr):
 class LeaderAndIsrPartitionError(_LeaderAndIsr):
     __type__: ClassVar = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
-    topic_name: str = _string()
-    partition_index: i32 = _int32()
-    error_code: ErrorCode = _errors()
+    topic_name: str = field(metadata=_STRING)
+    partition_index: i32 = field(metadata=_INT32)
+    error_code: ErrorCode = field(metadata=_ERRORS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrResponse(_LeaderAndIsr):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
-    error_code: ErrorCode = _errors()
+    error_code: ErrorCode = field(metadata=_ERRORS)
     partition_errors: tuple[LeaderAndIsrPartitionError, ...]
 
 
@@ -114,16 +105,16 @@ class _StopReplica(_Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaTopic(_StopReplica):
     __type__: ClassVar = EntityType.nested
-    name: str = _string()
-    partition_indexes: tuple[i32, ...] = _int32()
+    name: str = field(metadata=_STRING)
+    partition_indexes: tuple[i32, ...] = field(metadata=_INT32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaRequest(_StopReplica):
     __type__: ClassVar = EntityType.request
-    controller_id: i32 = _int32()
-    controller_epoch: i32 = _int32()
-    broker_epoch: i64 = _int64()
+    controller_id: i32 = field(metadata=_INT32)
+    controller_epoch: i32 = field(metadata=_INT32)
+    broker_epoch: i64 = field(metadata=_INT64)
     delete_partitions: bool = field(metadata={"kafka_type": "bool"})
     topics: tuple[StopReplicaTopic, ...]
 
@@ -132,16 +123,16 @@ class StopReplicaRequest(_StopReplica):
 class StopReplicaPartitionError(_StopReplica):
     __type__: ClassVar = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
-    topic_name: str = _string()
-    partition_index: i32 = _int32()
-    error_code: ErrorCode = _errors()
+    topic_name: str = field(metadata=_STRING)
+    partition_index: i32 = field(metadata=_INT32)
+    error_code: ErrorCode = field(metadata=_ERRORS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaResponse(_StopReplica):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
-    error_code: ErrorCode = _errors()
+    error_code: ErrorCode = field(metadata=_ERRORS)
     partition_errors: tuple[StopReplicaPartitionError, ...]
 
 
@@ -160,38 +151,38 @@ LEADER_DURING_DELETE = -2
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataPartitionState(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
-    partition_index: i32 = _int32()
-    controller_epoch: i32 = _int32()
-    leader: i32 = _int32()
-    leader_epoch: i32 = _int32()
-    isr: tuple[i32, ...] = _int32()
-    zk_version: i32 = _int32()
-    replicas: tuple[i32, ...] = _int32()
-    offline_replicas: tuple[i32, ...] = _int32()
+    partition_index: i32 = field(metadata=_INT32)
+    controller_epoch: i32 = field(metadata=_INT32)
+    leader: i32 = field(metadata=_INT32)
+    leader_epoch: i32 = field(metadata=_INT32)
+    isr: tuple[i32, ...] = field(metadata=_INT32)
+    zk_version: i32 = field(metadata=_INT32)
+    replicas: tuple[i32, ...] = field(metadata=_INT32)
+    offline_replicas: tuple[i32, ...] = field(metadata=_INT32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataTopicState(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
-    topic_name: str = _string()
+    topic_name: str = field(metadata=_STRING)
     partition_states: tuple[UpdateMetadataPartitionState, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataEndpoint(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
-    port: i32 = _int32()
-    host: str = _string()
-    listener: str = _string()
+    port: i32 = field(metadata=_INT32)
+    host: str = field(metadata=_STRING)
+    listener: str = field(metadata=_STRING)
     security_protocol: i16 = field(metadata={"kafka_type": "int16"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataBroker(_UpdateMetadata):
     __type__: ClassVar = EntityType.nested
-    id: i32 = _int32()
+    id: i32 = field(metadata=_INT32)
     endpoints: tuple[UpdateMetadataEndpoint, ...]
-    rack: str | None = _string()
+    rack: str | None = field(metadata=_STRING)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,9 +190,9 @@ class UpdateMetadataRequest(_UpdateMetadata):
     """Partition states listed replace the broker's; live_brokers always replaces the whole set."""
 
     __type__: ClassVar = EntityType.request
-    controller_id: i32 = _int32()
-    controller_epoch: i32 = _int32()
-    broker_epoch: i64 = _int64()
+    controller_id: i32 = field(metadata=_INT32)
+    controller_epoch: i32 = field(metadata=_INT32)
+    broker_epoch: i64 = field(metadata=_INT64)
     topic_states: tuple[UpdateMetadataTopicState, ...]
     live_brokers: tuple[UpdateMetadataBroker, ...]
 
@@ -210,7 +201,7 @@ class UpdateMetadataRequest(_UpdateMetadata):
 class UpdateMetadataResponse(_UpdateMetadata):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
-    error_code: ErrorCode = _errors()
+    error_code: ErrorCode = field(metadata=_ERRORS)
 
 
 # --- ControlledShutdown v2 -----------------------------------------------------------------------
@@ -224,23 +215,23 @@ class _ControlledShutdown(_Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControlledShutdownRequest(_ControlledShutdown):
     __type__: ClassVar = EntityType.request
-    broker_id: i32 = _int32()
-    broker_epoch: i64 = _int64()
+    broker_id: i32 = field(metadata=_INT32)
+    broker_epoch: i64 = field(metadata=_INT64)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RemainingPartition(_ControlledShutdown):
     __type__: ClassVar = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
-    topic_name: str = _string()
-    partition_index: i32 = _int32()
+    topic_name: str = field(metadata=_STRING)
+    partition_index: i32 = field(metadata=_INT32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControlledShutdownResponse(_ControlledShutdown):
     __type__: ClassVar = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
-    error_code: ErrorCode = _errors()
+    error_code: ErrorCode = field(metadata=_ERRORS)
     remaining_partitions: tuple[RemainingPartition, ...]
 
 
@@ -258,26 +249,26 @@ class _AlterPartition(_Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequestPartition(_AlterPartition):
     __type__: ClassVar = EntityType.nested
-    partition_index: i32 = _int32()
-    leader_epoch: i32 = _int32()
-    new_isr: tuple[i32, ...] = _int32()
+    partition_index: i32 = field(metadata=_INT32)
+    leader_epoch: i32 = field(metadata=_INT32)
+    new_isr: tuple[i32, ...] = field(metadata=_INT32)
     leader_recovery_state: i8 = field(metadata={"kafka_type": "int8"}, default=i8(0))
-    partition_epoch: i32 = _int32()
+    partition_epoch: i32 = field(metadata=_INT32)
     """The state znode version the leader last saw (LeaderAndIsr's zk_version)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequestTopic(_AlterPartition):
     __type__: ClassVar = EntityType.nested
-    topic_name: str = _string()
+    topic_name: str = field(metadata=_STRING)
     partitions: tuple[AlterPartitionRequestPartition, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequest(_AlterPartition):
     __type__: ClassVar = EntityType.request
-    broker_id: i32 = _int32()
-    broker_epoch: i64 = _int64()
+    broker_id: i32 = field(metadata=_INT32)
+    broker_epoch: i64 = field(metadata=_INT64)
     topics: tuple[AlterPartitionRequestTopic, ...]
 
 
@@ -288,27 +279,27 @@ class _AlterPartitionResponse(_AlterPartition):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponsePartition(_AlterPartitionResponse):
     __type__: ClassVar = EntityType.nested
-    partition_index: i32 = _int32()
-    error_code: ErrorCode = _errors()
-    leader_id: i32 = _int32()
-    leader_epoch: i32 = _int32()
-    isr: tuple[i32, ...] = _int32()
+    partition_index: i32 = field(metadata=_INT32)
+    error_code: ErrorCode = field(metadata=_ERRORS)
+    leader_id: i32 = field(metadata=_INT32)
+    leader_epoch: i32 = field(metadata=_INT32)
+    isr: tuple[i32, ...] = field(metadata=_INT32)
     leader_recovery_state: i8 = field(metadata={"kafka_type": "int8"}, default=i8(0))
-    partition_epoch: i32 = _int32()
+    partition_epoch: i32 = field(metadata=_INT32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponseTopic(_AlterPartitionResponse):
     __type__: ClassVar = EntityType.nested
-    topic_name: str = _string()
+    topic_name: str = field(metadata=_STRING)
     partitions: tuple[AlterPartitionResponsePartition, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponse(_AlterPartitionResponse):
     __type__: ClassVar = EntityType.response
-    throttle_time_ms: i32 = _int32()
-    error_code: ErrorCode = _errors()
+    throttle_time_ms: i32 = field(metadata=_INT32)
+    error_code: ErrorCode = field(metadata=_ERRORS)
     topics: tuple[AlterPartitionResponseTopic, ...]
 
 

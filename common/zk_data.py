@@ -72,7 +72,7 @@ def entity_config_path(entity_path: str) -> str:
     return f"/config/{entity_path}"
 
 
-def _dump(obj: dict) -> bytes:
+def _dump(obj: dict[str, object]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
@@ -294,7 +294,7 @@ class ControllerInfo:
 
 
 def encode_controller(info: ControllerInfo) -> bytes:
-    obj: dict = {"version": 1, "brokerid": info.controller_id, "timestamp": str(int(time.time() * 1000))}
+    obj: dict[str, object] = {"version": 1, "brokerid": info.controller_id, "timestamp": str(int(time.time() * 1000))}
     if info.endpoint is not None:
         obj["host"] = info.endpoint.host
         obj["port"] = info.endpoint.port

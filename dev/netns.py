@@ -34,7 +34,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10, check=check)
 
 
@@ -204,5 +204,5 @@ class NetworkLab:
     def __enter__(self) -> NetworkLab:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

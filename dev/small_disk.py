@@ -57,5 +57,5 @@ class SmallDisk:
     def __enter__(self) -> "SmallDisk":
         return self.mount()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.unmount()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from odradek.broker.authorizer.acl import (
     CLUSTER_NAME,
@@ -242,7 +242,8 @@ def _from_ck(b: Any) -> AclBinding:
                                          AclPermissionType[b.permission_type.name]))
 
 
-def run(the_plan: Plan, bootstrap: str, client_config: dict[str, str], timeout_s: float, out=sys.stdout) -> int:
+def run(the_plan: Plan, bootstrap: str, client_config: dict[str, str], timeout_s: float,
+        out: TextIO = sys.stdout) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 

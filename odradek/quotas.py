@@ -123,7 +123,7 @@ async def run(args: argparse.Namespace) -> tuple[int, list[str]]:
     tool = BootstrapConnections(args.bootstrap_server, args.timeout, "odradek-quotas",
                                 command_security(args.command_config))
     try:
-        response = await tool.send_any(request)  # type: ignore[no-untyped-call]  # common.network.bootstrap is untyped
+        response = await tool.send_any(request)
     finally:
         await tool.close()
     if args.alter:

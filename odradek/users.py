@@ -20,7 +20,10 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
+from typing import TypedDict
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from odradek.broker.security.credential_cache import (
@@ -78,7 +81,7 @@ def read_password(path: str) -> str:
     return password
 
 
-def _user_config(zk, user: str) -> tuple[dict[str, str], int]:
+def _user_config(zk: KazooClient, user: str) -> tuple[dict[str, str], int]:
     try:
         data, stat = zk.get(user_path(user))
     except NoNodeError:
@@ -86,7 +89,7 @@ def _user_config(zk, user: str) -> tuple[dict[str, str], int]:
     return decode_user_config(data), stat.version
 
 
-def write_user(zk, user: str, change) -> None:
+def write_user(zk: KazooClient, user: str, change: Callable[[dict[str, str]], None]) -> None:
     """Read-modify-write `/config/users/<user>` and announce it, compare-and-set, in one transaction."""
     for _ in range(5):
         config, version = _user_config(zk, user)
@@ -110,13 +113,25 @@ def write_user(zk, user: str, change) -> None:
     raise ToolError(f"the configuration of {user!r} kept changing; try again")
 
 
-def describe(zk, users: list[str] | None) -> list[dict]:
+class CredentialEntry(TypedDict):
+    mechanism: str
+    iterations: int
+
+
+class UserEntry(TypedDict):
+    """One user of `--describe` (`--json` prints it as is)."""
+
+    user: str
+    credentials: list[CredentialEntry]
+
+
+def describe(zk: KazooClient, users: list[str] | None) -> list[UserEntry]:
     if users is None:
         try:
             users = sorted(scram.desanitize(n) for n in zk.get_children("/config/users"))
         except NoNodeError:
             users = []
-    out = []
+    out: list[UserEntry] = []
     for user in users:
         creds = scram_credentials(user, _user_config(zk, user)[0])
         if creds:
@@ -125,7 +140,7 @@ def describe(zk, users: list[str] | None) -> list[dict]:
     return out
 
 
-def changes(adds: list[tuple[str, int, str]], deletes: list[str]):
+def changes(adds: list[tuple[str, int, str]], deletes: list[str]) -> Callable[[dict[str, str]], None]:
     """The edit of a user's config: `deletes` removed, `adds` (mechanism, iterations, password) set."""
     def change(config: dict[str, str]) -> None:
         for mechanism in deletes:

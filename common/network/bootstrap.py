@@ -8,6 +8,7 @@ named may be the very broker that crashed. `send_any` does so and remembers the 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from odradek.common.config import load_properties
 from odradek.common.network.client import NetworkClient
@@ -52,10 +53,11 @@ class BootstrapConnections:
                                                     connect_timeout=self.timeout_s, security=self.security)
         return self._clients[endpoint]
 
-    async def send(self, endpoint: tuple[str, int], request):
+    async def send(self, endpoint: tuple[str, int], request: object) -> Any:
+        """The answer is kio's response class of the version asked (`NetworkClient.send`)."""
         return await self.client(endpoint).send(request, self.timeout_s)
 
-    async def send_any(self, request):
+    async def send_any(self, request: object) -> Any:
         """To the first bootstrap server that answers (tried first for the next requests)."""
         last: Exception = ConnectionError("no bootstrap server given")
         for endpoint in list(self.bootstraps):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i64
@@ -20,6 +21,32 @@ from kio.static.primitive import i8, i32, i64
 from odradek.common import messages as m
 
 log = logging.getLogger(__name__)
+
+PartitionKey = tuple[str, int]
+"""(topic, partition)."""
+
+
+class IsrChange(Protocol):
+    """What the manager reads of a proposed change (Partition's PendingIsrChange); the rest is the
+    submitter's."""
+
+    @property
+    def leader_epoch(self) -> int: ...
+    @property
+    def new_isr(self) -> tuple[int, ...]: ...
+    @property
+    def partition_epoch(self) -> int: ...
+
+
+class ControllerChannel(Protocol):
+    """The broker-to-controller channel (BrokerToControllerChannel): a kio request in, its
+    response class out."""
+
+    async def send(self, request: Any, timeout_s: float) -> Any: ...
+
+
+StillWanted = Callable[[PartitionKey, IsrChange], bool]
+AnswerCallback = Callable[[PartitionKey, IsrChange, "AlterPartitionAnswer"], None]
 
 
 @dataclass(frozen=True)
@@ -33,9 +60,9 @@ class AlterPartitionAnswer:
     partition_epoch: int = -1
 
 
-def build_request(broker_id: int, broker_epoch: int, items: dict) -> m.AlterPartitionRequest:
+def build_request(broker_id: int, broker_epoch: int, items: dict[PartitionKey, IsrChange]) -> m.AlterPartitionRequest:
     """`items` = {(topic, partition): PendingIsrChange} → one request, grouped by topic."""
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[m.AlterPartitionRequestPartition]] = {}
     for (topic, index), change in sorted(items.items()):
         by_topic.setdefault(topic, []).append(m.AlterPartitionRequestPartition(
             partition_index=i32(index), leader_epoch=i32(change.leader_epoch),
@@ -48,12 +75,13 @@ def build_request(broker_id: int, broker_epoch: int, items: dict) -> m.AlterPart
     )
 
 
-def answers_of(response: m.AlterPartitionResponse, keys) -> dict:
+def answers_of(response: m.AlterPartitionResponse,
+               keys: Iterable[PartitionKey]) -> dict[PartitionKey, AlterPartitionAnswer]:
     """{key: AlterPartitionAnswer} for every key sent; a top-level error applies to all, and a
     partition the answer leaves out is UNKNOWN_SERVER_ERROR (re-proposed later)."""
     if response.error_code != ErrorCode.none:
         return {k: AlterPartitionAnswer(response.error_code) for k in keys}
-    out = {}
+    out: dict[PartitionKey, AlterPartitionAnswer] = {}
     for t in response.topics:
         for p in t.partitions:
             key = (t.topic_name, int(p.partition_index))
@@ -66,21 +94,20 @@ def answers_of(response: m.AlterPartitionResponse, keys) -> dict:
 
 
 class AlterPartitionManager:
-    def __init__(self, channel, broker_id: int, broker_epoch: Callable[[], int],
-                 still_wanted: Callable[[tuple, object], bool], request_timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 500):
+    def __init__(self, channel: ControllerChannel, broker_id: int, broker_epoch: Callable[[], int],
+                 still_wanted: StillWanted, request_timeout_ms: int = 30000, retry_backoff_ms: int = 500):
         self.channel = channel
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.still_wanted = still_wanted
         self.request_timeout_s = request_timeout_ms / 1000
         self.backoff_s = retry_backoff_ms / 1000
-        self.queued: dict[tuple, tuple[object, Callable]] = {}
+        self.queued: dict[PartitionKey, tuple[IsrChange, AnswerCallback]] = {}
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
-    def submit(self, key: tuple, change, callback: Callable[[tuple, object, AlterPartitionAnswer], None]) -> None:
+    def submit(self, key: PartitionKey, change: IsrChange, callback: AnswerCallback) -> None:
         """Queue `change` for `key` (replacing an older one); `callback(key, change, answer)`."""
         self.queued[key] = (change, callback)
         self._wakeup.set()

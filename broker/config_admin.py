@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from odradek.common.config import BrokerConfig
 from odradek.common.config_def import ConfigException, ConfigType
 
 from .admin_manager import ApiError
-from .dynamic_config import KAFKA_BROKER_KEYS
+from .dynamic_config import KAFKA_BROKER_KEYS, DynamicBrokerConfig
 from .log.config import LogConfig
 
 # ConfigResource.Type
@@ -145,11 +146,12 @@ def replace_all(ops: Sequence[ConfigOp]) -> dict[str, str]:
     return {op.name: op.value or "" for op in ops}  # preprocess refused null values
 
 
-def validate(change: ResourceChange, props: Mapping[str, str], broker_config=None, dynamic=None) -> None:
+def validate(change: ResourceChange, props: Mapping[str, str], broker_config: BrokerConfig,
+             dynamic: DynamicBrokerConfig) -> None:
     """ApiError INVALID_CONFIG unless `props` is a valid set of dynamic configs for the resource.
 
-    Topics: every key a topic config, every value valid (LogConfig.validate_overrides). Brokers:
-    as the dynamic broker config accepts them (`dynamic`, a DynamicBrokerConfig)."""
+    Topics: every key a topic config, every value valid (LogConfig.validate_overrides, defaults from
+    `broker_config`). Brokers: as the dynamic broker config accepts them (`dynamic`)."""
     try:
         if change.type == TOPIC:
             LogConfig.validate_overrides(dict(props), broker_config)

@@ -9,6 +9,8 @@ int32 versions, then blocks of int32 length + raw snappy); both are read. lz4 is
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from typing import Protocol
 
 import cramjam
 
@@ -19,7 +21,19 @@ CODEC_NAMES = {NONE: None, GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zs
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16
 _I32 = struct.Struct(">i")
-_STREAMS = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+Payload = bytes | bytearray | memoryview
+"""A batch's compressed records (record_batch.Buffer, which imports this module)."""
+
+
+class _StreamCodec(Protocol):
+    """The part of a cramjam codec module used here (gzip, lz4 frames, zstd)."""
+
+    def compress(self, data: Payload, level: int | None = None, output_len: int | None = None) -> cramjam.Buffer: ...
+    def decompress(self, data: Payload, output_len: int | None = None) -> cramjam.Buffer: ...
+    def decompress_into(self, input: Payload, output: memoryview) -> int: ...
+
+
+_STREAMS: dict[int, _StreamCodec] = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
 
 
 def compress(codec: int, data: bytes) -> bytes:
@@ -31,7 +45,7 @@ def compress(codec: int, data: bytes) -> bytes:
     return bytes(_stream(codec).compress(data))
 
 
-def decompress(codec: int, payload) -> bytes:
+def decompress(codec: int, payload: Payload) -> bytes:
     """The inflated payload, unbounded: for batches already validated (stored ones, tools).
     CorruptRecordError when it does not inflate."""
     if codec == NONE:
@@ -46,7 +60,7 @@ def decompress(codec: int, payload) -> bytes:
         raise CorruptRecordError(f"record batch does not decompress: {e}") from e
 
 
-def decompress_into(codec: int, payload, out: memoryview) -> int:
+def decompress_into(codec: int, payload: Payload, out: memoryview) -> int:
     """Inflates `payload` into `out`; returns the size. CorruptRecordError when it does not
     inflate, RecordTooLargeError when it would not fit `out` (a decompression bomb)."""
     try:
@@ -64,14 +78,14 @@ def decompress_into(codec: int, payload, out: memoryview) -> int:
         raise CorruptRecordError(f"record batch does not decompress: {e}") from e
 
 
-def _stream(codec: int):
+def _stream(codec: int) -> _StreamCodec:
     module = _STREAMS.get(codec)
     if module is None:
         raise InvalidRecordError(f"unknown compression type {codec}")
     return module
 
 
-def _xerial_blocks(payload):
+def _xerial_blocks(payload: Payload) -> Iterator[Payload]:
     pos, end = _XERIAL_HEADER, len(payload)
     while pos < end:
         if end - pos < 4:
@@ -84,7 +98,7 @@ def _xerial_blocks(payload):
         pos += size
 
 
-def _raw_snappy_into(block, out: memoryview) -> int:
+def _raw_snappy_into(block: Payload, out: memoryview) -> int:
     if cramjam.snappy.decompress_raw_len(block) > len(out):
         raise RecordTooLargeError(f"record batch inflates beyond {len(out)} bytes")
     return cramjam.snappy.decompress_raw_into(block, out)

@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from odradek.common.config_def import ConfigException, ConfigType, to_text
+from odradek.common.config_def import LONG_MAX, ConfigException, ConfigType, to_text
 from odradek.common.topic_config import (
     DAY_MS,
-    LONG_MAX,
     TOPIC_CONFIG_SYNONYMS,
     TOPIC_CONFIGS,
     TOPIC_KEYS,

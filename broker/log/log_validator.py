@@ -25,7 +25,7 @@ from . import compression
 from ._records import walk_records
 from .control_batch import TRANSACTIONAL_MASK
 from .errors import InvalidRecordError
-from .record_batch import CONTROL_MASK, HEADER_SIZE, BatchInfo
+from .record_batch import CONTROL_MASK, HEADER_SIZE, BatchInfo, Buffer
 
 MAX_DECOMPRESSED_BYTES = 128 * 1024 * 1024
 """A compressed batch that inflates beyond this is refused (a decompression bomb would otherwise
@@ -69,7 +69,7 @@ def check_control(info: BatchInfo) -> None:
         raise InvalidRecordError("clients are not allowed to write control records")
 
 
-def validate_client_batch(buf, info: BatchInfo, compacted: bool = False, partition: str = "") -> None:
+def validate_client_batch(buf: Buffer, info: BatchInfo, compacted: bool = False, partition: str = "") -> None:
     """All checks of one whole batch at `info.position` in `buf` (CRC already checked); a
     compacted topic's records must have keys (Kafka's validateKey: every keyless record is named,
     so the producer fails only those; `partition` names the topic partition in the message)."""
@@ -99,7 +99,7 @@ def validate_client_batch(buf, info: BatchInfo, compacted: bool = False, partiti
                                              f"{info.records_count}): {message}")])
 
 
-def _inflate(codec: int, payload) -> memoryview:
+def _inflate(codec: int, payload: Buffer) -> memoryview:
     """The inflated records of a batch payload, as a view of the scratch memory (valid until the
     next call); pages a large batch touched are handed back to the system afterwards."""
     out = _scratch_view()

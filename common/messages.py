@@ -40,7 +40,7 @@ class _LeaderAndIsr(_Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrPartitionState(_LeaderAndIsr):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     partition_index: i32 = field(metadata=_INT32)
     controller_epoch: i32 = field(metadata=_INT32)
     leader: i32 = field(metadata=_INT32)
@@ -54,14 +54,14 @@ class LeaderAndIsrPartitionState(_LeaderAndIsr):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrTopicState(_LeaderAndIsr):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     topic_name: str = field(metadata=_STRING)
     partition_states: tuple[LeaderAndIsrPartitionState, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrLiveLeader(_LeaderAndIsr):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     broker_id: i32 = field(metadata=_INT32)
     host_name: str = field(metadata=_STRING)
     port: i32 = field(metadata=_INT32)
@@ -69,7 +69,7 @@ class LeaderAndIsrLiveLeader(_LeaderAndIsr):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrRequest(_LeaderAndIsr):
-    __type__: ClassVar = EntityType.request
+    __type__: ClassVar[EntityType] = EntityType.request
     controller_id: i32 = field(metadata=_INT32)
     controller_epoch: i32 = field(metadata=_INT32)
     broker_epoch: i64 = field(metadata=_INT64)
@@ -79,7 +79,7 @@ class LeaderAndIsrRequest(_LeaderAndIsr):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrPartitionError(_LeaderAndIsr):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
     topic_name: str = field(metadata=_STRING)
     partition_index: i32 = field(metadata=_INT32)
@@ -88,7 +88,7 @@ class LeaderAndIsrPartitionError(_LeaderAndIsr):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAndIsrResponse(_LeaderAndIsr):
-    __type__: ClassVar = EntityType.response
+    __type__: ClassVar[EntityType] = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
     error_code: ErrorCode = field(metadata=_ERRORS)
     partition_errors: tuple[LeaderAndIsrPartitionError, ...]
@@ -104,14 +104,14 @@ class _StopReplica(_Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaTopic(_StopReplica):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     name: str = field(metadata=_STRING)
     partition_indexes: tuple[i32, ...] = field(metadata=_INT32)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaRequest(_StopReplica):
-    __type__: ClassVar = EntityType.request
+    __type__: ClassVar[EntityType] = EntityType.request
     controller_id: i32 = field(metadata=_INT32)
     controller_epoch: i32 = field(metadata=_INT32)
     broker_epoch: i64 = field(metadata=_INT64)
@@ -121,7 +121,7 @@ class StopReplicaRequest(_StopReplica):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaPartitionError(_StopReplica):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
     topic_name: str = field(metadata=_STRING)
     partition_index: i32 = field(metadata=_INT32)
@@ -130,7 +130,7 @@ class StopReplicaPartitionError(_StopReplica):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopReplicaResponse(_StopReplica):
-    __type__: ClassVar = EntityType.response
+    __type__: ClassVar[EntityType] = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
     error_code: ErrorCode = field(metadata=_ERRORS)
     partition_errors: tuple[StopReplicaPartitionError, ...]
@@ -150,7 +150,7 @@ LEADER_DURING_DELETE = -2
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataPartitionState(_UpdateMetadata):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     partition_index: i32 = field(metadata=_INT32)
     controller_epoch: i32 = field(metadata=_INT32)
     leader: i32 = field(metadata=_INT32)
@@ -163,14 +163,14 @@ class UpdateMetadataPartitionState(_UpdateMetadata):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataTopicState(_UpdateMetadata):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     topic_name: str = field(metadata=_STRING)
     partition_states: tuple[UpdateMetadataPartitionState, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataEndpoint(_UpdateMetadata):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     port: i32 = field(metadata=_INT32)
     host: str = field(metadata=_STRING)
     listener: str = field(metadata=_STRING)
@@ -179,7 +179,7 @@ class UpdateMetadataEndpoint(_UpdateMetadata):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataBroker(_UpdateMetadata):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     id: i32 = field(metadata=_INT32)
     endpoints: tuple[UpdateMetadataEndpoint, ...]
     rack: str | None = field(metadata=_STRING)
@@ -189,7 +189,7 @@ class UpdateMetadataBroker(_UpdateMetadata):
 class UpdateMetadataRequest(_UpdateMetadata):
     """Partition states listed replace the broker's; live_brokers always replaces the whole set."""
 
-    __type__: ClassVar = EntityType.request
+    __type__: ClassVar[EntityType] = EntityType.request
     controller_id: i32 = field(metadata=_INT32)
     controller_epoch: i32 = field(metadata=_INT32)
     broker_epoch: i64 = field(metadata=_INT64)
@@ -199,7 +199,7 @@ class UpdateMetadataRequest(_UpdateMetadata):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataResponse(_UpdateMetadata):
-    __type__: ClassVar = EntityType.response
+    __type__: ClassVar[EntityType] = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
     error_code: ErrorCode = field(metadata=_ERRORS)
 
@@ -214,14 +214,14 @@ class _ControlledShutdown(_Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControlledShutdownRequest(_ControlledShutdown):
-    __type__: ClassVar = EntityType.request
+    __type__: ClassVar[EntityType] = EntityType.request
     broker_id: i32 = field(metadata=_INT32)
     broker_epoch: i64 = field(metadata=_INT64)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RemainingPartition(_ControlledShutdown):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     __header_schema__: ClassVar[type] = ResponseHeader
     topic_name: str = field(metadata=_STRING)
     partition_index: i32 = field(metadata=_INT32)
@@ -229,7 +229,7 @@ class RemainingPartition(_ControlledShutdown):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControlledShutdownResponse(_ControlledShutdown):
-    __type__: ClassVar = EntityType.response
+    __type__: ClassVar[EntityType] = EntityType.response
     __header_schema__: ClassVar[type] = ResponseHeader
     error_code: ErrorCode = field(metadata=_ERRORS)
     remaining_partitions: tuple[RemainingPartition, ...]
@@ -248,7 +248,7 @@ class _AlterPartition(_Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequestPartition(_AlterPartition):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     partition_index: i32 = field(metadata=_INT32)
     leader_epoch: i32 = field(metadata=_INT32)
     new_isr: tuple[i32, ...] = field(metadata=_INT32)
@@ -259,14 +259,14 @@ class AlterPartitionRequestPartition(_AlterPartition):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequestTopic(_AlterPartition):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     topic_name: str = field(metadata=_STRING)
     partitions: tuple[AlterPartitionRequestPartition, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionRequest(_AlterPartition):
-    __type__: ClassVar = EntityType.request
+    __type__: ClassVar[EntityType] = EntityType.request
     broker_id: i32 = field(metadata=_INT32)
     broker_epoch: i64 = field(metadata=_INT64)
     topics: tuple[AlterPartitionRequestTopic, ...]
@@ -278,7 +278,7 @@ class _AlterPartitionResponse(_AlterPartition):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponsePartition(_AlterPartitionResponse):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     partition_index: i32 = field(metadata=_INT32)
     error_code: ErrorCode = field(metadata=_ERRORS)
     leader_id: i32 = field(metadata=_INT32)
@@ -290,14 +290,14 @@ class AlterPartitionResponsePartition(_AlterPartitionResponse):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponseTopic(_AlterPartitionResponse):
-    __type__: ClassVar = EntityType.nested
+    __type__: ClassVar[EntityType] = EntityType.nested
     topic_name: str = field(metadata=_STRING)
     partitions: tuple[AlterPartitionResponsePartition, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionResponse(_AlterPartitionResponse):
-    __type__: ClassVar = EntityType.response
+    __type__: ClassVar[EntityType] = EntityType.response
     throttle_time_ms: i32 = field(metadata=_INT32)
     error_code: ErrorCode = field(metadata=_ERRORS)
     topics: tuple[AlterPartitionResponseTopic, ...]

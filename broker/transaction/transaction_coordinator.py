@@ -8,11 +8,19 @@ markers go out to the partitions' leaders before CompleteCommit/CompleteAbort is
 transactions past their timeout are aborted with a bumped epoch; ids idle past
 transactional.id.expiration.ms are removed. Results are error codes; TransactionApis turns them
 into each version's response.
+
+A producer's next transaction usually starts while the markers of its last one are still being
+written: its AddPartitionsToTxn (or InitProducerId) meets PrepareCommit. Kafka answers
+CONCURRENT_TRANSACTIONS at once and the client backs off (20 ms in the Java client and
+librdkafka), many times what the markers take on one broker. Here the request first waits, at
+most COMPLETION_WAIT_S, for that completion, then is handled afresh: the answer is the one a
+client retry would get, only sooner.
 """
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -34,6 +42,16 @@ log = logging.getLogger(__name__)
 
 S = TransactionState
 COMPLETE_RETRY_BACKOFF_S = 0.2
+COMPLETION_WAIT_S = 0.1
+"""How long a request meeting a transaction's markers waits for its completion before it is
+answered CONCURRENT_TRANSACTIONS."""
+PartitionKey = tuple[str, int]
+
+
+class ProducerIdSource(Protocol):
+    """Where new producer ids come from (ZkProducerIdManager)."""
+
+    async def generate_producer_id(self) -> int: ...
 
 
 def end_in_state(state: TransactionState, commit: bool) -> ErrorCode:
@@ -51,7 +69,8 @@ def end_in_state(state: TransactionState, commit: bool) -> ErrorCode:
 
 
 class TransactionCoordinator:
-    def __init__(self, state_manager: TransactionStateManager, producer_id_manager, marker_channel: TransactionMarkerChannel,
+    def __init__(self, state_manager: TransactionStateManager, producer_id_manager: ProducerIdSource,
+                 marker_channel: TransactionMarkerChannel,
                  config: TransactionConfig, *, clock: Callable[[], int] = now_ms):
         self.state = state_manager
         self.clock = clock
@@ -59,8 +78,10 @@ class TransactionCoordinator:
         self.producer_id_manager = producer_id_manager
         self.markers = marker_channel
         self.config = config
-        self._tasks: set[asyncio.Task] = set()
-        self._loops: list[asyncio.Task] = []
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._completions: dict[str, asyncio.Event] = {}
+        """Transactional id → set once its markers are out and its completion written (or given up)."""
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -76,7 +97,7 @@ class TransactionCoordinator:
             t.cancel()
         await self.markers.close()
 
-    async def _every(self, interval_ms: int, action) -> None:
+    async def _every(self, interval_ms: int, action: Callable[[int], Awaitable[int]]) -> None:
         while True:
             await asyncio.sleep(max(10, interval_ms) / 1000)
             try:
@@ -84,7 +105,7 @@ class TransactionCoordinator:
             except Exception:
                 log.exception("%s failed", action.__name__)
 
-    def _spawn(self, awaitable) -> None:
+    def _spawn(self, awaitable: Awaitable[Any]) -> None:
         t = asyncio.ensure_future(awaitable)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
@@ -103,11 +124,30 @@ class TransactionCoordinator:
     def on_resignation(self, partition: int) -> None:
         self.state.on_resignation(partition)
 
+    async def _completed(self, transactional_id: str) -> bool:
+        """Waits (at most COMPLETION_WAIT_S) for the id's markers and completion, if they are under
+        way; True when they finished meanwhile, so that the request is worth handling again."""
+        done = self._completions.get(transactional_id)
+        if done is None:
+            return False
+        try:
+            await asyncio.wait_for(done.wait(), COMPLETION_WAIT_S)
+        except TimeoutError:
+            return False
+        return True
+
     # --- InitProducerId -------------------------------------------------------------------------
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int = NO_PRODUCER_ID,
                                expected_epoch: int = NO_PRODUCER_EPOCH) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for a transactional producer."""
+        result = await self._init_producer_id(transactional_id, timeout_ms, expected_producer_id, expected_epoch)
+        if result[0] == ErrorCode.concurrent_transactions and await self._completed(transactional_id):
+            result = await self._init_producer_id(transactional_id, timeout_ms, expected_producer_id, expected_epoch)
+        return result
+
+    async def _init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int,
+                                expected_epoch: int) -> tuple[ErrorCode, int, int]:
         fail = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         if not transactional_id:
             return (ErrorCode.invalid_request, *fail)
@@ -169,7 +209,16 @@ class TransactionCoordinator:
             return ErrorCode.producer_fenced
         return ErrorCode.none
 
-    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int, partitions) -> ErrorCode:
+    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                             partitions: Iterable[PartitionKey]) -> ErrorCode:
+        partitions = set(partitions)  # read twice when the request is handled again
+        code = await self._add_partitions(transactional_id, producer_id, epoch, partitions)
+        if code == ErrorCode.concurrent_transactions and await self._completed(transactional_id):
+            code = await self._add_partitions(transactional_id, producer_id, epoch, partitions)
+        return code
+
+    async def _add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                              partitions: Iterable[PartitionKey]) -> ErrorCode:
         if not transactional_id:
             return ErrorCode.invalid_request
         error, coordinator_epoch, m = self.state.lookup(transactional_id)
@@ -190,7 +239,8 @@ class TransactionCoordinator:
         m.complete(transit)
         return ErrorCode.none
 
-    def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int, partitions) -> dict:
+    def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
         """AddPartitionsToTxn v4 verify_only, from partition leaders (KIP-890): each partition is
         NONE only if it is in this producer's open transaction."""
         error, _, m = self.state.lookup(transactional_id)
@@ -234,12 +284,22 @@ class TransactionCoordinator:
             m.abort_pending()
             return code
         m.complete(transit)
-        log.info("transactional id %s: %s (producer %d epoch %d, %d partitions)", m.transactional_id,
-                 m.state.title, m.producer_id, m.producer_epoch, len(m.partitions))
+        log.debug("transactional id %s: %s (producer %d epoch %d, %d partitions)", m.transactional_id,
+                  m.state.title, m.producer_id, m.producer_epoch, len(m.partitions))
         self._spawn(self._send_markers_and_complete(m, coordinator_epoch))
         return ErrorCode.none
 
     async def _send_markers_and_complete(self, m: TransactionMetadata, coordinator_epoch: int) -> None:
+        txn_id = m.transactional_id
+        done = self._completions[txn_id] = asyncio.Event()
+        try:
+            await self._markers_and_complete(m, coordinator_epoch)
+        finally:
+            if self._completions.get(txn_id) is done:
+                del self._completions[txn_id]
+            done.set()
+
+    async def _markers_and_complete(self, m: TransactionMetadata, coordinator_epoch: int) -> None:
         txn_id = m.transactional_id
 
         def still_ours() -> bool:
@@ -258,7 +318,7 @@ class TransactionCoordinator:
             code = await self.state.append(txn_id, transit, coordinator_epoch)
             if code == ErrorCode.none:
                 m.complete(transit)
-                log.info("transactional id %s: %s", txn_id, m.state.title)
+                log.debug("transactional id %s: %s", txn_id, m.state.title)
                 return
             m.abort_pending()
             if code == ErrorCode.not_coordinator:

@@ -12,12 +12,14 @@ coordinator owns the transaction, and this one stops.
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
 from kio.static.primitive import i16, i32
 
+from odradek.broker.metadata_cache import MetadataCache
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
@@ -37,7 +39,8 @@ class MarkersAbandoned(Exception):
 
 
 class TransactionMarkerChannel:
-    def __init__(self, broker_id: int, metadata_cache, marker_writer: MarkerWriter, request_timeout_ms: int, *,
+    def __init__(self, broker_id: int, metadata_cache: MetadataCache, marker_writer: MarkerWriter,
+                 request_timeout_ms: int, *,
                  listener: str = "PLAINTEXT", security: ClientSecurity = PLAINTEXT):
         self.broker_id = broker_id
         self.metadata_cache = metadata_cache
@@ -59,7 +62,7 @@ class TransactionMarkerChannel:
                                                                 security=self.security)
         return client
 
-    async def send(self, marker: TxnMarker, still_valid) -> None:
+    async def send(self, marker: TxnMarker, still_valid: Callable[[], bool]) -> None:
         """Returns once every partition of `marker` has it (or its topic is gone); raises
         MarkersAbandoned when `still_valid()` turns false or a partition fences us."""
         pending = set(marker.partitions)
@@ -67,7 +70,7 @@ class TransactionMarkerChannel:
         while pending:
             if self._closed or not still_valid():
                 raise MarkersAbandoned(f"producer {marker.producer_id}: no longer ours")
-            by_leader: dict[int, list] = {}
+            by_leader: dict[tuple[int, str, int], list[tuple[str, int]]] = {}
             for topic, partition in list(pending):
                 if not self.metadata_cache.contains(topic):
                     log.info("topic %s is gone: no marker for %s-%d", topic, topic, partition)
@@ -96,7 +99,8 @@ class TransactionMarkerChannel:
                     log.info("producer %d: %d partitions still without their marker", marker.producer_id,
                              len(pending))
 
-    async def _send_to(self, endpoint, marker: TxnMarker, partitions) -> dict:
+    async def _send_to(self, endpoint: tuple[int, str, int], marker: TxnMarker,
+                       partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
         broker_id, host, port = endpoint
         one = marker._replace(partitions=partitions)
         if broker_id == self.broker_id:

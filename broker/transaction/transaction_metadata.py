@@ -7,7 +7,9 @@ applies it, or `abort_pending` forgets it when the write failed.
 """
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -48,7 +50,7 @@ class TransactionState(enum.Enum):
 
 
 S = TransactionState
-VALID_PREVIOUS: dict[TransactionState, frozenset] = {
+VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
@@ -81,7 +83,7 @@ class TxnTransit:
     last_producer_epoch: int
     txn_timeout_ms: int
     state: TransactionState
-    partitions: frozenset
+    partitions: frozenset[tuple[str, int]]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
 
@@ -97,7 +99,7 @@ class TransactionMetadata:
     """The epoch before the last bump: a retried InitProducerId with it gets the current one."""
     txn_timeout_ms: int = 60_000
     state: TransactionState = TransactionState.EMPTY
-    partitions: set = field(default_factory=set)
+    partitions: set[tuple[str, int]] = field(default_factory=set)
     txn_start_timestamp: int = -1
     txn_last_update_timestamp: int = -1
     pending: TransactionState | None = None
@@ -105,7 +107,7 @@ class TransactionMetadata:
 
     # --- transits ------------------------------------------------------------------------------
 
-    def _transit(self, state: TransactionState, now: int, **changes) -> TxnTransit:
+    def _transit(self, state: TransactionState, now: int, **changes: Any) -> TxnTransit:
         if self.pending is not None:
             raise IllegalTransitionError(f"{self.transactional_id}: {self.pending.title} is in flight")
         if self.state not in VALID_PREVIOUS[state]:
@@ -144,7 +146,7 @@ class TransactionMetadata:
             self.producer_epoch += 1
         self.pending = TransactionState.PREPARE_EPOCH_FENCE
 
-    def prepare_add_partitions(self, partitions, now: int) -> TxnTransit:
+    def prepare_add_partitions(self, partitions: Iterable[tuple[str, int]], now: int) -> TxnTransit:
         start = now if self.state in (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT,
                                       TransactionState.COMPLETE_ABORT) else self.txn_start_timestamp
         return self._transit(TransactionState.ONGOING, now, partitions=frozenset(self.partitions | set(partitions)),

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.group.offsets_topic import partition_for
-from odradek.broker.log.record_batch import build_batch, decode_records
+from odradek.broker.log.record_batch import Record, build_batch, decode_records
+from odradek.broker.replica_manager import ReplicaManager
 from odradek.common.clock import now_ms
 
 from . import transaction_log
@@ -23,6 +24,8 @@ from .transaction_metadata import TransactionMetadata, TransactionState, TxnTran
 log = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+OnLoaded = Callable[[int, int, list[TransactionMetadata]], None]
+"""Called with (partition, coordinator epoch, the ids loaded) once a partition is loaded."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ def append_error_to_coordinator_error(code: ErrorCode) -> ErrorCode:
 
 
 class TransactionStateManager:
-    def __init__(self, replica_manager, partition_count, config: TransactionConfig, *,
+    def __init__(self, replica_manager: ReplicaManager, partition_count: int | Callable[[], int],
+                 config: TransactionConfig, *,
                  clock: Callable[[], int] = now_ms):
         """`partition_count`: an int, or a callable giving the topic's current partition count."""
         self.clock = clock
@@ -66,7 +70,7 @@ class TransactionStateManager:
         self.owned: dict[int, int] = {}
         """Partitions this broker leads → the coordinator epoch (their leader epoch) it loaded them at."""
         self.loading: set[int] = set()
-        self._load_tasks: dict[int, asyncio.Task] = {}
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
 
     @property
     def partition_count(self) -> int:
@@ -123,7 +127,7 @@ class TransactionStateManager:
         return loaded
 
     @staticmethod
-    def _replay(partition: int, loaded: dict, rec) -> None:
+    def _replay(partition: int, loaded: dict[str, TransactionMetadata], rec: Record) -> None:
         if rec.key is None:
             return
         try:
@@ -138,7 +142,7 @@ class TransactionStateManager:
             log.warning("%s-%d: skipping the record at offset %d: %s", TRANSACTION_STATE_TOPIC_NAME, partition,
                         rec.offset, e)
 
-    def on_election(self, partition: int, epoch: int, on_loaded) -> None:
+    def on_election(self, partition: int, epoch: int, on_loaded: OnLoaded) -> None:
         """Becomes coordinator of `partition`'s ids: loads them (COORDINATOR_LOAD_IN_PROGRESS
         meanwhile), then `on_loaded(partition, epoch, transactions)`."""
         if self.owned.get(partition) == epoch:
@@ -146,7 +150,7 @@ class TransactionStateManager:
         self.on_resignation(partition)
         self.loading.add(partition)
 
-        async def load():
+        async def load() -> None:
             try:
                 await asyncio.sleep(0)
                 started = self.clock()

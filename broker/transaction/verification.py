@@ -11,7 +11,11 @@ the write). Coordinator errors that a retry may fix are answered NOT_ENOUGH_REPL
 3.6 does, so every client retries the produce.
 """
 
+from __future__ import annotations
+
 import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from kio.schema.add_partitions_to_txn.v4.request import (
     AddPartitionsToTxnRequest,
@@ -23,11 +27,18 @@ from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
 from odradek.broker.log.control_batch import TRANSACTIONAL_MASK
-from odradek.broker.log.record_batch import HEADER
+from odradek.broker.log.record_batch import HEADER, Buffer
+from odradek.broker.metadata_cache import MetadataCache
+from odradek.broker.replica_manager import ReplicaManager
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 from .transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
+
+if TYPE_CHECKING:
+    from .transaction_coordinator import TransactionCoordinator
+
+PartitionKey = tuple[str, int]
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +46,7 @@ RETRIABLE = (ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_pr
              ErrorCode.coordinator_not_available)
 
 
-def first_batch_producer(records) -> tuple[int, int] | None:
+def first_batch_producer(records: Buffer | None) -> tuple[int, int] | None:
     """(producer id, epoch) of a transactional first batch, else None."""
     if records is None or len(records) < HEADER.size:
         return None
@@ -54,7 +65,8 @@ def fenced_to_produce(code: ErrorCode) -> ErrorCode:
 
 
 class TransactionVerifier:
-    def __init__(self, broker_id: int, replica_manager, metadata_cache, coordinator, timeout_ms: int, *,
+    def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
+                 coordinator: TransactionCoordinator, timeout_ms: int, *,
                  listener: str = "PLAINTEXT", security: ClientSecurity = PLAINTEXT):
         self.broker_id = broker_id
         self.replica_manager = replica_manager
@@ -66,7 +78,7 @@ class TransactionVerifier:
         """The inter-broker listener, where the coordinator is asked."""
         self.security = security
 
-    def needs_verification(self, key, producer_id: int) -> int | None:
+    def needs_verification(self, key: PartitionKey, producer_id: int) -> int | None:
         """The guard (last marker offset, -1 if none) when the producer has no transaction open
         at this partition we lead; None when no question is needed."""
         p = self.replica_manager.get_partition(key)
@@ -77,9 +89,10 @@ class TransactionVerifier:
             return None
         return entry.last_marker_offset if entry is not None else -1
 
-    async def verify(self, transactional_id: str, entries) -> tuple[dict, dict]:
+    async def verify(self, transactional_id: str, entries: Iterable[tuple[str, int, Buffer | None]]
+                     ) -> tuple[dict[PartitionKey, ErrorCode], dict[PartitionKey, tuple[int, int]]]:
         """({key: error} of the refused partitions, {key: (producer id, guard)} of the verified)."""
-        ask: dict = {}
+        ask: dict[PartitionKey, int] = {}
         producer: tuple[int, int] | None = None
         for topic, index, records in entries:
             found = first_batch_producer(records)
@@ -93,7 +106,8 @@ class TransactionVerifier:
             return {}, {}
         producer_id, epoch = producer
         codes = await self._ask(transactional_id, producer_id, epoch, list(ask))
-        errors, guards = {}, {}
+        errors: dict[PartitionKey, ErrorCode] = {}
+        guards: dict[PartitionKey, tuple[int, int]] = {}
         for key, guard in ask.items():
             code = codes.get(key, ErrorCode.not_enough_replicas)
             if code == ErrorCode.none:
@@ -102,7 +116,8 @@ class TransactionVerifier:
                 errors[key] = ErrorCode.not_enough_replicas if code in RETRIABLE else fenced_to_produce(code)
         return errors, guards
 
-    async def verify_offsets(self, transactional_id: str, producer_id: int, epoch: int, key):
+    async def verify_offsets(self, transactional_id: str, producer_id: int, epoch: int, key: PartitionKey
+                             ) -> tuple[ErrorCode, int | None]:
         """TxnOffsetCommit's check: (error, guard) for the group's `__consumer_offsets` partition;
         retriable coordinator errors are COORDINATOR_NOT_AVAILABLE, which clients retry."""
         guard = self.needs_verification(key, producer_id)
@@ -112,7 +127,8 @@ class TransactionVerifier:
         code = ErrorCode.coordinator_not_available if code in RETRIABLE else fenced_to_produce(code)
         return code, guard if code == ErrorCode.none else None
 
-    async def _ask(self, transactional_id: str, producer_id: int, epoch: int, partitions) -> dict:
+    async def _ask(self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence[PartitionKey]
+                   ) -> dict[PartitionKey, ErrorCode]:
         from odradek.broker.group.offsets_topic import partition_for
 
         count = self.metadata_cache.partition_count(TRANSACTION_STATE_TOPIC_NAME)

@@ -129,10 +129,10 @@ def _derive(base: type, spec: LegacyVersion, drop: frozenset[str], add: tuple[Ad
         if f"{name}.{f.name}" not in drop:
             tp = hints[f.name]
             args = typing.get_args(tp)
-            if typing.get_origin(tp) is tuple and args and dataclasses.is_dataclass(args[0]):
-                tp = tuple[_derive(typing.cast(type, args[0]), spec, drop, add, module, memo), ...]  # type: ignore[misc]
-            elif dataclasses.is_dataclass(tp):
-                tp = _derive(typing.cast(type, tp), spec, drop, add, module, memo)
+            if typing.get_origin(tp) is tuple and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+                tp = types.GenericAlias(tuple, (_derive(args[0], spec, drop, add, module, memo), ...))  # tuple[X, ...]
+            elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+                tp = _derive(tp, spec, drop, add, module, memo)
             kwargs: dict[str, Any] = {"metadata": f.metadata}
             if f.default is not dataclasses.MISSING:
                 kwargs["default"] = f.default
@@ -192,10 +192,11 @@ def _convert(value: Any, target: type, defaults: Mapping[str, Any], computed: Ma
         v = getattr(value, f.name)
         tp = hints[f.name]
         args = typing.get_args(tp)
-        if typing.get_origin(tp) is tuple and args and dataclasses.is_dataclass(args[0]) and v is not None:
-            v = tuple(_convert(item, typing.cast(type, args[0]), defaults, computed) for item in v)
-        elif dataclasses.is_dataclass(tp) and v is not None:
-            v = _convert(v, typing.cast(type, tp), defaults, computed)
+        if (typing.get_origin(tp) is tuple and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0])
+                and v is not None):
+            v = tuple(_convert(item, args[0], defaults, computed) for item in v)
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp) and v is not None:
+            v = _convert(v, tp, defaults, computed)
         kwargs[f.name] = v
     return target(**kwargs)
 

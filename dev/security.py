@@ -126,11 +126,13 @@ class CertificateAuthority:
                 .sign(self.key, hashes.SHA256()))
         return _pem_key(key), _pem_cert(cert)
 
-    def write_keystore(self, path: Path, common_name: str, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
-                       **kwargs: object) -> Path:
+    def write_keystore(self, path: Path, common_name: str, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), *,
+                       not_before: datetime.datetime | None = None, validity: datetime.timedelta = VALIDITY,
+                       organizational_unit: str | None = None) -> Path:
         """A PEM key store (key, then certificate chain) for `ssl.keystore.location`. Written to a
         temporary name and renamed, as a Secret update swaps files: a reader never sees half of it."""
-        key, cert = self.issue(common_name, hosts, **kwargs)  # type: ignore[arg-type]
+        key, cert = self.issue(common_name, hosts, not_before=not_before, validity=validity,
+                               organizational_unit=organizational_unit)
         tmp = path.with_name(path.name + ".tmp")
         _write_private(tmp, key + cert + _pem_cert(self.cert))
         os.replace(tmp, path)

@@ -381,7 +381,7 @@ class GroupCoordinator:
                     m.answer_sync(ErrorCode.none, m.assignment)
         fut: asyncio.Future[tuple[ErrorCode, bytes]] | None = member.awaiting_sync
         if fut is None:  # answered already (this is the leader); the state may have moved during the await
-            stable = group.state == GroupState.STABLE  # type: ignore[comparison-overlap]
+            stable = group.is_in(GroupState.STABLE)
             return (ErrorCode.none, member.assignment) if stable else (
                 ErrorCode.rebalance_in_progress, b"")
         return await fut

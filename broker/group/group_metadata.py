@@ -121,6 +121,11 @@ class GroupMetadata:
         self.state = target
         self.state_timestamp = now_ms
 
+    def is_in(self, state: GroupState) -> bool:
+        """`state == s`, for a check after an await: mypy keeps `group.state` narrowed by the
+        checks before the await, though the group may have moved meanwhile."""
+        return self.state == state
+
     # --- members --------------------------------------------------------------------------------
 
     def has(self, member_id: str) -> bool:

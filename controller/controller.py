@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar
 
 from kazoo.protocol.states import KazooState
 from kio.schema.errors import ErrorCode
 
+from odradek.common import messages as m
 from odradek.common import zk_data as z
 from odradek.common import zk_security
 from odradek.common.api_key import ApiKey
@@ -36,7 +37,7 @@ from . import elect_leaders as el
 from . import reassignment as ra
 from . import state_machine as sm
 from .channel_manager import ControllerChannelManager
-from .context import ControllerContext, TopicPartition
+from .context import ControllerContext, ReplicaAssignment, TopicPartition
 from .controller_apis import ControllerApis, isr_changes
 from .zk_client import ControllerMovedError, ControllerZkClient
 
@@ -103,13 +104,18 @@ class SessionLost:
     """The ZooKeeper session is gone or presumed expired: stop acting."""
 
 
+A = TypeVar("A")
+D = TypeVar("D", bound=sm.Decisions)
+
+
 @dataclass(frozen=True, eq=False)
-class BrokerRequest:
-    """A broker's request waiting for the event loop; `future` gets the decision's answer."""
+class BrokerRequest(Generic[A]):
+    """A broker's request waiting for the event loop: `decide` decides it (on the loop), `future`
+    gets the answer."""
 
     api_key: int
-    payload: object
-    future: asyncio.Future[object]
+    decide: Callable[[ControllerZkClient], Awaitable[A | None]]
+    future: asyncio.Future[A | None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,7 +129,7 @@ class BrokerResponse:
 
 WatchEvent = (ControllerChange | BrokerChange | TopicChange | PartitionModification | TopicDeletion | LogDirEvent
               | ZkReassignment | AutoRebalance)
-Event = WatchEvent | Stop | SessionLost | BrokerRequest | BrokerResponse
+Event = WatchEvent | Stop | SessionLost | BrokerRequest[Any] | BrokerResponse
 EVENT_ORDER: tuple[WatchEvent, ...] = (
     ControllerChange(), BrokerChange(), TopicChange(), PartitionModification(), TopicDeletion(), LogDirEvent(),
     ZkReassignment(), AutoRebalance(),
@@ -166,7 +172,8 @@ class KafkaController:
         self._broker_security: dict[str, ClientSecurity] = {}
         self._listener_endpoint: EndPoint | None = None
         """Published in /controller: where brokers find the active controller's listener."""
-        self._inflight: set[asyncio.Future[object]] = set()
+        self._inflight: set[asyncio.Future[Any]] = set()
+        """The futures of the requests submitted and not answered (each API its answer type)."""
         self.stats = ControllerStats()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
@@ -224,14 +231,64 @@ class KafkaController:
                 self.config, self.config.control_plane_listener_name, security_protocol, self.cert_watcher)
         return security
 
-    async def submit(self, api_key: int, payload: object) -> object:
+    # --- the broker requests the listener hands over (controller_apis.Submitter) ------------------
+
+    async def alter_partition(self, request: m.AlterPartitionRequest) -> sm.AlterPartitionAnswer | None:
+        async def decide(zk: ControllerZkClient) -> sm.AlterPartitionAnswer | None:
+            changes = isr_changes(request)
+            d = await self._execute(zk, lambda ctx: sm.on_alter_partition(
+                ctx, request.broker_id, request.broker_epoch, changes))
+            await self._reassignment_progress(zk, [c.tp for c in changes])
+            return d.answer
+
+        return await self._submit(ApiKey.ALTER_PARTITION, decide)
+
+    async def controlled_shutdown(self, request: m.ControlledShutdownRequest) -> sm.ControlledShutdownAnswer | None:
+        async def decide(zk: ControllerZkClient) -> sm.ControlledShutdownAnswer | None:
+            log.info("controlled shutdown of broker %d", request.broker_id)
+            d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(
+                ctx, request.broker_id, request.broker_epoch))
+            if d.answer is not None and d.answer.remaining:
+                log.info("broker %d still leads %s", request.broker_id, [str(tp) for tp in d.answer.remaining])
+            return d.answer
+
+        return await self._submit(ApiKey.CONTROLLED_SHUTDOWN, decide)
+
+    async def alter_reassignments(self, targets: Mapping[TopicPartition, tuple[int, ...] | None]) -> ra.Results | None:
+        async def decide(zk: ControllerZkClient) -> ra.Results | None:
+            d = await self._execute(zk, lambda ctx: ra.on_reassign(ctx, targets))
+            for tp, result in sorted((d.answer or {}).items()):
+                log.info("reassignment of %s to %s: %s", tp, targets[tp], result.message or "started")
+            await self._reassignment_progress(zk, list(targets))
+            return d.answer
+
+        return await self._submit(ApiKey.ALTER_PARTITION_REASSIGNMENTS, decide)
+
+    async def elect_leaders(self, election_type: int, tps: list[TopicPartition] | None) -> ra.Results | None:
+        async def decide(zk: ControllerZkClient) -> ra.Results | None:
+            d = await self._execute(zk, lambda ctx: el.on_elect_leaders(ctx, election_type, tps))
+            if d.state_writes:
+                log.info("%s leader election: moved %s", "unclean" if election_type == el.UNCLEAN else "preferred",
+                         [str(w.tp) for w in d.state_writes])
+            return d.answer
+
+        return await self._submit(ApiKey.ELECT_LEADERS, decide)
+
+    async def list_reassignments(self, tps: list[TopicPartition] | None
+                                 ) -> dict[TopicPartition, ReplicaAssignment] | None:
+        async def decide(zk: ControllerZkClient) -> dict[TopicPartition, ReplicaAssignment] | None:
+            return ra.list_reassignments(self._active_context(), tps)
+
+        return await self._submit(ApiKey.LIST_PARTITION_REASSIGNMENTS, decide)
+
+    async def _submit(self, api_key: int, decide: Callable[[ControllerZkClient], Awaitable[A | None]]) -> A | None:
         """A broker's request, decided by the active controller's event loop; None when this
         controller is not active or was deposed before deciding (the broker hears NOT_CONTROLLER)."""
         if not self.active.is_set():
             return None
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[A | None] = asyncio.get_running_loop().create_future()
         self._inflight.add(future)
-        self._events.put_nowait(BrokerRequest(api_key, payload, future))
+        self._events.put_nowait(BrokerRequest(api_key, decide, future))
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.request_timeout)
         except TimeoutError:
@@ -512,40 +569,13 @@ class KafkaController:
             await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
             self._post(gen, AutoRebalance())
 
-    async def _handle_request(self, zk: ControllerZkClient, request: BrokerRequest) -> None:
+    async def _handle_request(self, zk: ControllerZkClient, request: BrokerRequest[A]) -> None:
         if request.future.done():  # the broker gave up waiting
             return
-        p: Any = request.payload
         self.stats.event(request_event_name(request.api_key))
-        d: sm.Decisions | None
-        match request.api_key:
-            case ApiKey.ALTER_PARTITION:
-                changes = isr_changes(p)
-                d = await self._execute(zk, lambda ctx: sm.on_alter_partition(ctx, p.broker_id, p.broker_epoch, changes))
-                await self._reassignment_progress(zk, [c.tp for c in changes])
-            case ApiKey.CONTROLLED_SHUTDOWN:
-                log.info("controlled shutdown of broker %d", p.broker_id)
-                d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(ctx, p.broker_id, p.broker_epoch))
-                shutdown = d.answer
-                if isinstance(shutdown, sm.ControlledShutdownAnswer) and shutdown.remaining:
-                    log.info("broker %d still leads %s", p.broker_id, [str(tp) for tp in shutdown.remaining])
-            case ApiKey.ALTER_PARTITION_REASSIGNMENTS:
-                d = await self._execute(zk, lambda ctx: ra.on_reassign(ctx, p))
-                for tp, result in sorted(cast(dict[TopicPartition, ra.Result], d.answer).items()):
-                    log.info("reassignment of %s to %s: %s", tp, p[tp], result.message or "started")
-                await self._reassignment_progress(zk, list(p))
-            case ApiKey.ELECT_LEADERS:
-                election_type, tps = p
-                d = await self._execute(zk, lambda ctx: el.on_elect_leaders(ctx, election_type, tps))
-                if d.state_writes:
-                    log.info("%s leader election: moved %s", "unclean" if election_type == el.UNCLEAN else "preferred",
-                             [str(w.tp) for w in d.state_writes])
-            case ApiKey.LIST_PARTITION_REASSIGNMENTS:
-                d = sm.Decisions(answer=ra.list_reassignments(self._active_context(), p))
-            case _:
-                d = None
+        answer = await request.decide(zk)
         if not request.future.done():
-            request.future.set_result(None if d is None else d.answer)
+            request.future.set_result(answer)
 
     async def _reassignment_progress(self, zk: ControllerZkClient, tps: list[TopicPartition] | None = None) -> None:
         """Complete the reassignments (of `tps`, default all) whose targets are all in sync."""
@@ -606,8 +636,8 @@ class KafkaController:
                     return
                 self._active_context().zk_reassignment = wanted
                 if wanted:
-                    d = await self._execute(zk, ra.on_zk_reassignment)
-                    for tp, result in sorted(cast(dict[TopicPartition, ra.Result], d.answer).items()):
+                    started = await self._execute(zk, ra.on_zk_reassignment)
+                    for tp, result in sorted((started.answer or {}).items()):
                         log.info("reassignment of %s (from %s): %s", tp, z.REASSIGN_PARTITIONS, result.message or "started")
                     await self._reassignment_progress(zk, list(wanted))
             case AutoRebalance():
@@ -616,12 +646,12 @@ class KafkaController:
                 if d.state_writes:
                     log.info("preferred leader election: moved %s", [str(w.tp) for w in d.state_writes])
 
-    async def _execute(self, zk: ControllerZkClient, decide: Callable[[ControllerContext], sm.Decisions]) -> sm.Decisions:
+    async def _execute(self, zk: ControllerZkClient, decide: Callable[[ControllerContext], D]) -> D:
         """Decide, write with compare-and-set, re-read and re-decide on conflicts, then apply the
         decisions to the context and queue the requests (the order the Decisions define)."""
         ctx = self._active_context()
         for _ in range(MAX_DECISION_ATTEMPTS):
-            d: sm.Decisions = decide(ctx)
+            d = decide(ctx)
             if d.deposed:
                 raise Deposed("a partition state was written by a newer controller")
             if d.assignment_writes:  # a started reassignment is recorded before anything else

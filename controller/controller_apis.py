@@ -38,7 +38,8 @@ All are answered only once the resulting ZooKeeper writes succeeded; requests it
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, cast
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from kio.schema.alter_partition_reassignments.v0 import response as apr
 from kio.schema.errors import ErrorCode
@@ -53,13 +54,9 @@ from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 from . import state_machine as sm
 from .context import ReplicaAssignment, TopicPartition
-from .reassignment import Result as sm_result
+from .reassignment import Result, Results
 
 log = logging.getLogger(__name__)
-
-
-Results = dict[TopicPartition, sm_result]
-"""The controller's answer to ElectLeaders and AlterPartitionReassignments: a result per partition."""
 
 
 def election(request: Any) -> tuple[int, list[TopicPartition] | None]:
@@ -75,7 +72,7 @@ def elect_leaders_response(request: Any, answer: Results | None) -> Any:
     mod = wire.response_module(ApiKey.ELECT_LEADERS, int(request.__version__))
     election_type, tps = election(request)
     if answer is None:
-        answer = {tp: sm_result(int(ErrorCode.not_controller)) for tp in tps or ()}
+        answer = {tp: Result(int(ErrorCode.not_controller)) for tp in tps or ()}
         top = ErrorCode.not_controller
     else:
         top = ErrorCode.none
@@ -179,7 +176,12 @@ def controlled_shutdown_response(answer: sm.ControlledShutdownAnswer | None) -> 
 class Submitter(Protocol):
     """Where the listener hands a broker's request: the controller's event loop (KafkaController)."""
 
-    async def submit(self, api_key: int, payload: object) -> object: ...
+    async def alter_partition(self, request: m.AlterPartitionRequest) -> sm.AlterPartitionAnswer | None: ...
+    async def controlled_shutdown(self, request: m.ControlledShutdownRequest) -> sm.ControlledShutdownAnswer | None: ...
+    async def elect_leaders(self, election_type: int, tps: list[TopicPartition] | None) -> Results | None: ...
+    async def alter_reassignments(self, targets: Mapping[TopicPartition, tuple[int, ...] | None]) -> Results | None: ...
+    async def list_reassignments(self, tps: list[TopicPartition] | None
+                                 ) -> dict[TopicPartition, ReplicaAssignment] | None: ...
 
 
 class ControllerApis:
@@ -199,22 +201,18 @@ class ControllerApis:
             raise CloseConnection from e
         api_key = int(schema.__api_key__)
         response: object
-        # the controller answers each API with its own type (KafkaController._handle_request)
         if api_key == ApiKey.ALTER_PARTITION:
-            answer = await self.controller.submit(api_key, payload)
-            response = alter_partition_response(payload, cast(sm.AlterPartitionAnswer | None, answer))
+            response = alter_partition_response(payload, await self.controller.alter_partition(payload))
         elif api_key == ApiKey.CONTROLLED_SHUTDOWN:
-            answer = await self.controller.submit(api_key, payload)
-            response = controlled_shutdown_response(cast(sm.ControlledShutdownAnswer | None, answer))
+            response = controlled_shutdown_response(await self.controller.controlled_shutdown(payload))
         elif api_key == ApiKey.ELECT_LEADERS:
-            answer = await self.controller.submit(api_key, election(payload))
-            response = elect_leaders_response(payload, cast(Results | None, answer))
+            response = elect_leaders_response(payload, await self.controller.elect_leaders(*election(payload)))
         elif api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
-            answer = await self.controller.submit(api_key, reassignment_targets(payload))
-            response = alter_reassignments_response(payload, cast(Results | None, answer))
+            response = alter_reassignments_response(
+                payload, await self.controller.alter_reassignments(reassignment_targets(payload)))
         elif api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
-            answer = await self.controller.submit(api_key, listed_partitions(payload))
-            response = list_reassignments_response(cast(dict[TopicPartition, ReplicaAssignment] | None, answer))
+            response = list_reassignments_response(
+                await self.controller.list_reassignments(listed_partitions(payload)))
         else:
             self.bad_input.warning("unexpected-api", "controller listener: API %d is not served here", api_key)
             raise CloseConnection

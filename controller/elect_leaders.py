@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from kio.schema.errors import ErrorCode
 
 from .context import ControllerContext, TopicPartition
-from .reassignment import Result
+from .reassignment import Result, Results
 from .state_machine import (
-    Decisions,
+    Answering,
     MetadataEntry,
     RequestBatch,
     _record_change,
@@ -55,14 +55,14 @@ def _unclean(ctx: ControllerContext, tp: TopicPartition) -> tuple[Result, int | 
 
 
 def on_elect_leaders(ctx: ControllerContext, election_type: int, partitions: Iterable[TopicPartition] | None
-                     ) -> Decisions:
+                     ) -> Answering[Results]:
     """ElectLeaders for `partitions` (None: every partition); the answer maps each to its Result.
     An election type other than preferred (0) or unclean (1) answers INVALID_REQUEST."""
     if _written_by_newer_controller(ctx):
-        return Decisions(deposed=True)
+        return Answering(deposed=True)
     tps = ctx.all_partitions() if partitions is None else sorted(set(partitions))
-    d = Decisions()
-    results: dict[TopicPartition, Result] = {}
+    d: Answering[Results] = Answering()
+    results: Results = {}
     batch = RequestBatch(ctx, ctx.live_brokers)
     updates: dict[TopicPartition, MetadataEntry] = {}
     for tp in tps:

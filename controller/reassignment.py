@@ -32,6 +32,7 @@ from odradek.common.zk_data import LeaderIsrAndControllerEpoch
 from .context import ControllerContext, ReplicaAssignment, TopicPartition
 from .state_machine import (
     NO_LEADER,
+    Answering,
     Decisions,
     MetadataEntry,
     RequestBatch,
@@ -71,6 +72,10 @@ class Result:
 
     error: int = 0
     message: str | None = None
+
+
+Results = dict[TopicPartition, Result]
+"""The answer to ElectLeaders and AlterPartitionReassignments: a result per partition."""
 
 
 def target_error(ctx: ControllerContext, tp: TopicPartition, target: tuple[int, ...] | None) -> Result | None:
@@ -189,16 +194,17 @@ def _zk_reassignment_after(ctx: ControllerContext, done: Iterable[TopicPartition
     return {tp: t for tp, t in ctx.zk_reassignment.items() if tp not in done}
 
 
-def on_reassign(ctx: ControllerContext, targets: Mapping[TopicPartition, tuple[int, ...] | None]) -> Decisions:
+def on_reassign(ctx: ControllerContext,
+                targets: Mapping[TopicPartition, tuple[int, ...] | None]) -> Answering[Results]:
     """AlterPartitionReassignments (or new entries of `/admin/reassign_partitions`): each partition
     to its target, None cancelling. The answer maps each partition to its Result. Targets already in
     sync complete by the on_reassignment_progress that the caller runs next."""
     if _written_by_newer_controller(ctx):
-        return Decisions(deposed=True)
-    d = Decisions()
+        return Answering(deposed=True)
+    d: Answering[Results] = Answering()
     batch = RequestBatch(ctx, ctx.live_brokers)
     updates: dict[TopicPartition, MetadataEntry] = {}
-    results: dict[TopicPartition, Result] = {}
+    results: Results = {}
     finished = []
     for tp in sorted(targets):
         target = targets[tp]
@@ -250,7 +256,7 @@ def on_reassignment_progress(ctx: ControllerContext, tps: Iterable[TopicPartitio
     return d
 
 
-def on_zk_reassignment(ctx: ControllerContext) -> Decisions:
+def on_zk_reassignment(ctx: ControllerContext) -> Answering[Results]:
     """`/admin/reassign_partitions` was written (older tools; its content, as read, is in
     `ctx.zk_reassignment`): start the listed partitions that are not already moving to their
     target. Invalid entries leave the znode (Kafka logs and drops them), the others as they

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
@@ -75,9 +76,6 @@ class Decisions:
     deposed: bool = False
     """A partition state was written by a newer controller: stop acting (Kafka's ControllerMoved)."""
     shutting_down_brokers: set[int] | None = None
-    answer: object = None
-    """For events that are requests (AlterPartition, ControlledShutdown): what to answer, computed
-    with the decision so that a re-decision after a conflict answers what was actually written."""
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] | None = None
     assignment_writes: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
     """Reassignment progress  written to
@@ -96,6 +94,19 @@ class Decisions:
             p for b, p in self.requests + self.final_requests
             if b == broker_id and (kind is None or isinstance(p, kind))
         ]
+
+
+A = TypeVar("A")
+
+
+@dataclass
+class Answering(Decisions, Generic[A]):
+    """The decisions of an event that is a broker's request (AlterPartition, ControlledShutdown,
+    ElectLeaders, AlterPartitionReassignments), with what to answer it."""
+
+    answer: A | None = None
+    """Computed with the decision, so that a re-decision after a conflict answers what was
+    actually written; None only when deposed (no answer: the broker hears NOT_CONTROLLER)."""
 
 
 def apply_decisions(ctx: ControllerContext, d: Decisions) -> ControllerContext:
@@ -637,18 +648,19 @@ def _check_isr_change(
                                                        state.zk_version + 1)
 
 
-def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int, changes: Iterable[IsrChange]) -> Decisions:
+def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int,
+                       changes: Iterable[IsrChange]) -> Answering[AlterPartitionAnswer]:
     """A leader asks to shrink or expand an ISR. The leader epoch stays (as in Kafka's ZooKeeper
     controller); the partition epoch (znode version) must be the one the leader saw, so that two
     changes made from the same state cannot both win: the second gets INVALID_UPDATE_VERSION and
     waits for the state that carries the first. Valid changes are written with compare-and-set
     and announced to every live broker by UpdateMetadata."""
     if _written_by_newer_controller(ctx):
-        return Decisions(deposed=True)
+        return Answering(deposed=True)
     error = _broker_epoch_error(ctx, broker_id, broker_epoch)
     if error != ErrorCode.none:
-        return Decisions(answer=AlterPartitionAnswer(error))
-    d = Decisions()
+        return Answering(answer=AlterPartitionAnswer(error))
+    d: Answering[AlterPartitionAnswer] = Answering()
     results = {}
     updates: dict[TopicPartition, MetadataEntry] = {}
     for c in changes:
@@ -671,7 +683,7 @@ class ControlledShutdownAnswer:
     remaining: tuple[TopicPartition, ...] = ()
 
 
-def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch: int) -> Decisions:
+def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch: int) -> Answering[ControlledShutdownAnswer]:
     """A broker about to stop asks to be relieved (Kafka's doControlledShutdown).
 
     It joins the shutting-down set (never elected, never added back to an ISR); each partition it
@@ -684,12 +696,12 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
     member) are answered as remaining, except single-replica ones, which cannot move and would only
     make the broker wait (Kafka leaves them out too)."""
     if _written_by_newer_controller(ctx):
-        return Decisions(deposed=True)
+        return Answering(deposed=True)
     error = _broker_epoch_error(ctx, broker_id, broker_epoch)
     if error != ErrorCode.none:
-        return Decisions(answer=ControlledShutdownAnswer(error))
+        return Answering(answer=ControlledShutdownAnswer(error))
     shutting = ctx.shutting_down_brokers | {broker_id}
-    d = Decisions(shutting_down_brokers=set(shutting))
+    d: Answering[ControlledShutdownAnswer] = Answering(shutting_down_brokers=set(shutting))
     batch = RequestBatch(ctx, ctx.live_brokers)
     updates: dict[TopicPartition, MetadataEntry] = {}
     remaining = []

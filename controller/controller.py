@@ -123,8 +123,8 @@ class BrokerResponse:
     """A broker's answer to a LeaderAndIsr that tells about failed log directories."""
 
     broker_id: int
-    request: Any
-    response: Any
+    request: m.LeaderAndIsrRequest
+    response: LeaderAndIsrResponse
 
 
 WatchEvent = (ControllerChange | BrokerChange | TopicChange | PartitionModification | TopicDeletion | LogDirEvent
@@ -440,7 +440,8 @@ class KafkaController:
         event queue."""
         if self.on_response is not None:
             self.on_response(broker_id, request, response)
-        if not isinstance(response, LeaderAndIsrResponse) or response.error_code != ErrorCode.none:
+        if (not isinstance(request, m.LeaderAndIsrRequest) or not isinstance(response, LeaderAndIsrResponse)
+                or response.error_code != ErrorCode.none):
             return
         ctx = self.context
         if any(e.error_code == ErrorCode.kafka_storage_error for e in response.partition_errors) or (

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kio.static.protocol import RequestHeader
+
 ANONYMOUS = "User:ANONYMOUS"
 DEFAULT_LISTENER = "PLAINTEXT"
 UNKNOWN_HOST = "/127.0.0.1"
@@ -19,8 +21,8 @@ UNKNOWN_HOST = "/127.0.0.1"
 
 @dataclass(frozen=True)
 class RequestContext:
-    header: Any
-    """The request header (kio's RequestHeader, any version)."""
+    header: RequestHeader
+    """The request header (kio's, v1 or v2)."""
     client_host: str = UNKNOWN_HOST
     """The client's address as Kafka prints it: "/" + IP."""
     listener: str = DEFAULT_LISTENER

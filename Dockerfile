@@ -1,7 +1,7 @@
 # One image for brokers, controllers and the operator: `odradek broker|controller|operator`.
 FROM python:3.11-slim AS build
 WORKDIR /src
-# gcc for the record validator's C extension (broker/log/_records.c)
+# gcc for the C extensions (broker/log/_records.c, the record validator; _cleaner.c, the log cleaner)
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 # The whole checkout but what .dockerignore leaves out: the wheel is the one `pip install .` builds
 # anywhere, every odradek.<folder> the odradek/ symlinks name (tests/test_folders.py checks that

@@ -105,61 +105,7 @@ done:
     return result;
 }
 
-/* The records of an (inflated) records section for the log cleaner: a list of
- * (offset_delta, key or None, has_value, start, end), positions relative to `start`.
- * ValueError when the records do not parse. */
-static PyObject *record_keys(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t start, end, count;
-    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &end, &count)) return NULL;
-    if (start < 0 || end > view.len || start > end || count < 0 || count > end - start) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "record_keys: bad bounds");
-        return NULL;
-    }
-    const unsigned char *base = (const unsigned char *)view.buf + start;
-    cursor c = {base, (const unsigned char *)view.buf + end};
-    PyObject *out = PyList_New(count);
-    if (out == NULL) { PyBuffer_Release(&view); return NULL; }
-    const char *error = NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t length, value, key_len, value_len;
-        Py_ssize_t rec_start = (Py_ssize_t)(c.p - base);  /* the record's bytes include its length */
-        if (read_varint(&c, 5, &length) || length < 0 || length > c.end - c.p) { error = "invalid record size"; break; }
-        cursor r = {c.p, c.p + length};
-        c.p += length;
-        if (r.p >= r.end) { error = "record too short"; break; }
-        r.p++; /* attributes */
-        if (read_varint(&r, 10, &value)) { error = "invalid timestamp delta"; break; }
-        int64_t delta;
-        if (read_varint(&r, 5, &delta)) { error = "invalid offset delta"; break; }
-        if (read_varint(&r, 5, &key_len) || key_len < -1 || key_len > r.end - r.p) { error = "invalid key size"; break; }
-        PyObject *key;
-        if (key_len < 0) {
-            key = Py_NewRef(Py_None);
-        } else {
-            key = PyBytes_FromStringAndSize((const char *)r.p, (Py_ssize_t)key_len);
-            if (key == NULL) { Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
-            r.p += key_len;
-        }
-        if (read_varint(&r, 5, &value_len) || value_len < -1) { Py_DECREF(key); error = "invalid value size"; break; }
-        PyObject *item = Py_BuildValue("(LNOnn)", (long long)delta, key, value_len >= 0 ? Py_True : Py_False,
-                                       rec_start, (Py_ssize_t)(c.p - base));
-        if (item == NULL) { Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
-        PyList_SET_ITEM(out, i, item);
-    }
-    PyBuffer_Release(&view);
-    if (error != NULL) {
-        Py_DECREF(out);
-        PyErr_SetString(PyExc_ValueError, error);
-        return NULL;
-    }
-    return out;
-}
-
 static PyMethodDef methods[] = {
-    {"record_keys", record_keys, METH_VARARGS,
-     "record_keys(buffer, start, end, count) -> [(offset_delta, key, has_value, start, end)]"},
     {"walk_records", walk_records, METH_VARARGS,
      "walk_records(buffer, start, end, count, require_key=False) -> None | (record_index, message)"},
     {NULL, NULL, 0, NULL},

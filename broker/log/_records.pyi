@@ -6,8 +6,3 @@ def walk_records(buffer: ReadableBuffer, start: int, end: int, count: int, requi
                  /) -> tuple[int, str] | list[int] | None:
     """None when the `count` records in `buffer[start:end]` are well formed; else the first bad
     record's (index, message), or, with `require_key`, the list of keyless records' indexes."""
-
-def record_keys(buffer: ReadableBuffer, start: int, end: int, count: int,
-                /) -> list[tuple[int, bytes | None, bool, int, int]]:
-    """Each record's (offset_delta, key, has_value, start, end), positions relative to `start`;
-    ValueError when the records do not parse."""

@@ -20,6 +20,12 @@ Kafka's rules, as of its ZooKeeper era (2.x, no KIP-534 delete horizon in batch 
   records go), so its sequence and epoch survive for idempotence.
 - Offsets, timestamps, headers and lastOffsetDelta are kept: a compacted batch may hold fewer
   records than its offset range, and compressed batches are rewritten with their codec.
+
+Three things Kafka does not do, for speed: the per-record loops are in C (_cleaner.c); the map
+keeps a bitmap of the offsets it holds, so that a dirty batch none of whose records survives is
+dropped, and one whose records all do is copied, without reading its records a second time; and
+segments are grouped by what was written of the group so far (joins_group), so a log mostly
+removed becomes a few segments rather than as many small ones as it had.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from ._records import record_keys
+from ._cleaner import count_latest, filter_records, map_keys
 from .compression import compress, decompress
 from .control_batch import read_marker
 from .errors import CorruptRecordError
@@ -52,6 +58,9 @@ from .transaction_index import AbortedTxn
 
 ENTRY_BYTES = 24
 """What Kafka's offset map spends per key: an MD5 hash (16 bytes) and an offset (8)."""
+LATEST_MAX_BYTES = 32 << 20
+"""The most an offset map spends on its bitmap of surviving offsets (one bit per offset of the
+dirty section: 268 million offsets); a dirtier section is cleaned without it."""
 LOAD_FACTOR = 0.9
 """log.cleaner.io.buffer.load.factor's default."""
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -163,40 +172,20 @@ def delete_horizon_ms(segments: Sequence[SegmentStats], first_dirty: int, delete
     return clean[-1].last_modified_ms - delete_retention_ms if clean else 0
 
 
-def group_segments(segments: Sequence[SegmentStats], max_size: int, max_index_entries: int,
-                   index_interval_bytes: int) -> list[list[SegmentStats]]:
-    """Consecutive segments cleaned into one (Kafka's groupSegmentsBySize): together at most
-    segment.bytes, an index that fits, offsets relative to the first that fit in 31 bits."""
-    groups: list[list[SegmentStats]] = []
-    for seg in segments:
-        if groups:
-            group = groups[-1]
-            size = sum(s.size for s in group) + seg.size
-            if (size <= max_size and size // max(1, index_interval_bytes) < max_index_entries
-                    and seg.next_offset - 1 - group[0].base_offset <= MAX_RELATIVE_OFFSET):
-                group.append(seg)
-                continue
-        groups.append([seg])
-    return groups
+def joins_group(group_base: int, group_size: int, seg: SegmentStats, max_size: int, max_index_entries: int,
+                index_interval_bytes: int) -> bool:
+    """Whether `seg` is cleaned into the same segment as the group begun at `group_base`, which
+    holds `group_size` bytes so far: together at most segment.bytes, an index that fits, offsets
+    relative to the base that fit in 31 bits (Kafka's groupSegmentsBySize). The group's size is
+    what was written of it, cleaned, and the segment counts whole (what it may still hold): so a
+    log mostly removed is rewritten into few segments, where Kafka's grouping by the segments'
+    sizes before cleaning writes as many small ones as it had."""
+    size = group_size + seg.size
+    return (size <= max_size and size // max(1, index_interval_bytes) < max_index_entries
+            and seg.next_offset - 1 - group_base <= MAX_RELATIVE_OFFSET)
 
 
 # --- records ---------------------------------------------------------------------------------
-
-
-RecordRef = tuple[int, bytes | None, bool, int, int]
-"""One record of a batch's (inflated) records section: offset delta, key, whether it has a value
-(not a tombstone), and where its bytes start and end (a plain tuple, made in C)."""
-
-
-def iter_records(data: Buffer, count: int) -> list[RecordRef]:
-    """The records of an inflated records section, reading only lengths, offset delta and key (in
-    C: _records.record_keys). CorruptRecordError when they do not parse (a stored batch is
-    trusted, but never blindly)."""
-    try:
-        records: list[RecordRef] = record_keys(data, 0, len(data), count)
-    except ValueError as exc:
-        raise CorruptRecordError(f"stored record batch does not parse: {exc}") from None
-    return records
 
 
 def records_section(batch: Buffer, info: BatchInfo) -> bytes | memoryview:
@@ -207,8 +196,13 @@ def records_section(batch: Buffer, info: BatchInfo) -> bytes | memoryview:
 
 def map_key(key: bytes) -> bytes:
     """What the offset map stores for a key: the key when it is no longer than a hash, else its
-    MD5 (Kafka's SkimpyOffsetMap hashes every key; short ones need not be)."""
-    return key if len(key) <= 16 else hashlib.md5(key).digest()
+    MD5 (Kafka's SkimpyOffsetMap hashes every key; short ones need not be). The C loops
+    (_cleaner.c) make the same keys, calling `_digest` for long ones."""
+    return key if len(key) <= 16 else _digest(key)
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.md5(key).digest()
 
 
 # --- transactions ----------------------------------------------------------------------------
@@ -275,6 +269,27 @@ class OffsetMap:
     offsets: dict[bytes, int] = field(default_factory=dict)
     end: int = -1
     """One past the last offset mapped: records from here on are kept as they are."""
+    latest: bytearray | None = None
+    """One bit per offset from `latest_base`, set for the offsets the map holds: a batch the map
+    saw whole is dropped or kept whole by counting them, without reading its records again."""
+    latest_base: int = 0
+
+    @classmethod
+    def for_range(cls, capacity: int, first_dirty: int, first_uncleanable: int) -> OffsetMap:
+        """An empty map of the dirty section [first_dirty, first_uncleanable), with the bitmap of
+        surviving offsets when it is at most LATEST_MAX_BYTES."""
+        size = (first_uncleanable - first_dirty + 7) // 8
+        latest = bytearray(size) if 0 < size <= LATEST_MAX_BYTES else None
+        return cls(capacity, end=first_dirty, latest=latest, latest_base=first_dirty)
+
+    def survivors(self, info: BatchInfo) -> int | None:
+        """How many records of the batch are the latest of their key, when the map saw the whole
+        batch; None when it cannot say (the records must be read)."""
+        latest, base = self.latest, self.latest_base
+        if (latest is None or info.base_offset < base or info.next_offset > self.end
+                or info.next_offset - base > 8 * len(latest)):
+            return None
+        return count_latest(latest, info.base_offset - base, info.next_offset - base)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -294,10 +309,15 @@ def add_batch_to_map(offset_map: OffsetMap, batch: Buffer, info: BatchInfo, txns
     if info.is_control:
         txns.on_control_batch(info, None)
     elif not txns.on_data_batch(info, transactional) and info.records_count:
-        offsets, base = offset_map.offsets, info.base_offset
-        for delta, key, _, _, _ in iter_records(records_section(batch, info), info.records_count):
-            if key is not None and base + delta >= first_dirty:
-                offsets[key if len(key) <= 16 else hashlib.md5(key).digest()] = base + delta
+        try:  # in C: every record of the dirty section passes here
+            if offset_map.latest is None:
+                map_keys(records_section(batch, info), info.records_count, info.base_offset, first_dirty,
+                         offset_map.offsets, _digest)
+            else:
+                map_keys(records_section(batch, info), info.records_count, info.base_offset, first_dirty,
+                         offset_map.offsets, _digest, offset_map.latest, offset_map.latest_base)
+        except ValueError as exc:
+            raise CorruptRecordError(f"stored record batch does not parse: {exc}") from None
     offset_map.end = max(offset_map.end, info.next_offset)
 
 
@@ -339,32 +359,32 @@ def clean_batch(batch: bytes, info: BatchInfo, ctx: BatchContext, txns: CleanedT
         return BatchOutcome(None, 0, info.records_count)
     if info.is_control:
         return BatchOutcome(batch, info.records_count, 0)
-    kept: list[RecordRef] = []
-    data = records_section(batch, info)
-    if not discard:
-        offsets, map_end, retain_deletes = ctx.offset_map.offsets, ctx.offset_map.end, ctx.retain_deletes
-        md5, base = hashlib.md5, info.base_offset
-        for rec in iter_records(data, info.records_count):
-            offset = base + rec[0]
-            key = rec[1]
-            latest = key is not None and offset >= offsets.get(key if len(key) <= 16 else md5(key).digest(), -1)
-            if offset >= map_end or (latest and (rec[2] or retain_deletes)):
-                kept.append(rec)
-    removed = info.records_count - len(kept)
+    kept, records = 0, b""
+    survivors = None if discard else ctx.offset_map.survivors(info)
+    if survivors == info.records_count and ctx.retain_deletes:
+        return BatchOutcome(batch, survivors, 0)  # every record is its key's latest, tombstones stay
+    if not discard and survivors != 0:
+        try:  # in C: every record of the cleaned segments passes here
+            kept, kept_bytes = filter_records(records_section(batch, info), info.records_count, info.base_offset,
+                                              ctx.offset_map.offsets, ctx.offset_map.end, ctx.retain_deletes, _digest)
+        except ValueError as exc:
+            raise CorruptRecordError(f"stored record batch does not parse: {exc}") from None
+        if kept_bytes is None:
+            return BatchOutcome(batch, kept, 0)
+        records = kept_bytes
+    removed = info.records_count - kept
     if not removed:
-        return BatchOutcome(batch, len(kept), 0)
+        return BatchOutcome(batch, kept, 0)
     if not kept and not producers_last:
         return BatchOutcome(None, 0, removed)
-    return BatchOutcome(rebuild_batch(batch, info, data, kept), len(kept), removed)
+    return BatchOutcome(rebuild_batch(batch, info, records, kept), kept, removed)
 
 
-def rebuild_batch(batch: bytes, info: BatchInfo, data: Buffer, kept: Sequence[RecordRef]) -> bytes:
-    """The batch with only `kept` records (their bytes as they were: deltas are relative to the
-    header, which keeps its base offset, lastOffsetDelta, timestamps and producer fields),
-    compressed again with its codec; an empty batch when nothing is kept (Kafka's empty header,
-    which keeps a producer's sequence)."""
-    view = memoryview(data)
-    records = b"".join([view[r[3] : r[4]] for r in kept])
+def rebuild_batch(batch: bytes, info: BatchInfo, records: bytes, kept: int) -> bytes:
+    """The batch with only the `kept` records `records` (their bytes as they were: deltas are
+    relative to the header, which keeps its base offset, lastOffsetDelta, timestamps and producer
+    fields), compressed again with its codec; an empty batch when nothing is kept (Kafka's empty
+    header, which keeps a producer's sequence)."""
     codec = info.compression if kept else 0
     payload = compress(codec, records) if codec else records
     out = bytearray(batch[:HEADER_SIZE])
@@ -372,6 +392,6 @@ def rebuild_batch(batch: bytes, info: BatchInfo, data: Buffer, kept: Sequence[Re
     _I32.pack_into(out, LENGTH_POS, len(out) - LOG_OVERHEAD)
     attributes = struct.unpack_from(">h", out, ATTRIBUTES_POS)[0]
     struct.pack_into(">h", out, ATTRIBUTES_POS, (attributes & ~COMPRESSION_MASK) | codec)
-    _I32.pack_into(out, _COUNT_POS, len(kept))
+    _I32.pack_into(out, _COUNT_POS, kept)
     _U32.pack_into(out, CRC_POS, crc32c(memoryview(out)[ATTRIBUTES_POS:]))
     return bytes(out)

@@ -32,7 +32,7 @@ from .cleaner import (
     add_batch_to_map,
     clean_batch,
     delete_horizon_ms,
-    group_segments,
+    joins_group,
 )
 from .control_batch import TRANSACTIONAL_MASK
 from .errors import CorruptRecordError
@@ -153,7 +153,7 @@ def read_batches(path: Path, size: int, throttle: Throttler) -> Iterator[tuple[b
 
 def build_offset_map(task: CleanTask, throttle: Throttler) -> OffsetMap:
     """The dirty section's keys, segment by segment until the map is full (Kafka's buildOffsetMap)."""
-    offset_map = OffsetMap(task.map_capacity, end=task.first_dirty_offset)
+    offset_map = OffsetMap.for_range(task.map_capacity, task.first_dirty_offset, task.first_uncleanable_offset)
     txns = CleanedTransactions(list(task.aborted))
     directory = Path(task.directory)
     for seg in task.segments:
@@ -178,71 +178,104 @@ def clean(task: CleanTask) -> CleanResult:
     offset_map = build_offset_map(task, throttle)
     result = CleanResult(offset_map.end, map_size=len(offset_map))
     horizon = delete_horizon_ms(task.segments, task.first_dirty_offset, task.delete_retention_ms)
-    to_clean = [s for s in task.segments if s.base_offset < offset_map.end]
     txns = CleanedTransactions(list(task.aborted))
-    for group in group_segments(to_clean, task.max_segment_bytes, task.max_index_entries, task.index_interval_bytes):
-        result.groups.append(_clean_group(task, directory, group, offset_map, horizon, txns, throttle, result))
+    group: _CleanedSegment | None = None
+    try:
+        for seg in task.segments:
+            if seg.base_offset >= offset_map.end:
+                break
+            if group is not None and not joins_group(group.base, group.size, seg, task.max_segment_bytes,
+                                                     task.max_index_entries, task.index_interval_bytes):
+                result.groups.append(group.close())
+                group = None
+            if group is None:
+                group = _CleanedSegment(task, directory, seg.base_offset, throttle, result)
+            group.add(seg, BatchContext(offset_map, seg.last_modified_ms > horizon, task.last_data_offsets), txns)
+        if group is not None:
+            result.groups.append(group.close())
+            group = None
+    finally:
+        if group is not None:
+            group.abandon()
     fsync_all([directory / (file_name(g.base_offset, suffix) + CLEANED_SUFFIX) for g in result.groups
                for suffix in (".log", ".index", ".timeindex", ".txnindex")])
     result.bytes_read = throttle.done - result.bytes_written
     return result
 
 
-def _clean_group(task: CleanTask, directory: Path, group: list[SegmentStats], offset_map: OffsetMap, horizon: int,
-                 txns: CleanedTransactions, throttle: Throttler, result: CleanResult) -> CleanedGroup:
-    base = group[0].base_offset
-    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
-        (directory / (file_name(base, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
-    out = LogSegment(directory, base, index_interval_bytes=task.index_interval_bytes,
-                     max_index_entries=task.max_index_entries, file_suffix=CLEANED_SUFFIX)
-    pending: list[bytes] = []
-    infos: list[BatchInfo] = []
-    pending_size = 0
-    markers_kept: set[int] = set()
+class _CleanedSegment:
+    """One cleaned segment being written: the segments of its group are added one by one."""
 
-    def flush() -> None:
-        nonlocal pending, infos, pending_size
-        if pending:
-            out.append(b"".join(pending), infos, [i.base_offset for i in infos], None)
-            throttle(pending_size)
-            result.bytes_written += pending_size
-        pending, infos, pending_size = [], [], 0
+    def __init__(self, task: CleanTask, directory: Path, base: int, throttle: Throttler, result: CleanResult):
+        self.task, self.base, self.throttle, self.result = task, base, throttle, result
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+            (directory / (file_name(base, suffix) + CLEANED_SUFFIX)).unlink(missing_ok=True)
+        self.out = LogSegment(directory, base, index_interval_bytes=task.index_interval_bytes,
+                              max_index_entries=task.max_index_entries, file_suffix=CLEANED_SUFFIX)
+        self.segments: list[SegmentStats] = []
+        self.directory = directory
+        self.pending: list[bytes] = []
+        self.infos: list[BatchInfo] = []
+        self.pending_size = 0
+        self.markers_kept: set[int] = set()
 
-    try:
-        for seg in group:
-            ctx = BatchContext(offset_map, seg.last_modified_ms > horizon, task.last_data_offsets)
-            path = directory / file_name(seg.base_offset, LOG_SUFFIX)
-            for data, info in read_batches(path, seg.size, throttle):
-                if info.base_offset < task.log_start_offset and info.next_offset <= task.log_start_offset:
-                    result.records_removed += info.records_count  # below the log start: gone
-                    continue
-                outcome = clean_batch(data, info, ctx, txns, bool(info.attributes & TRANSACTIONAL_MASK))
-                result.records_removed += outcome.removed_records
-                if outcome.data is None:
-                    continue
-                if info.is_control:
-                    markers_kept.add(info.base_offset)
-                kept = info if outcome.data is data else check_batch(outcome.data, 0, len(outcome.data))
-                assert kept is not None
-                infos.append(kept._replace(position=pending_size))
-                pending.append(outcome.data)
-                pending_size += len(outcome.data)
-                if pending_size >= _WRITE_CHUNK:
-                    flush()
-        flush()
-        for seg in group:
-            for txn in task.txn_entries.get(seg.base_offset, []):
-                if txn.last_offset in markers_kept:
-                    out.txn_index.append(txn)
-        out.on_become_inactive()
-        out.write_indexes()
-        size = out.size
-    finally:
-        out.file.close()
-        out.closed = True
-    mtime = group[-1].last_modified_ms / 1000
-    os.utime(out.log_path, (mtime, mtime))  # retention and the delete horizon go by the old segments' age
-    return CleanedGroup(base, [s.base_offset for s in group], [s.size for s in group], group[-1].next_offset, size)
+    @property
+    def size(self) -> int:
+        """Bytes written so far, pending ones included."""
+        return self.out.size + self.pending_size
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.out.append(b"".join(self.pending), self.infos, [i.base_offset for i in self.infos], None)
+            self.throttle(self.pending_size)
+            self.result.bytes_written += self.pending_size
+        self.pending, self.infos, self.pending_size = [], [], 0
+
+    def add(self, seg: SegmentStats, ctx: BatchContext, txns: CleanedTransactions) -> None:
+        self.segments.append(seg)
+        task, result = self.task, self.result
+        path = self.directory / file_name(seg.base_offset, LOG_SUFFIX)
+        for data, info in read_batches(path, seg.size, self.throttle):
+            if info.base_offset < task.log_start_offset and info.next_offset <= task.log_start_offset:
+                result.records_removed += info.records_count  # below the log start: gone
+                continue
+            outcome = clean_batch(data, info, ctx, txns, bool(info.attributes & TRANSACTIONAL_MASK))
+            result.records_removed += outcome.removed_records
+            if outcome.data is None:
+                continue
+            if info.is_control:
+                self.markers_kept.add(info.base_offset)
+            kept = info if outcome.data is data else check_batch(outcome.data, 0, len(outcome.data))
+            assert kept is not None
+            self.infos.append(kept._replace(position=self.pending_size))
+            self.pending.append(outcome.data)
+            self.pending_size += len(outcome.data)
+            if self.pending_size >= _WRITE_CHUNK:
+                self._flush()
+
+    def close(self) -> CleanedGroup:
+        out = self.out
+        try:
+            self._flush()
+            for seg in self.segments:
+                for txn in self.task.txn_entries.get(seg.base_offset, []):
+                    if txn.last_offset in self.markers_kept:
+                        out.txn_index.append(txn)
+            out.on_become_inactive()
+            out.write_indexes()
+            size = out.size
+        finally:
+            self.abandon()
+        mtime = self.segments[-1].last_modified_ms / 1000
+        os.utime(out.log_path, (mtime, mtime))  # retention and the delete horizon go by the old segments' age
+        return CleanedGroup(self.base, [s.base_offset for s in self.segments], [s.size for s in self.segments],
+                            self.segments[-1].next_offset, size)
+
+    def abandon(self) -> None:
+        """Closes the file (a failed cleaning's leftovers are deleted by the broker)."""
+        if not self.out.closed:
+            self.out.file.close()
+            self.out.closed = True
 
 
 def fsync_all(paths: list[Path]) -> None:

@@ -14,7 +14,7 @@ from odradek.broker.log.cleaner import (
     clean_batch,
     cleanable_offsets,
     grab_filthiest,
-    group_segments,
+    joins_group,
     log_to_clean,
     map_key,
 )
@@ -101,9 +101,13 @@ def test_the_dirtiest_log_above_its_ratio_is_chosen_and_max_lag_overrides_the_ra
     assert grab_filthiest([clean], {}) is None
 
 
-def test_groups_stay_within_segment_bytes():
-    segs = [seg(0, 10, 600), seg(10, 20, 600), seg(20, 30, 600), seg(30, 40, 100)]
-    assert [[s.base_offset for s in g] for g in group_segments(segs, 1300, 1000, 4096)] == [[0, 10], [20, 30]]
+def test_groups_stay_within_segment_bytes_counting_what_was_written():
+    nxt = seg(10, 20, 600)
+    assert joins_group(0, 600, nxt, 1300, 1000, 4096)  # 600 written + 600 to come
+    assert not joins_group(0, 800, nxt, 1300, 1000, 4096)
+    assert joins_group(0, 0, nxt, 1200, 1000, 4096)  # everything before was removed
+    assert not joins_group(0, 0, nxt, 1300, 1, 100)  # the index would overflow
+    assert not joins_group(0, 0, seg(2**31, 2**31 + 5, 10), 1300, 1000, 4096)  # offsets beyond 31 bits
 
 
 def _ctx(offsets: dict[str, int], end: int, retain_deletes=True, last=None) -> BatchContext:
@@ -227,6 +231,33 @@ def test_a_second_cleaning_only_maps_the_new_dirty_section(compacted):
     assert second.map_size == 10
     rows = records(compacted)
     assert latest(rows) == {f"k{k}": f"v{k}.9" for k in range(10)}
+
+
+def test_the_survivor_bitmap_only_spares_reading_records(tmp_path, monkeypatch):
+    """A batch the offset map saw whole is dropped or kept whole by counting its surviving
+    offsets: the cleaned logs are byte for byte those of a cleaning that reads every record (long
+    keys, hashed in the map, and tombstones included), first and second cleaning alike."""
+    from odradek.broker.log import cleaner
+
+    def fill_and_clean(directory: Path) -> list[bytes]:
+        log = Log(directory, COMPACT)
+        checkpoint = 0
+        for cycle in range(2):
+            fill(log, keys=12, versions=6, prefix=f"a-rather-long-key-{cycle}-")
+            log.append_as_leader(keyed([(f"a-rather-long-key-{cycle}-3", None), ("k1", None)]), leader_epoch=0)
+            fill(log, keys=7, versions=5)
+            checkpoint = clean_now(log, checkpoint=checkpoint).end_offset
+        files = [s.log_path.read_bytes() for s in log.segments]
+        log.close()
+        return files
+
+    counted = []
+    count_latest = cleaner.count_latest
+    monkeypatch.setattr(cleaner, "count_latest", lambda *args: counted.append(count_latest(*args)) or counted[-1])
+    with_bitmap = fill_and_clean(tmp_path / "bitmap-0")
+    assert 0 in counted and max(counted) > 0  # batches dropped and kept whole by their count
+    monkeypatch.setattr(cleaner, "LATEST_MAX_BYTES", 0)
+    assert fill_and_clean(tmp_path / "reading-0") == with_bitmap
 
 
 def test_tombstones_disappear_after_delete_retention(tmp_path):

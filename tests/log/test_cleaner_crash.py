@@ -83,7 +83,7 @@ def _clean_and_swap(directory: pathlib.Path, monkeypatch, crash_at: int | None) 
 
 def test_a_crash_at_any_file_operation_of_the_swap(tmp_path, monkeypatch):
     template = tmp_path / "template" / "t-0"
-    before = build(template, keys=10, versions=36)
+    before = build(template, keys=300, versions=4)  # latest values fill several cleaned segments
     total = _clean_and_swap(shutil.copytree(template, tmp_path / "dry" / "t-0"), monkeypatch, None)
     assert total > 10, total
     for crash_at in range(total):
@@ -137,8 +137,12 @@ def _run_cleaner(directory: pathlib.Path, kill_after: float | None) -> tuple[flo
 def test_sigkill_at_spread_out_moments_of_a_cleaning(tmp_path):
     template = tmp_path / "template" / "t-0"
     before = build(template, keys=200, versions=60)
-    duration, finished = _run_cleaner(shutil.copytree(template, tmp_path / "full" / "t-0"), None)
-    assert finished
+    durations = []
+    for run in range(2):  # the shorter: a first run on a cold cache or a busy core would put every kill late
+        duration, finished = _run_cleaner(shutil.copytree(template, tmp_path / f"full{run}" / "t-0"), None)
+        assert finished
+        durations.append(duration)
+    duration = min(durations)
     kills = 0
     for i in range(8):
         directory = shutil.copytree(template, tmp_path / f"kill{i}" / "t-0")

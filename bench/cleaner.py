@@ -5,7 +5,8 @@ produce latency while a big log is cleaned against the same broker not cleaning.
    values, 1 MiB segments) is written with the broker's Log, once uncompressed and once lz4. The
    same segments are read sequentially (1 MiB preads: what any pass over them costs at least), then
    cleaned by exactly what the broker's worker process runs (cleaner_worker.clean: offset map,
-   rewrite, fsync of the cleaned files). MB/s of dirty log and the ratio cleaning/read are printed.
+   rewrite, fsync of the cleaned files). MB/s of dirty log and the ratio cleaning/read are printed,
+   `--repeat` times (a read, then a cleaning), and the median ratio.
 2. Latency, against a real 1-broker cluster (LocalCluster, default log.cleaner.* settings): a topic
    of `--latency-mb` MB of keyed records is written with cleanup.policy=delete (nothing to clean);
    a confluent-kafka producer sends at `--rate` records/s (acks=1, linger.ms=0) to another topic
@@ -19,8 +20,8 @@ produce latency while a big log is cleaned against the same broker not cleaning.
 
 The machine is small (2 cores) and shared with other work: read ratios, not absolute numbers.
 
-Run: .venv/bin/python bench/cleaner.py [--keys N --versions N --latency-mb N --rate R --seconds S]
-     [--commits 1000000]
+Run: .venv/bin/python bench/cleaner.py [--keys N --versions N --repeat N --latency-mb N --rate R --seconds S]
+     [--skip-latency] [--commits 1000000]
 """
 
 import argparse
@@ -75,7 +76,7 @@ def sequential_read(log: Log) -> tuple[int, float]:
     return total, time.perf_counter() - started
 
 
-def throughput(work: Path, keys: int, versions: int) -> None:
+def throughput(work: Path, keys: int, versions: int, repeat: int) -> None:
     for codec in (None, "lz4"):
         directory = work / f"bench-{codec or 'none'}-0"
         log = write_log(directory, keys, versions, codec)
@@ -83,15 +84,24 @@ def throughput(work: Path, keys: int, versions: int) -> None:
         if not dirty:
             raise SystemExit(f"codec={codec}: the log fits its active segment; use more --keys or --versions")
         sequential_read(log)  # warm: both passes then read from the page cache
-        read_bytes, read_s = sequential_read(log)
-        task = make_task(log, plan(log, None, 0), CleanerConfig())
-        started = time.perf_counter()
-        result = clean(task)
-        clean_s = time.perf_counter() - started
-        read_rate, clean_rate = read_bytes / read_s / 1e6, dirty / clean_s / 1e6
-        print(f"throughput codec={codec or 'none'}: {dirty / 1e6:.1f} MB dirty, {keys * versions:,} records -> "
-              f"{result.bytes_written / 1e6:.2f} MB; sequential read {read_rate:,.0f} MB/s, "
-              f"cleaning {clean_rate:.1f} MB/s ({clean_s:.2f} s), ratio {clean_rate / read_rate:.4f}", flush=True)
+        ratios = []
+        for _ in range(repeat):  # a read and a cleaning side by side, each time
+            read_bytes, read_s = sequential_read(log)
+            task = make_task(log, plan(log, None, 0), CleanerConfig())
+            started = time.perf_counter()
+            result = clean(task)
+            clean_s = time.perf_counter() - started
+            for leftover in directory.glob("*.cleaned"):  # written aside, never swapped in here
+                leftover.unlink()
+            read_rate, clean_rate = read_bytes / read_s / 1e6, dirty / clean_s / 1e6
+            ratios.append(clean_rate / read_rate)
+            print(f"throughput codec={codec or 'none'}: {dirty / 1e6:.1f} MB dirty, {keys * versions:,} records -> "
+                  f"{result.bytes_written / 1e6:.2f} MB in {len(result.groups)} segments; sequential read "
+                  f"{read_rate:,.0f} MB/s, cleaning {clean_rate:.1f} MB/s ({clean_s:.2f} s), ratio {ratios[-1]:.4f}",
+                  flush=True)
+        if repeat > 1:
+            print(f"throughput codec={codec or 'none'}: median ratio of {repeat}: {sorted(ratios)[repeat // 2]:.4f}",
+                  flush=True)
         log.close()
         shutil.rmtree(directory)
 
@@ -268,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="throughput: read and clean this many times each")
     parser.add_argument("--cleaner-io", type=float, default=None,
                         help="log.cleaner.io.max.bytes.per.second of the latency case's broker (default: unlimited)")
     parser.add_argument("--commits", type=int, default=0, help="also run the offset-commit case (e.g. 1000000)")
@@ -275,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="odradek-bench-cleaner-"))
     try:
-        throughput(work, args.keys, args.versions)
+        throughput(work, args.keys, args.versions, args.repeat)
         if not args.skip_latency:
             latency_case(work, args.latency_mb, args.rate, args.seconds, args.cleaner_io)
         if args.commits:

@@ -105,11 +105,11 @@ def down_converted(result: FetchResult, magic: int, fetch_offset: int) -> FetchR
     return dataclasses.replace(result, regions=[converted] if converted else [], size=len(converted))
 
 
-LegacyDecoder = Callable[[bytes], tuple[typing.Any, ...]]
+LegacyDecoder = Callable[[bytes | memoryview], tuple[typing.Any, ...]]
 """A request version kio lacks: frame body → (header, request, schema)."""
 
 
-def decode_legacy_produce(frame_body: bytes) -> tuple[typing.Any, ...]:
+def decode_legacy_produce(frame_body: bytes | memoryview) -> tuple[typing.Any, ...]:
     """A Produce v0–v2 frame as (its header, a v3 request whose message sets are up-converted to
     v2 batches, the v3 schema): handle_produce serves it and answers in the frame's version. A set
     that does not convert becomes empty records, answered INVALID_RECORD."""
@@ -199,8 +199,9 @@ class KafkaApis:
     def _dispatch_table(self, groups: Sequence[ApiGroup]) -> tuple[
             dict[int, Handler], dict[int, tuple[int, int]], dict[tuple[int, int], LegacyDecoder]]:
         """ApiKey → handler and → (lowest, highest) version, and the (api, version) decoders of
-        versions kio lacks: this class's APIs, then each group's (an API handled twice is a wiring
-        error). FindCoordinator here is a placeholder, replaced by the group coordinator's."""
+        versions kio lacks or that are read by hand (Produce): this class's APIs, then each
+        group's (an API handled twice is a wiring error). FindCoordinator here is a placeholder,
+        replaced by the group coordinator's."""
         handlers: dict[int, Handler] = {
             ApiKey.PRODUCE: self.handle_produce,
             ApiKey.FETCH: self.handle_fetch,
@@ -218,6 +219,7 @@ class KafkaApis:
             versions[ApiKey.INIT_PRODUCER_ID] = INIT_PRODUCER_ID_VERSIONS
         legacy: dict[tuple[int, int], LegacyDecoder] = {
             (ApiKey.PRODUCE, v): decode_legacy_produce for v in produce_codec.LEGACY_VERSIONS}
+        legacy.update({(ApiKey.PRODUCE, v): produce_codec.decode_request for v in produce_codec.DECODED_VERSIONS})
         placeholders = {ApiKey.FIND_COORDINATOR}
         for group in groups:
             for key, handler in group.handlers.items():
@@ -232,7 +234,7 @@ class KafkaApis:
 
     # --- dispatch -------------------------------------------------------------------------------
 
-    async def handle(self, frame_body: bytes, conn: object) -> list[Chunk] | None:
+    async def handle(self, frame_body: bytes | bytearray | memoryview, conn: object) -> list[Chunk] | None:
         """Answers one request frame (without its size prefix): response chunks, or None. `conn` is
         the socket server's KafkaConnection, read through getattr (tests pass stand-ins)."""
         peer = getattr(conn, "peer", None)
@@ -255,7 +257,11 @@ class KafkaApis:
             raise CloseConnection()
         legacy = self.legacy_requests.get((api_key, version))
         try:
-            header, request, schema = (legacy or wire.decode_request)(frame_body)
+            if legacy is produce_codec.decode_request:  # it rewrites the records in place
+                header, request, schema = produce_codec.decode_request(frame_body)
+            else:  # kio reads read-only buffers only
+                body = frame_body if isinstance(frame_body, bytes) else memoryview(frame_body).toreadonly()
+                header, request, schema = (legacy or wire.decode_request)(body)
         except (KeyError, ValueError) as e:
             self.bad_input.warning(
                 f"malformed-{api_key}", "closing connection from %s: malformed request (API %d v%d): %s",

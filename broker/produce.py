@@ -12,12 +12,22 @@ Produce v0–v2 carry message sets of format v0/v1, which kio cannot read: `pars
 reads the request, and broker/log/legacy_records up-converts each set to a v2 batch (as Kafka
 3.x does), so they are served like v3 requests (librdkafka also wants Produce 0 advertised to
 enable compression).
+
+Produce v3–v11 requests are read by hand too (`decode_request`, the shape of Kafka's
+ProduceRequest.json): kio copies every partition's records into a new bytes object and builds a
+dataclass per field; here each partition's records are a view of the request frame. When the
+frame is writable (the socket server's own buffer of a large request), the log assigns offsets in
+that buffer and writes it out: the records are copied once, into the page cache.
 """
 
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from odradek.broker.replica_manager import ProduceResult
+from odradek.common import message_bounds, wire
+from odradek.common.api_key import ApiKey
 from odradek.common.network.encoding import BodyWriter, node_endpoints
 from odradek.common.network.socket_server import Chunk
 
@@ -26,9 +36,12 @@ LEGACY_VERSIONS = (0, 1, 2)
 """Message format v0/v1 (see above)."""
 MAX_VERSION = 11
 """Kafka 3.9's."""
+DECODED_VERSIONS = range(3, MAX_VERSION + 1)
+"""The versions `decode_request` reads (v9+ flexible)."""
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
 _ATTRIBUTES_POS = 21
 _TRANSACTIONAL = 0x10
 
@@ -133,3 +146,159 @@ def parse_legacy_request(frame: bytes | bytearray | memoryview) -> tuple[int, in
         return acks, timeout, topics
     except (struct.error, UnicodeDecodeError) as e:
         raise ValueError(f"malformed produce request: {e}") from e
+
+
+# --- Produce v3–v11 requests, read by hand -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PartitionProduceData:
+    index: int
+    records: memoryview | None
+    """A view of the request frame (writable if the frame is)."""
+
+
+@dataclass(slots=True)
+class TopicProduceData:
+    name: str
+    partition_data: tuple[PartitionProduceData, ...]
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    """What handle_produce reads of a request, under kio's field names (error_response mirrors
+    them into a kio response the same way)."""
+
+    version: int
+    transactional_id: str | None
+    acks: int
+    timeout: int
+    """timeout_ms."""
+    topic_data: tuple[TopicProduceData, ...]
+
+    __api_key__ = ApiKey.PRODUCE
+
+    @property
+    def __version__(self) -> int:
+        return self.version
+
+
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[Any, ProduceRequest, Any]:
+    """(header, request, kio's schema) of a Produce v3–v11 frame body (without its size prefix).
+
+    Raises ValueError when the frame is not a well-formed request (the connection is closed, as
+    for a request kio cannot read). Unknown tagged fields are skipped, as Kafka skips them.
+    """
+    version = _I16.unpack_from(frame, 2)[0] if len(frame) >= 4 else -1
+    if version not in DECODED_VERSIONS:
+        raise ValueError(f"Produce v{version} is not read here")
+    schema = wire.request_schema(ApiKey.PRODUCE, version)
+    flexible = version >= 9
+    try:
+        header, pos = wire.read_request_header(frame, flexible)
+        request, end = _read_body(memoryview(frame), pos, version, flexible)
+    except (struct.error, IndexError, UnicodeDecodeError, message_bounds.MalformedMessage) as e:
+        raise ValueError(f"malformed ProduceRequest v{version}: {e}") from e
+    if end != len(frame):
+        raise ValueError(f"malformed ProduceRequest v{version}: {len(frame) - end} bytes after the request")
+    return header, request, schema
+
+
+def _read_body(view: memoryview, pos: int, version: int, flexible: bool) -> tuple[ProduceRequest, int]:
+    end = len(view)
+    if flexible:
+        n, pos = _uvarint(view, pos)
+        transactional_id = None if n == 0 else _text(view, pos, n - 1)
+        pos += max(0, n - 1)
+    else:
+        n = _I16.unpack_from(view, pos)[0]
+        pos += 2
+        transactional_id = None if n < 0 else _text(view, pos, n)
+        pos += max(0, n)
+    acks, timeout = _ACKS_TIMEOUT.unpack_from(view, pos)
+    pos += 6
+    n_topics, pos = _count(view, pos, flexible)
+    topics = []
+    for _ in range(n_topics):
+        if flexible:
+            n, pos = _uvarint(view, pos)
+            n -= 1
+        else:
+            n = _I16.unpack_from(view, pos)[0]
+            pos += 2
+        if n < 0:
+            raise message_bounds.MalformedMessage("null topic name")
+        name = _text(view, pos, n)
+        pos += n
+        n_parts, pos = _count(view, pos, flexible)
+        parts = []
+        for _ in range(n_parts):
+            index = _I32.unpack_from(view, pos)[0]
+            pos += 4
+            if flexible:
+                size, pos = _uvarint(view, pos)
+                size -= 1
+            else:
+                size = _I32.unpack_from(view, pos)[0]
+                pos += 4
+            if size < 0:
+                records = None
+            else:
+                if pos + size > end:
+                    raise message_bounds.MalformedMessage("records run past the frame")
+                records = view[pos : pos + size]
+                pos += size
+            if flexible:
+                pos = _skip_tags(view, pos)
+            parts.append(PartitionProduceData(index, records))
+        if flexible:
+            pos = _skip_tags(view, pos)
+        topics.append(TopicProduceData(name, tuple(parts)))
+    if flexible:
+        pos = _skip_tags(view, pos)
+    return ProduceRequest(version, transactional_id, acks, timeout, tuple(topics)), pos
+
+
+def _text(view: memoryview, pos: int, n: int) -> str:
+    if n < 0 or pos + n > len(view):
+        raise message_bounds.MalformedMessage("string runs past the frame")
+    return str(view[pos : pos + n], "utf-8")
+
+
+def _count(view: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's length: not null, and no more elements than bytes left (each takes at least one)."""
+    if flexible:
+        n, pos = _uvarint(view, pos)
+        n -= 1
+    else:
+        n = _I32.unpack_from(view, pos)[0]
+        pos += 4
+    if n < 0 or n > len(view) - pos:
+        raise message_bounds.MalformedMessage(f"array length {n} at {pos}")
+    return n, pos
+
+
+def _uvarint(view: memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint (at most 5 bytes: a 32-bit length)."""
+    value = shift = 0
+    while True:
+        byte = view[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise message_bounds.MalformedMessage("varint too long")
+
+
+def _skip_tags(view: memoryview, pos: int) -> int:
+    """Skips a tagged-field section (ProduceRequest defines no tagged fields)."""
+    n, pos = _uvarint(view, pos)
+    for _ in range(n):
+        _tag, pos = _uvarint(view, pos)
+        size, pos = _uvarint(view, pos)
+        pos += size
+        if pos > len(view):
+            raise message_bounds.MalformedMessage("tagged field runs past the frame")
+    return pos

@@ -72,7 +72,7 @@ def response_schema(api_key: int, version: int) -> type:
     return load_response_schema(api_key, version)
 
 
-def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_api(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame body, before any decoding.
 
     These three fields sit at the same place in every request header version, so an unknown API or
@@ -84,7 +84,7 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
     return api_key, version, correlation_id
 
 
-def decode_request(frame: bytes) -> tuple[Any, Any, Any]:
+def decode_request(frame: bytes | memoryview) -> tuple[Any, Any, Any]:
     """(header, payload, schema) of a request frame body (without the size prefix).
 
     Raises KeyError for an unknown (api_key, version) and ValueError for a malformed body. Every
@@ -103,6 +103,19 @@ def decode_request(frame: bytes) -> tuple[Any, Any, Any]:
     except Exception as e:  # kio raises KeyError on unknown tagged fields, among others
         raise ValueError(f"malformed {schema.__name__}: {e}") from e
     return header, payload, schema
+
+
+def read_request_header(frame: bytes | bytearray | memoryview, flexible: bool) -> tuple[Any, int]:
+    """(request header v2 if `flexible` else v1, where the body starts), bounds checked first (for
+    the hand-written request decoders)."""
+    header_schema = RequestHeaderV2 if flexible else RequestHeaderV1
+    message_bounds.check(header_schema, frame)
+    if not isinstance(frame, bytes):
+        frame = memoryview(frame).toreadonly()  # kio reads read-only buffers only
+    try:
+        return _read_header_v2(frame, 0) if flexible else read_request_header_v1(frame, 0)
+    except Exception as e:  # kio raises KeyError on unknown tagged fields, among others
+        raise ValueError(f"malformed request header: {e}") from e
 
 
 def response_header_flexible(api_key: int, request_flexible: bool) -> bool:

@@ -561,7 +561,8 @@ _NO_RETENTION = i64Timedelta.parse(datetime.timedelta(milliseconds=-1))
 """retention_time -1: the broker's offsets.retention.minutes (v1 has no field for it)."""
 
 
-def decode_offset_commit_v1(body: bytes) -> tuple[RequestHeaderV1, OffsetCommitRequestV2, type[OffsetCommitRequestV2]]:
+def decode_offset_commit_v1(
+        body: bytes | memoryview) -> tuple[RequestHeaderV1, OffsetCommitRequestV2, type[OffsetCommitRequestV2]]:
     """An OffsetCommitRequest v1 frame → (header, kio's v2 request, v2 schema); ValueError if malformed.
     The per-partition timestamps are dropped, as Kafka ignores them since 2.1; v1 and v2 responses
     are identical."""

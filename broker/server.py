@@ -164,7 +164,7 @@ class KafkaServer:
             handler = sasl_listener_handler(metered(parts.apis.handle, self.request_stats), name, protocols,
                                             sasl_properties(config), self.credentials, error_response, self.clock)
             server = SocketServer(host, port, handler, config.socket_request_max_bytes, listener=name,
-                                  limits=limits, security=security)
+                                  limits=limits, security=security, writable_frames=True)
             server.connection_rate = parts.quotas.connection_throttle_ms  # every listener, as Kafka's
             control_plane = name == config.control_plane_listener_name
             bound_port = await server.start(serving=control_plane)

@@ -18,6 +18,7 @@ receives replica fetches of megabytes into the same buffer round after round.
 from __future__ import annotations
 
 import struct
+import sys
 
 _SIZE = struct.Struct(">i")
 
@@ -28,6 +29,9 @@ of the frame's size in total)."""
 STEP = 1 << 20
 """A large frame's final buffer is its size rounded up to this, so a recycled one fits the next
 few frames of about the same size."""
+RECLAIM_MAX = 2 * STEP
+"""A `reclaim` decoder takes back buffers up to this size only: what a connection keeps between
+frames stays small (a producer's requests are about 1 MB at most with librdkafka's defaults)."""
 
 
 class FrameSizeError(ValueError):
@@ -39,16 +43,25 @@ class FrameSizeError(ValueError):
 
 
 class FrameDecoder:
-    """Splits a byte stream into frames. Small frames come out as bytes; a frame that needed a
-    buffer of its own comes out as a memoryview of exactly its size over that buffer."""
+    """Splits a byte stream into frames. Small frames come out as bytes (bytearrays if
+    `writable`); a frame that needed a buffer of its own comes out as a memoryview of exactly its
+    size over that buffer."""
 
     def __init__(self, max_size: int, min_size: int = 0, recv_buffer: int = RECV_BUFFER, *,
-                 trust_sizes: bool = False):
+                 trust_sizes: bool = False, writable: bool = False, reclaim: bool = False):
         self.max_size = max_size
         self.min_size = min_size
         self.trust_sizes = trust_sizes
         """Allocate a large frame's buffer from its size prefix at once (a client, whose peer is
         a broker it chose): no copies while it grows. A server never trusts a peer this way."""
+        self._reclaim = reclaim and hasattr(sys, "getrefcount")
+        """Take the last large frame's buffer back as the spare once nothing refers to it any more
+        (its reference count says so: every view of it holds a reference), instead of allocating
+        and zeroing a new one per large frame; for readers that never call `recycle` (a server)."""
+        self._lent: bytearray | None = None
+        self._small = bytearray if writable else bytes
+        """Small frames come out as bytearrays (`writable`, for a reader that rewrites parts in
+        place, as the broker does a produce request's batch headers) or as bytes."""
         self._buf = bytearray(recv_buffer)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -100,6 +113,8 @@ class FrameDecoder:
             if self._big_fill < self._big_size:
                 return []
             frame = memoryview(self._big)[: self._big_size]
+            if self._reclaim and len(self._big) <= RECLAIM_MAX:
+                self._lent = self._big
             self._big = None
             self._big_fill = self._big_size = 0
             return [frame]
@@ -138,7 +153,7 @@ class FrameDecoder:
                 raise FrameSizeError(size, self.min_size, self.max_size)
             body = self._start + 4
             if avail - 4 >= size:
-                frames.append(bytes(self._view[body : body + size]))
+                frames.append(self._small(self._view[body : body + size]))
                 self._start = body + size
                 continue
             if 4 + size <= len(buf):
@@ -147,12 +162,20 @@ class FrameDecoder:
                 break
             if self._start:
                 self._compact()
+            if self._lent is not None:
+                self._take_back()
             if self._end == len(buf) or self._fits_spare(size) or self.trust_sizes:
                 self._own_buffer(size)
             break
         if self._start == self._end:
             self._start = self._end = 0
         return frames
+
+    def _take_back(self) -> None:
+        lent = self._lent
+        if sys.getrefcount(lent) <= 3:  # self._lent, `lent` and getrefcount's argument: no view is left
+            self._lent = None
+            self.recycle(lent)
 
     def _fits_spare(self, size: int) -> bool:
         return self._spare is not None and len(self._spare) >= size

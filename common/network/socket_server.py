@@ -1,8 +1,10 @@
 """The broker's socket server: Kafka framing over asyncio.BufferedProtocol, answers in request order.
 
 Framing is common/network/framing's FrameDecoder (sans I/O, shared with the client): bytes are received
-straight into its buffers, so a 1 MiB produce request is copied once, by kio, and no more, and
-memory follows the bytes that arrived, never a claimed size.
+straight into its buffers and memory follows the bytes that arrived, never a claimed size. A large
+frame has a buffer of its own; with `writable_frames` the handler gets it writable, so the broker
+assigns a 1 MiB produce request's offsets in place and its records are copied only into the page
+cache.
 
 Like Kafka's "muted channel", a connection handles its requests in order and answers them in
 order; reading continues meanwhile into a bounded queue (reading pauses when it is full). One
@@ -179,10 +181,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """The socket's descriptor, for writes that bypass the transport while it is idle (plaintext only)."""
         first_limit = getattr(server.handler, "max_request_bytes_unauthenticated", None)
         self._decoder = FrameDecoder(min(first_limit, server.max_request_bytes) if first_limit else
-                                     server.max_request_bytes)
+                                     server.max_request_bytes, writable=server.writable_frames, reclaim=True)
         """Until a SASL listener's handler says the peer authenticated (`authenticated`), frames are
         bounded by its `max_request_bytes_unauthenticated` (sasl.server.max.receive.size)."""
-        self._frames: collections.deque[bytes | memoryview] = collections.deque()
+        self._frames: collections.deque[bytes | bytearray | memoryview] = collections.deque()
         self._queued = 0
         self._held = 0
         """Bytes this connection holds (queued frames + the frame being received), as counted
@@ -311,8 +313,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             )
             self.close()
             return
+        writable = self.server.writable_frames
         for frame in frames:
-            self._frames.append(frame if isinstance(frame, bytes) else frame.toreadonly())
+            self._frames.append(frame if writable or isinstance(frame, bytes) else frame.toreadonly())
             self._queued += len(frame)
         if frames:
             self._wakeup()
@@ -392,7 +395,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # --- request processing -------------------------------------------------------------------
 
-    def _is_pipelined(self, frame: bytes | memoryview) -> bool:
+    def _is_pipelined(self, frame: bytes | bytearray | memoryview) -> bool:
         return len(frame) >= 2 and (frame[0] << 8 | frame[1]) in self._pipelined
 
     def _on_inflight_done(self, task: asyncio.Task[list[Any] | None]) -> None:
@@ -599,11 +602,16 @@ class SocketServer:
 
     def __init__(self, host: str, port: int, handler: Handler, max_request_bytes: int,
                  pipelined_apis: frozenset[int] = frozenset({ApiKey.PRODUCE}), *, listener: str = "PLAINTEXT",
-                 limits: ConnectionLimits = ConnectionLimits(), security: ListenerSecurity = PLAINTEXT_LISTENER):
+                 limits: ConnectionLimits = ConnectionLimits(), security: ListenerSecurity = PLAINTEXT_LISTENER,
+                 writable_frames: bool = False):
         if security.tls and security.ssl_context is None:
             raise ValueError(f"listener {listener} ({security.security_protocol}) needs a TLS context")
         self.security = security
         """The listener's security protocol and, on TLS, its context (see ListenerSecurity)."""
+        self.writable_frames = writable_frames
+        """Hand frames to the handler writable (small ones as bytearrays, large ones as views of
+        their own buffer; else bytes and read-only views): the broker's Produce handler assigns
+        offsets in place."""
         self.pipelined_apis = pipelined_apis
         """API keys whose handlers may run while earlier ones of the same kind wait (see above):
         their handler must do its ordered work before its first await."""

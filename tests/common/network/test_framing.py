@@ -93,3 +93,35 @@ def test_a_client_trusting_its_peer_allocates_by_the_size_prefix_at_once():
     decoder = FrameDecoder(max_size=64 << 20, recv_buffer=4096, trust_sizes=True)
     assert decoder.receive_data(struct.pack(">i", 5 << 20) + b"x" * 100) == []
     assert decoder._big is not None and len(decoder._big) >= 5 << 20
+
+
+def test_writable_frames_can_be_rewritten_in_place():
+    """The broker's decoder (writable=True): small frames are bytearrays, large ones writable views
+    of their own buffer; the default keeps small frames as bytes."""
+    small, large = b"s" * 10, b"L" * 5000
+    decoder = FrameDecoder(max_size=1 << 20, recv_buffer=1024, writable=True)
+    frames = decoder.receive_data(framed(small) + framed(large))
+    assert [bytes(f) for f in frames] == [small, large]
+    assert isinstance(frames[0], bytearray)
+    assert isinstance(frames[1], memoryview) and not frames[1].readonly
+    frames[1][0:1] = b"x"
+    assert type(FrameDecoder(max_size=100).receive_data(framed(small))[0]) is bytes
+
+
+def test_a_reclaiming_decoder_reuses_a_large_frames_buffer_only_once_no_view_is_left():
+    body = bytes(range(256)) * 1024  # 256 KiB: a buffer of its own
+    decoder = FrameDecoder(max_size=8 << 20, recv_buffer=4096, writable=True, reclaim=True)
+    (first,) = decoder.receive_data(framed(body))
+    held = first[10:20]  # a slice keeps the buffer alive as surely as the frame does
+    first_id = id(first.obj)
+    del first
+    (second,) = decoder.receive_data(framed(body[::-1]))
+    assert id(second.obj) != first_id and bytes(held) == body[10:20]  # still referenced: not reused
+    second_id = id(second.obj)
+    del held, second
+    (third,) = decoder.receive_data(framed(body))
+    assert id(third.obj) == second_id and bytes(third) == body  # nothing referred to it: reused
+    big = FrameDecoder(max_size=64 << 20, recv_buffer=4096, reclaim=True)
+    (huge,) = big.receive_data(framed(b"h" * (3 << 20)))
+    del huge
+    assert big._lent is None  # larger than RECLAIM_MAX: never kept

@@ -15,6 +15,15 @@ Kafka's rules (FetchSession.scala), as data and decisions without I/O:
   least valuable evictable one (ordered by privileged, size, id) if the newcomer is not less
   valuable. Followers' sessions are privileged: only sessions older than the eviction time are
   evictable by anyone; consumers' sessions are also evictable by followers.
+
+Reading a session's partitions: a follower's session holds every partition it follows on this
+leader (thousands), and an incremental fetch used to read them all, every round trip. Here the
+cache knows which sessions hold a partition, the replica manager tells it whenever a partition
+changes (an append, a high watermark, a leadership, a log start offset: `partition_changed`), and an
+incremental fetch reads only its listed partitions and those marked since (`FetchSession.dirty`).
+A partition leaves the mark only when a read finds nothing to say. Every `sweep_ms` one fetch
+reads the whole session, as before: it catches what no notification covers (a log start moved by
+retention) and keeps every follower's caught-up time fresh for the ISR check.
 """
 
 import random
@@ -86,6 +95,10 @@ def is_full(epoch: int) -> bool:
     return epoch in (INITIAL_EPOCH, FINAL_EPOCH)
 
 
+def _order(cached: "CachedPartition") -> int:
+    return cached.order
+
+
 class CachedPartition:
     """One partition's fetch state in a session.
 
@@ -101,6 +114,7 @@ class CachedPartition:
         "local_log_start_offset",
         "log_start_offset",
         "max_bytes",
+        "order",
         "partition",
         "topic",
     )
@@ -111,6 +125,8 @@ class CachedPartition:
         self.update_request_params(info)
         self.high_watermark = -1 if result is None else result.high_watermark
         self.local_log_start_offset = -1 if result is None else result.log_start_offset
+        self.order = 0
+        """Its place in the session's fetch order (a counter: larger is later)."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -150,7 +166,8 @@ class CachedPartition:
 class FetchSession:
     """A fetcher's cached partitions, in fetch order, and the epoch its next request must carry."""
 
-    __slots__ = ("cached_size", "creation_ms", "epoch", "id", "last_used_ms", "partitions", "privileged")
+    __slots__ = ("cached_size", "creation_ms", "dirty", "epoch", "id", "last_sweep_ms", "last_used_ms", "next_order",
+                 "partitions", "privileged", "waiter")
 
     def __init__(self, session_id: int, privileged: bool, partitions: dict[tuple[str, int], CachedPartition],
                  creation_ms: int, epoch: int):
@@ -162,6 +179,20 @@ class FetchSession:
         self.epoch = epoch
         self.cached_size = -1
         """The size the cache last accounted for (-1: not in the cache), as in Kafka."""
+        self.dirty: set[tuple[str, int]] = set()
+        """Partitions that may have something to say since they were last read (module doc)."""
+        self.last_sweep_ms = creation_ms
+        """When a fetch last read every partition (the full fetch that created it, at first)."""
+        self.waiter: Callable[[tuple[str, int]], None] | None = None
+        """A long poll of this session waiting for news: called with each partition marked dirty."""
+        self.next_order = 0
+        for cached in partitions.values():
+            self.place_last(cached)
+
+    def place_last(self, cached: CachedPartition) -> None:
+        """`cached` goes to the end of the fetch order."""
+        cached.order = self.next_order
+        self.next_order += 1
 
     @property
     def size(self) -> int:
@@ -171,9 +202,11 @@ class FetchSession:
         """Eviction value: unprivileged before privileged, then smaller before larger."""
         return self.privileged, self.cached_size, self.id
 
-    def update(self, infos: Iterable[PartitionFetch], to_forget: Iterable[tuple[str, int]]) -> set[CachedPartition]:
+    def update(self, infos: Iterable[PartitionFetch], to_forget: Iterable[tuple[str, int]],
+               cache: "FetchSessionCache | None" = None) -> set[CachedPartition]:
         """An incremental request: listed partitions are added or get new fetch parameters, then
-        forgotten ones leave. Returns the listed partitions still in the session."""
+        forgotten ones leave (and `cache`, if given, learns which partitions it holds now).
+        Returns the listed partitions still in the session."""
         listed = []
         partitions = self.partitions
         for info in infos:
@@ -181,11 +214,17 @@ class FetchSession:
             cached = partitions.get(key)
             if cached is None:
                 cached = partitions[key] = CachedPartition(info)
+                self.place_last(cached)
+                if cache is not None:
+                    cache.watch(self, (key,))
             else:
                 cached.update_request_params(info)
             listed.append(cached)
         for key in to_forget:
-            partitions.pop(key, None)
+            if partitions.pop(key, None) is not None:
+                self.dirty.discard(key)
+                if cache is not None:
+                    cache.unwatch(self, (key,))
         return {c for c in listed if partitions.get(c.key) is c}
 
     def __repr__(self) -> str:
@@ -212,6 +251,35 @@ class FetchSessionCache:
         self.total_partitions = 0
         self.evictions = 0
         self._rng = rng or random.Random()
+        self._holders: dict[tuple[str, int], set[FetchSession]] = {}
+        """Partition → the sessions holding it (see `partition_changed`)."""
+
+    def watch(self, session: FetchSession, keys: Iterable[tuple[str, int]]) -> None:
+        for key in keys:
+            holders = self._holders.get(key)
+            if holders is None:
+                holders = self._holders[key] = set()
+            holders.add(session)
+
+    def unwatch(self, session: FetchSession, keys: Iterable[tuple[str, int]]) -> None:
+        for key in keys:
+            holders = self._holders.get(key)
+            if holders is not None:
+                holders.discard(session)
+                if not holders:
+                    del self._holders[key]
+
+    def partition_changed(self, key: tuple[str, int]) -> None:
+        """Something about partition `key` changed: every session holding it marks it, and a long
+        poll waiting on such a session hears of it."""
+        holders = self._holders.get(key)
+        if not holders:
+            return
+        for session in list(holders):
+            session.dirty.add(key)
+            waiter = session.waiter
+            if waiter is not None:
+                waiter(key)
 
     def get(self, session_id: int) -> FetchSession | None:
         return self.sessions.get(session_id)
@@ -236,6 +304,7 @@ class FetchSessionCache:
         session = FetchSession(self.new_session_id(), privileged, create_partitions(), now,
                                next_epoch(INITIAL_EPOCH))
         self.sessions[session.id] = session
+        self.watch(session, session.partitions)
         self.touch(session, now)
         return session.id
 
@@ -270,6 +339,8 @@ class FetchSessionCache:
         if removed is not None:
             self.total_partitions -= session.cached_size
             session.cached_size = -1
+            self.unwatch(session, session.partitions)
+            session.waiter = None
         return removed
 
     def touch(self, session: FetchSession, now: int) -> None:
@@ -302,9 +373,15 @@ class FetchContext:
     unchanged: Unchanged | None = None
     """Optional: True for a partition whose empty answer would say nothing new; the reader may
     skip it (see IncrementalFetchContext)."""
+    session_watch: "SessionWatch | None" = None
+    """Set when `infos` is only part of a session: a long poll must then wait on the whole
+    session through it, and read `refresh()` afterwards (see IncrementalFetchContext)."""
 
     def response(self, results: Sequence[R | None]) -> tuple[ErrorCode, int, list[Answer[R]]]:
         raise NotImplementedError
+
+    def visit_all(self) -> None:
+        """Read every partition of the session after all (`infos` is then all of it)."""
 
     def preview(self, results: Sequence[R | None]) -> list[Answer[R]]:
         """What `response(results)` would send, changing nothing (Kafka's getResponseSize walks
@@ -368,23 +445,77 @@ class FullFetchContext(FetchContext):
         return ErrorCode.none, session_id, pairs
 
 
+class SessionWatch(Protocol):
+    """How a long poll over part of a session waits on all of it (IncrementalFetchContext)."""
+
+    def lookup(self, key: tuple[str, int]) -> PartitionFetch | None:
+        """The session's partition `key` (None: no longer in the session)."""
+        ...
+
+    def watch(self, on_change: Callable[[tuple[str, int]], None] | None) -> None:
+        """Call `on_change(key)` for each partition of the session that changes (None: stop)."""
+        ...
+
+    def refresh(self) -> Sequence[PartitionFetch]:
+        """The partitions to read now (the context's `infos` become these)."""
+        ...
+
+
 class IncrementalFetchContext(FetchContext):
-    """Reads every partition of the session (listed or not) in session order; answers only those
-    with something to say, and moves them to the end of the session so the next fetch reads the
+    """Reads the session's partitions that may have news (those listed in the request and those
+    marked dirty since; every `sweep_ms`, all of them) in session order; answers only those with
+    something to say, and moves them to the end of the session so the next fetch reads the
     others first (no partition starves under the response byte limit).
 
     A partition the request did not list keeps the fetch offset of the last request, so if its
     log still shows the high watermark and log start offset the fetcher was last told, and has
     nothing to read, its answer would be empty: `unchanged` lets the reader skip it (a result of
-    None), which makes a session's idle partitions almost free."""
+    None), and it leaves the dirty set."""
 
-    def __init__(self, session: FetchSession, request_epoch: int, listed: set[CachedPartition]):
+    def __init__(self, session: FetchSession, request_epoch: int, listed: set[CachedPartition], now: int = 0,
+                 sweep_ms: int = 0):
         self.session = session
         self.request_epoch = request_epoch
-        self.cached = list(session.partitions.values())
-        self.infos = list[PartitionFetch](self.cached)
         self.listed = listed
         self.unchanged = self._unchanged
+        self._on_change: Callable[[tuple[str, int]], None] | None = None
+        if sweep_ms <= 0 or now - session.last_sweep_ms >= sweep_ms:
+            session.last_sweep_ms = now
+            self.visit_all()
+        else:
+            self.cached = self._may_have_news()
+            self.infos = list[PartitionFetch](self.cached)
+            self.session_watch = self
+
+    def visit_all(self) -> None:
+        self.cached = list(self.session.partitions.values())
+        self.infos = list[PartitionFetch](self.cached)
+        self.session_watch = None
+
+    def _may_have_news(self) -> list[CachedPartition]:
+        partitions = self.session.partitions
+        visit = set(self.listed)
+        for key in self.session.dirty:
+            cached = partitions.get(key)
+            if cached is not None:
+                visit.add(cached)
+        return sorted(visit, key=_order)
+
+    # SessionWatch
+    def lookup(self, key: tuple[str, int]) -> PartitionFetch | None:
+        return self.session.partitions.get(key)
+
+    def watch(self, on_change: Callable[[tuple[str, int]], None] | None) -> None:
+        session = self.session
+        if on_change is not None:
+            session.waiter = self._on_change = on_change
+        elif session.waiter is self._on_change:  # a later request of the session may wait now
+            session.waiter = self._on_change = None
+
+    def refresh(self) -> Sequence[PartitionFetch]:
+        self.cached = self._may_have_news()
+        self.infos = list[PartitionFetch](self.cached)
+        return self.infos
 
     def _unchanged(self, info: PartitionFetch, high_watermark: int, log_start_offset: int) -> bool:
         cached = cast(CachedPartition, info)  # this context's infos are its session's partitions
@@ -397,13 +528,20 @@ class IncrementalFetchContext(FetchContext):
             # Another request of this session was served meanwhile (a duplicate or a retry).
             return ErrorCode.invalid_fetch_session_epoch, session.id, []
         partitions = session.partitions
+        dirty = session.dirty
         out: list[Answer[R]] = []
         for cached, result in zip(self.cached, results):
-            if result is not None and cached.maybe_update_response_data(result, True):
+            key = (cached.topic, cached.partition)
+            if result is None:
+                dirty.discard(key)  # read and found quiet
+                continue
+            if key in partitions:
+                dirty.add(key)  # it spoke (or was asked): read it again next time, until quiet
+            if cached.maybe_update_response_data(result, True):
                 out.append((cached, result))
-                key = (cached.topic, cached.partition)
                 if partitions.pop(key, None) is not None:
                     partitions[key] = cached
+                    session.place_last(cached)
         return ErrorCode.none, session.id, out
 
     def preview(self, results: Sequence[R | None]) -> list[Answer[R]]:
@@ -411,18 +549,27 @@ class IncrementalFetchContext(FetchContext):
                 if result is not None and cached.maybe_update_response_data(result, False)]
 
     def throttled(self) -> tuple[ErrorCode, int]:
-        """The session stays as this request left it (its epoch already moved on)."""
+        """The session stays as this request left it (its epoch already moved on); what was read
+        and not sent is read again next time."""
         if self.session.epoch != next_epoch(self.request_epoch):
             return ErrorCode.invalid_fetch_session_epoch, self.session.id
+        partitions = self.session.partitions
+        self.session.dirty.update(c.key for c in self.cached if c.key in partitions)
         return ErrorCode.none, self.session.id
 
 
 class FetchManager:
     """Turns a Fetch request's session fields into the context that serves it (Kafka's newContext)."""
 
-    def __init__(self, cache: FetchSessionCache, clock: Callable[[], int]):
+    def __init__(self, cache: FetchSessionCache, clock: Callable[[], int], sweep_ms: int = 0):
         self.cache = cache
         self.clock = clock
+        self.sweep_ms = sweep_ms
+        """How often an incremental fetch of a follower reads its whole session (0: always)."""
+
+    def partition_changed(self, key: tuple[str, int]) -> None:
+        """The replica manager's notice that partition `key` changed (see the module doc)."""
+        self.cache.partition_changed(key)
 
     def new_context(self, session_id: int, epoch: int, infos: Sequence[PartitionFetch], to_forget: list[tuple[str, int]],
                     is_follower: bool) -> FetchContext:
@@ -438,13 +585,15 @@ class FetchManager:
             return SessionErrorContext(ErrorCode.fetch_session_id_not_found)
         if session.epoch != epoch:
             return SessionErrorContext(ErrorCode.invalid_fetch_session_epoch)
-        listed = session.update(infos, to_forget)
+        listed = session.update(infos, to_forget, self.cache)
         if not session.partitions:
             self.cache.remove_session(session)
             return SessionlessFetchContext(infos)
-        self.cache.touch(session, self.clock())
+        now = self.clock()
+        self.cache.touch(session, now)
         session.epoch = next_epoch(session.epoch)
-        return IncrementalFetchContext(session, epoch, listed)
+        # Consumers' sessions are read whole, as before: their topics are authorized per request.
+        return IncrementalFetchContext(session, epoch, listed, now, self.sweep_ms if session.privileged else 0)
 
 
 def _answered(infos: Sequence[PartitionFetch], results: Sequence[R | None]) -> list[Answer[R]]:

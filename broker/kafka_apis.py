@@ -152,6 +152,14 @@ class ApiGroup(typing.Protocol):
     def versions(self) -> Mapping[int, tuple[int, int]]: ...
 
 
+def fetch_session_sweep_ms(config: typing.Any) -> int:
+    """How often an incremental fetch reads its whole session (broker/fetch_session): often
+    enough that a follower's caught-up time is never stale by more than a quarter of
+    replica.lag.time.max.ms, at most every second."""
+    lag = int(getattr(config, "replica_lag_time_max_ms", 0) or 0)
+    return max(0, min(1000, lag // 4))
+
+
 class KafkaApis:
     """Kafka's KafkaApis: one dispatch table from ApiKey to handler (its own and those of the API
     groups it is given, built once here), the authorizer's cluster-wide checks, the framing."""
@@ -192,9 +200,12 @@ class KafkaApis:
         self.fetch_manager = FetchManager(
             FetchSessionCache(int(config.max_incremental_fetch_session_cache_slots),
                               int(config.min_incremental_fetch_session_eviction_ms)),
-            clock,
+            clock, fetch_session_sweep_ms(config),
         )
         """Incremental fetch sessions (KIP-227), used by Fetch v7+."""
+        listeners = getattr(replica_manager, "partition_listeners", None)
+        if listeners is not None:
+            listeners.append(self.fetch_manager.partition_changed)
 
     def _dispatch_table(self, groups: Sequence[ApiGroup]) -> tuple[
             dict[int, Handler], dict[int, tuple[int, int]], dict[tuple[int, int], LegacyDecoder]]:
@@ -536,20 +547,29 @@ class KafkaApis:
             session_id, epoch, to_forget = INVALID_SESSION_ID, FINAL_EPOCH, []
         fetch_context = self.fetch_manager.new_context(session_id, epoch, infos, to_forget, replica_id >= 0)
         results: list[FetchResult | None] = []
-        if fetch_context.infos:
-            # Kafka: a follower needs CLUSTER_ACTION on the Cluster, a consumer READ on each topic
+        # Kafka: a follower needs CLUSTER_ACTION on the Cluster, a consumer READ on each topic
+        follower_ok = replica_id >= 0 and authorize_cluster(self.authorizer, context, AclOperation.CLUSTER_ACTION)
+        session_watch = fetch_context.session_watch
+        if session_watch is not None and not follower_ok:
+            fetch_context.visit_all()  # what a refused follower is refused is its whole session
+            session_watch = None
+        if fetch_context.infos or session_watch is not None:
             if replica_id >= 0:
-                follower_ok = authorize_cluster(self.authorizer, context, AclOperation.CLUSTER_ACTION)
                 denied = set() if follower_ok else {i.topic for i in fetch_context.infos}
             else:
                 denied = self.unauthorized_topics(context, AclOperation.READ, [i.topic for i in fetch_context.infos])
             readable = [i for i in fetch_context.infos if i.topic not in denied] if denied else fetch_context.infos
             read: list[FetchResult | None] = []
-            if readable:
+            isolation = int(getattr(request, "isolation_level", 0))
+            if session_watch is not None:
+                # The part of a follower's session that may have news (broker/fetch_session): the
+                # long poll waits on all of it, and fetch_context.infos follow what is read then.
                 read = await self.replica_manager.fetch_messages(
-                    replica_id, max_wait_ms, min_bytes, max_bytes, readable, fetch_context.unchanged,
-                    int(getattr(request, "isolation_level", 0)),
-                )
+                    replica_id, max_wait_ms, min_bytes, max_bytes, readable, fetch_context.unchanged, isolation,
+                    session=session_watch)
+            elif readable:
+                read = await self.replica_manager.fetch_messages(
+                    replica_id, max_wait_ms, min_bytes, max_bytes, readable, fetch_context.unchanged, isolation)
             found = iter(read)
             results = [FetchResult(error=ErrorCode.topic_authorization_failed) if i.topic in denied else next(found)
                        for i in fetch_context.infos]

@@ -20,7 +20,7 @@ from kio.static.primitive import i32
 from odradek.broker.admin_manager import INTERNAL_TOPICS
 from odradek.broker.alter_partition_manager import AlterPartitionAnswer, AlterPartitionManager
 from odradek.broker.delayed_operation import DelayedOperation, DelayedOperationPurgatory
-from odradek.broker.fetch_session import PartitionFetch, Unchanged
+from odradek.broker.fetch_session import PartitionFetch, SessionWatch, Unchanged
 from odradek.broker.log import LogManager
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.errors import KafkaStorageError, LogError
@@ -182,31 +182,42 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         # Checked on every append to any watched partition: a fetch session's idle partitions make
         # `infos` long, so the loop inlines leader_partition's checks.
-        accumulated = 0
-        partitions = self.manager._partitions
-        follower = self.replica_id >= 0
-        debugging = self.replica_id == DEBUGGING_REPLICA_ID
+        self.accumulated = 0
         for info in self.infos:
-            partition = partitions.get((info.topic, info.partition))
-            if partition is None or not ((partition.is_leader and not partition.fenced) or debugging):
-                return self.force_complete()
-            plog = partition.log
-            end = plog.log_end_offset if follower else (
-                plog.last_stable_offset if self.read_committed else plog.high_watermark)
-            if info.fetch_offset > plog.log_end_offset or info.fetch_offset < plog.log_start_offset:
-                return self.force_complete()
-            if end <= info.fetch_offset:
-                continue
-            if self.min_bytes <= 1:
-                return self.force_complete()
-            try:
-                data = plog.read(info.fetch_offset, info.max_bytes, max_offset=end, min_one_message=True)
-            except Exception:
-                return self.force_complete()
-            accumulated += data.size
-            if accumulated >= self.min_bytes:
+            if self._check(info):
                 return self.force_complete()
         return False
+
+    def partition_changed(self, info: PartitionFetch | None) -> None:
+        """A long poll over a fetch session (SessionWatch) hears that one of its partitions
+        changed: only that one is checked (its bytes add to what earlier ones found)."""
+        if info is not None and not self.completed and self._check(info):
+            self.force_complete()
+
+    accumulated = 0
+    """Bytes found readable so far (min_bytes above 1)."""
+
+    def _check(self, info: PartitionFetch) -> bool:
+        """True when `info`'s partition completes the fetch (news, an error, or enough bytes)."""
+        partition = self.manager._partitions.get((info.topic, info.partition))
+        if partition is None or not ((partition.is_leader and not partition.fenced)
+                                     or self.replica_id == DEBUGGING_REPLICA_ID):
+            return True
+        plog = partition.log
+        end = plog.log_end_offset if self.replica_id >= 0 else (
+            plog.last_stable_offset if self.read_committed else plog.high_watermark)
+        if info.fetch_offset > plog.log_end_offset or info.fetch_offset < plog.log_start_offset:
+            return True
+        if end <= info.fetch_offset:
+            return False
+        if self.min_bytes <= 1:
+            return True
+        try:
+            data = plog.read(info.fetch_offset, info.max_bytes, max_offset=end, min_one_message=True)
+        except Exception:
+            return True
+        self.accumulated += data.size
+        return self.accumulated >= self.min_bytes
 
 
 class DelayedDeleteRecords(DelayedOperation):
@@ -284,6 +295,9 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords")
+        self.partition_listeners: list[Callable[[tuple[str, int]], None]] = []
+        """Called with a partition's key whenever something a fetch could report about it may have
+        changed (records, high watermark, log start, leadership): the fetch sessions' notice."""
         self._state_change_lock = asyncio.Lock()
         self.fetcher_manager = ReplicaFetcherManager(self, config, inter_broker_security)
         self._written_hw: dict[Path, dict[tuple[str, int], int]] = {}
@@ -451,7 +465,12 @@ class ReplicaManager:
             return None, error
         return p, ErrorCode.none
 
+    def _partition_changed(self, key: tuple[str, int]) -> None:
+        for listener in self.partition_listeners:
+            listener(key)
+
     def complete_delayed_requests(self, key: tuple[str, int]) -> None:
+        self._partition_changed(key)
         self.fetch_purgatory.check_and_complete(key)
         self.produce_purgatory.check_and_complete(key)
         self.delete_records_purgatory.check_and_complete(key)
@@ -727,6 +746,7 @@ class ReplicaManager:
             results[key] = result
             any_pending |= result.pending
             hw_moved = partition.maybe_increment_high_watermark()
+            self._partition_changed(key)
             self.fetch_purgatory.check_and_complete(key)
             if hw_moved:
                 self.produce_purgatory.check_and_complete(key)
@@ -814,22 +834,39 @@ class ReplicaManager:
     async def fetch_messages(
         self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, infos: Sequence[PartitionFetch],
         unchanged: Unchanged | None = None, isolation_level: int = READ_UNCOMMITTED,
+        session: SessionWatch | None = None,
     ) -> list[FetchResult | None]:
         """Reads `infos` (see read_from_local_log, also for `unchanged`), long-polling up to
-        `max_wait_ms` for `min_bytes`; a follower's fetch offsets update its replica state."""
+        `max_wait_ms` for `min_bytes`; a follower's fetch offsets update its replica state.
+
+        With `session` (`infos` is the part of a fetch session that may have news), the long poll
+        waits on the whole session through it and then reads what it names: the results are
+        those of `session.refresh()`."""
         results = self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
         if replica_id >= 0:
             self._update_follower_fetch_state(replica_id, infos, results)
         total = sum(r.size for r in results if r is not None)
         if not (
             max_wait_ms <= 0
-            or not infos
+            or (not infos and session is None)
             or total >= min_bytes
             or any(r is not None and r.error != ErrorCode.none for r in results)
         ):
-            op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos, isolation_level)
-            if not self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos]):
-                await op.wait()
+            if session is None:
+                op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, infos, isolation_level)
+                if not self.fetch_purgatory.try_complete_else_watch(op, [(i.topic, i.partition) for i in infos]):
+                    await op.wait()
+            else:
+                # Nothing in `infos` completes it (just read); any partition of the session may.
+                op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, (), isolation_level)
+                session.watch(lambda key: op.partition_changed(session.lookup(key)))
+                try:
+                    # watched under its own key only, so that shutdown completes it too
+                    if not self.fetch_purgatory.try_complete_else_watch(op, [op]):
+                        await op.wait()
+                finally:
+                    session.watch(None)
+                infos = session.refresh()
             results = self.read_from_local_log(replica_id, max_bytes, infos, unchanged, isolation_level)
         for info, result in zip(infos, results):
             if result is not None and result.size:

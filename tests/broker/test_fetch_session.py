@@ -420,3 +420,88 @@ def test_handle_fetch_sessionless_request_is_answered_in_request_order():
     resp = fetch(apis, 0, FINAL_EPOCH, {("b", 2): 0, ("a", 0): 0})
     assert (resp.error_code, resp.session_id, answered(resp)) == (ErrorCode.none, 0, [("b", 2), ("a", 0)])
     assert apis.fetch_manager.cache.size == 0
+
+
+# --- reading only what may have news (sweep_ms > 0) -----------------------------------------------
+
+
+def quiet_reader(state):
+    """Reads like ReplicaManager.read_from_local_log: None for what `unchanged` calls unchanged."""
+    def read(ctx):
+        out = []
+        for i in ctx.infos:
+            r = state[(i.topic, i.partition)]
+            quiet = r.size == 0 and ctx.unchanged(i, r.high_watermark, r.log_start_offset)
+            out.append(None if quiet else r)
+        return out
+    return read
+
+
+def test_incremental_fetch_reads_listed_and_changed_partitions_then_sweeps_all():
+    clock = Clock(0)
+    m = FetchManager(FetchSessionCache(10, 1000, random.Random(7)), clock, sweep_ms=1000)
+    state = {("a", 0): result(hw=5), ("a", 1): result(hw=5), ("b", 0): result(hw=5)}
+    read = quiet_reader(state)
+    sid = open_session(m, [info("a", 0, 5), info("a", 1, 5), info("b", 0, 5)], [state[k] for k in state], True)
+    ctx = m.new_context(sid, 1, [], [], True)
+    assert ctx.infos == [] and ctx.session_watch is ctx  # nothing changed: nothing read
+    assert ctx.response(read(ctx)) == (ErrorCode.none, sid, [])
+    state[("b", 0)] = result(hw=6)
+    m.partition_changed(("b", 0))
+    m.partition_changed(("zz", 9))  # held by no session
+    ctx = m.new_context(sid, 2, [info("a", 1, 5)], [], True)
+    assert [i.key for i in ctx.infos] == [("a", 1), ("b", 0)]  # listed and changed, in session order
+    assert keys(ctx.response(read(ctx))[2]) == [("b", 0)]
+    ctx = m.new_context(sid, 3, [], [], True)
+    assert [i.key for i in ctx.infos] == [("a", 1), ("b", 0)]  # read once more, found quiet...
+    assert ctx.response(read(ctx))[2] == []
+    assert m.new_context(sid, 4, [], [], True).infos == []  # ...and left alone
+    clock.now = 1000
+    ctx = m.new_context(sid, 5, [], [], True)
+    assert ctx.session_watch is None and len(ctx.infos) == 3  # the sweep reads the whole session
+
+
+def test_session_watch_hears_of_its_partitions_and_refreshes():
+    m = FetchManager(FetchSessionCache(10, 1000, random.Random(7)), Clock(0), sweep_ms=1000)
+    sid = open_session(m, [info("a", 0, 5), info("a", 1, 5)], [result(hw=5), result(hw=5)], True)
+    ctx = m.new_context(sid, 1, [], [], True)
+    watch = ctx.session_watch
+    heard = []
+    watch.watch(heard.append)
+    m.partition_changed(("a", 1))
+    assert heard == [("a", 1)] and watch.lookup(("a", 1)).fetch_offset == 5 and watch.lookup(("x", 0)) is None
+    assert [i.key for i in watch.refresh()] == [("a", 1)] and ctx.infos == watch.refresh()
+    watch.watch(None)
+    m.partition_changed(("a", 0))
+    assert heard == [("a", 1)]  # stopped listening
+    ctx = m.new_context(sid, 2, [], [("a", 0)], True)  # forgotten: no longer marked, nor read
+    m.partition_changed(("a", 0))
+    assert [i.key for i in ctx.infos] == [("a", 1)]
+    m.cache.remove(sid)
+    m.partition_changed(("a", 1))  # a removed session is no longer told anything
+    assert m.cache._holders == {}
+
+
+def test_a_throttled_answer_leaves_what_it_read_to_be_read_again():
+    m = FetchManager(FetchSessionCache(10, 1000, random.Random(7)), Clock(0), sweep_ms=1000)
+    state = {("a", 0): result(hw=5)}
+    sid = open_session(m, [info("a", 0, 5)], [state[("a", 0)]], True)
+    m.partition_changed(("a", 0))
+    state[("a", 0)] = result(hw=5, size=100)
+    ctx = m.new_context(sid, 1, [], [], True)
+    assert [i.key for i in ctx.infos] == [("a", 0)]
+    assert ctx.throttled() == (ErrorCode.none, sid)
+    ctx = m.new_context(sid, 2, [], [], True)
+    assert [i.key for i in ctx.infos] == [("a", 0)]
+
+
+def test_consumer_sessions_and_refused_followers_read_the_whole_session():
+    m = FetchManager(FetchSessionCache(10, 1000, random.Random(7)), Clock(0), sweep_ms=1000)
+    sid = open_session(m, [info("a", 0, 5), info("a", 1, 5)], [result(hw=5), result(hw=5)])
+    ctx = m.new_context(sid, 1, [], [], False)
+    assert ctx.session_watch is None and len(ctx.infos) == 2
+    sid = open_session(m, [info("a", 0, 5), info("a", 1, 5)], [result(hw=5), result(hw=5)], True)
+    ctx = m.new_context(sid, 1, [], [], True)
+    assert ctx.infos == []
+    ctx.visit_all()
+    assert ctx.session_watch is None and len(ctx.infos) == 2

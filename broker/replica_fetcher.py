@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_for_leader_epoch.v3.request import (
@@ -31,19 +33,36 @@ from kio.static.primitive import i32
 
 from odradek.broker.fetch_session_handler import FetchSessionHandler
 from odradek.broker.log.errors import LogError
-from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH, write_in_worker
+from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache, write_in_worker
+from odradek.broker.log.log import Log
 from odradek.broker.log.record_batch import leader_epoch_starts
+from odradek.broker.partition import Partition
 from odradek.broker.replica_fetch_codec import (
     FetchedPartition,
     PartitionFetch,
     decode_fetch_response,
     encode_fetch_request,
 )
-from odradek.broker.replication_quota import is_throttled
+from odradek.broker.replication_quota import ReplicationQuota, is_throttled
+from odradek.common.config import BrokerConfig
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+"""(topic, partition)."""
+
+
+class ReplicaHost(Protocol):
+    """What the fetchers use of the ReplicaManager (which imports this module)."""
+
+    @property
+    def follower_quota(self) -> ReplicationQuota | None: ...
+
+    def get_partition(self, key: Key) -> Partition | None: ...
+
+    def complete_delayed_requests(self, key: Key) -> None: ...
 
 @dataclass
 class PartitionFetchState:
@@ -67,8 +86,8 @@ SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.inva
 """Answers that only mean "start a new fetch session": the next request is a full one."""
 
 
-def truncation_offset(local_end_for_epoch, leader_epoch: int, leader_end: int, log_end_offset: int,
-                      high_watermark: int) -> int:
+def truncation_offset(local_end_for_epoch: Callable[[int], tuple[int, int]], leader_epoch: int, leader_end: int,
+                      log_end_offset: int, high_watermark: int) -> int:
     """Where a follower cuts its log after OffsetForLeaderEpoch (Kafka's truncation rule, KIP-279).
 
     `local_end_for_epoch(epoch)` is our own end offset of an epoch. An undefined answer (the
@@ -89,19 +108,21 @@ class ReplicaFetcher:
 
     def __init__(self, manager: ReplicaFetcherManager, source_id: int, host: str, port: int):
         self.manager = manager
-        self.replica_manager = manager.replica_manager
-        self.config = manager.config
+        self.replica_manager: ReplicaHost = manager.replica_manager
+        self.config: BrokerConfig = manager.config
         self.broker_id = manager.broker_id
         self.source_id = source_id
         self.host, self.port = host, port
-        self.partitions: dict[tuple[str, int], PartitionFetchState] = {}
+        self.partitions: dict[Key, PartitionFetchState] = {}
         self.client = NetworkClient(host, port, client_id=f"replica-fetcher-{self.broker_id}-{source_id}",
                                     connect_attempts=1, security=getattr(manager, "security", PLAINTEXT))
         self._wakeup = asyncio.Event()
-        self._added = asyncio.Event()
-        """Set when partitions join while a long poll is in flight (see `_long_poll`)."""
+        self._polling = False
+        """True while a Fetch is in flight (see `_long_poll`)."""
+        self._abandoned = False
+        """Set when partitions joined during that Fetch: its connection is dropped (`_long_poll`)."""
         self.session: FetchSessionHandler[PartitionFetch] = FetchSessionHandler()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.backoff_s = self.config.replica_fetch_backoff_ms / 1000
         self.timeout_s = self.config.replica_socket_timeout_ms / 1000
@@ -111,12 +132,14 @@ class ReplicaFetcher:
 
     # --- partitions -----------------------------------------------------------------------
 
-    def add(self, key, leader_epoch: int) -> None:
+    def add(self, key: Key, leader_epoch: int) -> None:
         self.partitions[key] = PartitionFetchState(leader_epoch)
         self._wakeup.set()
-        self._added.set()
+        if self._polling and not self._abandoned:
+            self._abandoned = True
+            self.client.disconnect()
 
-    def remove(self, key) -> None:
+    def remove(self, key: Key) -> None:
         self.partitions.pop(key, None)
 
     def start(self) -> None:
@@ -176,7 +199,7 @@ class ReplicaFetcher:
 
     # --- truncation -----------------------------------------------------------------------
 
-    def _follower(self, key, state: PartitionFetchState):
+    def _follower(self, key: Key, state: PartitionFetchState) -> Partition | None:
         """The local Partition if we still follow it on this source at the state's epoch."""
         if self.partitions.get(key) is not state:
             return None
@@ -185,13 +208,13 @@ class ReplicaFetcher:
             return None
         return p
 
-    def _throttled(self, p) -> bool:
+    def _throttled(self, p: Partition) -> bool:
         """A replica of ours out of the ISR that its topic's follower throttle names."""
         return self.broker_id not in p.isr and is_throttled(
             p.log.config.follower_replication_throttled_replicas, p.partition, self.broker_id)
 
-    async def truncate(self, pending: dict) -> None:
-        by_topic: dict[str, list] = {}
+    async def truncate(self, pending: dict[Key, PartitionFetchState]) -> None:
+        by_topic: dict[str, list[OffsetForLeaderPartition]] = {}
         for (topic, index), s in pending.items():
             p = self.replica_manager.get_partition((topic, index))
             if p is None:
@@ -233,9 +256,9 @@ class ReplicaFetcher:
 
     # --- fetching -------------------------------------------------------------------------
 
-    async def fetch(self, ready: dict, wait_bound_s: float | None = None) -> None:
+    async def fetch(self, ready: dict[Key, PartitionFetchState], wait_bound_s: float | None = None) -> None:
         """One Fetch of the `ready` partitions; it long-polls at most `wait_bound_s` (if given)."""
-        partitions: dict[tuple[str, int], PartitionFetch] = {}
+        partitions: dict[Key, PartitionFetch] = {}
         max_bytes = self.config.replica_fetch_max_bytes
         quota = self.replica_manager.follower_quota
         exceeded = quota is not None and quota.is_exceeded()
@@ -286,7 +309,7 @@ class ReplicaFetcher:
         finally:
             self.client.recycle(frame)  # appends are done: nothing refers to the frame any more
 
-    async def _apply(self, frame, ready: dict, sent: dict) -> None:
+    async def _apply(self, frame: Any, ready: dict[Key, PartitionFetchState], sent: dict[Key, PartitionFetch]) -> None:
         """Appends what a Fetch response brought to the partitions still ours, still at the offset
         it was asked for (a partition may change while a fetch, or an epoch checkpoint, is in flight)."""
         response = decode_fetch_response(frame)
@@ -297,10 +320,10 @@ class ReplicaFetcher:
         if response.error_code != ErrorCode.none:
             raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
 
-        def still_ours(p, state) -> bool:
+        def still_ours(p: Partition, state: PartitionFetchState) -> bool:
             return self._follower(p.key, state) is p and p.log.log_end_offset == sent[p.key].fetch_offset
 
-        answered = []
+        answered: list[tuple[Partition, PartitionFetchState, FetchedPartition]] = []
         for r in response.partitions:
             key = (r.topic, r.partition)
             state = ready.get(key)
@@ -316,13 +339,16 @@ class ReplicaFetcher:
                 # not appended after all: its new epoch entries go (a rare synchronous write)
                 p.log.leader_epoch_cache.truncate_from_end(p.log.log_end_offset)
 
-    async def _checkpoint_new_epochs(self, answered: list) -> set:
+    async def _checkpoint_new_epochs(self, answered: list[tuple[Partition, PartitionFetchState, FetchedPartition]]
+                                     ) -> set[Key]:
         """Records that start a new leader epoch (a new topic, a new leader) add an entry to the
         partition's leader-epoch checkpoint, which must be on disk before they are appended. Its
         fsync can take hundreds of milliseconds after heavy writes; done in the append it stalled
         every partition of the broker. Here the entries go into the caches, their files are
         written in a worker thread, and the appends follow. Returns the keys concerned."""
-        caches, starting, logs = [], set(), {}
+        caches: list[LeaderEpochFileCache] = []
+        starting: set[Key] = set()
+        logs: dict[int, Log] = {}
         for p, _, r in answered:
             if r.error_code != ErrorCode.none or not r.records:
                 continue
@@ -341,31 +367,28 @@ class ReplicaFetcher:
             plog.storage_error(error, "leader epoch checkpoint")  # its dir goes offline: the append fails
         return starting
 
-    async def _long_poll(self, encode, timeout_s: float):
+    async def _long_poll(self, encode: Callable[[int], bytes], timeout_s: float) -> Any:
         """Sends a Fetch; its response frame, or None if partitions were added while it waited.
 
         A long poll over idle partitions can sit at the leader for replica.fetch.wait.max.ms,
         and a partition that joins meanwhile (a new topic, a new leader) would wait that long
         for its first fetch, holding back its high watermark and every acks=all produce on it.
-        Such a poll is abandoned by dropping the connection (a request cannot be withdrawn).
+        Such a poll is abandoned by dropping the connection (a request cannot be withdrawn):
+        `add` does it, and the send then fails here. Awaited in this task, with no helper task
+        or wait set per round trip: one request per round trip is this loop's whole job.
         """
-        self._added.clear()
-        send = asyncio.ensure_future(self.client.send_frame(encode, "Fetch", timeout_s))
-        added = asyncio.ensure_future(self._added.wait())
+        self._polling, self._abandoned = True, False
         try:
-            done, _ = await asyncio.wait((send, added), return_when=asyncio.FIRST_COMPLETED)
+            return await self.client.send_frame(encode, "Fetch", timeout_s)
+        except ConnectionError:
+            if not self._abandoned:
+                raise
+            log.debug("%r: partitions added; restarting the long poll", self)
+            return None
         finally:
-            added.cancel()
-            if not send.done():
-                self.client.disconnect()
-                send.cancel()
-                send.add_done_callback(lambda f: f.cancelled() or f.exception())
-        if send in done:
-            return send.result()
-        log.debug("%r: partitions added; restarting the long poll", self)
-        return None
+            self._polling = False
 
-    def _process(self, p, state: PartitionFetchState, r: FetchedPartition, now: float) -> None:
+    def _process(self, p: Partition, state: PartitionFetchState, r: FetchedPartition, now: float) -> None:
         key = p.key
         plog = p.log
         code = ErrorCode(r.error_code)
@@ -392,7 +415,7 @@ class ReplicaFetcher:
             self.retry_after(state, key, code, now, "fetch")
 
     @staticmethod
-    def _follow_log_start(p, leader_start: int) -> None:
+    def _follow_log_start(p: Partition, leader_start: int) -> None:
         """The leader's log start moved (DeleteRecords, retention): ours follows, as far as our
         own high watermark (Kafka's follower maybeIncrementLogStartOffset)."""
         plog = p.log
@@ -402,7 +425,7 @@ class ReplicaFetcher:
             except LogError as e:
                 log.warning("%s-%d: cannot follow the leader's log start offset %d: %s", *p.key, leader_start, e)
 
-    def retry_after(self, state: PartitionFetchState, key, code: ErrorCode, now: float, what: str) -> None:
+    def retry_after(self, state: PartitionFetchState, key: Key, code: ErrorCode, now: float, what: str) -> None:
         """Delay the partition after an error: replica.fetch.backoff.ms, except while the leader
         has not applied its LeaderAndIsr yet, where 50 ms doubling up to that bound lets a new
         partition start replicating (and its acks=all produces complete) without a 1 s stall."""
@@ -416,7 +439,7 @@ class ReplicaFetcher:
                 code.name, delay * 1000)
         state.delayed_until = now + delay
 
-    def _handle_out_of_range(self, p, state: PartitionFetchState, r) -> None:
+    def _handle_out_of_range(self, p: Partition, state: PartitionFetchState, r: FetchedPartition) -> None:
         """Our offset is outside the leader's log: below its start (retention) or past its end."""
         plog = p.log
         leader_start = int(r.log_start_offset)
@@ -430,19 +453,19 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Which fetcher follows which partition; fetchers come and go with their partitions."""
 
-    def __init__(self, replica_manager, config, security: ClientSecurity = PLAINTEXT):
+    def __init__(self, replica_manager: ReplicaHost, config: BrokerConfig, security: ClientSecurity = PLAINTEXT):
         self.replica_manager = replica_manager
         self.config = config
         self.broker_id = int(config.broker_id)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.security = security
         """How fetchers connect to their leaders' inter-broker listener."""
-        self._closing: set[asyncio.Task] = set()
+        self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
         """Set by shutdown: a LeaderAndIsr still arriving then starts no fetcher (it would outlive
         the broker's shutdown and keep the process from exiting)."""
 
-    def add_fetchers(self, targets: dict) -> None:
+    def add_fetchers(self, targets: dict[Key, tuple[int, str, int, int]]) -> None:
         """`targets` = {(topic, p): (leader_id, host, port, leader_epoch)}; each restarts with truncation."""
         if self._closed:
             return
@@ -458,11 +481,11 @@ class ReplicaFetcherManager:
             fetcher.add(key, epoch)
         self._prune()
 
-    def remove_fetchers(self, keys) -> None:
+    def remove_fetchers(self, keys: Iterable[Key]) -> None:
         self._remove(keys)
         self._prune()
 
-    def _remove(self, keys) -> None:
+    def _remove(self, keys: Iterable[Key]) -> None:
         for key in keys:
             for fetcher in self.fetchers.values():
                 fetcher.remove(key)

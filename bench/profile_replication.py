@@ -73,10 +73,44 @@ def frame_name(frame: str) -> str:
     return f"{module}.{func}"
 
 
+SHARES = [
+    # (what, function-name fragments): a sample counts for the first rule met from its leaf up
+    ("produce: answer encoded", ("encode_produce_response",)),
+    ("leader: fetch answer encoded", ("encode_fetch_response", "_encode_fetch", "group_by_topic")),
+    ("follower: request built and encoded", ("encode_fetch_request", "FetchSessionHandler", "fetch_session_handler")),
+    ("follower: answer decoded", ("decode_fetch_response",)),
+    ("follower: records appended", ("append_as_follower", "_checkpoint_new_epochs")),
+    ("produce: batch checked and appended", ("append_as_leader", "validate", "check_batch", "message_bounds")),
+    ("purgatory: acks=all wait", ("DelayedProduce", "produce_purgatory")),
+    ("purgatory: fetch long poll and its wake-up", ("DelayedFetch", "DelayedOperation", "partition_changed",
+                                                    "check_and_complete", "try_complete_else_watch")),
+    ("leader: follower state, high watermark", ("_update_follower_fetch_state", "maybe_increment_high_watermark",
+                                                "update_follower_fetch_state", "complete_delayed_requests")),
+    ("leader: log read", ("read_from_local_log", "Log.read", "LocalLog.read")),
+    ("leader: fetch session", ("new_context", "FetchContext", "FetchSession")),
+    ("request decode and dispatch", ("decode_request", "KafkaApis.handle", "peek_api", "metered")),
+    ("follower: fetch loop, other", ("ReplicaFetcher",)),
+    ("produce: other", ("handle_produce", "append_records")),
+    ("leader: fetch, other", ("handle_fetch", "fetch_messages")),
+    ("socket I/O and framing", ("socket_server", "framing", "client.", "selector_events", "pipeline.")),
+]
+"""Where a produce's CPU goes, by the innermost matching frame; the rest is the event loop."""
+
+
+def share_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for what, fragments in SHARES:
+            if any(f in frame for f in fragments):
+                return what
+    return "event loop (tasks, futures, callbacks, select) and other"
+
+
 def summarize(raw_files: list[Path], top: int) -> None:
-    """Own and inclusive samples per function from py-spy's collapsed stacks, over all brokers."""
+    """Own and inclusive samples per function from py-spy's collapsed stacks, over all brokers,
+    and the shares of SHARES."""
     own: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
+    shares: collections.Counter[str] = collections.Counter()
     samples = 0
     for path in raw_files:
         for line in path.read_text().splitlines():
@@ -87,9 +121,12 @@ def summarize(raw_files: list[Path], top: int) -> None:
             frames = [frame_name(f) for f in stack.split(";")]
             samples += n
             own[frames[-1]] += n
+            shares[share_of(frames)] += n
             for name in set(frames):
                 total[name] += n
-    print(f"\n{samples} samples on the CPU over {len(raw_files)} brokers")
+    print(f"\n{samples} samples holding the GIL over {len(raw_files)} brokers; shares:")
+    for what, n in shares.most_common():
+        print(f"{100 * n / max(1, samples):6.1f}%  {what}")
     for title, counter in (("own time", own), ("including callees", total)):
         print(f"\n--- top {top} by {title} ---")
         for name, n in counter.most_common(top):
@@ -122,7 +159,8 @@ def rate_profile(args, work: Path) -> None:
             spy.wait(timeout=60)
         p50, p99, n = found[0]
         print(f"acks={args.acks} at {args.rate:,.0f} rec/s under {'cProfile' if args.cprofile else 'py-spy'}: "
-              f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, brokers' CPU {cpu.brokers * 1e6 / n:,.0f} us/record")
+              f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, brokers' CPU {cpu.brokers * 1e6 / n:,.0f} us/record "
+              f"({cpu.brokers_sys * 1e6 / n:,.0f} of it in the kernel)")
         if not args.cprofile:
             summarize([o for o in outs if o.exists()], args.top)
             return

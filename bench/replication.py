@@ -80,13 +80,16 @@ class CpuMeter:
     def __init__(self, target: Target):
         self.pids = [p.popen.pid for p in target.cluster.brokers]
 
-    def _brokers(self) -> float:
-        total = 0
+    def _brokers(self) -> tuple[float, float]:
+        """(user + system, system) CPU-seconds of the brokers."""
+        total = system = 0
         for pid in self.pids:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / os.sysconf("SC_CLK_TCK")
+            system += int(fields[12])
+        tick = os.sysconf("SC_CLK_TCK")
+        return total / tick, system / tick
 
     @staticmethod
     def _children() -> float:
@@ -98,7 +101,8 @@ class CpuMeter:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.brokers = self._brokers() - self._b0
+        b1 = self._brokers()
+        self.brokers, self.brokers_sys = b1[0] - self._b0[0], b1[1] - self._b0[1]
         self.kcat = self._children() - self._c0
 
 

@@ -57,7 +57,10 @@ class DelayedOperation:
             self.force_complete()
 
     async def wait(self) -> None:
-        await asyncio.shield(self._done)
+        """Until completed. One waiter per operation (its request's handler): a cancelled waiter
+        cancels the inner future, which completion then leaves alone (no shield: one future and
+        two callbacks fewer on every acks=all produce and every parked fetch)."""
+        await self._done
 
 
 class DelayedOperationPurgatory:

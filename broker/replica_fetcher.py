@@ -122,6 +122,8 @@ class ReplicaFetcher:
         self._abandoned = False
         """Set when partitions joined during that Fetch: its connection is dropped (`_long_poll`)."""
         self.session: FetchSessionHandler[PartitionFetch] = FetchSessionHandler()
+        self._requests: dict[Key, PartitionFetch] = {}
+        """Each partition's last fetch data, reused while unchanged (the session sends what changed)."""
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.backoff_s = self.config.replica_fetch_backoff_ms / 1000
@@ -141,6 +143,7 @@ class ReplicaFetcher:
 
     def remove(self, key: Key) -> None:
         self.partitions.pop(key, None)
+        self._requests.pop(key, None)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=repr(self))
@@ -179,7 +182,13 @@ class ReplicaFetcher:
 
     async def do_work(self) -> None:
         now = asyncio.get_running_loop().time()
-        due = {k: s for k, s in self.partitions.items() if s.delayed_until <= now}
+        partitions = self.partitions
+        if not any(s.truncating or s.delayed_until > now for s in partitions.values()):
+            # The usual round: every partition fetching, nothing to sort out (a snapshot: what
+            # joins or leaves meanwhile is told apart by its state when the answer comes).
+            await self.fetch(dict(partitions))
+            return
+        due = {k: s for k, s in partitions.items() if s.delayed_until <= now}
         truncating = {k: s for k, s in due.items() if s.truncating}
         if truncating:
             await self.truncate(truncating)
@@ -262,16 +271,23 @@ class ReplicaFetcher:
         max_bytes = self.config.replica_fetch_max_bytes
         quota = self.replica_manager.follower_quota
         exceeded = quota is not None and quota.is_exceeded()
+        requests = self._requests
+        get_partition = self.replica_manager.get_partition
         for key, s in ready.items():
-            p = self.replica_manager.get_partition(key)
-            if exceeded and p is not None and self._throttled(p):
+            p = get_partition(key)
+            if p is None:
+                continue
+            if exceeded and self._throttled(p):
                 # a moving replica waits (replication_quota), backing off as Kafka's fetcher does
                 s.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
                 continue
-            if p is not None:
-                plog = p.log
-                partitions[key] = PartitionFetch(key[1], s.leader_epoch, plog.log_end_offset,
-                                                 plog.log_start_offset, max_bytes)
+            plog = p.log
+            end, start = plog.log_end_offset, plog.log_start_offset
+            data = requests.get(key)
+            if (data is None or data.fetch_offset != end or data.log_start_offset != start
+                    or data.current_leader_epoch != s.leader_epoch or data.partition_max_bytes != max_bytes):
+                data = requests[key] = PartitionFetch(key[1], s.leader_epoch, end, start, max_bytes)
+            partitions[key] = data
         if not partitions:
             return
         session = self.session.build(partitions)

@@ -52,9 +52,9 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Protocol, cast
+from typing import IO, Any, Protocol, TypeVar, cast
 
 from odradek.common.api_key import ApiKey
 from odradek.common.network.framing import FrameDecoder, FrameSizeError
@@ -64,6 +64,8 @@ from odradek.common.security.principal import ANONYMOUS, KafkaPrincipal, NoMatch
 from .pipeline import RequestPipeline
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAX_QUEUED_BYTES = 32 * 1024 * 1024
 """Read-ahead bound per connection: reading pauses while this much is waiting to be handled."""
@@ -165,6 +167,52 @@ class _PositionalFile:
         return n
 
 
+def start_eagerly(awaitable: Awaitable[T], loop: asyncio.AbstractEventLoop) -> asyncio.Future[T]:
+    """Runs a coroutine up to its first suspension now, in the caller's turn of the loop (what
+    Python 3.12's eager tasks do): a handler that finishes without waiting (a Produce with acks=0
+    or 1) costs no task, no scheduling and no done callback; one that waits goes on in a task.
+    Returns a future with its outcome (other awaitables simply get a task)."""
+    if not isinstance(awaitable, Coroutine):
+        return asyncio.ensure_future(awaitable, loop=loop)
+    coro = awaitable
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        done: asyncio.Future[T] = loop.create_future()
+        done.set_result(stop.value)
+        return done
+    except BaseException as e:  # the outcome, CancelledError included, is the future's
+        failed: asyncio.Future[T] = loop.create_future()
+        failed.set_exception(e)
+        return failed
+    return loop.create_task(_resume(coro, yielded))
+
+
+async def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
+    """The rest of a coroutine that `start_eagerly` began: waits for what it yielded (a future, or
+    None for a bare yield), then hands it the outcome as a task would, a failure or a
+    cancellation thrown in at its suspension point."""
+    while True:
+        try:
+            if yielded is None:
+                await asyncio.sleep(0)
+            elif asyncio.isfuture(yielded):
+                yielded._asyncio_future_blocking = False  # as a task takes it (else it refuses a second await)
+                await yielded
+            else:
+                raise RuntimeError(f"coroutine yielded {yielded!r}, not a future")
+        except BaseException as e:  # handed to the coroutine, as a task hands it
+            try:
+                yielded = coro.throw(e)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            continue
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: SocketServer):
         self.server = server
@@ -198,7 +246,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._wake: asyncio.Future[None] | None = None
         self._can_write: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._pipeline: RequestPipeline[asyncio.Task[list[Any] | None]] = RequestPipeline(MAX_IN_FLIGHT)
+        self._pipeline: RequestPipeline[asyncio.Future[list[Any] | None]] = RequestPipeline(MAX_IN_FLIGHT)
         self._pipelined = server.pipelined_apis
         self._busy = False
         """A barrier request is being handled (the connection is not idle)."""
@@ -398,16 +446,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _is_pipelined(self, frame: bytes | bytearray | memoryview) -> bool:
         return len(frame) >= 2 and (frame[0] << 8 | frame[1]) in self._pipelined
 
-    def _on_inflight_done(self, task: asyncio.Task[list[Any] | None]) -> None:
+    def _on_inflight_done(self, task: asyncio.Future[list[Any] | None]) -> None:
         self._pipeline.finish(task)
         self._wakeup()
+
+    def _starts_now(self) -> bool:
+        """The next frame is a pipelined request that may start at once."""
+        frame = self._frames[0] if self._frames else None
+        return (frame is not None and not self._closed and not self._muted_until and self._is_pipelined(frame)
+                and self._pipeline.may_start(True))
 
     async def _run(self) -> None:
         pipeline = self._pipeline
         try:
             while True:
                 # answer the finished pipelined requests at the head, in request order, together
-                done = pipeline.answerable()
+                # (after starting every queued one that may start: eagerly run, most finish at once)
+                done = [] if self._starts_now() else pipeline.answerable()
                 if done:
                     await self._send_done(done)
                 if self._closed:
@@ -427,9 +482,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._account()
                 self.server.resume_paused()
                 if self._is_pipelined(frame):
-                    task = asyncio.ensure_future(self.server.handler(frame, self), loop=self.loop)
+                    task = start_eagerly(self.server.handler(frame, self), self.loop)
                     pipeline.start(task, pipelined=True)
-                    task.add_done_callback(self._on_inflight_done)
+                    if task.done():
+                        pipeline.finish(task)
+                    else:
+                        task.add_done_callback(self._on_inflight_done)
                     continue
                 # a barrier: nothing else is in flight, and nothing starts until it is answered
                 self._busy = True
@@ -459,7 +517,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 elif not task.cancelled():
                     task.exception()  # retrieved: an abandoned request's failure is not news
 
-    async def _send_done(self, done: list[asyncio.Task[list[Any] | None]]) -> None:
+    async def _send_done(self, done: list[asyncio.Future[list[Any] | None]]) -> None:
         """Answers finished requests (in request order) with one write.
 
         Pipelined Produce requests finish together (one high-watermark move releases many), and a

@@ -211,3 +211,61 @@ def test_server_without_pipelining_or_with_it_handles_quick_requests_in_order(ap
             await pipelined.stop()
 
     asyncio.run(main())
+
+
+def test_start_eagerly_runs_to_the_first_wait_and_hands_over_like_a_task():
+    """socket_server.start_eagerly: a handler that never waits is done at once (no task); one
+    that waits goes on in a task that passes it results, failures and cancellation as a task
+    would."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        async def at_once():
+            return "now"
+
+        async def boom():
+            raise ValueError("bad")
+
+        done = socket_server.start_eagerly(at_once(), loop)
+        assert done.done() and done.result() == "now" and not isinstance(done, asyncio.Task)
+        failed = socket_server.start_eagerly(boom(), loop)
+        assert isinstance(failed.exception(), ValueError)
+
+        gate = loop.create_future()
+        steps = []
+
+        async def waits():
+            steps.append("started")
+            value = await gate
+            await asyncio.sleep(0)  # a bare yield
+            try:
+                await loop.create_future()  # never done: cancelled below
+            finally:
+                steps.append(f"cleaned up after {value}")
+
+        task = socket_server.start_eagerly(waits(), loop)
+        assert steps == ["started"] and not task.done()
+        gate.set_result(7)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            async with asyncio.timeout(STEP_S):
+                await task
+        assert steps == ["started", "cleaned up after 7"]
+
+        failing_gate = loop.create_future()
+
+        async def sees_failure():
+            try:
+                await failing_gate
+            except KeyError:
+                return "caught"
+
+        caught = socket_server.start_eagerly(sees_failure(), loop)
+        failing_gate.set_exception(KeyError("k"))
+        async with asyncio.timeout(STEP_S):
+            assert await caught == "caught"
+
+    asyncio.run(main())

@@ -303,7 +303,9 @@ class WriteOptions:
     delivery_guarantee: str | None  # None: exactly-once when the cluster has transactions
 
     def producer_config(self) -> dict:
-        conf = {"enable.idempotence": True, "linger.ms": 5}
+        # delivery reports of failed records only: the sink counts failures, and a Python callback
+        # for each of a task's records would cost more than producing it
+        conf = {"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True}
         conf.update(self.kafka_params)
         return conf
 

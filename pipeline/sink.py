@@ -26,7 +26,6 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from . import progress
 from .options import AT_LEAST_ONCE, EXACTLY_ONCE, WriteOptions
-from .transactions import transactions_supported
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +50,8 @@ def choose_guarantee(options: WriteOptions) -> str:
     of a cluster without transactions is refused with a clear error."""
     if options.delivery_guarantee == AT_LEAST_ONCE:
         return AT_LEAST_ONCE
+    from .transactions import transactions_supported  # the broker client's modules: only imported when asked
+
     bootstrap = options.kafka_params["bootstrap.servers"]
     supported = transactions_supported(
         bootstrap, props={k: str(v) for k, v in options.kafka_params.items() if k.startswith(CONNECTION_KEYS)})

@@ -15,8 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from odradek.broker.fetch_session import PartitionFetch
 from odradek.broker.replica_manager import FetchResult
-from odradek.common.network.encoding import BodyWriter, node_endpoints
-from odradek.common.network.socket_server import Chunk
+from odradek.common.network.encoding import BodyWriter, Chunk, node_endpoints
 
 MIN_VERSION = 0
 """v0–v3 (message formats v0/v1) are down-converted (broker/log/legacy_records)."""

@@ -54,9 +54,9 @@ from odradek.common.clock import Clock, Timer, monotonic_ns, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.errors import KafkaError
 from odradek.common.messages import LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest, StopReplicaResponse
-from odradek.common.network.encoding import Body, frame, response_header
+from odradek.common.network.encoding import Body, Chunk, frame, response_header
 from odradek.common.network.request_context import ANONYMOUS, DEFAULT_LISTENER, Handler, RequestContext, client_host
-from odradek.common.network.socket_server import Chunk, CloseConnection, RateLimitedLog
+from odradek.common.network.socket_server import CloseConnection, RateLimitedLog
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ def encode_metadata_response(
 
 def _body(chunks: list[bytes]) -> Body:
     """broker-data's pre-encoded response body (KafkaApis frames it as is)."""
-    return Body(chunks, sum(len(c) for c in chunks))
+    return Body([*chunks], sum(len(c) for c in chunks))
 
 
 class MetadataApis:

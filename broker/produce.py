@@ -28,8 +28,7 @@ from typing import Any
 from odradek.broker.replica_manager import ProduceResult
 from odradek.common import message_bounds, wire
 from odradek.common.api_key import ApiKey
-from odradek.common.network.encoding import BodyWriter, node_endpoints
-from odradek.common.network.socket_server import Chunk
+from odradek.common.network.encoding import BodyWriter, Chunk, node_endpoints
 
 MIN_VERSION = 0
 LEGACY_VERSIONS = (0, 1, 2)

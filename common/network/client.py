@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.common import wire
-from odradek.common.network.framing import FrameDecoder, FrameSizeError
+from odradek.common.network.framing import Frame, FrameDecoder, FrameSizeError
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         """Keep a large frame's buffer for the next one (the larger of it and the current spare)."""
         self.decoder.recycle(buffer)
 
-    def _complete(self, frame: bytes | memoryview) -> None:
+    def _complete(self, frame: Frame) -> None:
         """`frame` is bytes, or a view of a large buffer that goes back to `spare` unless the
         caller decodes it itself (`send_frame`) and recycles it when done."""
         (correlation_id,) = wire.SIZE.unpack_from(frame, 0)
@@ -82,10 +82,11 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         if pending.schema is None:
             pending.future.set_result(frame)
             return
-        if isinstance(frame, memoryview):
-            # kio's values may keep views of what they read: they get bytes of their own
-            buffer, frame = frame.obj, bytes(frame)
-            self.keep_spare(buffer)
+        if not isinstance(frame, bytes):
+            # kio's values may keep views of what they read: they get immutable bytes of their own
+            if isinstance(frame, memoryview):
+                self.keep_spare(frame.obj)
+            frame = bytes(frame)
         try:
             _, payload = wire.decode_response(pending.schema, frame)
         except Exception as e:  # a malformed answer fails this request, not the process

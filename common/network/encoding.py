@@ -6,7 +6,26 @@ field becomes its length prefix followed by the log's FileRegion, which the sock
 sendfile.
 """
 
+from __future__ import annotations
+
 import struct
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class FileRegion(Protocol):
+    """A part of a file to send (a log segment's record batches)."""
+
+    @property
+    def file(self) -> Any: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+
+Chunk = bytes | bytearray | memoryview | FileRegion
+"""A piece of a response: bytes, or a file region (sent with sendfile on plaintext)."""
 
 
 class Body:
@@ -14,7 +33,7 @@ class Body:
 
     __slots__ = ("chunks", "size", "throttle_ms")
 
-    def __init__(self, chunks: list, size: int, throttle_ms: int = 0):
+    def __init__(self, chunks: list[Chunk], size: int, throttle_ms: int = 0):
         self.chunks = chunks
         self.size = size
         self.throttle_ms = throttle_ms
@@ -47,7 +66,7 @@ class BodyWriter:
     def __init__(self, flexible: bool):
         self.flexible = flexible
         self._buf = bytearray()
-        self._chunks: list = []
+        self._chunks: list[Chunk] = []
         self.size = 0
         """Bytes handed over to chunks so far (chunks() adds the buffer's remainder)."""
 
@@ -102,7 +121,7 @@ class BodyWriter:
         """The bytes written so far (a writer used to encode one tagged field's value)."""
         return bytes(self._buf)
 
-    def records(self, regions: list, size: int) -> None:
+    def records(self, regions: Sequence[bytes | bytearray | FileRegion], size: int) -> None:
         """A `records` field: the length, then the regions as they are (no copy)."""
         if self.flexible:
             self._buf += uvarint(size + 1)
@@ -119,7 +138,7 @@ class BodyWriter:
             self._chunks.append(region)
             self.size += region.size
 
-    def chunks(self) -> list:
+    def chunks(self) -> list[Chunk]:
         if self._buf:
             self._chunks.append(bytes(self._buf))
             self.size += len(self._buf)
@@ -127,7 +146,7 @@ class BodyWriter:
         return self._chunks
 
 
-def frame(header: bytes, body_chunks: list, body_size: int) -> list:
+def frame(header: bytes, body_chunks: list[Chunk], body_size: int) -> list[Chunk]:
     """Size prefix + response header + body, the header merged into the first bytes chunk."""
     head = _I32.pack(len(header) + body_size) + header
     if body_chunks and isinstance(body_chunks[0], (bytes, bytearray)):
@@ -140,7 +159,7 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
     return _I32.pack(correlation_id) + (b"\0" if flexible else b"")
 
 
-def node_endpoints(endpoints) -> bytes:
+def node_endpoints(endpoints: Sequence[tuple[int, str, int, str | None]]) -> bytes:
     """The KIP-951 `node_endpoints` tagged field of Produce (v10+) and Fetch (v16+) answers:
     (node id, host, port, rack) of the leaders the answer names."""
     nodes = BodyWriter(flexible=True)

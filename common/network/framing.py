@@ -22,6 +22,9 @@ import sys
 
 _SIZE = struct.Struct(">i")
 
+Frame = bytes | bytearray | memoryview
+"""One frame's body: bytes (bytearray if `writable`), or a view of a buffer of its own."""
+
 RECV_BUFFER = 256 * 1024
 GROWTH = 4
 """A large frame's own buffer grows by this factor as its bytes arrive (copies stay under a third
@@ -85,10 +88,11 @@ class FrameDecoder:
         if self._big is not None:
             return self._big_size
         if self._end - self._start >= 4:
-            return _SIZE.unpack_from(self._buf, self._start)[0]
+            size: int = _SIZE.unpack_from(self._buf, self._start)[0]
+            return size
         return 0
 
-    def recycle(self, buffer) -> None:
+    def recycle(self, buffer: object) -> None:
         """Offer a large frame's buffer back, once its reader is done with it; the larger one is
         kept for the next large frame."""
         if isinstance(buffer, bytearray) and (self._spare is None or len(buffer) > len(self._spare)):
@@ -106,7 +110,7 @@ class FrameDecoder:
             self._compact()
         return self._view[self._end :]
 
-    def buffer_updated(self, nbytes: int) -> list:
+    def buffer_updated(self, nbytes: int) -> list[Frame]:
         """`nbytes` were written into the last `get_buffer()`; returns the frames completed."""
         if self._big is not None:
             self._big_fill += nbytes
@@ -121,9 +125,9 @@ class FrameDecoder:
         self._end += nbytes
         return self._parse()
 
-    def receive_data(self, data) -> list:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """Feeds bytes that arrived; returns the frames completed."""
-        frames: list = []
+        frames: list[Frame] = []
         view = memoryview(data)
         while view:
             target = self.get_buffer()
@@ -141,8 +145,8 @@ class FrameDecoder:
             self._buf[0:n] = self._buf[self._start : self._end]
         self._start, self._end = 0, n
 
-    def _parse(self) -> list:
-        frames = []
+    def _parse(self) -> list[Frame]:
+        frames: list[Frame] = []
         buf = self._buf
         while True:
             avail = self._end - self._start

@@ -54,7 +54,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Protocol, TypeVar, cast
+from typing import IO, Any, TypeVar, cast
 
 from odradek.common.api_key import ApiKey
 from odradek.common.network.framing import FrameDecoder, FrameSizeError
@@ -88,21 +88,6 @@ TLS_SHUTDOWN_TIMEOUT_S = 5.0
 """A closed TLS connection waits this long at most for the peer's close_notify (asyncio's default: 30 s)."""
 _TLS_RECORD = 0x16
 """A TLS handshake record's first byte: a size prefix starting with it is a TLS client on a plaintext listener."""
-
-
-class FileRegion(Protocol):
-    """A part of a file to send (a log segment's record batches)."""
-
-    @property
-    def file(self) -> Any: ...
-    @property
-    def position(self) -> int: ...
-    @property
-    def size(self) -> int: ...
-
-
-Chunk = bytes | bytearray | memoryview | FileRegion
-"""A piece of a response: bytes, or a file region (sent with sendfile on plaintext)."""
 
 
 class CloseConnection(Exception):
@@ -363,7 +348,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         writable = self.server.writable_frames
         for frame in frames:
-            self._frames.append(frame if writable or isinstance(frame, bytes) else frame.toreadonly())
+            self._frames.append(frame if writable or not isinstance(frame, memoryview) else frame.toreadonly())
             self._queued += len(frame)
         if frames:
             self._wakeup()

@@ -365,23 +365,29 @@ def unreachable(r: TopicResource, message: str) -> Outcome:
     return Outcome(r, Phase.PROGRESSING, "ClusterUnreachable", message)
 
 
-def conditions(o: Outcome, at: str | None = None) -> list[dict[str, Any]]:
-    prev = {c.get("type"): c for c in o.resource.previous_conditions}
+def phase_conditions(phase: Phase, reason: str, message: str, generation: int | None,
+                     previous: tuple[dict[str, Any], ...], at: str | None = None) -> list[dict[str, Any]]:
+    """Ready, Reconciling and Stalled of a resource in `phase` (Topic and KafkaUser alike);
+    `previous` conditions keep their lastTransitionTime while their status stays."""
+    prev = {c.get("type"): c for c in previous}
     at = at or now()
-    g = o.resource.generation
 
     def cond(type_: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return condition(type_, ok, reason, message, g, prev, at)
+        return condition(type_, ok, reason, message, generation, prev, at)
 
-    ready = o.phase is Phase.READY
-    working = o.phase is Phase.PROGRESSING
-    stalled = o.phase is Phase.STALLED
+    ready = phase is Phase.READY
+    working = phase is Phase.PROGRESSING
+    stalled = phase is Phase.STALLED
     return [
-        cond(READY, ready, o.reason, o.message),
-        cond(RECONCILING, working, o.reason if working else "ReconcileComplete" if ready else o.reason,
-             o.message if working else ""),
-        cond(STALLED, stalled, o.reason if stalled else "AsExpected", o.message if stalled else ""),
+        cond(READY, ready, reason, message),
+        cond(RECONCILING, working, reason if working else "ReconcileComplete" if ready else reason,
+             message if working else ""),
+        cond(STALLED, stalled, reason if stalled else "AsExpected", message if stalled else ""),
     ]
+
+
+def conditions(o: Outcome, at: str | None = None) -> list[dict[str, Any]]:
+    return phase_conditions(o.phase, o.reason, o.message, o.resource.generation, o.resource.previous_conditions, at)
 
 
 def status(o: Outcome, previous: dict[str, Any] | None = None, at: str | None = None) -> dict[str, Any]:

@@ -20,21 +20,25 @@ from typing import Any, cast
 
 import kopf
 
-from odradek.operator import builders
 from odradek.operator.batching import Batcher
-from odradek.operator.cluster_access import ClusterAccess, cluster_access
+from odradek.operator.cluster_access import ClusterAccess
 from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
-from odradek.operator.metrics import ReconcileStats, kind_key
+from odradek.operator.metrics import ReconcileStats
 from odradek.operator.models import GROUP, VERSION
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
+from odradek.operator.resource_controller import DEFAULT_RESYNC as DEFAULT_RESYNC
+from odradek.operator.resource_controller import DEFAULT_WORKERS as DEFAULT_WORKERS
+from odradek.operator.resource_controller import BootstrapSource as BootstrapSource
+from odradek.operator.resource_controller import ResourceController, older
+from odradek.operator.resource_controller import Tuning as Tuning
+from odradek.operator.resource_controller import service_bootstrap as service_bootstrap
 from odradek.operator.topic_models import FINALIZER, PLURAL
 from odradek.operator.topic_reconciler import (
     Action,
     ActionResult,
     AlterConfigs,
     ChangeReplicationFactor,
-    Cluster,
     CreatePartitions,
     CreateTopic,
     Outcome,
@@ -53,36 +57,8 @@ from odradek.operator.topic_reconciler import (
     topic_name_of,
     unreachable,
 )
-from odradek.operator.work_queue import ShutDown, WorkQueue
 
 log = logging.getLogger("odradek.operator.topics")
-
-BootstrapSource = Callable[[dict[str, Any]], list[tuple[str, int]]]
-
-DEFAULT_RESYNC = 60.0
-DEFAULT_WORKERS = 64
-
-
-def service_bootstrap(cluster: dict[str, Any]) -> list[tuple[str, int]]:
-    """The cluster's bootstrap Service (the operator runs inside Kubernetes)."""
-    host, port = builders.bootstrap_servers(cluster).rsplit(":", 1)
-    return [(host, int(port))]
-
-
-ClusterKey = tuple[str, str | None]
-"""(namespace, name) of a KafkaCluster; a Topic whose spec is invalid refers to (namespace, None)."""
-
-
-@dataclass
-class Tuning:
-    """Scale knobs: concurrent reconciles, admin batching, resync period."""
-    workers: int = DEFAULT_WORKERS
-    queue_size: int = 10000
-    resync: float = DEFAULT_RESYNC
-    linger: float = 0.05
-    max_batch: int = 500
-    request_timeout: float = 30.0
-
 
 @dataclass
 class ClusterAdmin:
@@ -122,23 +98,19 @@ class ClusterAdmin:
         return result
 
 
-class TopicController:
+class TopicController(ResourceController[TopicResource, ClusterAdmin]):
+    kind, kinds, task_prefix = "Topic", "Topics", "topics"
+
     def __init__(self, client: KubeClient, *, namespaces: list[str], clusterwide: bool,
                  bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None,
                  stats: ReconcileStats | None = None):
-        self.client = client
-        self.stats = stats or ReconcileStats()  # the operator's: passes, their duration, failures
-        self.namespaces, self.clusterwide = list(namespaces), clusterwide
-        self.bootstrap_source = bootstrap_source
-        self.tuning = tuning or Tuning()
-        self.topics: dict[tuple[str, str], TopicResource] = {}
-        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        super().__init__(client, namespaces=namespaces, clusterwide=clusterwide,
+                         bootstrap_source=bootstrap_source, tuning=tuning, stats=stats)
+        self.topics = self.resources
         self.claims: dict[tuple[str, str | None, str], set[tuple[str, str]]] = {}
-        self.clusters: dict[ClusterKey, dict[str, Any]] = {}
-        self.admins: dict[ClusterKey, ClusterAdmin] = {}
-        self.queue = WorkQueue(self.tuning.queue_size)
-        self.seeded = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+
+    def _open_admin(self, access: ClusterAccess) -> ClusterAdmin:
+        return ClusterAdmin.open(access, self.tuning)
 
     # --- the store, fed by watch events --------------------------------------------------------
 
@@ -175,7 +147,7 @@ class TopicController:
                     await self.queue.add(sibling)  # the next in line may take the topic over
             return
         old = self.topics.get(key)
-        if old is not None and _older(body, self.bodies[key]):
+        if old is not None and older(body, self.bodies[key]):
             return  # our own write's answer is stored already; this event predates it
         r = self._store(body)
         if old is None or _wants_look(old, r):
@@ -184,138 +156,11 @@ class TopicController:
                 for sibling in self.claims.get(old.claim, ()):
                     await self.queue.add(sibling)
 
-    async def cluster_event(self, kind: str | None, body: dict[str, Any]) -> None:
-        meta: dict[str, Any] = body.get("metadata") or {}
-        key = cast(ClusterKey, (meta.get("namespace"), meta.get("name")))
-        old = self.clusters.get(key)
-        if kind == "DELETED":
-            self.clusters.pop(key, None)
-        else:
-            self.clusters[key] = body
-        if kind == "DELETED" or old is None or _cluster_state(old) != _cluster_state(body):
-            admin = self.admins.pop(key, None)
-            if admin is not None:
-                await admin.close()
-            for topic_key, r in list(self.topics.items()):
-                if (r.namespace, r.cluster_ref) == key:
-                    await self.queue.add(topic_key)
-
-    # --- running -------------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._seed_then_run(), name="topics-seed")]
-
-    async def stop(self) -> None:
-        await self.queue.shutdown()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for admin in list(self.admins.values()):
-            await admin.close()
-        self.admins.clear()
-
-    async def _list(self, kind: str) -> list[dict[str, Any]]:
-        items = []
-        for namespace in [None] if self.clusterwide else self.namespaces:
-            items.extend(await self.client.list(kind, namespace, {}))
-        return items
-
-    async def _seed(self) -> None:
-        """Every Topic and KafkaCluster once, before any decision (see the module docstring)."""
-        delay = 1.0
-        for _attempt in range(1_000_000):  # bounded; in practice until the API server answers
-            try:
-                clusters = await self._list("KafkaCluster")
-                topics = await self._list("Topic")
-                break
-            except (TimeoutError, ApiError, OSError) as e:
-                log.warning("listing Topics and KafkaClusters failed (%s); retrying in %.0fs", e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 60.0)
-        for body in clusters:
-            meta = body["metadata"]
-            self.clusters.setdefault((meta["namespace"], meta["name"]), body)
-        for body in topics:
-            key = (body["metadata"]["namespace"], body["metadata"]["name"])
-            if key not in self.topics:
-                self._store(body)
-        for key in list(self.topics):
-            await self.queue.add(key)
-        self.seeded.set()
-        log.info("topic controller started: %d Topics, %d KafkaClusters", len(self.topics), len(self.clusters))
-
-    async def _seed_then_run(self) -> None:
-        await self._seed()
-        workers = [asyncio.create_task(self._worker(i), name=f"topics-worker-{i}")
-                   for i in range(self.tuning.workers)]
-        resync = asyncio.create_task(self._resync(), name="topics-resync")
-        try:
-            await asyncio.gather(*workers, resync)
-        finally:
-            for task in [*workers, resync]:
-                task.cancel()
-            await asyncio.gather(*workers, resync, return_exceptions=True)
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.tuning.resync)
-            for key in list(self.topics):
-                await self.queue.add(key)
-
-    async def _worker(self, index: int) -> None:
-        while True:
-            try:
-                key = cast(tuple[str, str], await self.queue.get())  # only Topic keys are queued
-            except ShutDown:
-                return
-            try:
-                with self.stats.timed(kind_key("Topic", key[0])):
-                    retry = await self.reconcile(key)
-            except asyncio.CancelledError:
-                raise
-            except ApiError as e:
-                log.info("Topic %s/%s: Kubernetes API answered %s; retrying", *key, e)
-                retry = True
-            except Exception:  # one resource's failure must not stop the worker
-                log.exception("Topic %s/%s: reconcile failed; retrying", *key)
-                retry = True
-            finally:
-                await self.queue.done(key)
-            if retry:
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-
-    # --- one pass ------------------------------------------------------------------------------
-
-    def cluster_of(self, r: TopicResource) -> Cluster:
-        body = self.clusters.get((r.namespace, r.cluster_ref))
-        if body is None:
-            return Cluster.MISSING
-        return Cluster.DELETING if body["metadata"].get("deletionTimestamp") else Cluster.PRESENT
-
     def owner_name(self, r: TopicResource) -> str | None:
         """The older resource's name when another Topic claims the same topic first."""
         claimants = [self.topics[k] for k in self.claims.get(r.claim, ()) if k in self.topics]
         owner = owner_of(claimants) if claimants else r
         return None if owner.key == r.key else owner.name
-
-    async def access_of(self, cluster: dict[str, Any]) -> ClusterAccess:
-        """The bootstrap source's addresses when one was given (tests, benchmarks), else how the
-        operator reaches the cluster (cluster_access: TLS and its certificate when secured)."""
-        if self.bootstrap_source is not service_bootstrap:
-            return ClusterAccess(tuple(self.bootstrap_source(cluster)))
-        return await cluster_access(self.client, cluster)
-
-    async def admin_for(self, r: TopicResource) -> ClusterAdmin:
-        key = (r.namespace, r.cluster_ref)
-        access = await self.access_of(self.clusters[key])
-        admin = self.admins.get(key)
-        if admin is None or admin.access != access:
-            if admin is not None:
-                asyncio.get_running_loop().create_task(admin.close())
-            admin = self.admins[key] = ClusterAdmin.open(access, self.tuning)
-        return admin
 
     async def reconcile(self, key: tuple[str, str]) -> bool:
         """One pass for one Topic; True when it should be retried soon (with backoff)."""
@@ -424,18 +269,6 @@ class TopicController:
 
 def _ready_reason(r: TopicResource) -> str | None:
     return next((c.get("reason") for c in r.previous_conditions if c.get("type") == "Ready"), None)
-
-
-def _older(new: dict[str, Any], stored: dict[str, Any]) -> bool:
-    """Whether `new` is an older version than `stored`. Resource versions are opaque to clients,
-    but where both are integers (etcd revisions, as every API server has them) they order writes,
-    and an event can arrive after the answer to a later write of ours."""
-    a, b = new["metadata"].get("resourceVersion"), stored["metadata"].get("resourceVersion")
-    return isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit() and int(a) < int(b)
-
-
-def _cluster_state(body: dict[str, Any]) -> tuple[bool, str | None]:
-    return bool(body["metadata"].get("deletionTimestamp")), body["metadata"].get("uid")
 
 
 def _wants_look(old: TopicResource, new: TopicResource) -> bool:

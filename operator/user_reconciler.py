@@ -26,8 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from odradek.common.security import jaas
-from odradek.operator.status import condition, now
-from odradek.operator.topic_reconciler import Cluster, Phase, error_reason
+from odradek.operator.topic_reconciler import Cluster, Phase, error_reason, phase_conditions
 from odradek.operator.user_models import (
     FINALIZER,
     SCRAM,
@@ -36,8 +35,6 @@ from odradek.operator.user_models import (
     spec_problem,
     username,
 )
-
-READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_ITERATIONS = 4096
@@ -351,22 +348,7 @@ def unreachable(r: UserResource, message: str) -> Outcome:
 
 
 def conditions(o: Outcome, at: str | None = None) -> list[dict[str, Any]]:
-    prev = {c.get("type"): c for c in o.resource.previous_conditions}
-    at = at or now()
-    g = o.resource.generation
-
-    def cond(type_: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return condition(type_, ok, reason, message, g, prev, at)
-
-    ready = o.phase is Phase.READY
-    working = o.phase is Phase.PROGRESSING
-    stalled = o.phase is Phase.STALLED
-    return [
-        cond(READY, ready, o.reason, o.message),
-        cond(RECONCILING, working, o.reason if working else "ReconcileComplete" if ready else o.reason,
-             o.message if working else ""),
-        cond(STALLED, stalled, o.reason if stalled else "AsExpected", o.message if stalled else ""),
-    ]
+    return phase_conditions(o.phase, o.reason, o.message, o.resource.generation, o.resource.previous_conditions, at)
 
 
 def status(o: Outcome, previous: dict[str, Any] | None = None, at: str | None = None) -> dict[str, Any]:

@@ -34,14 +34,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from odradek.operator import builders
 from odradek.operator.batching import Batcher
 from odradek.operator.certificates import BACKDATE, Authority, clock_now, needs_renewal
-from odradek.operator.cluster_access import ClusterAccess, cluster_access
+from odradek.operator.cluster_access import ClusterAccess
 from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
-from odradek.operator.metrics import ReconcileStats, kind_key
+from odradek.operator.metrics import ReconcileStats
 from odradek.operator.models import GROUP, VERSION, parse_spec
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
-from odradek.operator.topic_reconciler import Cluster, Phase
-from odradek.operator.topics import BootstrapSource, Tuning, service_bootstrap
+from odradek.operator.resource_controller import BootstrapSource, ResourceController, Tuning, older, service_bootstrap
+from odradek.operator.topic_reconciler import Phase
 from odradek.operator.user_models import FINALIZER, PLURAL, SCRAM, TLS
 from odradek.operator.user_reconciler import (
     SECRET_LABELS,
@@ -67,16 +67,12 @@ from odradek.operator.user_reconciler import (
     unreachable,
     user_secret,
 )
-from odradek.operator.work_queue import ShutDown, WorkQueue
 
 log = logging.getLogger("odradek.operator.users")
 
 FIELD_MANAGER = "odradek-operator"
 PASSWORD_LENGTH = 32
 _ALPHABET = string.ascii_letters + string.digits
-
-ClusterKey = tuple[str, str | None]
-
 
 def generate_password() -> str:
     """32 letters and digits from `secrets` (about 190 bits), as Strimzi generates them."""
@@ -154,22 +150,18 @@ class UserAdmin:
         return result
 
 
-class UserController:
+class UserController(ResourceController[UserResource, UserAdmin]):
+    kind, kinds, task_prefix = "KafkaUser", "KafkaUsers", "users"
+
     def __init__(self, client: KubeClient, *, namespaces: list[str], clusterwide: bool,
                  bootstrap_source: BootstrapSource = service_bootstrap, tuning: Tuning | None = None,
                  stats: ReconcileStats | None = None):
-        self.client = client
-        self.stats = stats or ReconcileStats()  # the operator's: passes, their duration, failures
-        self.namespaces, self.clusterwide = list(namespaces), clusterwide
-        self.bootstrap_source = bootstrap_source
-        self.tuning = tuning or Tuning()
-        self.users: dict[tuple[str, str], UserResource] = {}
-        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
-        self.clusters: dict[ClusterKey, dict[str, Any]] = {}
-        self.admins: dict[ClusterKey, UserAdmin] = {}
-        self.queue = WorkQueue(self.tuning.queue_size)
-        self.seeded = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        super().__init__(client, namespaces=namespaces, clusterwide=clusterwide,
+                         bootstrap_source=bootstrap_source, tuning=tuning, stats=stats)
+        self.users = self.resources
+
+    def _open_admin(self, access: ClusterAccess) -> UserAdmin:
+        return UserAdmin.open(access, self.tuning)
 
     # --- the store, fed by watch events --------------------------------------------------------
 
@@ -186,137 +178,11 @@ class UserController:
             self.bodies.pop(key, None)
             return
         old = self.users.get(key)
-        if old is not None and _older(body, self.bodies[key]):
+        if old is not None and older(body, self.bodies[key]):
             return
         r = self._store(body)
         if old is None or _wants_look(old, r):
             await self.queue.add(key)
-
-    async def cluster_event(self, kind: str | None, body: dict[str, Any]) -> None:
-        meta: dict[str, Any] = body.get("metadata") or {}
-        key = cast(ClusterKey, (meta.get("namespace"), meta.get("name")))
-        old = self.clusters.get(key)
-        if kind == "DELETED":
-            self.clusters.pop(key, None)
-        else:
-            self.clusters[key] = body
-        if kind == "DELETED" or old is None or _cluster_state(old) != _cluster_state(body):
-            admin = self.admins.pop(key, None)
-            if admin is not None:
-                await admin.close()
-            for user_key, r in list(self.users.items()):
-                if (r.namespace, r.cluster_ref) == key:
-                    await self.queue.add(user_key)
-
-    # --- running -------------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._seed_then_run(), name="users-seed")]
-
-    async def stop(self) -> None:
-        await self.queue.shutdown()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for admin in list(self.admins.values()):
-            await admin.close()
-        self.admins.clear()
-
-    async def _list(self, kind: str) -> list[dict[str, Any]]:
-        items = []
-        for namespace in [None] if self.clusterwide else self.namespaces:
-            items.extend(await self.client.list(kind, namespace, {}))
-        return items
-
-    async def _seed(self) -> None:
-        delay = 1.0
-        for _attempt in range(1_000_000):  # bounded; in practice until the API server answers
-            try:
-                clusters = await self._list("KafkaCluster")
-                users = await self._list("KafkaUser")
-                break
-            except (TimeoutError, ApiError, OSError) as e:
-                log.warning("listing KafkaUsers and KafkaClusters failed (%s); retrying in %.0fs", e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 60.0)
-        for body in clusters:
-            meta = body["metadata"]
-            self.clusters.setdefault((meta["namespace"], meta["name"]), body)
-        for body in users:
-            key = (body["metadata"]["namespace"], body["metadata"]["name"])
-            if key not in self.users:
-                self._store(body)
-        for key in list(self.users):
-            await self.queue.add(key)
-        self.seeded.set()
-        log.info("user controller started: %d KafkaUsers, %d KafkaClusters", len(self.users), len(self.clusters))
-
-    async def _seed_then_run(self) -> None:
-        await self._seed()
-        workers = [asyncio.create_task(self._worker(i), name=f"users-worker-{i}")
-                   for i in range(self.tuning.workers)]
-        resync = asyncio.create_task(self._resync(), name="users-resync")
-        try:
-            await asyncio.gather(*workers, resync)
-        finally:
-            for task in [*workers, resync]:
-                task.cancel()
-            await asyncio.gather(*workers, resync, return_exceptions=True)
-
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.tuning.resync)
-            for key in list(self.users):
-                await self.queue.add(key)
-
-    async def _worker(self, index: int) -> None:
-        while True:
-            try:
-                key = cast(tuple[str, str], await self.queue.get())
-            except ShutDown:
-                return
-            try:
-                with self.stats.timed(kind_key("KafkaUser", key[0])):
-                    retry = await self.reconcile(key)
-            except asyncio.CancelledError:
-                raise
-            except ApiError as e:
-                log.info("KafkaUser %s/%s: Kubernetes API answered %s; retrying", *key, e)
-                retry = True
-            except Exception:  # one resource's failure must not stop the worker
-                log.exception("KafkaUser %s/%s: reconcile failed; retrying", *key)
-                retry = True
-            finally:
-                await self.queue.done(key)
-            if retry:
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-
-    # --- one pass ------------------------------------------------------------------------------
-
-    def cluster_of(self, r: UserResource) -> Cluster:
-        body = self.clusters.get((r.namespace, r.cluster_ref))
-        if body is None:
-            return Cluster.MISSING
-        return Cluster.DELETING if body["metadata"].get("deletionTimestamp") else Cluster.PRESENT
-
-    async def access_of(self, cluster: dict[str, Any]) -> ClusterAccess:
-        """As the Topic controller reaches the cluster (cluster_access: TLS and the operator's
-        certificate when secured); a given bootstrap source (tests, benchmarks) wins."""
-        if self.bootstrap_source is not service_bootstrap:
-            return ClusterAccess(tuple(self.bootstrap_source(cluster)))
-        return await cluster_access(self.client, cluster)
-
-    async def admin_for(self, r: UserResource) -> UserAdmin:
-        key = (r.namespace, r.cluster_ref)
-        access = await self.access_of(self.clusters[key])
-        admin = self.admins.get(key)
-        if admin is None or admin.access != access:
-            if admin is not None:
-                asyncio.get_running_loop().create_task(admin.close())
-            admin = self.admins[key] = UserAdmin.open(access, self.tuning)
-        return admin
 
     async def reconcile(self, key: tuple[str, str]) -> bool:
         """One pass for one KafkaUser; True when it should be retried soon (with backoff)."""
@@ -518,15 +384,6 @@ def _ours(secret: dict[str, Any]) -> bool:
 
 def _ready_reason(r: UserResource) -> str | None:
     return next((c.get("reason") for c in r.previous_conditions if c.get("type") == "Ready"), None)
-
-
-def _older(new: dict[str, Any], stored: dict[str, Any]) -> bool:
-    a, b = new["metadata"].get("resourceVersion"), stored["metadata"].get("resourceVersion")
-    return isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit() and int(a) < int(b)
-
-
-def _cluster_state(body: dict[str, Any]) -> tuple[bool, str | None]:
-    return bool(body["metadata"].get("deletionTimestamp")), body["metadata"].get("uid")
 
 
 def _wants_look(old: UserResource, new: UserResource) -> bool:

@@ -14,11 +14,11 @@ import time
 from collections.abc import Iterator
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from .offsets import INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE, INSTRUCTION_FAIL_ON_DATA_LOSS_TRUE, DataLossError, OffsetRange
-from .options import ReadOptions
+from .options import ClientConfig, ReadOptions
 from .schema import arrow_schema
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class _RangeConsumer:
     keeps that leader in its metadata and asks it until the periodic refresh (minutes): a question
     that times out is asked again by a fresh consumer, which bootstraps from whoever answers."""
 
-    def __init__(self, config: dict, tp: KTopicPartition, attempts: int = 5):
+    def __init__(self, config: ClientConfig, tp: KTopicPartition, attempts: int = 5):
         self.config = config
         self.tp = tp
         self.attempts = attempts
@@ -70,9 +70,9 @@ def report_data_loss(fail: bool, message: str) -> None:
     log.warning("%s. %s", message, INSTRUCTION_FAIL_ON_DATA_LOSS_FALSE)
 
 
-def _to_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+def _to_batch(messages: list[Message], r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
     keys, values, offsets, timestamps, types = [], [], [], [], []
-    headers: list[list[dict]] = []
+    headers: list[list[dict[str, str | bytes | None]]] = []
     for m in messages:
         keys.append(m.key())
         values.append(m.value())
@@ -83,7 +83,8 @@ def _to_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_headers
         timestamps.append(ts * 1000 if ts_type else None)
         if include_headers:
             h = m.headers()
-            headers.append([{"key": k, "value": v} for k, v in h] if h is not None else [])
+            pairs = [] if h is None else h.items() if isinstance(h, dict) else h
+            headers.append([{"key": k, "value": v} for k, v in pairs])
     n = len(messages)
     columns = [
         pa.array(keys, pa.binary()),

@@ -12,7 +12,7 @@ import json
 from . import offsets
 
 
-def offsets_behind_latest(source_progress) -> dict[str, str]:
+def offsets_behind_latest(source_progress: object) -> dict[str, str]:
     """`{"minOffsetsBehindLatest": ..., "maxOffsetsBehindLatest": ..., "avgOffsetsBehindLatest": ...}`
     for one source of a StreamingQueryProgress (`query.lastProgress.sources[0]`, or its dict
     form); empty when the progress has no offsets yet."""

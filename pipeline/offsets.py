@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 EARLIEST = -2
@@ -95,7 +96,7 @@ def parse_assign(text: str) -> list[TopicPartition]:
     return out
 
 
-def to_json_dict(offsets: PartitionOffsets) -> dict:
+def to_json_dict(offsets: PartitionOffsets) -> dict[str, dict[str, int]]:
     """The checkpoint form: {topic: {"partition": offset}} with sorted keys (a stable JSON)."""
     out: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
@@ -103,7 +104,7 @@ def to_json_dict(offsets: PartitionOffsets) -> dict:
     return out
 
 
-def from_json_dict(doc: dict) -> PartitionOffsets:
+def from_json_dict(doc: Mapping[str, Mapping[str, int]]) -> PartitionOffsets:
     return {(topic, int(p)): int(o) for topic, parts in doc.items() for p, o in parts.items()}
 
 
@@ -170,7 +171,7 @@ def incorrect_latest(known: PartitionOffsets, latest: PartitionOffsets) -> list[
 
 
 def stream_ranges(start: PartitionOffsets, end: PartitionOffsets, earliest_of_new: PartitionOffsets,
-                  report_data_loss) -> list[OffsetRange]:
+                  report_data_loss: Callable[[str], None]) -> list[OffsetRange]:
     """The ranges of one micro-batch, Spark's getOffsetRangesFromResolvedOffsets.
 
     A start of LATEST (a query started at "latest" whose first batch pins its start) reads
@@ -222,5 +223,5 @@ def _name(tp: TopicPartition) -> str:
     return f"{tp[0]}-{tp[1]}"
 
 
-def _names(tps) -> str:
+def _names(tps: Iterable[TopicPartition]) -> str:
     return "Set(" + ", ".join(_name(tp) for tp in tps) + ")"

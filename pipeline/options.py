@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition, parse_assign, parse_partition_offsets
+
+ClientConfig = dict[str, Any]
+"""A librdkafka configuration as confluent-kafka takes it: strings, numbers, booleans, and the
+callbacks (error_cb, on_delivery) the sink adds."""
 
 SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN = "subscribe", "subscribepattern", "assign"
 STRATEGIES = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
@@ -66,7 +72,7 @@ class OffsetLimit:
     no_match_latest: bool = False
 
 
-def offset_limit(options: dict, global_ts_key: str, by_ts_key: str, offsets_key: str,
+def offset_limit(options: Mapping[str, str], global_ts_key: str, by_ts_key: str, offsets_key: str,
                  default: str, is_start: bool) -> OffsetLimit:
     """Spark's getKafkaOffsetRangeLimit: a global timestamp wins over per-partition timestamps,
     which win over offsets."""
@@ -75,11 +81,11 @@ def offset_limit(options: dict, global_ts_key: str, by_ts_key: str, offsets_key:
         raise ValueError(f"{BY_TIMESTAMP_STRATEGY} must be 'error' or 'latest', got {strategy!r}")
     no_match_latest = strategy == "latest" or not is_start
     if global_ts_key in options:
-        text = options[global_ts_key].strip()
+        given = options[global_ts_key].strip()
         try:
-            ts = int(text)
+            ts = int(given)
         except ValueError as e:
-            raise ValueError(f"Expected a single long value, got {text}") from e
+            raise ValueError(f"Expected a single long value, got {given}") from e
         return OffsetLimit("timestamp", timestamp=ts, no_match_latest=no_match_latest)
     if by_ts_key in options:
         return OffsetLimit("timestamps", offsets=parse_partition_offsets(options[by_ts_key].strip(), by_ts_key),
@@ -112,18 +118,18 @@ class ReadOptions:
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1000
     commit_offsets_to_group: str | None = None
-    kafka_params: dict = field(default_factory=dict)
+    kafka_params: ClientConfig = field(default_factory=dict)
     group_id: str = ""
     warnings: tuple[str, ...] = ()
 
-    def client_config(self) -> dict:
+    def client_config(self) -> ClientConfig:
         """The librdkafka configuration for the driver's and executors' clients."""
         return dict(self.kafka_params)
 
-    def consumer_config(self) -> dict:
+    def consumer_config(self) -> ClientConfig:
         """Executors read exactly what the driver planned: no group membership, no commits, no
         offset reset (Spark sets auto.offset.reset=none; librdkafka's word for it is error)."""
-        conf = dict(self.kafka_params)
+        conf: ClientConfig = dict(self.kafka_params)
         conf.setdefault("group.id", self.group_id)
         conf.update({
             "enable.auto.commit": False,
@@ -135,13 +141,13 @@ class ReadOptions:
 
     @property
     def read_committed(self) -> bool:
-        return self.kafka_params.get("isolation.level", "read_uncommitted") == "read_committed"
+        return bool(self.kafka_params.get("isolation.level", "read_uncommitted") == "read_committed")
 
     def matches(self, topic: str) -> bool:
         return self.pattern is not None and re.fullmatch(self.pattern, topic) is not None
 
 
-def _bool(options: dict, key: str, default: bool) -> bool:
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     text = options.get(key)
     if text is None:
         return default
@@ -151,7 +157,7 @@ def _bool(options: dict, key: str, default: bool) -> bool:
     return value == "true"
 
 
-def _int(options: dict, key: str) -> int | None:
+def _int(options: Mapping[str, str], key: str) -> int | None:
     text = options.get(key)
     if text is None:
         return None
@@ -161,18 +167,18 @@ def _int(options: dict, key: str) -> int | None:
         raise ValueError(f"{key} must be an integer, got {text!r}") from e
 
 
-def _int_or(options: dict, key: str, default: int) -> int:
+def _int_or(options: Mapping[str, str], key: str, default: int) -> int:
     """`key` as an integer, `default` only when it is not given (0 is a value)."""
     value = _int(options, key)
     return default if value is None else value
 
 
-def kafka_params(options: dict) -> dict:
+def kafka_params(options: Mapping[str, str]) -> ClientConfig:
     """Every `kafka.*` option without its prefix: the client's own configuration."""
     return {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}
 
 
-def read_options(raw: dict, streaming: bool) -> ReadOptions:
+def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
     """Spark's validateStreamOptions/validateBatchOptions and validateGeneralOptions."""
     options = {k.lower(): v for k, v in raw.items()}
     warnings = []
@@ -299,18 +305,18 @@ def _check_limit_pair(start: OffsetLimit, end: OffsetLimit) -> None:
 @dataclass(frozen=True)
 class WriteOptions:
     topic: str | None
-    kafka_params: dict
+    kafka_params: ClientConfig
     delivery_guarantee: str | None  # None: exactly-once when the cluster has transactions
 
-    def producer_config(self) -> dict:
+    def producer_config(self) -> ClientConfig:
         # delivery reports of failed records only: the sink counts failures, and a Python callback
         # for each of a task's records would cost more than producing it
-        conf = {"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True}
+        conf: ClientConfig = {"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True}
         conf.update(self.kafka_params)
         return conf
 
 
-def write_options(raw: dict) -> WriteOptions:
+def write_options(raw: Mapping[str, str]) -> WriteOptions:
     options = {k.lower(): v for k, v in raw.items()}
     params = kafka_params(options)
     if "key.serializer" in params:

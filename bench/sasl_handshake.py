@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import functools
 import multiprocessing
-import os
 import ssl
 import struct
 import subprocess
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from procfs import cpu_seconds  # bench/procfs.py, beside this file
 
 USER, PASSWORD = "bench", "bench-secret"
 
@@ -86,12 +87,6 @@ def _client_process(port: int, sasl: bool, cafile: str | None, clients: int, sec
         return sum(await asyncio.gather(*(loop(deadline) for _ in range(clients))))
 
     out.put(asyncio.run(main()))
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rate(port: int, sasl: bool, cafile: str | None, clients: int, seconds: float, broker_pid: int) -> tuple[float, float]:

@@ -30,7 +30,6 @@ The integration test tests/integration/test_scale.py runs the controlled-shutdow
 
 import argparse
 import json
-import os
 import re
 import resource
 import signal
@@ -47,6 +46,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from procfs import cpu_seconds, open_fds, rss_mb  # bench/procfs.py, beside this file
 
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import four_letter, free_port, free_ports
@@ -54,29 +54,7 @@ from odradek.dev.zookeeper import four_letter, free_port, free_ports
 REPLICAS = 3
 
 
-# --- /proc and logs ------------------------------------------------------------------------------
-
-def cpu_seconds(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
+# --- logs --------------------------------------------------------------------------------------
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 

@@ -21,71 +21,25 @@ Run: .venv/bin/python bench/topics.py small|large [--topics N]
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "operator"))  # the emulated API server of the tests
+from operator_bench import (  # bench/operator_bench.py, beside this file
+    CLUSTER,
+    NS,
+    add_operator_command,
+    apply_until_ready,
+    run_operator_command,
+    started_cluster,
+)
 
-NS = "bench"
-CLUSTER = "bench"
 CASES = {"small": dict(topics=1000, partitions=3, replicas=3, brokers=3, target=60.0),
          "large": dict(topics=10000, partitions=1, replicas=1, brokers=1, target=600.0)}
-
-
-def operator_main(url: str, ports: list[int], workers: int) -> None:
-    """The operator process: Topics and KafkaClusters of namespace NS, the brokers on `ports`."""
-    import logging
-
-    import kopf
-
-    from odradek.operator.main import run
-    from odradek.operator.rolling import fetch_view
-    from odradek.operator.topics import Tuning
-
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    bootstrap = [("127.0.0.1", p) for p in ports]
-
-    async def view(body):
-        return await fetch_view(bootstrap, timeout=10.0)
-
-    run([NS], False, connection=kopf.ConnectionInfo(server=url, insecure=True), view_source=view, interval=30.0,
-        topic_bootstrap=lambda cluster: bootstrap, topic_tuning=Tuning(workers=workers, resync=600.0))
-
-
-def vm_hwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
-
-
-def start_operator(url: str, ports: list[int], workers: int, log: Path) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, __file__, "operator", "--url", url, "--workers", str(workers),
-             "--ports", ",".join(map(str, ports))],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(operator: subprocess.Popen | None) -> None:
-    """SIGTERM (kopf stops cleanly), SIGKILL after 30 s."""
-    if operator is None or operator.poll() is not None:
-        return
-    os.killpg(operator.pid, signal.SIGTERM)
-    try:
-        operator.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(operator.pid, signal.SIGKILL)
-        operator.wait(timeout=10)
+BROKER_OVERRIDES = {"auto.create.topics.enable": "false"}
 
 
 def topic_body(i: int, partitions: int, replicas: int) -> dict:
@@ -93,40 +47,6 @@ def topic_body(i: int, partitions: int, replicas: int) -> dict:
             "metadata": {"name": f"bench-{i:05d}", "namespace": NS},
             "spec": {"clusterRef": CLUSTER, "partitions": partitions, "replicas": replicas,
                      "config": {"retention.ms": 3600000}}}
-
-
-def ready_count(server, resource: str) -> tuple[int, int]:
-    """(Ready Topics, Topics) as the emulated API holds them."""
-    import kmock
-
-    res = kmock.resource(resource)
-    ready = total = 0
-    for key, obj in list(server.objects.items()):
-        if key[0] != res or obj.deleted:
-            continue
-        total += 1
-        raw = obj.raw
-        gen = raw["metadata"].get("generation")
-        for c in (raw.get("status") or {}).get("conditions") or ():
-            if c.get("type") == "Ready" and c.get("status") == "True" and c.get("observedGeneration") == gen:
-                ready += 1
-    return ready, total
-
-
-@contextlib.contextmanager
-def started_cluster(data_dir: Path, brokers: int):
-    """A fresh LocalCluster, started on this thread outside any loop (its processes die with the
-    thread that spawned them), stopped at the end."""
-    from odradek.dev.cluster import LocalCluster
-    from odradek.dev.zookeeper import free_ports
-
-    cluster = LocalCluster(data_dir, brokers=brokers, controllers=1, broker_ports=free_ports(brokers),
-                           broker_overrides={"auto.create.topics.enable": "false"})
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def peer(bootstrap: str, n: int, partitions: int, replicas: int, timeout: float) -> float:
@@ -167,74 +87,18 @@ def verify(bootstrap: str, n: int, partitions: int, replicas: int, timeout: floa
 
 
 async def bench(case: dict, cluster, data_dir: Path, workers: int, timeout: float, peer_s: float | None) -> dict:
-    import aiohttp
-    import kmock
-    from kube_emulator import KubernetesServer
-    from operator_harness import TOPICS, new_server
+    from operator_harness import TOPICS
 
     n, partitions, replicas, brokers = case["topics"], case["partitions"], case["replicas"], case["brokers"]
-    operator = None
-    try:
-        server: KubernetesServer = new_server()
-        server.objects[kmock.resource("v1/namespaces"), None, NS] = {
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "uid": "ns-" + NS}}
-        async with server, kmock.Server(server) as http:
-            url = str(http.url).rstrip("/")
-            log = data_dir / "operator.log"
-            operator = await asyncio.to_thread(start_operator, url, cluster.broker_ports, workers, log)
-            async with aiohttp.ClientSession() as session:
-                async def post(path, body):
-                    async with session.post(url + path, json=body) as r:
-                        if r.status not in (200, 201):
-                            raise RuntimeError(f"POST {path}: {r.status} {await r.text()}")
-
-                await post(f"/apis/odradek.io/v1alpha1/namespaces/{NS}/kafkaclusters", {
-                    "apiVersion": "odradek.io/v1alpha1", "kind": "KafkaCluster",
-                    "metadata": {"name": CLUSTER, "namespace": NS},
-                    "spec": {"zookeeper": {"connect": cluster.zookeeper_connect}}})
-                await asyncio.sleep(3.0)  # the operator is up and watching (its startup is not timed)
-                if operator.poll() is not None:
-                    raise RuntimeError(f"the operator exited with {operator.returncode}; see {log}")
-
-                started = time.monotonic()
-                limit = asyncio.Semaphore(32)
-                path = f"/apis/odradek.io/v1alpha1/namespaces/{NS}/topics"
-
-                async def apply(i):
-                    async with limit:
-                        await post(path, topic_body(i, partitions, replicas))
-
-                await asyncio.gather(*(apply(i) for i in range(n)))
-                applied = time.monotonic() - started
-                print(f"  {n} Topics applied in {applied:.1f}s", flush=True)
-                last_print = 0.0
-                deadline = started + timeout
-                while True:
-                    ready, _total = ready_count(server, TOPICS)
-                    now = time.monotonic()
-                    if ready == n:
-                        break
-                    if operator.poll() is not None:
-                        raise RuntimeError(f"the operator exited with {operator.returncode}; see {log}")
-                    if now > deadline:
-                        raise RuntimeError(f"only {ready}/{n} Ready after {timeout:.0f}s; see {log}")
-                    if now - last_print >= 10:
-                        print(f"  {now - started:6.1f}s: {ready}/{n} Ready, operator VmHWM "
-                              f"{vm_hwm_mb(operator.pid):.0f} MB", flush=True)
-                        last_print = now
-                    await asyncio.sleep(0.25)
-                wall = time.monotonic() - started
-                peak = vm_hwm_mb(operator.pid)
-            stop(operator)  # before its API server goes away
-            checked = await asyncio.to_thread(verify, cluster.bootstrap, n, partitions, replicas)
-            return {"topics": n, "partitions": partitions, "replicas": replicas, "brokers": brokers,
-                    "apply_s": round(applied, 1), "all_ready_s": round(wall, 1),
-                    "operator_peak_mb": round(peak), "target_s": case["target"], "checked": checked,
-                    "peer_librdkafka_s": None if peer_s is None else round(peer_s, 1),
-                    "ratio_to_peer": None if peer_s is None else round(wall / peer_s, 2),
-                    "requests_to_api": len(list(server))}
-    finally:
-        stop(operator)
+    m = await apply_until_ready(__file__, cluster, data_dir, workers, timeout, "topics", TOPICS, "Topics",
+                                lambda i: topic_body(i, partitions, replicas), n)
+    checked = await asyncio.to_thread(verify, cluster.bootstrap, n, partitions, replicas)
+    return {"topics": n, "partitions": partitions, "replicas": replicas, "brokers": brokers,
+            "apply_s": round(m.applied_s, 1), "all_ready_s": round(m.all_ready_s, 1),
+            "operator_peak_mb": round(m.operator_peak_mb), "target_s": case["target"], "checked": checked,
+            "peer_librdkafka_s": None if peer_s is None else round(peer_s, 1),
+            "ratio_to_peer": None if peer_s is None else round(m.all_ready_s / peer_s, 2),
+            "requests_to_api": m.requests_to_api}
 
 
 def main(argv=None) -> int:
@@ -246,13 +110,10 @@ def main(argv=None) -> int:
         c.add_argument("--workers", type=int, default=256, help="the operator's concurrent reconciles")
         c.add_argument("--timeout", type=float, default=1800.0)
         c.add_argument("--no-peer", action="store_true", help="skip the librdkafka peer run")
-    o = sub.add_parser("operator", help="(internal) the operator process")
-    o.add_argument("--url", required=True)
-    o.add_argument("--ports", required=True)
-    o.add_argument("--workers", type=int, required=True)
+    add_operator_command(sub)
     args = p.parse_args(argv)
     if args.what == "operator":
-        operator_main(args.url, [int(x) for x in args.ports.split(",")], args.workers)
+        run_operator_command(args, "topic_tuning")
         return 0
     case = {**CASES[args.what], "topics": args.topics}
     print(f"{args.what}: {case['topics']} Topics x {case['partitions']} partitions, RF {case['replicas']}, "
@@ -260,10 +121,10 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="odradek-bench-topics-"))
     peer_s = None
     if not args.no_peer:
-        with started_cluster(tmp / "peer-cluster", case["brokers"]) as cluster:
+        with started_cluster(tmp / "peer-cluster", case["brokers"], BROKER_OVERRIDES) as cluster:
             peer_s = peer(cluster.bootstrap, case["topics"], case["partitions"], case["replicas"], args.timeout)
         print(f"  peer: librdkafka created {case['topics']} topics in {peer_s:.1f}s", flush=True)
-    with started_cluster(tmp / "cluster", case["brokers"]) as cluster:
+    with started_cluster(tmp / "cluster", case["brokers"], BROKER_OVERRIDES) as cluster:
         result = asyncio.run(bench(case, cluster, tmp, args.workers, args.timeout, peer_s))
     shutil.rmtree(tmp, ignore_errors=True)  # kept (with the logs) when the run failed
     print(json.dumps(result, indent=2))

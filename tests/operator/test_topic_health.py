@@ -5,6 +5,7 @@ from pathlib import Path
 
 import lupa.lua51 as lua51
 import pytest
+import yaml
 
 from odradek.operator import status as cluster_status
 from odradek.operator.topic_reconciler import Cluster, LiveTopic, gate, outcome, plan, resource_from_body, status
@@ -30,9 +31,13 @@ def with_status(body, o):
     return {**body, "status": status(o, at="t")}
 
 
+SCRIPT = CHART / "health" / "odradek.lua"
+"""One script for every kind: Argo CD is given it once per kind."""
+
+
 @pytest.fixture(scope="module")
 def topic_lua():
-    return (CHART / "health" / "topic.lua").read_text()
+    return SCRIPT.read_text()
 
 
 def test_topic_health(topic_lua):
@@ -61,7 +66,7 @@ def test_topic_health_waits_for_the_latest_generation_and_a_status(topic_lua):
 
 
 def test_kafkacluster_health():
-    script = (CHART / "health" / "kafkacluster.lua").read_text()
+    script = SCRIPT.read_text()
     body = {"metadata": {"name": "kafka", "generation": 1}}
     ok = cluster_status.Observation(1, desired_brokers=3, ready_broker_ids=(0, 1, 2), running_brokers=3,
                                     desired_controllers=1, ready_controllers=1)
@@ -78,7 +83,7 @@ def test_kafkacluster_health():
 def test_kafkauser_health():
     from odradek.operator import user_reconciler as u
 
-    script = (CHART / "health" / "kafkauser.lua").read_text()
+    script = SCRIPT.read_text()
     body = {"metadata": {"name": "app", "namespace": "kafka", "generation": 1},
             "spec": {"clusterRef": "kafka", "authentication": {"type": "scram-sha-512"}}}
     r = u.resource_from_body(body)
@@ -92,10 +97,12 @@ def test_kafkauser_health():
     assert health(script, {**body, "status": u.status(waiting, at="t")})[0] == "Progressing"
 
 
-@pytest.mark.parametrize(("kind", "file"), [("KafkaCluster", "kafkacluster.lua"), ("Topic", "topic.lua"),
-                                            ("KafkaUser", "kafkauser.lua")])
-def test_readme_carries_the_scripts(kind, file):
+def test_readme_carries_the_script_for_every_kind():
     readme = (CHART / "README.md").read_text()
-    script = (CHART / "health" / file).read_text()
-    block = "".join("    " + line if line.strip() else line for line in script.splitlines(True))
-    assert f"resource.customizations.health.odradek.io_{kind}: |\n{block}" in readme
+    section = readme[readme.index("## Argo CD health checks"):]
+    start = section.index("```yaml\n") + len("```yaml\n")
+    block = section[start:section.index("\n```", start)]
+    data = yaml.safe_load(block)["data"]
+    script = SCRIPT.read_text()
+    for kind in ("KafkaCluster", "Topic", "KafkaUser"):
+        assert data[f"resource.customizations.health.odradek.io_{kind}"] == script

@@ -96,9 +96,10 @@ async def wait_for(predicate, timeout: float, what: str, step: float = 0.05):
 class Kubelet:
     """Plays the StatefulSet controller and kubelet for the broker StatefulSet: pods 0..n-1 from
     the current template (OnDelete: a pod keeps its template until deleted), Ready after
-    `ready_after` ticks; records the worst number of brokers down at once."""
+    `ready_after` ticks; records the worst number of brokers down at once. A subclass changes
+    what a deleted pod means and when a pod is Ready (`pod_deleted`, `pod_ready`)."""
 
-    def __init__(self, server: KubernetesServer, view: ScriptedView, name: str = "demo", ready_after: int = 3):
+    def __init__(self, server: KubernetesServer, view: ScriptedView | None, name: str = "demo", ready_after: int = 3):
         self.server, self.view, self.ready_after = server, view, ready_after
         self.sts_name = builders.names(name)["broker"]
         self.ages: dict[str, int] = {}
@@ -137,6 +138,7 @@ class Kubelet:
             if pod is None:
                 if name in self.ages:
                     self.recreated.append(i)
+                    self.pod_deleted(i)
                 self.ages[name] = 0
                 self.server.put_raw(PODS, NS, {
                     "apiVersion": "v1", "kind": "Pod",
@@ -144,13 +146,12 @@ class Kubelet:
                     "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}})
                 continue
             self.ages[name] = self.ages.get(name, 0) + 1
-            if pod["metadata"].get("annotations", {}).get(builders.CONFIG_HASH) in self.broken:
-                continue
-            if self.ages[name] == self.ready_after:
+            make_ready, counts = self.pod_ready(i, pod)
+            if make_ready:
                 pod = copy.deepcopy(pod)
                 pod["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
                 self.server.put_raw(PODS, NS, pod)
-            if self.ages[name] >= self.ready_after:
+            if counts:
                 ready.add(i)
         pods = kmock.resource(PODS)
         for key, obj in list(self.server.objects.items()):
@@ -163,7 +164,19 @@ class Kubelet:
             self.max_down = max(self.max_down, n - len(ready))
         elif len(ready) == n:
             self.all_ready_once = True
-        self.view.set(registered=frozenset(ready))
+        if self.view is not None:
+            self.view.set(registered=frozenset(ready))
+
+    def pod_deleted(self, index: int) -> None:
+        """Broker pod `index` was deleted (by the operator) and is being recreated."""
+
+    def pod_ready(self, index: int, pod: dict) -> tuple[bool, bool]:
+        """(mark the pod Ready now, count it as a registered broker): `ready_after` ticks after
+        it was created, never with a broken config hash."""
+        if pod["metadata"].get("annotations", {}).get(builders.CONFIG_HASH) in self.broken:
+            return False, False
+        age = self.ages[pod["metadata"]["name"]]
+        return age == self.ready_after, age >= self.ready_after
 
     async def run(self) -> None:
         while True:

@@ -9,7 +9,6 @@ and for a topic's default. A change of a static key rolls every broker exactly o
 """
 
 import asyncio
-import copy
 import queue
 import threading
 import uuid
@@ -18,7 +17,7 @@ import kmock
 import pytest
 import pytest_asyncio
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
-from operator_harness import KC, NS, PODS, STS, Api, OperatorThread, condition, new_server, wait_for, writes
+from operator_harness import KC, NS, STS, Api, Kubelet, OperatorThread, condition, new_server, wait_for, writes
 
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import free_ports
@@ -74,62 +73,25 @@ class Restarter:
         self.thread.join(60)
 
 
-class ProcessKubelet:
-    """The StatefulSet controller and kubelet for broker pods backed by real processes: a pod the
-    operator deletes is recreated from the current template and its broker restarted with the
-    spec's config; the pod is Ready once that broker is registered again."""
+class ProcessKubelet(Kubelet):
+    """The harness's kubelet for broker pods backed by real processes: a pod the operator deletes
+    is recreated from the current template and its broker restarted with the spec's config; the
+    pod is Ready once that broker is registered again."""
 
     def __init__(self, server, restarter: Restarter, name: str = "demo"):
-        self.server, self.restarter = server, restarter
-        self.n = builders.names(name)
-        self.cluster_name = name
+        super().__init__(server, None, name, ready_after=1)
+        self.restarter = restarter
         self.restarts = dict.fromkeys(range(BROKERS), 0)
-        self.seen: set[str] = set()
-        self.task: asyncio.Task | None = None
 
-    def _ready_deployment(self) -> None:
-        obj = self.server.live("apps/v1/deployments", NS, self.n["controller"])
-        if obj is not None and (obj.get("status") or {}).get("readyReplicas") != obj["spec"]["replicas"]:
-            self.server.put_raw("apps/v1/deployments", NS,
-                                {**copy.deepcopy(obj), "status": {"readyReplicas": obj["spec"]["replicas"]}})
+    def pod_deleted(self, index: int) -> None:
+        self.restarts[index] += 1
+        spec = parse_spec(self.server.live(KC, NS, self.cluster)["spec"])
+        self.restarter.restart(index, text(spec.brokers.config))
 
-    def tick(self) -> None:
-        self._ready_deployment()
-        sts = self.server.live(STS, NS, self.n["broker"])
-        if sts is None:
-            return
-        template = sts["spec"]["template"]
-        for i in range(sts["spec"]["replicas"]):
-            name = f"{self.n['broker']}-{i}"
-            pod = self.server.live(PODS, NS, name)
-            if pod is None:
-                if name in self.seen:  # deleted by the operator: restart the broker
-                    self.restarts[i] += 1
-                    spec = parse_spec(self.server.live(KC, NS, self.cluster_name)["spec"])
-                    self.restarter.restart(i, text(spec.brokers.config))
-                self.seen.add(name)
-                self.server.put_raw(PODS, NS, {
-                    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **copy.deepcopy(template["metadata"])},
-                    "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}})
-                continue
-            ready = self.restarts[i] == 0 or i in self.restarter.done
-            was = any(c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions", []))
-            if ready and not was:
-                pod = copy.deepcopy(pod)
-                pod["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
-                self.server.put_raw(PODS, NS, pod)
-
-    async def run(self) -> None:
-        while True:
-            self.tick()
-            await asyncio.sleep(0.05)
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self.run())
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
+    def pod_ready(self, index: int, pod: dict) -> tuple[bool, bool]:
+        ready = self.restarts[index] == 0 or index in self.restarter.done
+        was = any(c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions", []))
+        return ready and not was, ready
 
 
 @pytest.fixture

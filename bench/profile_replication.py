@@ -36,8 +36,8 @@ def profile_brokers(out_dir: Path):
 
     plain_argv = cluster.ManagedProcess.argv
 
-    def argv(self, shown: bool = False):
-        args = plain_argv(self, shown)
+    def argv(self):
+        args = plain_argv(self)
         if self.role != "broker":
             return args
         return [args[0], "-m", "cProfile", "-o", str(out_dir / f"{self.name}.prof")] + args[1:]

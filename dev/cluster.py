@@ -26,7 +26,7 @@ from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity, client_security_from_properties
 from odradek.common.zk_connect import ensure_chroot, new_client
 from odradek.common.zk_security import NO_SECURITY, ZkSecurity
-from odradek.dev.security import ClusterSecurity
+from odradek.dev.security import ClusterSecurity, write_private
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 
 DEFAULT_CHROOT = "/odradek"
@@ -70,26 +70,52 @@ class ManagedProcess:
     paused: bool = False
     netns: str | None = None
     """The network namespace it runs in (`ip netns exec`, which execs: the pid is the process's)."""
+    secrets_dir: Path | None = None
+    """Where `secrets_path` lives; the log's directory when None."""
 
     @property
     def out_path(self) -> Path:
         return self.log_path.with_suffix(".out")
 
-    def argv(self, shown: bool = False) -> list[str]:
-        """The command line; `shown`: as written to the log, with secret values masked."""
+    @property
+    def secrets_path(self) -> Path:
+        """The 0600 properties file the process reads its secret keys from: argv is world-readable
+        (`ps`, /proc/<pid>/cmdline), a file in the cluster's own directory is not."""
+        return (self.secrets_dir or self.log_path.parent) / f"{self.name}.secrets.properties"
+
+    def secrets(self) -> dict[str, str]:
+        return {key: value for key, value in self.overrides.items() if is_secret_key(key)}
+
+    def argv(self) -> list[str]:
+        """The command line: every override but the secrets, which go in `secrets_path` (`start`)."""
         prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         args = [*prefix, sys.executable, "-m", "odradek.cli", self.role, "--log-level", self.log_settings.level,
                 "--log-file", str(self.log_path), "--log-file-max-bytes", str(self.log_settings.max_bytes),
                 "--log-file-backups", str(self.log_settings.backups)]
+        if self.secrets():
+            args += ["--config", str(self.secrets_path)]
         for key, value in self.overrides.items():
-            args += ["--override", f"{key}={'[hidden]' if shown and is_secret_key(key) else value}"]
+            if not is_secret_key(key):
+                args += ["--override", f"{key}={value}"]
         return args
+
+    def write_secrets(self) -> None:
+        """The secret overrides as a properties file only this user reads (one `key=value` a line:
+        a value with a line break has no place in it)."""
+        secrets = self.secrets()
+        if not secrets:
+            return
+        if any("\n" in value or "\r" in value for value in secrets.values()):
+            raise ClusterError(f"{self.name}: a secret override holds a line break")
+        self.secrets_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(self.secrets_path, "".join(f"{k}={v}\n" for k, v in secrets.items()).encode())
 
     def start(self) -> "ManagedProcess":
         if self.alive:
             raise ClusterError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        started = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv(shown=True))}\n".encode()
+        self.write_secrets()
+        started = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv())}\n".encode()
         with open(self.log_path, "ab") as log:
             log.write(started)
         with open(self.out_path, "ab") as out:
@@ -253,6 +279,7 @@ class LocalCluster:
         """Process name → its Prometheus endpoint (with `metrics`: each process on a free port)."""
         self.data_dir = Path(data_dir).absolute()
         self.log_dir = self.data_dir / "logs"
+        self.secrets_dir = self.data_dir / "secrets"
         self.broker_ports = list(broker_ports) if broker_ports else [port + i for i in range(brokers)]
         if len(self.broker_ports) != brokers:
             raise ValueError(f"{brokers} brokers need {brokers} ports, got {self.broker_ports}")
@@ -335,7 +362,7 @@ class LocalCluster:
         self._metrics_port(f"broker-{i}", host, overrides)
         overrides.update(self._broker_overrides)
         return ManagedProcess(f"broker-{i}", "broker", overrides, self.log_dir / f"broker-{i}.log", self.log_settings,
-                              netns=netns)
+                              netns=netns, secrets_dir=self.secrets_dir)
 
     def _controller_process(self, j: int) -> ManagedProcess:
         # A free port per controller: two candidates on one host cannot share ControllerConfig's
@@ -351,7 +378,7 @@ class LocalCluster:
         self._metrics_port(f"controller-{j}", host, overrides)
         overrides.update(self._controller_overrides)
         return ManagedProcess(f"controller-{j}", "controller", overrides, self.log_dir / f"controller-{j}.log",
-                              self.log_settings, netns=netns)
+                              self.log_settings, netns=netns, secrets_dir=self.secrets_dir)
 
     def _metrics_port(self, name: str, host: str, overrides: dict[str, str]) -> None:
         if self.metrics:

@@ -63,8 +63,10 @@ def _pem_cert(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
+    """Writes a file only its owner reads (0600, also when it was there before)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
 
@@ -134,7 +136,7 @@ class CertificateAuthority:
         key, cert = self.issue(common_name, hosts, not_before=not_before, validity=validity,
                                organizational_unit=organizational_unit)
         tmp = path.with_name(path.name + ".tmp")
-        _write_private(tmp, key + cert + _pem_cert(self.cert))
+        write_private(tmp, key + cert + _pem_cert(self.cert))
         os.replace(tmp, path)
         return path
 
@@ -166,7 +168,7 @@ class ClusterSecurity:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{user}.password"
         if not path.exists():
-            _write_private(path, secrets.token_urlsafe(24).encode())
+            write_private(path, secrets.token_urlsafe(24).encode())
         password = path.read_text().strip()
         self.scram_users[user] = password
         self.client_protocol = "SASL_SSL"
@@ -219,13 +221,13 @@ class ClusterSecurity:
     def _write_zookeeper_files(self) -> None:
         path = self.directory / f"{ZOOKEEPER_USER}.zookeeper.password"
         if not path.exists():
-            _write_private(path, secrets.token_urlsafe(24).encode())
+            write_private(path, secrets.token_urlsafe(24).encode())
         password = path.read_text().strip()
-        _write_private(self.zookeeper_jaas_path, (
+        write_private(self.zookeeper_jaas_path, (
             "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
             f'  username="{ZOOKEEPER_USER}"\n  password="{password}";\n}};\n').encode())
         text = "".join(f"{k}={v}\n" for k, v in self.zookeeper_properties().items())
-        _write_private(self.zookeeper_client_config_path, text.encode())
+        write_private(self.zookeeper_client_config_path, text.encode())
 
     @property
     def ca_path(self) -> Path:
@@ -243,7 +245,7 @@ class ClusterSecurity:
             self.ca = CertificateAuthority.load(self.ca_path, ca_key)
         else:
             self.ca = CertificateAuthority.create()
-            _write_private(ca_key, _pem_key(self.ca.key))
+            write_private(ca_key, _pem_key(self.ca.key))
             self.ca_path.write_bytes(_pem_cert(self.ca.cert))
         for i in range(brokers):
             self.keystore(f"broker-{i}")
@@ -270,7 +272,7 @@ class ClusterSecurity:
 
     def write_client_config(self) -> Path:
         text = "".join(f"{k}={v}\n" for k, v in self.client_properties().items())
-        _write_private(self.client_config_path, text.encode())
+        write_private(self.client_config_path, text.encode())
         return self.client_config_path
 
     def _common(self, keystore: Path) -> dict[str, str]:

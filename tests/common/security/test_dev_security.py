@@ -5,11 +5,12 @@ the hosts clients use, private files private."""
 import ssl
 import stat
 
+import pytest
 from cryptography import x509
 
 from odradek.broker.server import check_listeners
-from odradek.common.config import BrokerConfig, ControllerConfig, parse_listeners, parse_protocol_map
-from odradek.dev.cluster import LocalCluster
+from odradek.common.config import BrokerConfig, ControllerConfig, load_properties, parse_listeners, parse_protocol_map
+from odradek.dev.cluster import ClusterError, LocalCluster
 from odradek.dev.security import ClusterSecurity
 
 
@@ -63,12 +64,28 @@ def test_advertised_host_is_the_client_listener_only(tmp_path):
     assert cluster.bootstrap == "localhost:19192,localhost:19193"
 
 
-def test_secret_overrides_never_reach_the_process_log(tmp_path):
-    """The "starting:" line LocalCluster writes to each process's log masks every secret value."""
+def test_secret_overrides_never_reach_argv_or_the_process_log(tmp_path):
+    """Secret values go to a 0600 properties file the process reads with --config, never to its
+    command line (world-readable in `ps`) nor to the "starting:" line of its log."""
     jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="s3cret-pw";'
     process = _cluster(tmp_path).brokers[0]
     process.overrides.update({"listener.name.client.plain.sasl.jaas.config": jaas,
                               "ssl.key.password": "s3cret-key", "zookeeper.digest.password": "s3cret-zk"})
-    shown = " ".join(process.argv(shown=True))
-    assert "s3cret" not in shown and "listener.name.client.plain.sasl.jaas.config=[hidden]" in shown
-    assert jaas in " ".join(process.argv())  # the child process still gets them
+    argv = process.argv()
+    assert "s3cret" not in " ".join(argv)
+    assert argv[argv.index("--config") + 1] == str(process.secrets_path)
+    process.write_secrets()
+    assert stat.S_IMODE(process.secrets_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(process.secrets_path.parent.stat().st_mode) == 0o700
+    overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--override"]
+    props = load_properties(process.secrets_path, overrides)
+    assert props["listener.name.client.plain.sasl.jaas.config"] == jaas  # the child still gets them
+    assert props["ssl.key.password"] == "s3cret-key" and props == process.overrides
+
+
+def test_a_secret_with_a_line_break_is_refused(tmp_path):
+    process = _cluster(tmp_path).brokers[0]
+    process.overrides["ssl.key.password"] = "two\nlines"
+    with pytest.raises(ClusterError, match="line break"):
+        process.write_secrets()
+    assert not process.secrets_path.exists()

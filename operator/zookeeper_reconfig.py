@@ -87,3 +87,83 @@ def next_step(members: dict[int, str], desired: int) -> Step | None:
 
 def quorum(n: int) -> int:
     return n // 2 + 1
+
+
+SCALING = "ZooKeeperScaling"
+HELD = "ZooKeeperMemberDown"
+REFUSED = "ZooKeeperScalingRefused"
+MIN_SCALABLE = 3
+"""The smallest ensemble the operator scales from or to: one or two voters have no member to
+spare, so every step through them stops the ensemble at the first failure (and a lone member's
+leader election cannot take a learner in reliably); such an ensemble keeps its size."""
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """What a pass observed of a managed ensemble."""
+    desired: int
+    """spec.zookeeper.replicas"""
+    replicas: int
+    """The StatefulSet's spec.replicas (pods 0..replicas-1 are members replicas..1 by id)."""
+    members: dict[int, str] | None
+    """/zookeeper/config (after a sync) as parse_config gives it; None: the ensemble did not answer."""
+    serving: frozenset[int] = frozenset()
+    """Member ids whose `srvr` names a mode: in sync with a leader and serving."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    replicas: int
+    """The StatefulSet's replica count to render this pass."""
+    reconfig: Step | None = None
+    """The reconfiguration to run this pass (after the render)."""
+    progress: tuple[str, str] | None = None
+    """(reason, message) while a scale is under way or held."""
+    refused: tuple[str, str] | None = None
+    """(reason, message) of a scale the operator will not make."""
+
+
+def decide(e: Ensemble) -> Decision:
+    """The next step of a scale, from what is observed now (never from memory, so a restarted
+    operator resumes): one StatefulSet replica or one reconfig per pass.
+
+    Up (k voters 1..k, desired > k): start member k+1 (replicas k+1); once it serves (synced as a
+    non-voting learner) add it by reconfig; the next pass sees k+1 voters. Down: remove member k
+    by reconfig while 1..k all serve, then shrink the StatefulSet to the k-1 voters. Pods without
+    a vote (a step cut short) are stopped before anything else; a voter down holds every step."""
+    if e.members is None:
+        if e.replicas == e.desired:
+            return Decision(e.replicas)
+        return Decision(e.replicas, progress=(SCALING, f"{e.replicas} → {e.desired} members: waiting for the "
+                                                       "ensemble to answer (its configuration decides the step)"))
+    current = voters(e.members)
+    k = len(current)
+    if current != list(range(1, k + 1)):
+        return Decision(e.replicas, refused=(REFUSED, f"the ensemble's voting members are {current}, not 1..{k} "
+                                                      "(changed outside the operator): no step is safe to derive"))
+    if e.desired == k:
+        if e.replicas == k:
+            return Decision(k)
+        return Decision(k, progress=(SCALING, f"the StatefulSet follows the ensemble's {k} voting members "
+                                              f"({e.replicas} pods → {k})"))
+    if k < MIN_SCALABLE or e.desired < MIN_SCALABLE:
+        return Decision(e.replicas, refused=(REFUSED, (
+            f"zookeeper.replicas {k} → {e.desired}: an ensemble of fewer than {MIN_SCALABLE} members has none to "
+            f"spare, so a scale through one would stop at the first failure; it stays at {k}")))
+    plan = f"{k} → {e.desired} members"
+    if e.replicas > k + (e.desired > k):
+        return Decision(k + (e.desired > k), progress=(SCALING, f"{plan}: stopping pods without a vote"))
+    down = [i for i in current if i not in e.serving]
+    if e.replicas < k:
+        return Decision(k, progress=(SCALING, f"{plan}: starting the pods of voting members {down}"))
+    if down:
+        return Decision(e.replicas, progress=(HELD, f"{plan} held: voting members {down} are not serving; "
+                                                    "no member is added or removed until every one is"))
+    if e.desired > k:
+        new = k + 1
+        if e.replicas == k:
+            return Decision(new, progress=(SCALING, f"{plan}: starting member {new}"))
+        if new in e.serving:
+            return Decision(new, reconfig=Step(add=new), progress=(SCALING, f"{plan}: adding member {new}"))
+        return Decision(new, progress=(SCALING, f"{plan}: waiting for member {new} to sync"))
+    return Decision(k, reconfig=Step(remove=k), progress=(SCALING, f"{plan}: removing member {k}"))

@@ -2,7 +2,20 @@
 
 import pytest
 
-from odradek.operator.zookeeper_reconfig import Member, next_step, parse_config, quorum, voters
+from odradek.operator.zookeeper_reconfig import (
+    HELD,
+    REFUSED,
+    SCALING,
+    Decision,
+    Ensemble,
+    Member,
+    Step,
+    decide,
+    next_step,
+    parse_config,
+    quorum,
+    voters,
+)
 
 CONFIG = (b"server.1=zk-0:2888:3888:participant;0.0.0.0:2181\n"
           b"server.2=zk-1:2888:3888:participant;0.0.0.0:2181\n"
@@ -40,3 +53,75 @@ def test_up_one_at_a_time_then_down_highest_first():
 def test_member_line_and_quorum():
     assert Member(4, "zk-3.h", 2888, 3888, 2181).line() == "server.4=zk-3.h:2888:3888:participant;0.0.0.0:2181"
     assert [quorum(n) for n in (1, 3, 4, 5)] == [1, 2, 3, 3]
+
+
+def _members(n: int) -> dict[int, str]:
+    return {i: Member(i, f"zk-{i - 1}", 2888, 3888, 2181).line().split("=", 1)[1] for i in range(1, n + 1)}
+
+
+def _all(n: int) -> frozenset[int]:
+    return frozenset(range(1, n + 1))
+
+
+@pytest.mark.parametrize(("state", "replicas", "reconfig", "reason"), [
+    # nothing to do
+    (Ensemble(3, 3, _members(3), _all(3)), 3, None, None),
+    (Ensemble(3, 3, None), 3, None, None),  # not answering, not scaling: keep
+    (Ensemble(5, 3, None), 3, None, SCALING),  # cannot decide without the configuration
+    # up: start the next member, wait for it to sync, add it
+    (Ensemble(5, 3, _members(3), _all(3)), 4, None, SCALING),
+    (Ensemble(5, 4, _members(3), _all(3)), 4, None, SCALING),
+    (Ensemble(5, 4, _members(3), _all(4)), 4, Step(add=4), SCALING),
+    (Ensemble(5, 4, _members(4), _all(4)), 5, None, SCALING),
+    (Ensemble(5, 5, _members(4), _all(5)), 5, Step(add=5), SCALING),
+    (Ensemble(5, 5, _members(5), _all(5)), 5, None, None),
+    # down: remove the highest voter while all serve, then shrink
+    (Ensemble(3, 5, _members(5), _all(5)), 5, Step(remove=5), SCALING),
+    (Ensemble(3, 5, _members(4), _all(4)), 4, None, SCALING),
+    (Ensemble(3, 4, _members(4), _all(4)), 4, Step(remove=4), SCALING),
+    (Ensemble(3, 4, _members(3), _all(3)), 3, None, SCALING),
+    # a voter down holds every step (a pod without a vote is still stopped)
+    (Ensemble(5, 3, _members(3), frozenset({1, 2})), 3, None, HELD),
+    (Ensemble(5, 4, _members(3), frozenset({1, 3, 4})), 4, None, HELD),
+    (Ensemble(3, 5, _members(5), frozenset({1, 2, 3, 4})), 5, None, HELD),
+    (Ensemble(3, 5, _members(4), frozenset({1, 2})), 4, None, SCALING),
+    # a step cut short: pods without a vote stop first, missing voter pods start
+    (Ensemble(5, 5, _members(3), _all(5)), 4, None, SCALING),
+    (Ensemble(3, 2, _members(4), _all(2)), 4, None, SCALING),
+    (Ensemble(4, 5, _members(4), _all(5)), 4, None, SCALING),
+    # refused: through fewer than three members, or voters not 1..k
+    (Ensemble(3, 1, _members(1), _all(1)), 1, None, REFUSED),
+    (Ensemble(2, 3, _members(3), _all(3)), 3, None, REFUSED),
+    (Ensemble(1, 3, _members(3), _all(3)), 3, None, REFUSED),
+    (Ensemble(5, 3, {i: v for i, v in _members(4).items() if i != 2}, _all(4)), 3, None, REFUSED),
+])
+def test_decide_every_state(state, replicas, reconfig, reason):
+    d = decide(state)
+    assert (d.replicas, d.reconfig) == (replicas, reconfig)
+    found = (d.progress or d.refused or (None,))[0]
+    assert found == reason, d
+    assert not (d.progress and d.refused)
+
+
+def test_decide_walks_3_to_5_to_3_one_change_per_pass_with_a_quorum():
+    """Play the decisions against a model ensemble: each pass changes one thing, and the voters
+    always have a serving quorum."""
+    members, replicas = _members(3), 3
+    changes = []
+    for desired in (5, 3):
+        for _ in range(20):
+            serving = frozenset(range(1, replicas + 1))  # every running pod serves at once in the model
+            d = decide(Ensemble(desired, replicas, dict(members), serving))
+            if d == Decision(replicas):
+                break
+            assert (d.replicas != replicas) + (d.reconfig is not None) == 1
+            replicas = d.replicas
+            if d.reconfig is not None and d.reconfig.add is not None:
+                members[d.reconfig.add] = _members(d.reconfig.add)[d.reconfig.add]
+            elif d.reconfig is not None:
+                del members[d.reconfig.remove]
+            assert len(set(voters(members)) & set(range(1, replicas + 1))) >= quorum(len(voters(members)))
+            changes.append((replicas, d.reconfig))
+        assert voters(members) == list(range(1, desired + 1)) and replicas == desired
+    assert changes == [(4, None), (4, Step(add=4)), (5, None), (5, Step(add=5)),
+                       (5, Step(remove=5)), (4, None), (4, Step(remove=4)), (3, None)]

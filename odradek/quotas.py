@@ -24,14 +24,10 @@ from typing import Any
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.config_def import ConfigException
-from odradek.common.network.bootstrap import BootstrapConnections, add_command_config, command_security
+from odradek.common.network.bootstrap import BootstrapConnections, ToolError, add_command_config, command_security
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 LABELS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
-
-
-class ToolError(Exception):
-    pass
 
 
 class _EntityAction(argparse.Action):

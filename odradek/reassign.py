@@ -46,7 +46,14 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from odradek.common.config_def import ConfigException
-from odradek.common.network.bootstrap import BootstrapConnections, add_command_config, command_security
+from odradek.common.network.bootstrap import (
+    BootstrapConnections,
+    ToolError,
+    add_command_config,
+    command_security,
+    error_text,
+    raise_for_error,
+)
 from odradek.common.reassignment_throttle import BROKER_THROTTLES, TOPIC_THROTTLES, throttled_replicas
 from odradek.common.replica_balance import BalanceError, balance
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
@@ -55,10 +62,6 @@ Plan = dict[tuple[str, int], tuple[int, ...]]
 POLL_S = 1.0
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 OP_SET, OP_DELETE = 0, 1
-
-
-class ToolError(Exception):
-    pass
 
 
 # --- plans (pure) -----------------------------------------------------------------------------------
@@ -191,20 +194,17 @@ class Cluster(BootstrapConnections):
         response = await self.send_any(AlterPartitionReassignmentsRequest(
             timeout=i32Timedelta.parse(_timedelta(self.timeout_s)),
             topics=tuple(ReassignableTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in topics.items())))
-        if response.error_code != ErrorCode.none:
-            raise ToolError(f"{response.error_code.name.upper()}: {response.error_message or ''}")
+        raise_for_error(response.error_code, response.error_message)
         out: dict[tuple[str, int], str | None] = {}
         for t in response.responses:
             for p in t.partitions:
-                out[(t.name, int(p.partition_index))] = None if p.error_code == ErrorCode.none else \
-                    f"{p.error_code.name.upper()}: {p.error_message or ''}"
+                out[(t.name, int(p.partition_index))] = error_text(p.error_code, p.error_message)
         return out
 
     async def ongoing(self) -> dict[tuple[str, int], dict]:
         response = await self.send_any(ListPartitionReassignmentsRequest(
             timeout=i32Timedelta.parse(_timedelta(self.timeout_s)), topics=None))
-        if response.error_code != ErrorCode.none:
-            raise ToolError(f"{response.error_code.name.upper()}: {response.error_message or ''}")
+        raise_for_error(response.error_code, response.error_message)
         return {(t.name, int(p.partition_index)): {"replicas": tuple(int(b) for b in p.replicas),
                                                     "adding": tuple(int(b) for b in p.adding_replicas),
                                                     "removing": tuple(int(b) for b in p.removing_replicas)}
@@ -244,8 +244,7 @@ class Cluster(BootstrapConnections):
                 for k, v in sorted(changes.items()))),), validate_only=False)
         response = await (self.send(endpoint, request) if endpoint else self.send_any(request))
         for r in response.responses:
-            if r.error_code != ErrorCode.none:
-                raise ToolError(f"{name}: {r.error_code.name.upper()}: {r.error_message or ''}")
+            raise_for_error(r.error_code, r.error_message, name)
 
 
 def _timedelta(seconds: float) -> datetime.timedelta:

@@ -20,7 +20,6 @@ import sys
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
-from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -30,12 +29,14 @@ from kio.static.primitive import i8, i16, i32
 
 from odradek.common import wire
 from odradek.common.config_def import ConfigException
-from odradek.common.network.bootstrap import BootstrapConnections, add_command_config, command_security
+from odradek.common.network.bootstrap import (
+    BootstrapConnections,
+    ToolError,
+    add_command_config,
+    command_security,
+    raise_for_error,
+)
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
-
-
-class ToolError(Exception):
-    pass
 
 
 class _Reader:
@@ -111,8 +112,7 @@ class Tool(BootstrapConnections):
         for broker_id, endpoint in sorted((await self.brokers()).items()):
             response = await self.send(endpoint, ListTransactionsRequest(state_filters=tuple(states),
                                                                          producer_id_filters=()))
-            if response.error_code != 0:
-                raise ToolError(f"broker {broker_id}: {response.error_code.name.upper()}")
+            raise_for_error(response.error_code, None, f"broker {broker_id}")
             for t in response.transaction_states:
                 out.append({"transactional_id": t.transactional_id, "producer_id": int(t.producer_id),
                             "state": t.transaction_state, "coordinator": broker_id})
@@ -121,15 +121,13 @@ class Tool(BootstrapConnections):
     async def describe(self, transactional_id: str) -> dict:
         found = await self.send_any(FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,)))
         (c,) = found.coordinators
-        if c.error_code != 0:
-            raise ToolError(f"no coordinator for {transactional_id!r}: {c.error_code.name.upper()}")
+        raise_for_error(c.error_code, None, f"no coordinator for {transactional_id!r}")
         request = DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),))
         frame = await self.client((c.host, int(c.port))).send_frame(
             lambda cid: wire.encode_request(request, cid, "odradek-transactions"), "DescribeTransactions",
             self.timeout_s)
         (t,) = decode_describe_transactions(bytes(frame))
-        if t["error_code"] != 0:
-            raise ToolError(f"{transactional_id!r}: {ErrorCode(t['error_code']).name.upper()}")
+        raise_for_error(t["error_code"], None, repr(transactional_id))
         del t["error_code"]
         t["coordinator"] = int(c.node_id)
         return t
@@ -147,8 +145,7 @@ class Tool(BootstrapConnections):
         response = await self.send(await self.leader(topic, partition), DescribeProducersRequest(
             topics=(TopicRequest(name=TopicName(topic), partition_indexes=(i32(partition),)),)))
         (p,) = response.topics[0].partitions
-        if p.error_code != 0:
-            raise ToolError(f"{topic}-{partition}: {p.error_code.name.upper()}")
+        raise_for_error(p.error_code, None, f"{topic}-{partition}")
         return [{"producer_id": int(s.producer_id), "producer_epoch": int(s.producer_epoch),
                  "last_sequence": int(s.last_sequence), "last_timestamp": int(s.last_timestamp),
                  "coordinator_epoch": int(s.coordinator_epoch), "current_txn_start_offset": int(s.current_txn_start_offset)}
@@ -165,8 +162,7 @@ class Tool(BootstrapConnections):
                                                                   partition_indexes=(i32(partition),)),))
         response = await self.send(await self.leader(topic, partition), WriteTxnMarkersRequest(markers=(marker,)))
         code = response.markers[0].topics[0].partitions[0].error_code
-        if code != 0:
-            raise ToolError(f"abort of producer {s['producer_id']} at {topic}-{partition}: {code.name.upper()}")
+        raise_for_error(code, None, f"abort of producer {s['producer_id']} at {topic}-{partition}")
         return {"aborted": s}
 
 

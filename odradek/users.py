@@ -34,16 +34,13 @@ from odradek.broker.security.credential_cache import (
 )
 from odradek.common import zk_data, zk_security
 from odradek.common.config_def import ConfigException
+from odradek.common.network.bootstrap import ToolError
 from odradek.common.security import scram
 from odradek.common.zk_connect import close_client, ensure_chroot, new_client, start_client
 from odradek.common.zk_security import NO_SECURITY, ZkSecurity
 
 DEFAULT_ITERATIONS = scram.MIN_ITERATIONS
 _ITEM = re.compile(r"\s*(SCRAM-SHA-(?:256|512))\s*(?:=\s*\[([^\]]*)\])?\s*(?:,|$)", re.IGNORECASE)
-
-
-class ToolError(Exception):
-    pass
 
 
 def parse_add_scram(value: str) -> list[tuple[str, int, str | None]]:

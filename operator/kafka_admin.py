@@ -22,6 +22,7 @@ from kio.static.primitive import f64, i8, i16, i32, i32Timedelta
 
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
+from odradek.common.network.bootstrap import error_name
 from odradek.common.network.client import NetworkClient
 from odradek.common.replica_balance import BalanceError, change_replication_factor
 from odradek.common.security import scram
@@ -103,11 +104,6 @@ def _module(api_key: int, version: int) -> Any:
 
 def _timeout(seconds: float) -> i32Timedelta:
     return i32Timedelta.parse(datetime.timedelta(seconds=seconds))
-
-
-def _error_name(code: int) -> str | None:
-    code = ErrorCode(int(code))
-    return None if code == ErrorCode.none else code.name
 
 
 def live_topics(metadata: Any, described: Any) -> dict[str, LiveTopic | None]:
@@ -277,7 +273,7 @@ class KafkaAdmin:
 
         response = await self._send(ApiKey.INCREMENTAL_ALTER_CONFIGS, build)
         result = response.responses[0]
-        error = _error_name(result.error_code)
+        error = error_name(result.error_code)
         return None if error is None else f"{error}: {result.error_message or ''}".strip()
 
     # --- changing ------------------------------------------------------------------------------
@@ -293,7 +289,7 @@ class KafkaAdmin:
             return {n: ActionResult("unsupported_version", str(e)) for n in names}
         out: dict[str, ActionResult] = {}
         for r in results_of(response):
-            out[r.name] = ActionResult(_error_name(r.error_code), getattr(r, "error_message", None),
+            out[r.name] = ActionResult(error_name(r.error_code), getattr(r, "error_message", None),
                                        _positive(getattr(r, "num_partitions", None)),
                                        _positive(getattr(r, "replication_factor", None)))
         return {n: out.get(n, ActionResult("unknown_server_error", "no answer for this topic")) for n in names}
@@ -453,7 +449,7 @@ class KafkaAdmin:
         def results(response: Any) -> dict[str, UserActionResult]:
             out = {}
             for r in response.results:
-                error = _error_name(r.error_code)
+                error = error_name(r.error_code)
                 # A credential deleted meanwhile is as good as deleted.
                 out[r.user] = UserActionResult() if error == "resource_not_found" else UserActionResult(
                     error, r.error_message)
@@ -474,8 +470,8 @@ class KafkaAdmin:
         def results(response: Any) -> dict[str, UserActionResult]:
             out: dict[str, UserActionResult] = {}
             for (user, _), r in zip(flat, response.results):
-                if _error_name(r.error_code) is not None and user not in out:
-                    out[user] = UserActionResult(_error_name(r.error_code), r.error_message)
+                if error_name(r.error_code) is not None and user not in out:
+                    out[user] = UserActionResult(error_name(r.error_code), r.error_message)
             return out
 
         return await self._per_user(ApiKey.CREATE_ACLS, [a.user for a in actions], build, results)
@@ -500,9 +496,9 @@ class KafkaAdmin:
             out: dict[str, UserActionResult] = {}
             for (user, _), r in zip(flat, response.filter_results):
                 errors = [(r.error_code, r.error_message)] + [(x.error_code, x.error_message) for x in r.matching_acls]
-                failed = [(c, msg) for c, msg in errors if _error_name(c) is not None]
+                failed = [(c, msg) for c, msg in errors if error_name(c) is not None]
                 if failed and user not in out:
-                    out[user] = UserActionResult(_error_name(failed[0][0]), failed[0][1])
+                    out[user] = UserActionResult(error_name(failed[0][0]), failed[0][1])
             return out
 
         return await self._per_user(ApiKey.DELETE_ACLS, [a.user for a in actions], build, results)
@@ -522,7 +518,7 @@ class KafkaAdmin:
             for e in response.entries:
                 name = next((x.entity_name for x in e.entity if x.entity_type == QUOTA_USER), None)
                 if name is not None:
-                    out[name] = UserActionResult(_error_name(e.error_code), e.error_message)
+                    out[name] = UserActionResult(error_name(e.error_code), e.error_message)
             return out
 
         return await self._per_user(ApiKey.ALTER_CLIENT_QUOTAS, [a.user for a in actions], build, results)
@@ -535,7 +531,7 @@ MATCH_SPECIFIED = 2
 
 def live_users(users: list[str], acls: Any, credentials: Any, quotas: Any) -> dict[str, LiveUser]:
     """DescribeAcls, DescribeUserScramCredentials and DescribeClientQuotas answers → each user."""
-    acl_code = _error_name(acls.error_code)
+    acl_code = error_name(acls.error_code)
     found: dict[str, set[Acl]] = {}
     if acl_code not in (None, "security_disabled"):
         raise ValueError(f"DescribeAcls: {acl_code} {acls.error_message or ''}".strip())
@@ -546,19 +542,19 @@ def live_users(users: list[str], acls: Any, credentials: Any, quotas: Any) -> di
                 found.setdefault(d.principal, set()).add(Acl(
                     int(res.resource_type), res.resource_name, int(res.pattern_type), d.principal, d.host,
                     int(d.operation), int(d.permission_type)))
-    code = _error_name(credentials.error_code)
+    code = error_name(credentials.error_code)
     if code is not None:
         raise ValueError(f"DescribeUserScramCredentials: {code} {credentials.error_message or ''}".strip())
     scram_of: dict[str, dict[str, int]] = {}
     for r in credentials.results:
-        error = _error_name(r.error_code)
+        error = error_name(r.error_code)
         if error == "resource_not_found":
             continue
         if error is not None:
             raise ValueError(f"DescribeUserScramCredentials of {r.user!r}: {error}")
         scram_of[r.user] = {scram.BY_TYPE[int(i.mechanism)].name: int(i.iterations) for i in r.credential_infos
                             if int(i.mechanism) in scram.BY_TYPE}
-    code = _error_name(quotas.error_code)
+    code = error_name(quotas.error_code)
     if code is not None:
         raise ValueError(f"DescribeClientQuotas: {code} {quotas.error_message or ''}".strip())
     quotas_of: dict[str, dict[str, float]] = {}

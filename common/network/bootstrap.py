@@ -10,9 +10,37 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from odradek.common.config import load_properties
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity, client_security_from_properties
+
+
+class ToolError(Exception):
+    """What an admin tool reports and exits non-zero for: a usage mistake or a broker's error."""
+
+
+def error_name(code: int) -> str | None:
+    """Kafka's name of an error code as kio spells it (`unknown_topic_or_partition`); None for
+    NONE. The operator keeps it so in its results; the tools print it upper-case."""
+    error = ErrorCode(int(code))
+    return None if error == ErrorCode.none else error.name
+
+
+def error_text(code: int, message: str | None = None) -> str | None:
+    """`NAME: message` (or `NAME` alone) as the tools print an error answer; None for NONE."""
+    name = error_name(code)
+    if name is None:
+        return None
+    return f"{name.upper()}: {message}" if message else name.upper()
+
+
+def raise_for_error(code: int, message: str | None = None, context: str = "") -> None:
+    """ToolError `context: NAME: message` when `code` is an error."""
+    text = error_text(code, message)
+    if text is not None:
+        raise ToolError(f"{context}: {text}" if context else text)
 
 
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:

@@ -1,5 +1,6 @@
 """BootstrapConnections: a tool reaches the cluster while the first bootstrap server is down."""
 
+import pytest
 from test_client import EchoServer, run, update_metadata
 
 from odradek.common.network.bootstrap import BootstrapConnections, parse_bootstrap
@@ -55,3 +56,17 @@ def test_no_bootstrap_server_is_a_connection_error():
         return ""
 
     assert run(scenario()) == "no bootstrap server given"
+
+
+def test_error_answers_read_as_the_tools_print_them_and_the_operator_keeps_them():
+    from kio.schema.errors import ErrorCode
+
+    from odradek.common.network.bootstrap import ToolError, error_name, error_text, raise_for_error
+
+    assert error_name(ErrorCode.none) is None and error_text(0, "ignored") is None
+    assert error_name(ErrorCode.unknown_topic_or_partition) == "unknown_topic_or_partition"
+    assert error_text(ErrorCode.no_reassignment_in_progress) == "NO_REASSIGNMENT_IN_PROGRESS"
+    assert error_text(41, "not the controller") == "NOT_CONTROLLER: not the controller"
+    raise_for_error(0)
+    with pytest.raises(ToolError, match=r"^broker 1: COORDINATOR_NOT_AVAILABLE$"):
+        raise_for_error(ErrorCode.coordinator_not_available, None, "broker 1")

@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.alter_partition_reassignments.v0.request import (
     AlterPartitionReassignmentsRequest,
@@ -126,7 +127,7 @@ class Status:
 
 
 def partition_status(tp: tuple[str, int], wanted: tuple[int, ...], current: tuple[int, ...] | None,
-                     ongoing: dict | None, sizes: dict[int, int]) -> Status:
+                     ongoing: dict[str, Any] | None, sizes: dict[int, int]) -> Status:
     """Kafka's --verify wording; `sizes` maps broker → the partition's bytes there (the leader's
     size is what each added replica must reach)."""
     name = f"{tp[0]}-{tp[1]}"
@@ -169,7 +170,7 @@ class Cluster(BootstrapConnections):
     def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
         super().__init__(bootstrap, timeout_s, client_id="odradek-reassign", security=security)
 
-    async def metadata(self, topics: list[str] | None):
+    async def metadata(self, topics: list[str] | None) -> Any:
         request = MetadataRequest(
             topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
@@ -187,7 +188,7 @@ class Cluster(BootstrapConnections):
 
     async def alter(self, targets: dict[tuple[str, int], tuple[int, ...] | None]) -> dict[tuple[str, int], str | None]:
         """AlterPartitionReassignments; partition → None (accepted) or the error text."""
-        topics: dict[str, list] = {}
+        topics: dict[str, list[Any]] = {}
         for (t, p), r in sorted(targets.items()):
             topics.setdefault(t, []).append(ReassignablePartition(
                 partition_index=i32(p), replicas=None if r is None else tuple(BrokerId(b) for b in r)))
@@ -201,7 +202,7 @@ class Cluster(BootstrapConnections):
                 out[(t.name, int(p.partition_index))] = error_text(p.error_code, p.error_message)
         return out
 
-    async def ongoing(self) -> dict[tuple[str, int], dict]:
+    async def ongoing(self) -> dict[tuple[str, int], dict[str, Any]]:
         response = await self.send_any(ListPartitionReassignmentsRequest(
             timeout=i32Timedelta.parse(_timedelta(self.timeout_s)), topics=None))
         raise_for_error(response.error_code, response.error_message)

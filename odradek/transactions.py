@@ -17,6 +17,7 @@ import asyncio
 import json
 import struct
 import sys
+from typing import Any
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
@@ -49,7 +50,7 @@ class _Reader:
     def fixed(self, fmt: str) -> int:
         (v,) = struct.unpack_from(fmt, self.data, self.pos)
         self.pos += struct.calcsize(fmt)
-        return v
+        return int(v)
 
     def uvarint(self) -> int:
         shift = value = 0
@@ -73,7 +74,7 @@ class _Reader:
             self.pos += self.uvarint()
 
 
-def decode_describe_transactions(frame: bytes) -> list[dict]:
+def decode_describe_transactions(frame: bytes) -> list[dict[str, Any]]:
     """A DescribeTransactions v0 response frame (correlation id on) → its transaction states."""
     r = _Reader(frame)
     r.fixed(">i")  # correlation id
@@ -81,7 +82,7 @@ def decode_describe_transactions(frame: bytes) -> list[dict]:
     r.fixed(">i")  # throttle time
     out = []
     for _ in range(r.uvarint() - 1):
-        t: dict = {"error_code": r.fixed(">h"), "transactional_id": r.string(), "state": r.string(),
+        t: dict[str, Any] = {"error_code": r.fixed(">h"), "transactional_id": r.string(), "state": r.string(),
              "timeout_ms": r.fixed(">i"), "start_time_ms": r.fixed(">q"), "producer_id": r.fixed(">q"),
              "producer_epoch": r.fixed(">h"), "partitions": []}
         for _ in range(r.uvarint() - 1):
@@ -97,9 +98,9 @@ class Tool(BootstrapConnections):
     def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
         super().__init__(bootstrap, timeout_s, client_id="odradek-transactions", security=security)
 
-    async def metadata(self, topics=None):
+    async def metadata(self, topics: list[str] | None = None) -> Any:
         request = MetadataRequest(
-            topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+            topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         return await self.send_any(request)
 
@@ -107,7 +108,7 @@ class Tool(BootstrapConnections):
         meta = await self.metadata([])
         return {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
 
-    async def list_transactions(self, states: list[str]) -> list[dict]:
+    async def list_transactions(self, states: list[str]) -> list[dict[str, Any]]:
         out = []
         for broker_id, endpoint in sorted((await self.brokers()).items()):
             response = await self.send(endpoint, ListTransactionsRequest(state_filters=tuple(states),
@@ -118,7 +119,7 @@ class Tool(BootstrapConnections):
                             "state": t.transaction_state, "coordinator": broker_id})
         return out
 
-    async def describe(self, transactional_id: str) -> dict:
+    async def describe(self, transactional_id: str) -> dict[str, Any]:
         found = await self.send_any(FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,)))
         (c,) = found.coordinators
         raise_for_error(c.error_code, None, f"no coordinator for {transactional_id!r}")
@@ -141,7 +142,7 @@ class Tool(BootstrapConnections):
                     return brokers[int(p.leader_id)]
         raise ToolError(f"{topic}-{partition} has no leader")
 
-    async def producers(self, topic: str, partition: int) -> list[dict]:
+    async def producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
         response = await self.send(await self.leader(topic, partition), DescribeProducersRequest(
             topics=(TopicRequest(name=TopicName(topic), partition_indexes=(i32(partition),)),)))
         (p,) = response.topics[0].partitions
@@ -151,7 +152,7 @@ class Tool(BootstrapConnections):
                  "coordinator_epoch": int(s.coordinator_epoch), "current_txn_start_offset": int(s.current_txn_start_offset)}
                 for s in p.active_producers]
 
-    async def abort(self, topic: str, partition: int, start_offset: int) -> dict:
+    async def abort(self, topic: str, partition: int, start_offset: int) -> dict[str, Any]:
         match = [s for s in await self.producers(topic, partition) if s["current_txn_start_offset"] == start_offset]
         if not match:
             raise ToolError(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
@@ -166,7 +167,7 @@ class Tool(BootstrapConnections):
         return {"aborted": s}
 
 
-def parse_args(argv):
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="odradek transactions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap-server", required=True)
     action = parser.add_mutually_exclusive_group(required=True)
@@ -183,7 +184,7 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-async def run(args) -> object:
+async def run(args: argparse.Namespace) -> object:
     tool = Tool(args.bootstrap_server, args.timeout, command_security(args.command_config))
     try:
         if args.list:

@@ -10,7 +10,6 @@ changeExpirationMs): a broker that was away longer reads everything again when i
 as it does at start-up and after every new ZooKeeper session.
 """
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -20,15 +19,12 @@ from odradek.common.config import BrokerConfig
 from odradek.common.zk_data import DEFAULT_ENTITY
 
 from .admin_manager import topic_name_error
+from .change_notifications import CHANGE_EXPIRATION_MS, ChangeFollower, new_notifications, obsolete
 from .dynamic_config import DynamicBrokerConfig
 from .log.log_manager import LogManager
 from .zk_client import BrokerZkClient
 
 log = logging.getLogger(__name__)
-
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-RETRY_S = 1.0
-"""Pause before trying again after ZooKeeper failed us."""
 
 
 # --- pure rules ------------------------------------------------------------------------------------
@@ -47,17 +43,6 @@ def parse_entity_path(entity_path: str) -> tuple[str, str] | None:
     return None
 
 
-def new_notifications(children: Iterable[str], last_seen: int) -> list[tuple[int, str]]:
-    """(sequence, name) of the notifications after `last_seen`, in sequence order."""
-    found = ((zk_data.config_change_sequence(c), c) for c in children)
-    return sorted((seq, name) for seq, name in found if seq is not None and seq > last_seen)
-
-
-def obsolete(created: dict[str, int], now: int) -> list[str]:
-    """Notifications (name → creation time, ms) created more than CHANGE_EXPIRATION_MS ago."""
-    return [name for name, ctime in created.items() if now - ctime > CHANGE_EXPIRATION_MS]
-
-
 # --- the shell -------------------------------------------------------------------------------------
 
 
@@ -73,11 +58,7 @@ class DynamicConfigManager:
         self._last_seen = -1
         self._created: dict[str, int] = {}
         """Creation times of the notifications seen and not yet deleted, to purge them later."""
-        self._wake = asyncio.Event()
-        self._full_sync = True
-        self._session: int | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._follower = ChangeFollower(self._sync, lambda: self.zk.session_id, "config changes")
         self.reconfigure_listeners: list[Callable[[BrokerConfig], None]] = []
         """Told the new effective broker config after the log manager (the listeners' connection
         limits follow it this way)."""
@@ -88,47 +69,17 @@ class DynamicConfigManager:
 
     async def start(self) -> None:
         """Read every config that matters here, then follow the notifications (in a task)."""
-        self._session = self.zk.session_id
-        await self._sync(full=True)
-        self.zk.registration_listeners.append(self._on_registration)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="config-changes")
+        await self._follower.start()
+        self.zk.registration_listeners.append(self._follower.on_registration)
 
     async def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    def _on_registration(self, _broker_epoch: int) -> None:
-        """After a new ZooKeeper session the one-shot watch is gone and notifications may have
-        expired meanwhile: read everything again."""
-        if self.zk.session_id != self._session:
-            self._session = self.zk.session_id
-            self._full_sync = True
-            self._wake.set()
-
-    def _changed(self) -> None:
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while not self._stopping:
-            await self._wake.wait()
-            self._wake.clear()
-            full, self._full_sync = self._full_sync, False
-            try:
-                await self._sync(full)
-            except Exception:
-                log.warning("processing config changes failed; retrying in %.0f s", RETRY_S, exc_info=True)
-                self._full_sync |= full
-                await asyncio.sleep(RETRY_S)
-                self._wake.set()
+        await self._follower.stop()
 
     async def _sync(self, full: bool) -> None:
         """Process new notifications (re-arming the watch); with `full`, first re-read every
         config this broker uses and skip the notifications that existed before."""
-        children = await self.zk.config_changes(self._changed)
-        fresh = new_notifications(children, -1 if full else self._last_seen)
+        children = await self.zk.config_changes(self._follower.wake)
+        fresh = new_notifications(children, -1 if full else self._last_seen, zk_data.config_change_sequence)
         read = await self.zk.get_config_changes([name for _, name in fresh]) if fresh else {}
         self._created.update({name: got[1] for name, got in read.items() if got is not None})
         if full:

@@ -22,6 +22,7 @@ from odradek.common.clock import Clock, now_ms
 from odradek.common.network.request_context import ANONYMOUS, RequestContext
 from odradek.common.zk_calls import BoundedCalls
 
+from ..change_notifications import ChangeFollower, new_notifications, obsolete
 from . import zk_acl_store as store
 from .acl import (
     CLUSTER_NAME,
@@ -39,8 +40,6 @@ audit = logging.getLogger("kafka.authorizer.logger")
 """Kafka's audit logger name: denials at INFO, grants at DEBUG."""
 
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
-RETRY_S = 1.0
 DECISION_CACHE_MAX = 100_000
 
 
@@ -57,17 +56,12 @@ class AclAuthorizer:
         self.settings = settings
         self.clock = clock
         self._calls = calls
-        self._session_id = session_id
         self.snapshot = AclSnapshot()
         self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str | None], bool] = {}
         self._last_seen: dict[str, int] = dict.fromkeys(store.CHANGE_PATHS, -1)
-        self._created: dict[tuple[str, str], int] = {}
-        self._wake = asyncio.Event()
-        self._full_sync = False
-        self._session: int | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping = False
+        self._created: dict[str, dict[str, int]] = {folder: {} for folder in store.CHANGE_PATHS}
+        """Per folder, the creation times of the notifications seen and not yet deleted."""
+        self._follower = ChangeFollower(self._sync, session_id, "ACL changes")
         self._write_lock = asyncio.Lock()
 
     @classmethod
@@ -191,51 +185,19 @@ class AclAuthorizer:
 
     async def start(self) -> None:
         """Create Kafka's ACL paths, arm the change watches, load every ACL, then follow changes."""
-        self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(store.ensure_paths, self._calls())
-        await self._sync(full=True)
+        await self._follower.start()
         log.info("authorizer loaded %d ACLs on %d resources (super users: %s, allow.everyone.if.no.acl.found=%s)",
                  sum(len(a) for a in self.snapshot.acls.values()), len(self.snapshot.acls),
                  ",".join(sorted(self.settings.super_users)) or "none", self.settings.allow_everyone_if_no_acl_found)
-        self._task = self._loop.create_task(self._run(), name="acl-changes")
 
     async def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._follower.stop()
 
-    def on_registration(self, _broker_epoch: int) -> None:
-        """A new ZooKeeper session lost the watches: read everything again."""
-        if self._session_id() != self._session:
-            self._full_sync = True
-            self._wake.set()
-
-    def _watch(self, _event: object) -> None:
-        """kazoo's thread: wake the follower on the loop."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed() and not self._stopping:
-            try:
-                loop.call_soon_threadsafe(self._wake.set)
-            except RuntimeError:
-                pass
-
-    async def _run(self) -> None:
-        while not self._stopping:
-            await self._wake.wait()
-            self._wake.clear()
-            full, self._full_sync = self._full_sync, False
-            try:
-                await self._sync(full)
-            except Exception:
-                log.warning("processing ACL changes failed; retrying in %.0f s", RETRY_S, exc_info=True)
-                self._full_sync |= full
-                await asyncio.sleep(RETRY_S)
-                self._wake.set()
+    def on_registration(self, broker_epoch: int) -> None:
+        self._follower.on_registration(broker_epoch)
 
     async def _sync(self, full: bool) -> None:
-        self._session = self._session_id()
         loaded, changed = await asyncio.to_thread(self._sync_blocking, full)
         if loaded is not None:
             self.snapshot = loaded
@@ -250,15 +212,14 @@ class AclAuthorizer:
         calls = self._calls()
         named: set[ResourcePattern] = set()
         for folder in store.CHANGE_PATHS:
-            children = store.changes(calls, folder, watch=self._watch)
-            fresh = sorted((seq, c) for c in children
-                           if (seq := store.change_sequence(c)) is not None and seq > self._last_seen[folder])
+            children = store.changes(calls, folder, watch=self._follower.wake_threadsafe)
+            fresh = new_notifications(children, self._last_seen[folder], store.change_sequence)
             read = store.read_changes(calls, folder, [c for _, c in fresh])
             for _, child in fresh:
                 got = read.get(child)
                 if got is None:
                     continue
-                self._created[(folder, child)] = got[1]
+                self._created[folder][child] = got[1]
                 if not full:
                     try:
                         named.add(store.decode_change(folder, got[0]))
@@ -282,10 +243,8 @@ class AclAuthorizer:
         return None, out
 
     def _purge(self, calls: BoundedCalls, folder: str) -> None:
-        now = self.clock()
-        doomed = [child for (f, child), ctime in self._created.items()
-                  if f == folder and now - ctime > CHANGE_EXPIRATION_MS]
+        doomed = obsolete(self._created[folder], self.clock())
         if doomed:
             store.delete_changes(calls, folder, doomed)
             for child in doomed:
-                self._created.pop((folder, child), None)
+                self._created[folder].pop(child, None)

@@ -7,12 +7,14 @@ from odradek.broker import config_admin as ca
 from odradek.broker import config_helper as ch
 from odradek.broker import dynamic_config as dynamic_config_module
 from odradek.broker.admin_manager import ApiError
-from odradek.broker.config_manager import new_notifications, obsolete, parse_entity_path
+from odradek.broker.change_notifications import new_notifications, obsolete
+from odradek.broker.config_manager import parse_entity_path
 from odradek.broker.dynamic_config import DYNAMIC_CONFIGS, DynamicBrokerConfig
 from odradek.broker.log.config import LogConfig
 from odradek.common import zk_data
 from odradek.common.config import BrokerConfig, ControllerConfig
 from odradek.common.config_def import ConfigException, ConfigType, parse_value
+from odradek.common.zk_data import config_change_sequence
 
 BASE = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:2181"}
 
@@ -230,8 +232,9 @@ def test_notifications_in_kafkas_json_and_order():
         with pytest.raises((ValueError, KeyError)):
             zk_data.decode_config_change(bad)
     children = ["config_change_0000000010", "config_change_0000000002", "lock", "config_change_x"]
-    assert new_notifications(children, 2) == [(10, "config_change_0000000010")]
-    assert [n for _, n in new_notifications(children, -1)] == ["config_change_0000000002", "config_change_0000000010"]
+    assert new_notifications(children, 2, config_change_sequence) == [(10, "config_change_0000000010")]
+    assert [n for _, n in new_notifications(children, -1, config_change_sequence)] == [
+        "config_change_0000000002", "config_change_0000000010"]
     assert obsolete({"a": 0, "b": 10 * 60_000}, 16 * 60_000) == ["a"]
     assert parse_entity_path("topics/t") == ("topics", "t")
     assert parse_entity_path("brokers/<default>") == ("brokers", "<default>")

@@ -10,12 +10,14 @@ first decisions see the whole picture (the older of two Topics naming one topic,
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from odradek.operator import builders
+from odradek.operator.batching import Batcher
 from odradek.operator.cluster_access import ClusterAccess, cluster_access
+from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats, kind_key
 from odradek.operator.topic_reconciler import Cluster
@@ -50,6 +52,27 @@ class Tuning:
     linger: float = 0.05
     max_batch: int = 500
     request_timeout: float = 30.0
+
+
+@dataclass
+class BatchedAdmin:
+    """One cluster's admin connection and the batchers in front of it; a kind's subclass opens
+    the batchers it needs (`batcher`) and maps its actions onto them."""
+    access: ClusterAccess
+    admin: KafkaAdmin
+    batchers: dict[str, Batcher[Any, Any]] = field(default_factory=dict)
+
+    async def close(self) -> None:
+        for b in self.batchers.values():
+            await b.close()
+        await self.admin.close()
+
+
+def batcher(tuning: Tuning, name: str, send: Callable[[list[Any]], Any], key: Callable[[Any], Hashable],
+            share: bool = False) -> Batcher[Any, Any]:
+    """A batcher sized by `tuning`: at most max_batch per request, room for every worker's call."""
+    return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
+                   max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
 
 
 class Resource(Protocol):

@@ -14,23 +14,19 @@ so the older of two resources naming one topic is known before either is acted o
 
 import asyncio
 import logging
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import kopf
 
-from odradek.operator.batching import Batcher
 from odradek.operator.cluster_access import ClusterAccess
-from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats
 from odradek.operator.models import GROUP, VERSION
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
 from odradek.operator.resource_controller import DEFAULT_RESYNC as DEFAULT_RESYNC
 from odradek.operator.resource_controller import DEFAULT_WORKERS as DEFAULT_WORKERS
+from odradek.operator.resource_controller import BatchedAdmin, ResourceController, batcher, older
 from odradek.operator.resource_controller import BootstrapSource as BootstrapSource
-from odradek.operator.resource_controller import ResourceController, older
 from odradek.operator.resource_controller import Tuning as Tuning
 from odradek.operator.resource_controller import service_bootstrap as service_bootstrap
 from odradek.operator.topic_models import FINALIZER, PLURAL
@@ -60,36 +56,21 @@ from odradek.operator.topic_reconciler import (
 
 log = logging.getLogger("odradek.operator.topics")
 
-@dataclass
-class ClusterAdmin:
-    """One cluster's admin connection and the batchers in front of it."""
-    access: ClusterAccess
-    admin: KafkaAdmin
-    batchers: dict[str, Batcher[Any, Any]] = field(default_factory=dict)
+class ClusterAdmin(BatchedAdmin):
+    """The Topic controller's admin connection to one cluster and its batchers."""
 
     @classmethod
     def open(cls, access: ClusterAccess, tuning: Tuning) -> "ClusterAdmin":
         admin = access.admin(request_timeout=tuning.request_timeout, client_id="odradek-topic-operator")
         t = tuning.request_timeout
-
-        def batcher(name: str, send: Callable[[list[Any]], Any], key: Callable[[Any], Hashable],
-                    share: bool = False) -> Batcher[Any, Any]:
-            return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
-                           max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
-
         return cls(access, admin, {
-            "describe": batcher("describe", admin.describe_topics, lambda n: n, share=True),
-            "create": batcher("create", lambda a: admin.create_topics(a, t), lambda a: a.topic),
-            "partitions": batcher("partitions", lambda a: admin.create_partitions(a, t), lambda a: a.topic),
-            "configs": batcher("configs", admin.alter_configs, lambda a: a.topic),
-            "replicas": batcher("replicas", admin.change_replication_factors, lambda a: a.topic),
-            "delete": batcher("delete", lambda n: admin.delete_topics(n, t), lambda n: n),
+            "describe": batcher(tuning, "describe", admin.describe_topics, lambda n: n, share=True),
+            "create": batcher(tuning, "create", lambda a: admin.create_topics(a, t), lambda a: a.topic),
+            "partitions": batcher(tuning, "partitions", lambda a: admin.create_partitions(a, t), lambda a: a.topic),
+            "configs": batcher(tuning, "configs", admin.alter_configs, lambda a: a.topic),
+            "replicas": batcher(tuning, "replicas", admin.change_replication_factors, lambda a: a.topic),
+            "delete": batcher(tuning, "delete", lambda n: admin.delete_topics(n, t), lambda n: n),
         })
-
-    async def close(self) -> None:
-        for b in self.batchers.values():
-            await b.close()
-        await self.admin.close()
 
     async def act(self, action: Action) -> ActionResult:
         name = {CreateTopic: "create", CreatePartitions: "partitions", AlterConfigs: "configs",

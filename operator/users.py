@@ -20,8 +20,6 @@ import hmac
 import logging
 import secrets
 import string
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import kopf
@@ -32,15 +30,21 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from odradek.operator import builders
-from odradek.operator.batching import Batcher
 from odradek.operator.certificates import BACKDATE, Authority, clock_now, needs_renewal
 from odradek.operator.cluster_access import ClusterAccess
-from odradek.operator.kafka_admin import KafkaAdmin
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats
 from odradek.operator.models import GROUP, VERSION, parse_spec
 from odradek.operator.models import PLURAL as CLUSTER_PLURAL
-from odradek.operator.resource_controller import BootstrapSource, ResourceController, Tuning, older, service_bootstrap
+from odradek.operator.resource_controller import (
+    BatchedAdmin,
+    BootstrapSource,
+    ResourceController,
+    Tuning,
+    batcher,
+    older,
+    service_bootstrap,
+)
 from odradek.operator.topic_reconciler import Phase
 from odradek.operator.user_models import FINALIZER, PLURAL, SCRAM, TLS
 from odradek.operator.user_reconciler import (
@@ -110,34 +114,19 @@ class PasswordUnavailable(Exception):
     Secret and key, never a value)."""
 
 
-@dataclass
-class UserAdmin:
-    """One cluster's admin connection and the batchers in front of it."""
-    access: ClusterAccess
-    admin: KafkaAdmin
-    batchers: dict[str, Batcher[Any, Any]] = field(default_factory=dict)
+class UserAdmin(BatchedAdmin):
+    """The KafkaUser controller's admin connection to one cluster and its batchers."""
 
     @classmethod
     def open(cls, access: ClusterAccess, tuning: Tuning) -> "UserAdmin":
         admin = access.admin(request_timeout=tuning.request_timeout, client_id="odradek-user-operator")
-
-        def batcher(name: str, send: Callable[[list[Any]], Any], key: Callable[[Any], Hashable],
-                    share: bool = False) -> Batcher[Any, Any]:
-            return Batcher(name, send, key, linger=tuning.linger, max_batch=tuning.max_batch,
-                           max_pending=max(tuning.max_batch, tuning.workers * 2), share=share)
-
         return cls(access, admin, {
-            "describe": batcher("describe-users", admin.describe_users, lambda u: u, share=True),
-            "scram": batcher("scram", admin.alter_scram, lambda a: a.user),
-            "create-acls": batcher("create-acls", admin.create_acls, lambda a: a.user),
-            "delete-acls": batcher("delete-acls", admin.delete_acls, lambda a: a.user),
-            "quotas": batcher("quotas", admin.alter_quotas, lambda a: a.user),
+            "describe": batcher(tuning, "describe-users", admin.describe_users, lambda u: u, share=True),
+            "scram": batcher(tuning, "scram", admin.alter_scram, lambda a: a.user),
+            "create-acls": batcher(tuning, "create-acls", admin.create_acls, lambda a: a.user),
+            "delete-acls": batcher(tuning, "delete-acls", admin.delete_acls, lambda a: a.user),
+            "quotas": batcher(tuning, "quotas", admin.alter_quotas, lambda a: a.user),
         })
-
-    async def close(self) -> None:
-        for b in self.batchers.values():
-            await b.close()
-        await self.admin.close()
 
     async def describe(self, user: str) -> LiveUser:
         live: LiveUser = await self.batchers["describe"].submit(user)

@@ -24,6 +24,10 @@ an open-file limit above its replica count; the broker raises its soft limit to 
 hard limit below `--partitions` x 3 / `--brokers` (20,000 in this machine's containers) is
 reported before the cluster starts.
 
+`--profile DIR` runs py-spy on the stopping broker and the active controller during the shutdown
+(collapsed stacks, one file each: summarize with `bench/profile_replication.py`'s `summarize`, or
+read the heaviest stacks with sort).
+
 Run: .venv/bin/python bench/scale.py [--partitions 30000] (--partitions 3000 for a quick run).
 The integration test tests/integration/test_scale.py runs the controlled-shutdown part scaled down.
 """
@@ -32,9 +36,11 @@ import argparse
 import json
 import re
 import resource
+import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -244,6 +250,23 @@ def footprint(cluster: LocalCluster, partitions: int) -> dict:
             "metadata_all_topics_kb": round(size / 1024), "metadata_all_topics_ms": round(seconds * 1000)}
 
 
+def py_spy(pid: int, out: Path, seconds: float) -> subprocess.Popen:
+    """py-spy sampling `pid` (GIL holders, with idle frames off) into a collapsed-stack file."""
+    binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen([binary, "record", "--pid", str(pid), "--rate", "250", "--duration", str(int(seconds)),
+                             "--format", "raw", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def active_controller(cluster: LocalCluster, timeout: float) -> int:
+    zk = cluster.zk_client()
+    try:
+        return wait_for("an active controller", lambda: cluster.active_controller(zk), timeout=timeout)
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[str], args) -> dict:
     view = cluster_view(admin, topics)
     victim, led = view.leaders.most_common(1)[0]
@@ -254,6 +277,16 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     process = cluster.broker(victim)
     popen = process._running()
     assert popen is not None
+    spies = []
+    if args.profile:
+        # the stopping broker and the active controller, from just before the signal on
+        out = Path(args.profile)
+        out.mkdir(parents=True, exist_ok=True)
+        controller = cluster.controller_by_id(active_controller(cluster, args.timeout))
+        assert controller.pid is not None
+        spies = [py_spy(popen.pid, out / "shutdown-broker.txt", 30),
+                 py_spy(controller.pid, out / "shutdown-controller.txt", 30)]
+        time.sleep(1)  # py-spy attaches
     start = time.monotonic()
     load.phase = "shutting down"
     popen.send_signal(signal.SIGTERM)
@@ -263,6 +296,9 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
         process.kill()
         raise
     took = time.monotonic() - start
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
+        spy.wait(timeout=60)
     load.phase = "broker down"
     time.sleep(args.warmup)
     load.phase = "restarting"
@@ -297,12 +333,7 @@ def crash_restart(cluster: LocalCluster, admin: AdminClient, topics: set[str], p
 
 
 def failover(cluster: LocalCluster, timeout: float) -> dict:
-    zk = cluster.zk_client()
-    try:
-        active = wait_for("an active controller", lambda: cluster.active_controller(zk), timeout=timeout)
-    finally:
-        zk.stop()
-        zk.close()
+    active = active_controller(cluster, timeout)
     standby = next(c for j, c in enumerate(cluster.controllers) if 1000 + j != active)
     standby_id = 1000 + cluster.controllers.index(standby)
     start = time.time()
@@ -332,6 +363,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300.0, help="bound on every wait, seconds")
     p.add_argument("--skip", default="", help="comma-separated phases to skip: shutdown,crash,failover")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--work-dir", default=None, help="keep the cluster (logs, data) here, not in a temp dir")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="py-spy the stopping broker and the active controller for 30 s from the SIGTERM "
+                        "(`.venv/bin/pip install py-spy`); collapsed stacks into DIR")
     return p.parse_args(argv)
 
 
@@ -346,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{hosted} replicas per broker need more open files than the hard limit {hard}: "
                          "fewer --partitions or more --brokers")
     figures: dict = {"args": vars(args)}
-    with tempfile.TemporaryDirectory(prefix="odradek-scale-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="odradek-scale-") as scratch:
+        tmp = args.work_dir or scratch
         cluster = LocalCluster(tmp, brokers=args.brokers, controllers=2, broker_ports=free_ports(args.brokers),
                                zookeeper_port=free_port())
         with cluster:

@@ -10,6 +10,13 @@ Fetches go through a fetch session (KIP-227, `fetch_session_handler`), so idle p
 bytes per round trip, and are encoded and read by hand (`replica_fetch_codec`). Errors back off
 (`replica.fetch.backoff.ms`); a fetcher with no partitions left shuts down.
 
+A round costs O(partitions that changed), not O(partitions followed): a fetcher keeps each
+partition's fetch data (`_fetching`) and looks again only at those marked since the last round
+(`_changed`: added, removed, answered by the leader, truncated, back from a backoff), as the
+leader's session does. Truncating partitions and backoffs have their own set and heap. A sweep
+every `SWEEP_S` marks every partition, for what no answer announces (our log start offset moved
+by retention, a new replica.fetch.max.bytes).
+
 All of this runs on the broker's event loop: between awaits nothing else runs, so a response is
 applied only if its partition is still ours, on the same leader epoch, at the same offset.
 """
@@ -17,6 +24,7 @@ applied only if its partition is still ours, on the same leader epoch, at the sa
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -82,6 +90,8 @@ LEADERSHIP_PENDING = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unkn
 """Answers of a leader that has not applied its own LeaderAndIsr yet: the controller sends it to
 every replica at once, so a follower often asks first."""
 FIRST_RETRY_S = 0.05
+SWEEP_S = 1.0
+"""How often a fetcher looks at every partition it follows (see the module doc)."""
 SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch})
 """Answers that only mean "start a new fetch session": the next request is a full one."""
 
@@ -122,8 +132,21 @@ class ReplicaFetcher:
         self._abandoned = False
         """Set when partitions joined during that Fetch: its connection is dropped (`_long_poll`)."""
         self.session: FetchSessionHandler[PartitionFetch] = FetchSessionHandler()
-        self._requests: dict[Key, PartitionFetch] = {}
-        """Each partition's last fetch data, reused while unchanged (the session sends what changed)."""
+        self._fetching: dict[Key, PartitionFetch] = {}
+        """The fetch set: the partitions ready to fetch, with the data the next Fetch asks; an
+        entry is reused while unchanged (the session sends what changed). Only `_refresh` changes
+        it, so it holds still while a Fetch is in flight."""
+        self._fetch_states: dict[Key, PartitionFetchState] = {}
+        """The state each `_fetching` entry was made for: an answer applies to that state only."""
+        self._changed: set[Key] = set()
+        """Partitions `_refresh` must look at again."""
+        self._unsent: set[Key] = set()
+        """`_fetching` keys changed since the last request was built (the session's diff)."""
+        self._truncating: set[Key] = set()
+        """Partitions waiting for OffsetForLeaderEpoch (`PartitionFetchState.truncating`)."""
+        self._delays: list[tuple[float, Key]] = []
+        """Heap of backoffs (delayed_until, key); entries whose state moved on are skipped."""
+        self._next_sweep = 0.0
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.backoff_s = self.config.replica_fetch_backoff_ms / 1000
@@ -136,14 +159,34 @@ class ReplicaFetcher:
 
     def add(self, key: Key, leader_epoch: int) -> None:
         self.partitions[key] = PartitionFetchState(leader_epoch)
+        self._truncating.add(key)
+        self._changed.add(key)
         self._wakeup.set()
         if self._polling and not self._abandoned:
             self._abandoned = True
             self.client.disconnect()
 
     def remove(self, key: Key) -> None:
-        self.partitions.pop(key, None)
-        self._requests.pop(key, None)
+        if self.partitions.pop(key, None) is not None:
+            self._truncating.discard(key)
+            self._changed.add(key)
+
+    def _delay(self, key: Key, state: PartitionFetchState, until: float) -> None:
+        """No fetch of `key` before loop time `until` (it leaves the fetch set meanwhile)."""
+        state.delayed_until = until
+        heapq.heappush(self._delays, (until, key))
+        self._changed.add(key)
+
+    def _end_truncation(self, key: Key, state: PartitionFetchState) -> None:
+        state.truncating = False
+        state.retries = 0
+        self._truncating.discard(key)
+        self._changed.add(key)
+
+    def _truncate_again(self, key: Key, state: PartitionFetchState) -> None:
+        state.truncating = True
+        self._truncating.add(key)
+        self._changed.add(key)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=repr(self))
@@ -182,20 +225,22 @@ class ReplicaFetcher:
 
     async def do_work(self) -> None:
         now = asyncio.get_running_loop().time()
-        partitions = self.partitions
-        if not any(s.truncating or s.delayed_until > now for s in partitions.values()):
-            # The usual round: every partition fetching, nothing to sort out (a snapshot: what
-            # joins or leaves meanwhile is told apart by its state when the answer comes).
-            await self.fetch(dict(partitions))
-            return
-        due = {k: s for k, s in partitions.items() if s.delayed_until <= now}
-        truncating = {k: s for k, s in due.items() if s.truncating}
-        if truncating:
-            await self.truncate(truncating)
-            return
-        if not due:
+        self._release_delays(now)
+        if self._truncating:
+            partitions = self.partitions
+            truncating = {k: s for k in self._truncating if (s := partitions[k]).delayed_until <= now}
+            if truncating:
+                await self.truncate(truncating)
+                return
+        self._sweep(now)
+        self._throttle(now)
+        self._refresh(now)
+        delays = self._delays
+        if not self._fetching:
+            # Nothing to fetch now (every partition backing off, or none left): wait for an
+            # `add` or the first backoff's end, never spin.
             self._wakeup.clear()
-            wait = min((s.delayed_until - now for s in self.partitions.values()), default=self.backoff_s)
+            wait = delays[0][0] - now if delays else self.backoff_s
             try:
                 await asyncio.wait_for(self._wakeup.wait(), max(0.01, wait))
             except TimeoutError:
@@ -203,8 +248,60 @@ class ReplicaFetcher:
             return
         # A partition backing off (a leader that has not taken over yet) must not wait for a
         # whole long poll over the others: the poll ends when its backoff does.
-        next_due = min((s.delayed_until for s in self.partitions.values() if s.delayed_until > now), default=None)
-        await self.fetch(due, None if next_due is None else next_due - now)
+        await self.fetch(delays[0][0] - now if delays else None)
+
+    def _release_delays(self, now: float) -> None:
+        """Backoffs that ended mark their partitions (a stale heap entry marks one for nothing)."""
+        delays = self._delays
+        while delays and delays[0][0] <= now:
+            _, key = heapq.heappop(delays)
+            if key in self.partitions:
+                self._changed.add(key)
+
+    def _sweep(self, now: float) -> None:
+        """Every SWEEP_S, every partition is looked at again (see the module doc)."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_S
+        self._changed.update(self.partitions)
+        self._changed.update(self._fetching)
+
+    def _throttle(self, now: float) -> None:
+        """While the follower quota is exceeded, throttled replicas wait (replication_quota),
+        backing off as Kafka's fetcher does. Walks the fetch set, but only while exceeded."""
+        quota = self.replica_manager.follower_quota
+        if quota is None or not quota.is_exceeded():
+            return
+        get_partition, states = self.replica_manager.get_partition, self._fetch_states
+        for key in list(self._fetching):
+            p = get_partition(key)
+            if p is not None and self._throttled(p):
+                self._delay(key, states[key], now + self.backoff_s)
+
+    def _refresh(self, now: float) -> None:
+        """Brings the fetch set up to date for the partitions marked changed."""
+        changed, self._changed = self._changed, set()
+        if not changed:
+            return
+        get_partition = self.replica_manager.get_partition
+        max_bytes = self.config.replica_fetch_max_bytes
+        partitions, fetching, states, unsent = self.partitions, self._fetching, self._fetch_states, self._unsent
+        for key in changed:
+            s = partitions.get(key)
+            p = None if s is None or s.truncating or s.delayed_until > now else get_partition(key)
+            if s is None or p is None:
+                if fetching.pop(key, None) is not None:
+                    del states[key]
+                    unsent.add(key)
+                continue
+            states[key] = s
+            plog = p.log
+            end, start = plog.log_end_offset, plog.log_start_offset
+            data = fetching.get(key)
+            if (data is None or data.fetch_offset != end or data.log_start_offset != start
+                    or data.current_leader_epoch != s.leader_epoch or data.partition_max_bytes != max_bytes):
+                fetching[key] = PartitionFetch(key[1], s.leader_epoch, end, start, max_bytes)
+                unsent.add(key)
 
     # --- truncation -----------------------------------------------------------------------
 
@@ -260,37 +357,15 @@ class ReplicaFetcher:
                     log.info("%s-%d: truncating from %d to %d (leader %d epoch %d ends at %d)", *key,
                              plog.log_end_offset, offset, self.source_id, r.leader_epoch, r.end_offset)
                     plog.truncate_to(offset)
-                state.truncating = False
-                state.retries = 0
+                self._end_truncation(key, state)
 
     # --- fetching -------------------------------------------------------------------------
 
-    async def fetch(self, ready: dict[Key, PartitionFetchState], wait_bound_s: float | None = None) -> None:
-        """One Fetch of the `ready` partitions; it long-polls at most `wait_bound_s` (if given)."""
-        partitions: dict[Key, PartitionFetch] = {}
-        max_bytes = self.config.replica_fetch_max_bytes
-        quota = self.replica_manager.follower_quota
-        exceeded = quota is not None and quota.is_exceeded()
-        requests = self._requests
-        get_partition = self.replica_manager.get_partition
-        for key, s in ready.items():
-            p = get_partition(key)
-            if p is None:
-                continue
-            if exceeded and self._throttled(p):
-                # a moving replica waits (replication_quota), backing off as Kafka's fetcher does
-                s.delayed_until = asyncio.get_running_loop().time() + self.backoff_s
-                continue
-            plog = p.log
-            end, start = plog.log_end_offset, plog.log_start_offset
-            data = requests.get(key)
-            if (data is None or data.fetch_offset != end or data.log_start_offset != start
-                    or data.current_leader_epoch != s.leader_epoch or data.partition_max_bytes != max_bytes):
-                data = requests[key] = PartitionFetch(key[1], s.leader_epoch, end, start, max_bytes)
-            partitions[key] = data
-        if not partitions:
-            return
-        session = self.session.build(partitions)
+    async def fetch(self, wait_bound_s: float | None = None) -> None:
+        """One Fetch of the fetch set; it long-polls at most `wait_bound_s` (if given)."""
+        partitions = self._fetching
+        unsent, self._unsent = self._unsent, set()
+        session = self.session.build(partitions, unsent)
         topics: dict[str, list[PartitionFetch]] = {}
         for (topic, _), data in session.to_send.items():
             topics.setdefault(topic, []).append(data)
@@ -318,7 +393,7 @@ class ReplicaFetcher:
             self.session.handle_error()
             return
         try:
-            await self._apply(frame, ready, partitions)
+            await self._apply(frame, self._fetch_states, partitions)
         except BaseException:
             self.session.handle_error()  # a response not (wholly) applied: start the session over
             raise
@@ -340,8 +415,10 @@ class ReplicaFetcher:
             return self._follower(p.key, state) is p and p.log.log_end_offset == sent[p.key].fetch_offset
 
         answered: list[tuple[Partition, PartitionFetchState, FetchedPartition]] = []
+        changed = self._changed
         for r in response.partitions:
             key = (r.topic, r.partition)
+            changed.add(key)  # data or an error: its fetch data is looked at again next round
             state = ready.get(key)
             p = None if state is None else self.replica_manager.get_partition(key)
             if state is not None and p is not None and still_ours(p, state):
@@ -415,7 +492,7 @@ class ReplicaFetcher:
                     plog.append_as_follower(records)
                 except LogError as e:
                     log.warning("%s-%d: follower append failed: %s", *key, e)
-                    state.delayed_until = now + self.backoff_s
+                    self._delay(key, state, now + self.backoff_s)
                     return
                 quota = self.replica_manager.follower_quota
                 if quota is not None and self._throttled(p):
@@ -453,7 +530,7 @@ class ReplicaFetcher:
         level = logging.INFO if state.retries <= 1 else logging.DEBUG
         log.log(level, "%s-%d: %s from %d answered %s; retrying in %.0f ms", *key, what, self.source_id,
                 code.name, delay * 1000)
-        state.delayed_until = now + delay
+        self._delay(key, state, now + delay)
 
     def _handle_out_of_range(self, p: Partition, state: PartitionFetchState, r: FetchedPartition) -> None:
         """Our offset is outside the leader's log: below its start (retention) or past its end."""
@@ -463,7 +540,7 @@ class ReplicaFetcher:
             log.info("%s-%d: behind the leader's log start %d; restarting there", *p.key, leader_start)
             plog.truncate_fully_and_start_at(leader_start)
         else:
-            state.truncating = True  # past the leader's end: truncate by epoch again
+            self._truncate_again(p.key, state)  # past the leader's end: truncate by epoch again
 
 
 class ReplicaFetcherManager:

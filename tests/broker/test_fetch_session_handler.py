@@ -77,3 +77,23 @@ def test_a_failed_incremental_request_does_not_update_the_cached_state():
 
 def test_epochs_wrap_to_one():
     assert next_epoch(0) == 1 and next_epoch(5) == 6 and next_epoch(MAX_EPOCH) == 1
+
+
+def test_named_changes_are_all_an_incremental_request_looks_at():
+    h = established({A0: 10, A1: 20, B0: 30})
+    r = h.build({A0: 15, A1: 99, B0: 30}, changed=[A0, B0])
+    assert (r.full, r.to_send, r.forgotten) == (False, {A0: 15}, [])  # A1 was not named: not looked at
+    h.handle_response(0, 9)
+    assert h.session_partitions == {A0: 15, A1: 20, B0: 30}
+    r = h.build({A0: 15}, changed=[B0])
+    assert (r.to_send, r.forgotten) == ({}, [B0])
+    h.handle_response(0, 9)
+    assert h.session_partitions == {A0: 15, A1: 20}
+
+
+def test_named_changes_do_not_shrink_a_full_request():
+    h = FetchSessionHandler()
+    r = h.build({A0: 1, A1: 2}, changed=[A0])
+    assert (r.full, r.to_send) == (True, {A0: 1, A1: 2})
+    h.handle_response(0, 9)
+    assert h.session_partitions == {A0: 1, A1: 2}

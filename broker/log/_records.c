@@ -16,27 +16,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-typedef struct {
-    const unsigned char *p;
-    const unsigned char *end;
-} cursor;
-
-/* Reads a zigzag varint of at most `max_bytes` bytes; 0 on success. */
-static int read_varint(cursor *c, int max_bytes, int64_t *out) {
-    uint64_t value = 0;
-    int shift = 0;
-    for (int i = 0; i < max_bytes; i++) {
-        if (c->p >= c->end) return -1;
-        unsigned char b = *c->p++;
-        value |= (uint64_t)(b & 0x7F) << shift;
-        if (!(b & 0x80)) {
-            *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-            return 0;
-        }
-        shift += 7;
-    }
-    return -2;
-}
+#include "_varint.h"
 
 static PyObject *fail(Py_ssize_t index, const char *message) {
     return Py_BuildValue("(ns)", index, message);

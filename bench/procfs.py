@@ -2,9 +2,17 @@
 open descriptors. One place, so every bench counts them the same way."""
 
 import os
+import resource
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def stat_ticks(path: str | Path) -> tuple[int, int]:
+    """(utime, stime) in clock ticks of a /proc stat file: a process's /proc/PID/stat or a
+    thread's /proc/PID/task/TID/stat. Raises FileNotFoundError when it is gone."""
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()  # comm may hold spaces
+    return int(fields[11]), int(fields[12])
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -12,10 +20,35 @@ def cpu_seconds(pid: int | None) -> float:
     if pid is None:
         return 0.0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # comm may hold spaces
+        user, system = stat_ticks(f"/proc/{pid}/stat")
     except FileNotFoundError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return (user + system) / CLK_TCK
+
+
+def system_seconds(pid: int) -> float:
+    """System (kernel) CPU time of a process."""
+    return stat_ticks(f"/proc/{pid}/stat")[1] / CLK_TCK
+
+
+def thread_cpu_seconds(comm_prefix: str) -> float:
+    """User + system CPU time of this process's threads whose name starts with `comm_prefix`
+    (a C library's own threads, e.g. librdkafka's `rdk:mock`)."""
+    ticks = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if not (task / "comm").read_text().startswith(comm_prefix):
+                continue
+            ticks += sum(stat_ticks(task / "stat"))
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return ticks / CLK_TCK
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU time of the waited-for child processes (not those still running)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _status_mb(pid: int, field: str) -> float:

@@ -14,7 +14,6 @@ Run: .venv/bin/python bench/replication.py [--rate 500,2000,5000] [--latency-onl
 import argparse
 import gc
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from procfs import children_cpu_seconds, cpu_seconds, system_seconds
 from produce_latency import produce_latency  # bench/ is sys.path[0] when run as a script
 from throughput import Result, median, write_records
 
@@ -82,28 +82,16 @@ class CpuMeter:
 
     def _brokers(self) -> tuple[float, float]:
         """(user + system, system) CPU-seconds of the brokers."""
-        total = system = 0
-        for pid in self.pids:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-            system += int(fields[12])
-        tick = os.sysconf("SC_CLK_TCK")
-        return total / tick, system / tick
-
-    @staticmethod
-    def _children() -> float:
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
+        return sum(cpu_seconds(pid) for pid in self.pids), sum(system_seconds(pid) for pid in self.pids)
 
     def __enter__(self) -> "CpuMeter":
-        self._b0, self._c0 = self._brokers(), self._children()
+        self._b0, self._c0 = self._brokers(), children_cpu_seconds()
         return self
 
     def __exit__(self, *exc) -> None:
         b1 = self._brokers()
         self.brokers, self.brokers_sys = b1[0] - self._b0[0], b1[1] - self._b0[1]
-        self.kcat = self._children() - self._c0
+        self.kcat = children_cpu_seconds() - self._c0
 
 
 def settle_page_cache() -> None:

@@ -22,8 +22,6 @@ import argparse
 import ctypes
 import ctypes.util
 import glob
-import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -31,6 +29,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from procfs import children_cpu_seconds, cpu_seconds, thread_cpu_seconds  # bench/procfs.py, beside this file
 
 MOCK_BYTES_PER_PARTITION = 5 * 1024 * 1024
 RECORD_OVERHEAD = 12  # upper bound of a v2 record's framing around a 100..1024-byte value, no key
@@ -95,36 +95,11 @@ class MockCluster:
     def cpu_seconds(self) -> float:
         """CPU time of the mock's I/O thread (`rdk:mock`, which serves every mock broker): the
         throw-away handle's own threads and this script's are not counted."""
-        total = 0
-        for task in glob.glob("/proc/self/task/*"):
-            try:
-                with open(f"{task}/comm") as f:
-                    if not f.read().startswith("rdk:mock"):
-                        continue
-                total += _stat_cpu_ticks(f"{task}/stat")
-            except FileNotFoundError:  # a thread that ended meanwhile
-                continue
-        return total / CLK_TCK
+        return thread_cpu_seconds("rdk:mock")
 
     def close(self) -> None:
         self.lib.rd_kafka_mock_cluster_destroy(self.mcluster)
         self.lib.rd_kafka_destroy(self.rk)
-
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat_cpu_ticks(path: str) -> int:
-    """utime + stime of a /proc stat file (process or thread), in clock ticks."""
-    with open(path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def children_cpu_seconds() -> float:
-    """CPU time of the waited-for child processes (the kcat runs; the cluster's are not reaped)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 # --- Odradek ------------------------------------------------------------------------------------
@@ -142,7 +117,7 @@ class Odradek:
 
     def cpu_seconds(self) -> float:
         """CPU time of the broker process, all its threads (ZooKeeper's and the controller's not counted)."""
-        return _stat_cpu_ticks(f"/proc/{self.broker_pid}/stat") / CLK_TCK
+        return cpu_seconds(self.broker_pid)
 
     def create_topic(self, name: str, partitions: int) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic

@@ -21,6 +21,7 @@ from odradek.operator.models import (
     Storage,
     parse_spec,
 )
+from odradek.operator.zookeeper_reconfig import Member
 
 BROKER_PORT = 9092
 BROKER_CONTROL_PORT = 9091
@@ -194,6 +195,8 @@ def names(name: str) -> dict[str, str]:
         "clients_ca": f"{name}-clients-ca", "clients_ca_cert": f"{name}-clients-ca-cert",
         "broker_certs": f"{name}-broker-certs", "controller_certs": f"{name}-controller-certs",
         "operator_certs": f"{name}-operator-certs", "zookeeper_client": f"{name}-zookeeper-client",
+        # the ensemble's seed member list (zookeeper_start_script) and its super user (reconfig)
+        "zookeeper_members": f"{name}-zookeeper-members", "zookeeper_admin": f"{name}-zookeeper-admin",
     }
 
 
@@ -233,27 +236,90 @@ def zookeeper_probe(word: str, expect: str, port: int = ZK_CLIENT_PORT) -> list[
     return ["bash", "-c", script]
 
 
+ZK_PEER_PORT, ZK_ELECTION_PORT = 2888, 3888
+ZK_MEMBERS_DIR = "/etc/zookeeper-members"
+"""The members ConfigMap's mount: `zoo.cfg.dynamic`, read only on a member's first start."""
+ZK_DYNAMIC_FILE = "zoo.cfg.dynamic"
+ZK_SUPER_DIGEST_ENV = "ZK_SUPER_DIGEST"
+"""The super user's digest (`super:<base64 sha1>`), from the admin Secret, into the JVM's flags:
+the operator's `reconfig` authenticates as that user (zookeeper_ensemble); the password itself
+never reaches the pod."""
+
+
+def zookeeper_members(body: dict[str, Any], count: int) -> dict[int, Member]:
+    """Members 1..count (myid = StatefulSet ordinal + 1) at their pods' stable names."""
+    meta = body["metadata"]
+    n = names(meta["name"])
+    return {i: Member(i, f"{n['zookeeper']}-{i - 1}.{n['zookeeper_headless']}.{meta['namespace']}.svc",
+                      ZK_PEER_PORT, ZK_ELECTION_PORT, ZK_CLIENT_PORT) for i in range(1, count + 1)}
+
+
+def zookeeper_start_script() -> str:
+    """The member's start script (replacing the image's entrypoint, which writes a static server
+    list). The dynamic configuration lives on the data volume: ZooKeeper rewrites it at every
+    `reconfig` (a new `zoo.cfg.dynamic.<version>` beside the old ones), so a restart resumes from
+    the newest version; only a member's first start (no file yet) copies the operator's seed
+    list. zoo.cfg itself is written from the ZOO_* environment at every start (what the image's
+    entrypoint reads), so config changes still reach members through the hashed ConfigMap."""
+    return "\n".join([
+        "set -eu",
+        'data="$ZOO_DATA_DIR"; dir="$data/conf"; dyn=""; best=-1',
+        'mkdir -p "$dir" "$ZOO_DATA_LOG_DIR"',
+        'echo $(( ${HOSTNAME##*-} + 1 )) > "$data/myid"',
+        f'for f in "$dir"/{ZK_DYNAMIC_FILE}.*; do',
+        '  v="${f##*.}"',
+        '  if [[ -f $f && $v =~ ^[0-9a-f]+$ ]] && (( 16#$v > best )); then best=$(( 16#$v )); dyn="$f"; fi',
+        "done",
+        'if [[ -z $dyn ]]; then',
+        f'  dyn="$dir/{ZK_DYNAMIC_FILE}"',
+        f'  [[ -s $dyn ]] || {{ cp "{ZK_MEMBERS_DIR}/{ZK_DYNAMIC_FILE}" "$dyn.tmp" && mv "$dyn.tmp" "$dyn"; }}',
+        "fi",
+        "{",
+        '  echo "dataDir=$data"; echo "dataLogDir=$ZOO_DATA_LOG_DIR"',
+        '  echo "tickTime=${ZOO_TICK_TIME:-2000}"; echo "initLimit=${ZOO_INIT_LIMIT:-5}"',
+        '  echo "syncLimit=${ZOO_SYNC_LIMIT:-2}"; echo "maxClientCnxns=${ZOO_MAX_CLIENT_CNXNS:-60}"',
+        '  echo "autopurge.snapRetainCount=$ZOO_AUTOPURGE_SNAPRETAINCOUNT"',
+        '  echo "autopurge.purgeInterval=$ZOO_AUTOPURGE_PURGEINTERVAL"',
+        '  echo "admin.enableServer=$ZOO_ADMINSERVER_ENABLED"',
+        '  echo "4lw.commands.whitelist=$ZOO_4LW_COMMANDS_WHITELIST"',
+        '  echo "standaloneEnabled=false"; echo "reconfigEnabled=true"',
+        '  for line in ${ZOO_CFG_EXTRA:-}; do echo "$line"; done',
+        '  echo "dynamicConfigFile=$dyn"',
+        '} > "${ZOO_CONF_DIR:-/conf}/zoo.cfg"',
+        'export SERVER_JVMFLAGS="${SERVER_JVMFLAGS:-} '
+        f'-Dzookeeper.DigestAuthenticationProvider.superDigest=${ZK_SUPER_DIGEST_ENV}"',
+        "exec zkServer.sh start-foreground",
+        ""])
+
+
+def zookeeper_members_config(body: dict[str, Any], count: int) -> dict[str, Any]:
+    """The seed member list for a member's first start: members 1..count, the StatefulSet's size
+    (during a scale-up the current voters plus the one being started, which syncs as a learner
+    until `reconfig` adds it). Outside the pod template's hash: changing it rolls nothing."""
+    text = "".join(m.line() + "\n" for m in zookeeper_members(body, count).values())
+    return _config_map(body, names(body["metadata"]["name"])["zookeeper_members"], "zookeeper",
+                       {ZK_DYNAMIC_FILE: text})
+
+
 def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int | None = None) -> list[dict[str, Any]]:
-    """`replicas` overrides the spec's ensemble size (the operator keeps a running ensemble's size:
-    members read the server list once, at start)."""
+    """`replicas` overrides the spec's ensemble size (during a scale the operator moves the
+    StatefulSet one member at a time, operator/zookeeper_reconfig)."""
     if not spec.zookeeper.managed:
         return []
     meta, zk = body["metadata"], spec.zookeeper
     if replicas is not None:
         zk = zk.model_copy(update={"replicas": replicas})
     n = names(meta["name"])
-    servers = " ".join(
-        f"server.{i + 1}={n['zookeeper']}-{i}.{n['zookeeper_headless']}.{meta['namespace']}.svc"
-        f":2888:3888;{ZK_CLIENT_PORT}" for i in range(zk.replicas))
     data = {
-        "ZOO_SERVERS": servers, "ZOO_STANDALONE_ENABLED": "false",
-        "ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok",
+        "ZOO_ADMINSERVER_ENABLED": "false",  # unauthenticated commands on 8080; nothing uses it
+        # conf: the operator reads the committed member list from the leader (zookeeper_ensemble)
+        "ZOO_4LW_COMMANDS_WHITELIST": "srvr,ruok,conf",
         # Snapshots and transaction logs both on the volume (the image's default dataLogDir,
         # /datalog, is the container's own filesystem: a restarted member lost its log), and
         # autopurge on (hourly, keeping 3 snapshots with their logs), else the volume fills.
         "ZOO_DATA_DIR": ZK_DATA, "ZOO_DATA_LOG_DIR": f"{ZK_DATA}/datalog",
         "ZOO_AUTOPURGE_PURGEINTERVAL": "1", "ZOO_AUTOPURGE_SNAPRETAINCOUNT": "3",
-        # zoo.cfg lines the image's entrypoint appends (space-separated): the Prometheus provider.
+        # zoo.cfg lines the start script appends (space-separated): the Prometheus provider.
         "ZOO_CFG_EXTRA": f"metricsProvider.className={ZK_METRICS_PROVIDER} "
                          f"metricsProvider.httpPort={ZK_METRICS_PORT} metricsProvider.exportJvmInfo=true",
     }
@@ -264,14 +330,16 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
     if zk.jvm_options.xms is not None:
         data["SERVER_JVMFLAGS"] = f"-Xms{zk.jvm_options.xms}"
     config = _config_map(body, n["zookeeper"], "zookeeper", data)
+    script = zookeeper_start_script()
     container = {
         "name": "zookeeper", "image": zk.image,
-        # ZooKeeper's myid is ordinal + 1 (ids start at 1).
-        "command": ["bash", "-c", 'export ZOO_MY_ID=$(( ${HOSTNAME##*-} + 1 )) && '
-                    'exec /docker-entrypoint.sh zkServer.sh start-foreground'],
+        "command": ["bash", "-c", script],
         "envFrom": [{"configMapRef": {"name": n["zookeeper"]}}],
+        "env": [{"name": ZK_SUPER_DIGEST_ENV,
+                 "valueFrom": {"secretKeyRef": {"name": n["zookeeper_admin"], "key": "digest"}}}],
         "ports": [{"name": "client", "containerPort": ZK_CLIENT_PORT},
-                  {"name": "peer", "containerPort": 2888}, {"name": "election", "containerPort": 3888}],
+                  {"name": "peer", "containerPort": ZK_PEER_PORT},
+                  {"name": "election", "containerPort": ZK_ELECTION_PORT}],
         # Four-letter words over bash's /dev/tcp: no JVM started per probe (`zkServer.sh status`
         # started one every 10 s in the same memory limit). Ready = serving in the quorum (srvr
         # names its mode; a member without a quorum answers that it is not serving); alive =
@@ -281,14 +349,15 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
         "livenessProbe": {"exec": {"command": zookeeper_probe("ruok", "imok")},
                           "initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5,
                           "failureThreshold": 3},
-        "volumeMounts": [{"name": "data", "mountPath": ZK_DATA}],
-        # The image's entrypoint writes its config to /conf at start: the root filesystem stays writable.
+        "volumeMounts": [{"name": "data", "mountPath": ZK_DATA},
+                         {"name": "members", "mountPath": ZK_MEMBERS_DIR, "readOnly": True}],
+        # The start script writes zoo.cfg to the image's /conf at start: the root filesystem stays writable.
         "securityContext": _container_security(read_only_root=False),
     }
     if _resources(zk.resources):
         container["resources"] = _resources(zk.resources)
     template_meta = {"labels": labels(meta["name"], "zookeeper"),
-                     "annotations": {CONFIG_HASH: config_hash(json.dumps(data, sort_keys=True), zk.image)}}
+                     "annotations": {CONFIG_HASH: config_hash(json.dumps([data, script], sort_keys=True), zk.image)}}
     expose_metrics(container, template_meta, spec, ZK_METRICS_PORT)
     sts = {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["zookeeper"], "zookeeper"),
@@ -296,20 +365,26 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
             "serviceName": n["zookeeper_headless"], "replicas": zk.replicas,
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector(meta["name"], "zookeeper")},
-            "persistentVolumeClaimRetentionPolicy": _retention(zk.storage),
+            # A member removed by a scale-down is no longer in the ensemble and its data is in
+            # every remaining member: its claim goes with it, so a later scale-up starts that
+            # member fresh from the seed list instead of an old configuration.
+            "persistentVolumeClaimRetentionPolicy": {**_retention(zk.storage), "whenScaled": "Delete"},
             # The environment comes from the ConfigMap, read at start: its hash in the template
             # makes the StatefulSet roll the members (one at a time, each Ready before the next).
             "template": {"metadata": template_meta,
                          "spec": _scheduling({"containers": [container],
-                                              "securityContext": _pod_security(ZOOKEEPER_UID)},
+                                              "securityContext": _pod_security(ZOOKEEPER_UID),
+                                              "volumes": [{"name": "members",
+                                                           "configMap": {"name": n["zookeeper_members"]}}]},
                                              zk.pod, selector(meta["name"], "zookeeper"))},
             "volumeClaimTemplates": [_claim(zk.storage)],
         },
     }
     return [
         config,
+        zookeeper_members_config(body, zk.replicas),
         _service(body, n["zookeeper_headless"], "zookeeper",
-                 [("client", ZK_CLIENT_PORT), ("peer", 2888), ("election", 3888)], headless=True),
+                 [("client", ZK_CLIENT_PORT), ("peer", ZK_PEER_PORT), ("election", ZK_ELECTION_PORT)], headless=True),
         _service(body, n["zookeeper"], "zookeeper", [("client", ZK_CLIENT_PORT)]),
         sts,
         _pdb(body, n["zookeeper"], "zookeeper"),

@@ -26,8 +26,8 @@ import kopf
 from odradek.common import process_logging
 from odradek.common.clock import Clock, now_ms
 from odradek.common.metrics import MetricsServer, Registry
+from odradek.operator import builders, topics, users
 from odradek.operator import status as status_mod
-from odradek.operator import topics, users
 from odradek.operator.crd_install import ensure_crds
 from odradek.operator.kube import ApiError, KubeClient
 from odradek.operator.metrics import ReconcileStats
@@ -41,6 +41,7 @@ from odradek.operator.reconciler import (
     metadata_view,
     reconcile,
 )
+from odradek.operator.zookeeper_ensemble import MemberSource
 
 log = logging.getLogger("odradek.operator")
 
@@ -74,6 +75,8 @@ class OperatorMemo:
     metrics_server: MetricsServer | None = None
     clock: Clock = now_ms
     """The process clock (certificate renewal); tests move it."""
+    zookeeper_members: MemberSource = builders.zookeeper_members
+    """Where the managed ensembles' members are reached (tests: local ports)."""
 
     def lock(self, uid: str) -> asyncio.Lock:
         lock: asyncio.Lock = self.locks.setdefault(uid, asyncio.Lock())
@@ -182,7 +185,8 @@ async def run_pass(body: Mapping[str, Any], memo: OperatorMemo, logger: kopf.Log
         with memo.stats.timed(key):
             try:
                 observation = await reconcile(client, copy, memo.view_source, memo.data_mover, memo.clock,
-                                              config_applier=memo.config_applier)
+                                              config_applier=memo.config_applier,
+                                              zookeeper_members=memo.zookeeper_members)
                 new = status_mod.status(observation, copy["status"])
                 if status_mod.changed(copy["status"], new):
                     await client.patch("KafkaCluster", meta["namespace"], meta["name"], {"status": new},
@@ -212,7 +216,7 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
         ready_flag: threading.Event | None = None,
         topic_bootstrap: topics.BootstrapSource = topics.service_bootstrap,
         topic_tuning: topics.Tuning | None = None, user_tuning: topics.Tuning | None = None,
-        clock: Clock = now_ms) -> None:
+        clock: Clock = now_ms, zookeeper_members: MemberSource = builders.zookeeper_members) -> None:
     """Run the operator until stopped (SIGTERM/SIGINT, or stop_flag in tests)."""
     memo = OperatorMemo(connection=connection, view_source=view_source, data_mover=data_mover,
                         config_applier=config_applier,
@@ -220,7 +224,8 @@ def run(namespaces: list[str], clusterwide: bool, *, connection: kopf.Connection
                         clusterwide=clusterwide, topic_bootstrap=topic_bootstrap,
                         topic_tuning=topic_tuning or topics.Tuning(), metrics_port=metrics_port,
                         user_tuning=user_tuning or topics.Tuning(),
-                        metrics_host=metrics_host, install_crds=install_crds, clock=clock)
+                        metrics_host=metrics_host, install_crds=install_crds, clock=clock,
+                        zookeeper_members=zookeeper_members)
     asyncio.run(kopf.operator(
         registry=build_registry(interval), clusterwide=clusterwide, namespaces=namespaces,
         memo=memo, standalone=True,

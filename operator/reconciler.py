@@ -10,6 +10,7 @@ import datetime
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,6 +37,9 @@ from odradek.operator.orchestrator import KubernetesBrokerOrchestrator, broker_s
 from odradek.operator.rolling import ClusterView, fetch_view, reconcile_brokers
 from odradek.operator.status import Observation
 from odradek.operator.storage import plan_resize
+from odradek.operator.zookeeper_ensemble import MemberSource, admin_password, observe
+from odradek.operator.zookeeper_ensemble import reconfig as zookeeper_reconfig
+from odradek.operator.zookeeper_reconfig import MIN_SCALABLE, REFUSED, Ensemble, Member, Step, decide
 
 log = logging.getLogger(__name__)
 
@@ -124,20 +128,58 @@ def claim_template(sts: dict[str, Any] | None) -> dict[str, Any] | None:
     return next((t for t in templates if (t.get("metadata") or {}).get("name") == "data"), None)
 
 
-def zookeeper_scaling(spec: KafkaClusterSpec, live: dict[str, Any] | None) -> tuple[int | None, tuple[str, str] | None]:
-    """The ensemble size to render and the refusal when the spec asks for another one. Members
-    read a static server list once, at start: a new size would leave them on the old list (3 → 1
-    leaves the survivor waiting for a quorum), so a running ensemble keeps its size. Dynamic
-    reconfiguration one member at a time keeps a quorum (operator/zookeeper_reconfig, tested on a
-    real 3 → 5 → 3 ensemble) but the rendered ensemble does not use it yet (static ZOO_SERVERS)."""
+@dataclass(frozen=True)
+class ZooKeeperPlan:
+    """This pass's part of a managed ensemble's scale (zookeeper_reconfig.decide)."""
+    replicas: int | None = None
+    """The StatefulSet's replica count to render (None: the spec's)."""
+    progress: tuple[str, str] | None = None
+    refused: tuple[str, str] | None = None
+    reconfig: Step | None = None
+    members: dict[int, Member] = field(default_factory=dict)
+    serving: frozenset[int] = frozenset()
+
+
+async def zookeeper_plan(body: dict[str, Any], spec: KafkaClusterSpec, live: dict[str, Any] | None,
+                         member_source: MemberSource) -> ZooKeeperPlan:
+    """The ensemble size to render this pass and the reconfiguration to run after the render.
+
+    A managed ensemble scales one member at a time by dynamic reconfiguration (see
+    zookeeper_reconfig): each pass observes the members (`srvr`, the leader's `conf`) and takes
+    one step, so the scale resumes after an operator restart. Brokers and controllers keep their
+    `zookeeper.connect`: it names the client Service, which follows the Ready members (a new
+    member joins it once it serves; a removed one still answers until the next pass stops its
+    pod, seen on a real ensemble, and a client session there moves on when it does), so no
+    broker or controller restarts for a scale. Refused: scales through fewer than MIN_SCALABLE members
+    (decided without asking the ensemble); an existing ensemble is never scaled."""
     if not spec.zookeeper.managed or live is None:
-        return None, None
-    current = int((live.get("spec") or {}).get("replicas") or 0)
-    if current == spec.zookeeper.replicas or current < 1:
-        return None, None
-    return current, ("ZooKeeperScalingRefused",
-                     f"zookeeper.replicas {current} → {spec.zookeeper.replicas}: a running ensemble keeps its "
-                     f"size (its members read the server list once, at start); it stays at {current}")
+        return ZooKeeperPlan()
+    current, desired = int((live.get("spec") or {}).get("replicas") or 0), spec.zookeeper.replicas
+    if current < 1:
+        return ZooKeeperPlan()
+    if current != desired and (current < MIN_SCALABLE or desired < MIN_SCALABLE):
+        return ZooKeeperPlan(current, refused=(REFUSED, (
+            f"zookeeper.replicas {current} → {desired}: an ensemble of fewer than {MIN_SCALABLE} members has "
+            f"none to spare, so a scale through one would stop at the first failure; it stays at {current}")))
+    members = member_source(body, max(current, desired))
+    seen = await observe(members)
+    d = decide(Ensemble(desired, current, seen.members, seen.serving))
+    return ZooKeeperPlan(None if d.replicas == desired and current == desired else d.replicas,
+                         d.progress, d.refused, d.reconfig, members, seen.serving)
+
+
+async def run_zookeeper_step(client: KubeClient, body: dict[str, Any], plan: ZooKeeperPlan) -> tuple[str, str] | None:
+    """The plan's reconfiguration, after the render; the progress to report."""
+    if plan.reconfig is None:
+        return plan.progress
+    meta = body["metadata"]
+    failed = await zookeeper_reconfig(plan.members, plan.serving, await admin_password(client, body), plan.reconfig)
+    if failed is not None:
+        log.warning("%s/%s ZooKeeper %s; retrying at the next pass", meta["namespace"], meta["name"], failed)
+        reason, message = plan.progress or ("ZooKeeperScaling", "")
+        return reason, f"{message} ({failed}; retrying)"
+    log.info("%s/%s ZooKeeper: %s done", meta["namespace"], meta["name"], (plan.progress or ("", ""))[1])
+    return plan.progress
 
 
 ZOOKEEPER_MIGRATED = f"{GROUP}/zookeeper-migrated-to"
@@ -303,8 +345,10 @@ def keep_claim_templates(obj: dict[str, Any], live: dict[str, Any] | None) -> di
 
 async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewSource = metadata_view,
                     data_mover: DataMover | None = cluster_data_mover, clock: Clock = now_ms,
-                    config_applier: ConfigApplier | None = cluster_config_applier) -> Observation:
-    """`clock` decides certificate renewal (tests move it past renewalDays)."""
+                    config_applier: ConfigApplier | None = cluster_config_applier,
+                    zookeeper_members: MemberSource = builders.zookeeper_members) -> Observation:
+    """`clock` decides certificate renewal (tests move it past renewalDays); `zookeeper_members`
+    is where the operator reaches the managed ensemble's members (tests: local ports)."""
     meta = body["metadata"]
     generation = meta.get("generation")
     try:
@@ -323,8 +367,11 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
     current = await orchestrator.replicas()
     spec, switch_refused = zookeeper_switch(
         body, spec, live_zookeeper_connect(await client.get("ConfigMap", namespace, n["broker"])))
-    zk_replicas, zk_refused = zookeeper_scaling(spec, live_sts["zookeeper"])
-    stalled = [r for r in (switch_refused, zk_refused) if r is not None]
+    zk_plan = await zookeeper_plan(body, spec, live_sts["zookeeper"], zookeeper_members)
+    zk_replicas = zk_plan.replicas
+    stalled = [r for r in (switch_refused, zk_plan.refused) if r is not None]
+    if spec.zookeeper.managed:  # before the pods that read its digest
+        await admin_password(client, body)
     racks = None
     if spec.brokers.rack:  # nodes are cluster-scoped: the chart grants listing them
         racks = builders.rack_map(await client.list("Node", None, {}), spec.brokers.rack.topology_key)
@@ -350,9 +397,10 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
         if storage is not None and (refused := await resize_claims(client, namespace, live_sts[key], storage)):
             stalled.append((refused[0], f"{n[key]}: {refused[1]}"))
 
+    support = {**await support_readiness(client, body, spec),
+               "zookeeper_scaling": await run_zookeeper_step(client, body, zk_plan)}
     desired_hash = cluster_security.broker_config_hash(body, spec, addresses)
     desired_count = spec.brokers.replicas
-    support = await support_readiness(client, body, spec)
     try:
         await cluster_access(client, body)  # read once per pass: the view and the data mover use it
         view = await view_source(body)

@@ -45,6 +45,7 @@ class Observation:
     ready_controllers: int = 0  # controller pods Ready (their probe: active or healthy standby)
     desired_zookeeper: int | None = None  # None: an existing ensemble the operator does not run
     ready_zookeeper: int = 0
+    zookeeper_scaling: tuple[str, str] | None = None  # (reason, message) of a managed ensemble's scale under way
     bootstrap_servers: str | None = None
     invalid: str | None = None
     waiting: str | None = None  # roll or scale held back until the cluster is healthy
@@ -112,6 +113,8 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
         progressing = (True, "MovingData", o.moving)
     elif o.running_brokers != o.desired_brokers and not o.refused:
         progressing = (True, "Scaling", f"{o.running_brokers} broker pods, {o.desired_brokers} desired")
+    elif o.zookeeper_scaling:
+        progressing = (True, *o.zookeeper_scaling)
     elif unreachable:
         progressing = (True, "ClusterUnreachable", f"{unreachable}; {RETRY}")
     elif not brokers_ready:

@@ -18,7 +18,11 @@ rewrites it) and an authorised client (a super user, ZOOKEEPER-2014).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from dataclasses import dataclass
+
+SUPER_USER = "super"
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,22 @@ def parse_config(data: bytes | str) -> tuple[dict[int, str], int | None]:
             except ValueError:
                 version = None
     return members, version
+
+
+def super_digest(password: str) -> str:
+    """`super:<base64 sha1(super:password)>`: what ZooKeeper's
+    `zookeeper.DigestAuthenticationProvider.superDigest` takes (the server never sees the password)."""
+    digest = hashlib.sha1(f"{SUPER_USER}:{password}".encode()).digest()  # ZooKeeper's digest scheme
+    return f"{SUPER_USER}:{base64.b64encode(digest).decode()}"
+
+
+def parse_conf(text: bytes | str) -> dict[int, str] | None:
+    """The member list in a `conf` four-letter answer (after its `membership:` line); None when
+    it has none (a member that is not running a quorum)."""
+    body = text.decode(errors="replace") if isinstance(text, bytes) else text
+    _, found, membership = body.partition("membership:")
+    members = parse_config(membership)[0] if found else {}
+    return members or None
 
 
 def voters(members: dict[int, str]) -> list[int]:

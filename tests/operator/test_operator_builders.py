@@ -67,7 +67,8 @@ def test_default_cluster_shape():
     body = resource({})
     objs = by_kind_name(builders.desired_objects(body, parse_spec({})))
     assert set(objs) == {
-        ("ConfigMap", "demo-zookeeper"), ("Service", "demo-zookeeper-headless"), ("Service", "demo-zookeeper"),
+        ("ConfigMap", "demo-zookeeper"), ("ConfigMap", "demo-zookeeper-members"),
+        ("Service", "demo-zookeeper-headless"), ("Service", "demo-zookeeper"),
         ("StatefulSet", "demo-zookeeper"), ("PodDisruptionBudget", "demo-zookeeper"),
         ("ConfigMap", "demo-controller"), ("Deployment", "demo-controller"), ("PodDisruptionBudget", "demo-controller"),
         ("ConfigMap", "demo-broker"), ("Service", "demo-broker-headless"), ("Service", "demo-bootstrap"),

@@ -324,14 +324,14 @@ async def test_zookeeper_scaling_is_refused_with_a_condition(env):
     env.start_operator()
     await env.api.create_cluster({})  # a managed ensemble of 3
     await env.ready()
-    servers = env.server.live("v1/configmaps", NS, "demo-zookeeper")["data"]["ZOO_SERVERS"]
+    servers = env.server.live("v1/configmaps", NS, "demo-zookeeper-members")["data"]
     await env.api.patch_spec({"zookeeper": {"replicas": 1}})
     await wait_for(lambda: condition(env.cluster(), "Stalled").get("reason") == "ZooKeeperScalingRefused", 20,
                    "the refusal")
     assert condition(env.cluster(), "Stalled")["observedGeneration"] == 2
     assert condition(env.cluster(), "Degraded")["status"] == "True"
     assert env.server.live(STS, NS, "demo-zookeeper")["spec"]["replicas"] == 3
-    assert env.server.live("v1/configmaps", NS, "demo-zookeeper")["data"]["ZOO_SERVERS"] == servers
+    assert env.server.live("v1/configmaps", NS, "demo-zookeeper-members")["data"] == servers
     await env.api.patch_spec({"zookeeper": {"replicas": 3}})
     await wait_for(lambda: condition(env.cluster(), "Stalled").get("status") == "False", 20, "no refusal")
     await env.ready()

@@ -1,0 +1,165 @@
+"""The operator scales a real ZooKeeper ensemble 3 -> 5 -> 3 through the KafkaCluster spec
+(issue 28 item 6): pods are real ZooKeeper servers run from the rendered start script
+(zookeeper_kubelet), a client writes throughout, no acknowledged write is lost, and every
+observed state has a serving quorum of the committed voters."""
+
+import asyncio
+import base64
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import kmock
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+from operator_harness import NS, STS, Api, Kubelet, OperatorThread, ScriptedView, condition, new_server, wait_for
+from zookeeper_kubelet import ZooKeeperKubelet, local_members
+
+from odradek.dev.zookeeper import CLASSPATH_JARS
+from odradek.operator.zookeeper_reconfig import quorum
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio, pytest.mark.timeout(420),
+              pytest.mark.skipif(shutil.which("java") is None or not Path(CLASSPATH_JARS[0]).exists(),
+                                 reason="needs Debian's zookeeper package")]
+
+
+class Writer:
+    """Creates /w/<n> one after another through every member's client port, remembering each
+    acknowledged one and the longest time between two acknowledgements."""
+
+    def __init__(self, hosts: str):
+        self.client = KazooClient(hosts=hosts, timeout=10)
+        self.acked: list[str] = []
+        self.longest_gap = 0.0
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="zk-writer", daemon=True)
+
+    def start(self) -> None:
+        self.client.start(timeout=30)
+        self.client.ensure_path("/w")
+        self.thread.start()
+
+    def run(self) -> None:
+        last = time.monotonic()
+        n = 0
+        while not self.stop_flag.is_set():
+            path = f"/w/{n:06d}"
+            try:
+                self.client.create(path, b"x")
+            except NodeExistsError:
+                pass  # an earlier attempt was applied and its answer lost
+            except Exception:  # the session moving to another member: the same write again
+                self.stop_flag.wait(0.1)
+                continue
+            now = time.monotonic()
+            self.longest_gap, last = max(self.longest_gap, now - last), now
+            self.acked.append(path)
+            n += 1
+            self.stop_flag.wait(0.05)
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+    def stored(self) -> set[str]:
+        self.client.sync("/w")
+        return {f"/w/{c}" for c in self.client.get_children("/w")}
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+
+async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throughout(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    server = new_server()
+    members = local_members(5)
+    async with server, kmock.Server(server) as http:
+        url = str(http.url)
+        view = ScriptedView()
+        brokers = Kubelet(server, view)
+        zk = ZooKeeperKubelet(server, NS, "demo", tmp_path, members, brokers)
+        api = Api(url)
+        writer = Writer(",".join(f"127.0.0.1:{m.client_port}" for m in members.values()))
+        operator = None
+        formed = 0
+        seen: list[tuple[int, tuple[int, ...] | None, frozenset[int]]] = []
+        messages: set[str] = set()
+        stop_watch = asyncio.Event()
+
+        def cluster():
+            return server.live("odradek.io/v1alpha1/kafkaclusters", NS, "demo")
+
+        def replicas():
+            return ((server.live(STS, NS, "demo-zookeeper") or {}).get("spec") or {}).get("replicas")
+
+        async def watch():
+            """Every observed state: the StatefulSet's size, the committed voters, who serves."""
+            loop = asyncio.get_running_loop()
+            while not stop_watch.is_set():
+                voters, serving = await loop.run_in_executor(None, zk.state)
+                state = (replicas(), None if voters is None else tuple(voters), serving)
+                if not seen or seen[-1] != state:
+                    seen.append(state)
+                await asyncio.sleep(0.2)
+
+        async def settled(n: int, timeout: float) -> None:
+            await wait_for(lambda: seen and seen[-1][:2] == (n, tuple(range(1, n + 1)))
+                           and condition(cluster(), "Progressing").get("reason") != "ZooKeeperScaling",
+                           timeout, f"{n} voting members and a StatefulSet of {n}")
+
+        brokers.start()
+        zk.start()
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            operator = OperatorThread(url, view, zookeeper_members=zk.member_source)
+            await api.create_cluster({})  # a managed ensemble of three
+            await settled(3, 120)
+            formed = len(seen) - 1  # from here on the ensemble has had its quorum
+            await asyncio.get_running_loop().run_in_executor(None, writer.start)
+
+            await api.patch_spec({"zookeeper": {"replicas": 5}})
+            await settled(5, 180)
+            await api.patch_spec({"zookeeper": {"replicas": 3}})
+            await settled(3, 180)
+            await asyncio.sleep(1)  # writes after the last step
+            await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+            stored = await asyncio.get_running_loop().run_in_executor(None, writer.stored)
+        finally:
+            if writer.thread.is_alive() or writer.client.connected:
+                await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+                await asyncio.get_running_loop().run_in_executor(None, writer.close)
+            stop_watch.set()
+            await watcher
+            if operator is not None:
+                await operator.stop()
+            await zk.stop()
+            await brokers.stop()
+            await api.close()
+
+        assert len(writer.acked) > 20, "the client wrote throughout"
+        assert set(writer.acked) <= stored, "no acknowledged write lost"
+        # every observed state with voters: a quorum of them serving
+        for size, voters, serving in seen[formed:]:
+            if voters is not None:
+                assert len(set(voters) & serving) >= quorum(len(voters)), (size, voters, serving, seen)
+        # the walk, one member at a time, as the status reported it (every status write)
+        for r in list(server):
+            if r.subresource == "status" and isinstance(r.data, dict):
+                for c in (r.data.get("status") or {}).get("conditions") or []:
+                    if c.get("type") == "Progressing" and c.get("reason") == "ZooKeeperScaling":
+                        messages.add(c["message"])
+        steps = [s[:2] for s in seen if s[1] is not None]
+        assert (4, (1, 2, 3)) in steps and (5, (1, 2, 3, 4, 5)) in steps and (4, (1, 2, 3, 4)) in steps
+        for text in ("3 → 5 members: adding member 4", "4 → 5 members: adding member 5",
+                     "5 → 3 members: removing member 5", "4 → 3 members: removing member 4"):
+            assert text in messages, messages
+        assert zk.started[:3] == [1, 2, 3] and sorted(zk.started[3:]) == [4, 5], "no member restarted"
+        password = base64.b64decode(server.live("v1/secrets", NS, "demo-zookeeper-admin")["data"]["password"]).decode()
+        assert password not in caplog.text and password not in str(cluster().get("status"))
+        print(f"states {seen[formed:]}")
+        print(f"steps {steps}; {len(writer.acked)} writes, longest gap {writer.longest_gap:.1f}s")

@@ -1,7 +1,7 @@
 """The operator scales a real ZooKeeper ensemble 3 -> 5 -> 3 through the KafkaCluster spec
 (issue 28 item 6): pods are real ZooKeeper servers run from the rendered start script
-(zookeeper_kubelet), a client writes throughout, no acknowledged write is lost, and every
-observed state has a serving quorum of the committed voters."""
+(zookeeper_kubelet), a client writes throughout, no acknowledged write is lost, every observed
+state has a serving quorum of the committed voters, and an operator restarted mid-scale resumes."""
 
 import asyncio
 import base64
@@ -16,12 +16,14 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from operator_harness import NS, STS, Api, Kubelet, OperatorThread, ScriptedView, condition, new_server, wait_for
-from zookeeper_kubelet import ZooKeeperKubelet, local_members
+from zookeeper_kubelet import ZooKeeperKubelet, local_members, stop_process
 
 from odradek.dev.zookeeper import CLASSPATH_JARS
-from odradek.operator.zookeeper_reconfig import quorum
+from odradek.operator import builders
+from odradek.operator.models import parse_spec
+from odradek.operator.zookeeper_reconfig import quorum, super_digest
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio, pytest.mark.timeout(420),
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420),
               pytest.mark.skipif(shutil.which("java") is None or not Path(CLASSPATH_JARS[0]).exists(),
                                  reason="needs Debian's zookeeper package")]
 
@@ -74,6 +76,7 @@ class Writer:
         self.client.close()
 
 
+@pytest.mark.asyncio
 async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throughout(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     server = new_server()
@@ -123,6 +126,11 @@ async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throug
             await asyncio.get_running_loop().run_in_executor(None, writer.start)
 
             await api.patch_spec({"zookeeper": {"replicas": 5}})
+            # the operator restarted mid-scale (member 4 started, not yet added) resumes from
+            # what the ensemble reports
+            await wait_for(lambda: replicas() == 4, 120, "member 4 starting")
+            await operator.stop()
+            operator = OperatorThread(url, view, zookeeper_members=zk.member_source)
             await settled(5, 180)
             await api.patch_spec({"zookeeper": {"replicas": 3}})
             await settled(3, 180)
@@ -163,3 +171,78 @@ async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throug
         assert password not in caplog.text and password not in str(cluster().get("status"))
         print(f"states {seen[formed:]}")
         print(f"steps {steps}; {len(writer.acked)} writes, longest gap {writer.longest_gap:.1f}s")
+
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (found := check()):
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def test_a_static_ensemble_rolls_onto_the_start_script_keeping_its_data_and_quorum(tmp_path):
+    """An operator upgrade: members started with a static server list (what the image's
+    entrypoint wrote from the ZOO_SERVERS the operator rendered before) restart one at a time
+    from the new start script on the same volumes; every step keeps a quorum and the data, and
+    the rolled ensemble then takes a reconfig as the digest's super user."""
+    members = local_members(4)
+    body = {"metadata": {"name": "demo", "namespace": NS, "uid": "u"}, "spec": {}}
+    rendered = {(o["kind"], o["metadata"]["name"]): o for o in builders.desired_objects(body, parse_spec({}))}
+    found = {"sts": rendered[("StatefulSet", "demo-zookeeper")],
+             "members": rendered[("ConfigMap", "demo-zookeeper-members")],
+             "env": rendered[("ConfigMap", "demo-zookeeper")],
+             "admin": {"data": {"digest": base64.b64encode(super_digest("pw").encode()).decode()}}}
+    zk = ZooKeeperKubelet(None, NS, "demo", tmp_path, members)
+    old = {}
+    client = None
+
+    def quorum_of_three():
+        return sum(zk.mode(i) in ("leader", "follower") for i in (1, 2, 3)) == 3
+
+    try:
+        servers = "".join(f"server.{j}=127.0.0.1:{members[j].quorum_port}:{members[j].election_port};"
+                          f"127.0.0.1:{members[j].client_port}\n" for j in (1, 2, 3))
+        for i in (1, 2, 3):
+            pod = tmp_path / f"pod-{i - 1}"
+            (pod / "data").mkdir(parents=True)
+            (pod / "data" / "myid").write_text(f"{i}\n")
+            (pod / "old.cfg").write_text(
+                f"dataDir={pod / 'data'}\ndataLogDir={pod / 'data' / 'datalog'}\ntickTime=500\ninitLimit=10\n"
+                f"syncLimit=5\nstandaloneEnabled=false\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\n"
+                f"{servers}")
+            old[i] = zk.run_java(pod / "old.cfg", pod / "old.log")
+        wait_until(quorum_of_three, 60, "a static quorum")
+        client = KazooClient(hosts=",".join(f"127.0.0.1:{members[i].client_port}" for i in (1, 2, 3)), timeout=10)
+        client.start(timeout=30)
+        client.create("/kept", b"before")
+        for i in (1, 2, 3):  # the StatefulSet's roll: one member at a time, each serving before the next
+            stop_process(old.pop(i))
+            assert zk.start_pod(i - 1, found)
+            wait_until(quorum_of_three, 60, f"member {i} back from the start script")
+            client.retry(client.create, f"/after-{i}", b"x")
+        client.sync("/")
+        assert client.get("/kept")[0] == b"before"
+        assert zk.state() == ([1, 2, 3], frozenset({1, 2, 3}))
+        four = builders.zookeeper_members(body, 4)
+        seed = {"data": {builders.ZK_DYNAMIC_FILE: "".join(four[j].line() + "\n" for j in (1, 2, 3, 4))}}
+        assert zk.start_pod(3, {**found, "members": seed})
+        wait_until(lambda: zk.mode(4) is not None, 60, "member 4 syncing")
+        admin = KazooClient(hosts=f"127.0.0.1:{members[1].client_port}", timeout=10,
+                            auth_data=[("digest", "super:pw")])
+        admin.start(timeout=30)
+        try:
+            admin.reconfig(joining=members[4].line(), leaving=None, new_members=None)
+        finally:
+            admin.stop()
+            admin.close()
+        wait_until(lambda: zk.state()[0] == [1, 2, 3, 4], 60, "member 4 voting")
+    finally:
+        if client is not None:
+            client.stop()
+            client.close()
+        for p in old.values():
+            stop_process(p)
+        zk.stop_all()

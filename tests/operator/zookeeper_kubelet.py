@@ -24,6 +24,7 @@ from odradek.dev.zookeeper import CLASSPATH_JARS, die_with_parent, four_letter, 
 from odradek.operator import builders
 from odradek.operator.zookeeper_reconfig import Member, parse_conf, parse_config, voters
 
+JAVA = ["java", "-Xms32m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 SHIM = """#!/bin/bash
 # stands in for the image's `zkServer.sh start-foreground`
 [[ $1 == start-foreground ]] || exit 2
@@ -32,6 +33,16 @@ grep -v '^metricsProvider' "$cfg" > "$cfg.local"
 exec java $SERVER_JVMFLAGS -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \\
   -cp "{classpath}" org.apache.zookeeper.server.quorum.QuorumPeerMain "$cfg.local"
 """
+
+
+def stop_process(p: subprocess.Popen[bytes]) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
 
 
 def local_members(count: int) -> dict[int, Member]:
@@ -71,7 +82,9 @@ class ZooKeeperKubelet:
                 "env": copy.deepcopy(self._live("v1/configmaps", self.names["zookeeper"])),
                 "admin": copy.deepcopy(self._live("v1/secrets", self.names["zookeeper_admin"]))}
 
-    def _start(self, index: int, found: dict) -> bool:
+    def start_pod(self, index: int, found: dict) -> bool:
+        """Pod `index` from `found` (the StatefulSet, both ConfigMaps, the admin Secret); False
+        while one of them is missing (a real pod waits for its volumes and Secret too)."""
         member = index + 1
         sts, members_cm, env_cm, admin = found["sts"], found["members"], found["env"], found["admin"]
         if members_cm is None or env_cm is None or admin is None:
@@ -113,13 +126,21 @@ class ZooKeeperKubelet:
 
     def _stop(self, member: int) -> None:
         p = self.processes.pop(member, None)
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+        if p is not None:
+            stop_process(p)
+
+    def stop_all(self) -> None:
+        for member in list(self.processes):
+            self._stop(member)
+
+    def run_java(self, config: Path, log_path: Path) -> subprocess.Popen[bytes]:
+        """A ZooKeeper server from a config file written by hand (not from the start script)."""
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                [*JAVA, "-cp", ":".join(j for j in CLASSPATH_JARS if Path(j).exists()),
+                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_parent)
 
     def mode(self, member: int) -> str | None:
         try:
@@ -154,7 +175,7 @@ class ZooKeeperKubelet:
         for index in range(n):
             p = self.processes.get(index + 1)
             if p is None or p.poll() is not None:  # not started yet, or exited: (re)start it
-                self._start(index, found)
+                self.start_pod(index, found)
         for member in [m for m in self.processes if m > n]:  # scaled down: the pod and its claim go
             self._stop(member)
             shutil.rmtree(self.root / f"pod-{member - 1}", ignore_errors=True)
@@ -178,5 +199,4 @@ class ZooKeeperKubelet:
                 await self.task
             except asyncio.CancelledError:
                 pass
-        for member in list(self.processes):
-            self._stop(member)
+        self.stop_all()

@@ -17,6 +17,7 @@ from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
 
+from .conftest import new_cluster
 from .kafka_helpers import ask, create_topic
 from .test_client_quotas import alter_request
 
@@ -27,9 +28,15 @@ VALUE_SIZE = 8 * 1024
 COUNT = 200  # 1.6 MB: with 3 windows of 1 s, ~0.5 MB may go at once, the rest at the quota
 
 
-@pytest.fixture
-def cluster(cluster_factory):
-    return cluster_factory(brokers=1, broker_overrides={"quota.window.num": 3, "quota.window.size.seconds": 1})
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    """One broker for the three tests: each throttles a client id and a topic of its own, and the
+    quotas are per client id, so none sees another's (and no cluster start-up each)."""
+    c = new_cluster(zookeeper, tmp_path_factory.mktemp("throttled"), brokers=1,
+                    broker_overrides={"quota.window.num": 3, "quota.window.size.seconds": 1})
+    c.start()
+    yield c
+    c.stop()
 
 
 def fill(bootstrap: str, topic: str) -> None:

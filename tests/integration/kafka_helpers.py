@@ -6,6 +6,7 @@ import datetime
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -295,6 +296,24 @@ def leader_of(bootstrap: str, topic: str, partition: int, timeout: float = 30.0)
     return views[partition].leader
 
 
+def cluster_report(cluster, topic: str, lines: int = 25) -> str:
+    """What a stalled test needs to be understood from the CI log alone (the cluster's files do not
+    outlive the run): `topic`'s leaders and ISRs as Metadata tells them, and each process's
+    last log lines."""
+    try:
+        views = "\n".join(f"  {topic}-{p}: {v}" for p, v in sorted(partition_views(cluster.bootstrap, topic).items()))
+    except Exception as e:  # the report must not hide the failure it reports on
+        views = f"  Metadata failed: {e!r}"
+    out = [f"--- {topic} as Metadata answers:", views]
+    for process in cluster.processes():
+        try:
+            tail = process.log_tail(lines)
+        except Exception as e:
+            tail = repr(e)
+        out.append(f"--- {process.name}, last {lines} log lines:\n{tail}")
+    return "\n".join(out)
+
+
 # --- a producer writing continuously, recording what was acknowledged ------------------------------
 
 
@@ -365,13 +384,17 @@ class ContinuousProducer:
         with self._lock:
             return len(self.acked)
 
-    def wait_acked(self, n: int, timeout: float = 60.0) -> None:
-        """Wait until at least `n` more records than now are acknowledged."""
+    def wait_acked(self, n: int, timeout: float = 60.0, diagnose: Callable[[], str] | None = None) -> None:
+        """Wait until at least `n` more records than now are acknowledged. A stall fails with the
+        client's last errors and, with `diagnose` (e.g. `cluster_report`), the cluster's state."""
         target = self.acked_count() + n
         deadline = time.monotonic() + timeout
         while self.acked_count() < target:
             assert self._thread.is_alive(), "producer thread died"
-            assert time.monotonic() < deadline, f"only {self.acked_count()} of {target} records acknowledged in {timeout}s"
+            if time.monotonic() >= deadline:
+                report = diagnose() if diagnose is not None else ""
+                raise AssertionError(f"only {self.acked_count()} of {target} records acknowledged in {timeout}s; "
+                                     f"{len(self.errors)} failed, last client errors {self.client_errors[-5:]}\n{report}")
             time.sleep(0.05)
 
     def stop(self, flush_timeout: float = 90.0) -> None:

@@ -18,6 +18,7 @@ from odradek.operator.rolling import reconcile_brokers
 from .kafka_helpers import (
     ContinuousProducer,
     admin,
+    cluster_report,
     partition_views,
     verify_acknowledged,
     wait_for_partitions,
@@ -28,7 +29,7 @@ from .test_operator_roll import BROKER_OVERRIDES, LocalBrokerOrchestrator, regis
 STEP_INTERVAL = 0.5
 
 
-def drive(orchestrator, desired: int, until, max_steps: int, timeout: float):
+def drive(orchestrator, desired: int, until, max_steps: int, timeout: float, topic: str = "data"):
     """One reconcile pass at a time (data movement, then the broker step, both deciding from one
     fresh view, as operator/reconciler.py does), until `until(movement, step)`; bounded by steps
     and time."""
@@ -44,9 +45,13 @@ def drive(orchestrator, desired: int, until, max_steps: int, timeout: float):
             passes.append((movement, step))
             if until(movement, step):
                 return passes
-            assert time.monotonic() < deadline, f"not reached within {timeout}s; last passes: {passes[-3:]}"
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"not reached within {timeout}s; last passes: {passes[-3:]}\n{report()}")
             await asyncio.sleep(STEP_INTERVAL)
-        raise AssertionError(f"not reached within {max_steps} passes; last: {passes[-3:]}")
+        raise AssertionError(f"not reached within {max_steps} passes; last: {passes[-3:]}\n{report()}")
+
+    def report() -> str:  # what a stalled movement needs to be understood from the CI log
+        return cluster_report(orchestrator.cluster, topic)
 
     return asyncio.run(loop())
 

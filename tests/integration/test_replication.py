@@ -19,6 +19,7 @@ from odradek.dev.waiting import wait_until
 from .kafka_helpers import (
     ContinuousProducer,
     admin,
+    cluster_report,
     create_topic,
     leader_of,
     verify_acknowledged,
@@ -250,6 +251,10 @@ def test_rolling_restart_under_load_loses_nothing(cluster_factory):
     cluster = replicated_cluster(cluster_factory, topic, broker_overrides={"controlled.shutdown.retry.backoff.ms": 500})
     bootstrap = cluster.bootstrap
     producer = ContinuousProducer(bootstrap, topic, PARTITIONS, rate=500).start()
+
+    def report() -> str:
+        return cluster_report(cluster, topic)
+
     try:
         producer.wait_acked(500)
         for b in range(3):
@@ -259,13 +264,13 @@ def test_rolling_restart_under_load_loses_nothing(cluster_factory):
             assert broker.returncode == 0, f"broker {b} exited with {broker.returncode}"
             assert "controlled shutdown succeeded" in broker.log_path.read_text(errors="replace"), \
                 f"broker {b} stopped without a controlled shutdown:\n{broker.log_tail(30)}"
-            producer.wait_acked(300)  # the others carry the load meanwhile
+            producer.wait_acked(300, diagnose=report)  # the others carry the load meanwhile
             cluster.wait_broker_gone(b)
             broker.start()
             cluster.wait_ready(timeout=60)
             wait_until(lambda: all(isr == (0, 1, 2) for isr in isrs(cluster, topic).values()),
                        f"broker {b} back in every ISR", timeout=60)
-            producer.wait_acked(300)
+            producer.wait_acked(300, diagnose=report)
     finally:
         producer.stop()
     assert not producer.errors, f"{len(producer.errors)} failed deliveries, first: {producer.errors[:3]}"

@@ -24,7 +24,13 @@ from typing import Any
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
 from odradek.common.config_def import ConfigException
-from odradek.common.network.bootstrap import BootstrapConnections, ToolError, add_command_config, command_security
+from odradek.common.network.bootstrap import (
+    AdminConnections,
+    ToolError,
+    add_command_config,
+    command_security,
+    parse_bootstrap,
+)
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
 LABELS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
@@ -116,8 +122,8 @@ async def run(args: argparse.Namespace) -> tuple[int, list[str]]:
         request = alter_request(args.entities, parse_ops(args.add_config, args.delete_config), args.validate_only)
     else:
         request = describe_request(args.entities)
-    tool = BootstrapConnections(args.bootstrap_server, args.timeout, "odradek-quotas",
-                                command_security(args.command_config))
+    tool = AdminConnections(parse_bootstrap(args.bootstrap_server), args.timeout, "odradek-quotas",
+                            command_security(args.command_config))
     try:
         response = await tool.send_any(request)
     finally:

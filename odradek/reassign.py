@@ -42,17 +42,17 @@ from kio.schema.incremental_alter_configs.v1.request import (
     IncrementalAlterConfigsRequest,
 )
 from kio.schema.list_partition_reassignments.v0.request import ListPartitionReassignmentsRequest
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from odradek.common.config_def import ConfigException
 from odradek.common.network.bootstrap import (
-    BootstrapConnections,
+    AdminConnections,
     ToolError,
     add_command_config,
     command_security,
     error_text,
+    parse_bootstrap,
     raise_for_error,
 )
 from odradek.common.reassignment_throttle import BROKER_THROTTLES, TOPIC_THROTTLES, throttled_replicas
@@ -166,15 +166,9 @@ def _bytes(n: float) -> str:
 # --- the cluster ---------------------------------------------------------------------------------------
 
 
-class Cluster(BootstrapConnections):
+class Cluster(AdminConnections):
     def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
-        super().__init__(bootstrap, timeout_s, client_id="odradek-reassign", security=security)
-
-    async def metadata(self, topics: list[str] | None) -> Any:
-        request = MetadataRequest(
-            topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
-            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-        return await self.send_any(request)
+        super().__init__(parse_bootstrap(bootstrap), timeout_s, "odradek-reassign", security)
 
     async def assignment(self, topics: list[str]) -> tuple[Plan, dict[int, tuple[str, int]]]:
         """The current replicas of `topics`' partitions, and the brokers' endpoints."""

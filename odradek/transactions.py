@@ -21,20 +21,19 @@ from typing import Any
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
-from kio.static.primitive import i8, i16, i32
+from kio.static.primitive import i16, i32
 
 from odradek.common import wire
 from odradek.common.config_def import ConfigException
 from odradek.common.network.bootstrap import (
-    BootstrapConnections,
+    AdminConnections,
     ToolError,
     add_command_config,
     command_security,
+    parse_bootstrap,
     raise_for_error,
 )
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
@@ -94,19 +93,9 @@ def decode_describe_transactions(frame: bytes) -> list[dict[str, Any]]:
     return out
 
 
-class Tool(BootstrapConnections):
+class Tool(AdminConnections):
     def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
-        super().__init__(bootstrap, timeout_s, client_id="odradek-transactions", security=security)
-
-    async def metadata(self, topics: list[str] | None = None) -> Any:
-        request = MetadataRequest(
-            topics=None if topics is None else tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
-            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-        return await self.send_any(request)
-
-    async def brokers(self) -> dict[int, tuple[str, int]]:
-        meta = await self.metadata([])
-        return {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
+        super().__init__(parse_bootstrap(bootstrap), timeout_s, "odradek-transactions", security)
 
     async def list_transactions(self, states: list[str]) -> list[dict[str, Any]]:
         out = []
@@ -120,27 +109,16 @@ class Tool(BootstrapConnections):
         return out
 
     async def describe(self, transactional_id: str) -> dict[str, Any]:
-        found = await self.send_any(FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,)))
-        (c,) = found.coordinators
-        raise_for_error(c.error_code, None, f"no coordinator for {transactional_id!r}")
+        node_id, endpoint = await self.coordinator(1, transactional_id)
         request = DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),))
-        frame = await self.client((c.host, int(c.port))).send_frame(
+        frame = await self.client(endpoint).send_frame(
             lambda cid: wire.encode_request(request, cid, "odradek-transactions"), "DescribeTransactions",
             self.timeout_s)
         (t,) = decode_describe_transactions(bytes(frame))
         raise_for_error(t["error_code"], None, repr(transactional_id))
         del t["error_code"]
-        t["coordinator"] = int(c.node_id)
+        t["coordinator"] = node_id
         return t
-
-    async def leader(self, topic: str, partition: int) -> tuple[str, int]:
-        meta = await self.metadata([topic])
-        brokers = {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
-        for t in meta.topics:
-            for p in t.partitions:
-                if int(p.partition_index) == partition and int(p.leader_id) in brokers:
-                    return brokers[int(p.leader_id)]
-        raise ToolError(f"{topic}-{partition} has no leader")
 
     async def producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
         response = await self.send(await self.leader(topic, partition), DescribeProducersRequest(

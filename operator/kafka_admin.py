@@ -22,8 +22,7 @@ from kio.static.primitive import f64, i8, i16, i32, i32Timedelta
 
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
-from odradek.common.network.bootstrap import error_name
-from odradek.common.network.client import NetworkClient
+from odradek.common.network.bootstrap import AdminConnections, error_name
 from odradek.common.replica_balance import BalanceError, change_replication_factor
 from odradek.common.security import scram
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
@@ -90,14 +89,6 @@ class Unsupported(Exception):
     """The cluster does not offer an API (or no version both sides speak)."""
 
 
-def agree(ours: tuple[int, int], theirs: tuple[int, int] | None) -> int | None:
-    """The highest version both sides speak, or None."""
-    if theirs is None:
-        return None
-    low, high = max(ours[0], theirs[0]), min(ours[1], theirs[1])
-    return high if low <= high else None
-
-
 def _module(api_key: int, version: int) -> Any:
     return sys.modules[wire.request_schema(api_key, version).__module__]
 
@@ -146,69 +137,29 @@ class KafkaAdmin:
                  client_id: str = "odradek-topic-operator", security: ClientSecurity = PLAINTEXT):
         if not bootstrap:
             raise ValueError("no bootstrap servers")
-        self.bootstrap = list(bootstrap)
         self.request_timeout = request_timeout
-        self.client_id = client_id
-        self.security = security
-        """TLS and SASL of every connection (operator/cluster_access)."""
-        self._clients: dict[str, NetworkClient] = {}
-        self._versions: dict[int, tuple[int, int]] = {}
-        self._next = 0
-        self._lock = asyncio.Lock()
+        self.connections = AdminConnections(
+            bootstrap, request_timeout, client_id, security, connect_attempts=1,
+            connect_timeout_s=min(5.0, request_timeout), software_name="odradek-operator")
+        """Shared with the tools (common/network/bootstrap): one connection per lane to the first
+        bootstrap server that answers ApiVersions, the next one once it fails."""
 
     async def close(self) -> None:
-        clients, self._clients = self._clients, {}
-        for client in clients.values():
-            await client.close()
-
-    async def _connection(self, lane: str) -> NetworkClient:
-        async with self._lock:
-            current = self._clients.get(lane)
-            if current is not None and current.connected:
-                return current
-            if current is not None:
-                await current.close()
-                del self._clients[lane]
-            errors = []
-            for _ in range(len(self.bootstrap)):
-                host, port = self.bootstrap[self._next % len(self.bootstrap)]
-                client = NetworkClient(host, port, client_id=self.client_id, connect_attempts=1,
-                                       connect_timeout=min(5.0, self.request_timeout), security=self.security)
-                try:
-                    versions = await self._api_versions(client)
-                except (OSError, ConnectionError, TimeoutError, ValueError) as e:
-                    errors.append(f"{host}:{port}: {e}")
-                    await client.close()
-                    self._next += 1
-                    continue
-                self._clients[lane], self._versions = client, versions
-                return client
-            raise ConnectionError("no broker answered: " + "; ".join(errors))
-
-    async def _api_versions(self, client: NetworkClient) -> dict[int, tuple[int, int]]:
-        request = _module(ApiKey.API_VERSIONS, 3).ApiVersionsRequest(
-            client_software_name="odradek-operator", client_software_version="0.1.0")
-        response = await client.send(request, timeout=min(5.0, self.request_timeout))
-        if ErrorCode(int(response.error_code)) != ErrorCode.none:
-            raise ValueError(f"ApiVersions answered {ErrorCode(int(response.error_code)).name}")
-        return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+        await self.connections.close()
 
     async def _send(self, api_key: ApiKey, build: Build, extra_timeout: float = 0.0) -> Any:
         """Build (with the agreed version's kio module) and send one request; a broken connection
         is dropped so the next call starts over with the next broker."""
         lane = "look" if api_key in LOOKING else "change"
-        client = await self._connection(lane)
-        version = agree(OUR_VERSIONS[api_key], self._versions.get(api_key))
+        endpoint, client = await self.connections.connect_any(lane)
+        version = self.connections.version(endpoint, api_key, OUR_VERSIONS[api_key])
         if version is None:
             raise Unsupported(f"the cluster does not support {API_NAMES[api_key]}")
         try:
             return await client.send(build(_module(api_key, version), version),
                                      timeout=self.request_timeout + extra_timeout)
         except (OSError, ConnectionError, TimeoutError):
-            self._next += 1
-            if self._clients.get(lane) is client:
-                del self._clients[lane]
-            await client.close()
+            await self.connections.failed(endpoint, lane)
             raise
 
     # --- looking -------------------------------------------------------------------------------

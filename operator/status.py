@@ -134,7 +134,7 @@ def conditions(o: Observation, previous: list[Condition] | None = None, at: str 
     else:
         degraded = (False, "AsExpected", "")
     # Ready: the cluster serves and matches the spec (a refused change is a spec not met).
-    if brokers_ready and support is None and not degraded[0]:
+    if brokers_ready and support is None and not degraded[0] and not o.zookeeper_scaling:
         ready_c = (True, "ClusterReady", f"{ready} brokers ready")
     else:
         ready_c = (False, progressing[1] if progressing[0] else degraded[1],

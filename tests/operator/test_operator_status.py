@@ -183,15 +183,18 @@ def test_every_combination_of_what_a_pass_sees_gives_consistent_conditions():
 
     refusal = (("ZooKeeperScalingRefused", "stays at 3"),)
     checked = 0
-    for (invalid, stalled, refused, unreachable, pending, moving, waiting, running, ready, zk, ctl) in itertools.product(
+    scaling = ("ZooKeeperScaling", "3 → 5 members: adding member 4")
+    for (invalid, stalled, refused, unreachable, pending, moving, waiting, running, ready, zk, ctl, zk_scaling) in (
+            itertools.product(
             (None, "spec.brokers.replicas: must be >= 1"), ((), refusal), (None, "brokers [3] still hold replicas"),
             (None, "no broker answered Metadata"), ((), (1,)), (None, "moving 3 partitions"),
             (None, "waiting for brokers [2] to register"), (2, 3, 4), ((), (0, 1), (0, 1, 2)),
-            (None, 2, 3), (0, 1)):
+            (None, 2, 3), (0, 1), (None, scaling))):
         o = Observation(5, desired_brokers=3, running_brokers=running, ready_broker_ids=ready,
                         desired_controllers=1, ready_controllers=ctl, desired_zookeeper=None if zk is None else 3,
                         ready_zookeeper=zk or 0, invalid=invalid, waiting=waiting, refused=refused,
-                        pending_restarts=pending, unreachable=unreachable, stalled=stalled, moving=moving)
+                        pending_restarts=pending, unreachable=unreachable, stalled=stalled, moving=moving,
+                        zookeeper_scaling=None if zk is None else zk_scaling)
         conds = conditions(o, at="T")
         check_consistent(conds, 5, {"InvalidSpec", "ZooKeeperScalingRefused"})
         c = by_type(conds)
@@ -199,8 +202,11 @@ def test_every_combination_of_what_a_pass_sees_gives_consistent_conditions():
             assert c["Stalled"]["status"] == "False", f"only a refusal or an invalid spec stalls: {o}"
         if c["Ready"]["status"] == "True":
             assert (running, ready, pending, unreachable, refused) == (3, (0, 1, 2), (), None, None)
+            assert zk is None or zk_scaling is None, "an ensemble still scaling is not the spec met"
+        if invalid is None and zk is not None and zk_scaling is not None and c["Progressing"]["status"] == "True":
+            assert c["Stalled"]["status"] == "False"
         checked += 1
-    assert checked == 2 ** 7 * 3 * 3 * 3 * 2
+    assert checked == 2 ** 8 * 3 * 3 * 3 * 2
 
     from odradek.operator.status import error_status
 

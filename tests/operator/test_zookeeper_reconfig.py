@@ -12,6 +12,7 @@ from odradek.operator.zookeeper_reconfig import (
     Step,
     decide,
     next_step,
+    parse_conf,
     parse_config,
     quorum,
     voters,
@@ -125,3 +126,76 @@ def test_decide_walks_3_to_5_to_3_one_change_per_pass_with_a_quorum():
         assert voters(members) == list(range(1, desired + 1)) and replicas == desired
     assert changes == [(4, None), (4, Step(add=4)), (5, None), (5, Step(add=5)),
                        (5, Step(remove=5)), (4, None), (4, Step(remove=4)), (3, None)]
+
+
+CONF = (b"clientPort=2181\ndataDir=/data\nserverId=1\npeerType=0\nmembership: \n"
+        b"server.1=zk-0:2888:3888:participant;0.0.0.0:2181\nserver.2=zk-1:2888:3888:participant;0.0.0.0:2181\n"
+        b"server.3=zk-2:2888:3888:participant;0.0.0.0:2181\nversion=100000002\n")
+
+
+def test_parse_conf_reads_the_membership_of_a_conf_answer():
+    assert voters(parse_conf(CONF)) == [1, 2, 3]
+    assert parse_conf(b"clientPort=2181\nserverId=1\n") is None  # not part of a quorum
+
+
+async def _four_letter_servers(answers: dict[int, dict[bytes, bytes]]):
+    """In-process stand-ins for members: each answers its words and closes, as ZooKeeper does."""
+    import asyncio
+
+    servers = {}
+    for member, words in answers.items():
+        async def handle(reader, writer, words=words):
+            word = await reader.read(4)
+            writer.write(words.get(word, b""))
+            await writer.drain()
+            writer.close()
+        servers[member] = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return servers
+
+
+@pytest.mark.asyncio
+async def test_observe_asks_every_member_and_reads_the_leaders_conf():
+    from odradek.operator.zookeeper_ensemble import observe
+
+    leader = {b"srvr": b"Zookeeper version: 3.8\nMode: leader\n", b"conf": CONF}
+    follower = {b"srvr": b"Zookeeper version: 3.8\nMode: follower\n", b"conf": b"stale, not read"}
+    down = {b"srvr": b"This ZooKeeper instance is not currently serving requests\n"}
+    servers = await _four_letter_servers({1: follower, 2: leader, 3: down})
+    try:
+        members = {i: Member(i, "127.0.0.1", 1, 1, s.sockets[0].getsockname()[1], client_host="127.0.0.1")
+                   for i, s in servers.items()}
+        seen = await observe(members)
+        assert seen.serving == frozenset({1, 2}) and voters(seen.members) == [1, 2, 3]
+        # without a serving leader nothing is decided from a follower's (possibly stale) view
+        seen = await observe({1: members[1], 3: members[3]})
+        assert seen.members is None and seen.serving == frozenset({1})
+    finally:
+        for s in servers.values():
+            s.close()
+            await s.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_the_plan_refuses_small_ensembles_without_asking_and_keeps_a_silent_one():
+    from odradek.dev.zookeeper import free_port
+    from odradek.operator.models import parse_spec
+    from odradek.operator.reconciler import zookeeper_plan
+
+    body = {"metadata": {"name": "demo", "namespace": "kafka", "uid": "u"}}
+    asked = []
+
+    def nowhere(_body, count):
+        asked.append(count)
+        port = free_port()  # nothing listens: connection refused
+        return {i: Member(i, "127.0.0.1", 1, 1, port, client_host="127.0.0.1") for i in range(1, count + 1)}
+
+    live = {"spec": {"replicas": 3}}
+    plan = await zookeeper_plan(body, parse_spec({"zookeeper": {"replicas": 1}}), live, nowhere)
+    assert plan.replicas == 3 and plan.refused[0] == REFUSED and asked == []
+    plan = await zookeeper_plan(body, parse_spec({}), live, nowhere)  # steady, the ensemble silent: keep
+    assert (plan.replicas, plan.progress, plan.refused, plan.reconfig) == (None, None, None, None)
+    plan = await zookeeper_plan(body, parse_spec({"zookeeper": {"replicas": 5}}), live, nowhere)
+    assert plan.replicas == 3 and plan.progress[0] == SCALING and plan.reconfig is None
+    assert asked == [3, 5]
+    plan = await zookeeper_plan(body, parse_spec({"zookeeper": {"connect": "zk:2181/x"}}), live, nowhere)
+    assert plan == type(plan)()  # an existing ensemble: never scaled

@@ -1,7 +1,8 @@
 """The operator scales a real ZooKeeper ensemble 3 -> 5 -> 3 through the KafkaCluster spec
 (issue 28 item 6): pods are real ZooKeeper servers run from the rendered start script
 (zookeeper_kubelet), a client writes throughout, no acknowledged write is lost, every observed
-state has a serving quorum of the committed voters, and an operator restarted mid-scale resumes."""
+state has a serving quorum of the committed voters, a voting member down holds the scale, and an
+operator restarted mid-scale resumes."""
 
 import asyncio
 import base64
@@ -125,7 +126,14 @@ async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throug
             formed = len(seen) - 1  # from here on the ensemble has had its quorum
             await asyncio.get_running_loop().run_in_executor(None, writer.start)
 
+            # a voting member down holds the scale: nothing starts, nothing is reconfigured
+            zk.pause(2)
             await api.patch_spec({"zookeeper": {"replicas": 5}})
+            await wait_for(lambda: condition(cluster(), "Progressing").get("reason") == "ZooKeeperMemberDown", 60,
+                           "the scale held")
+            await asyncio.sleep(2)
+            assert replicas() == 3 and zk.started == [1, 2, 3]
+            zk.pause(2, False)
             # the operator restarted mid-scale (member 4 started, not yet added) resumes from
             # what the ensemble reports
             await wait_for(lambda: replicas() == 4, 120, "member 4 starting")

@@ -129,6 +129,10 @@ class ZooKeeperKubelet:
         if p is not None:
             stop_process(p)
 
+    def pause(self, member: int, paused: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) a member: alive to the kubelet, serving nobody."""
+        self.processes[member].send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+
     def stop_all(self) -> None:
         for member in list(self.processes):
             self._stop(member)

@@ -11,6 +11,7 @@ from kazoo.client import KazooClient
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
 
+from .conftest import new_cluster
 from .test_client_quotas import alter_request, ask
 
 pytestmark = pytest.mark.integration
@@ -58,14 +59,24 @@ def test_connection_creation_rate_per_ip(cluster_factory):
     assert all(served(port) for _ in range(8))
 
 
+@pytest.fixture(scope="module")
+def plain_cluster(zookeeper, tmp_path_factory):
+    """One broker for the refused quotas: each must store nothing, so they cannot disturb one
+    another (one that did would fail the cases after it too)."""
+    c = new_cluster(zookeeper, tmp_path_factory.mktemp("ip-quotas"), brokers=1)
+    c.start()
+    yield c
+    c.stop()
+
+
 @pytest.mark.parametrize(("entity", "op", "message"), [
     ([("ip", "not-an-ip")], ("connection_creation_rate", 5, False), "not-an-ip is not a valid IP or resolvable host."),
     ([("ip", None)], ("connection_creation_rate", -2, False), "Quota connection_creation_rate must be greater than 0"),
     ([("ip", None)], ("connection_creation_rate", 1.5, False), "Configuration connection_creation_rate must be a INT value"),
     ([("ip", None)], ("producer_byte_rate", 5, False), "Invalid configuration key producer_byte_rate"),
 ])
-def test_bad_ip_quotas_store_nothing(cluster_factory, entity, op, message):
-    cluster = cluster_factory(brokers=1)
+def test_bad_ip_quotas_store_nothing(plain_cluster, entity, op, message):
+    cluster = plain_cluster
     port = cluster.broker_ports[0]
     (answer,) = ask(port, [alter_request([(entity, [op])])])
     assert (answer.entries[0].error_code, answer.entries[0].error_message) == (42, message)

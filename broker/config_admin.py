@@ -156,7 +156,7 @@ def validate(change: ResourceChange, props: Mapping[str, str], broker_config: Br
         if change.type == TOPIC:
             LogConfig.validate_overrides(dict(props), broker_config)
         else:
-            dynamic.validate(props, per_broker=bool(change.name))
+            dynamic.validate(props, per_broker=bool(change.name), own=change.name == str(dynamic.broker_id))
     except ConfigException as e:
         raise ApiError(ErrorCode.invalid_config,
                        f"Invalid config value for resource {change.describe()}: {e}") from None

@@ -7,7 +7,8 @@ DynamicBrokerConfig accepts: every key of its AllDynamicConfigs (the broker-leve
 configs, throttles, cleaner, thread pools, listener, SSL and SASL keys, ...), per-listener keys
 (`listener.name.<l>.<key>`), and keys Kafka does not know; it refuses Kafka's known non-dynamic
 keys (`log.dirs`, `log.retention.hours`, ...) with Kafka's messages. Of these, this broker acts on
-DYNAMIC_CONFIGS (topic defaults, throttles, cleaner, connection limits, producer-id expiration);
+DYNAMIC_CONFIGS (topic defaults, throttles, cleaner, connection limits, producer-id expiration)
+and, in its own configs, its listeners' key and trust stores (`listener.name.<l>.ssl.keystore.*`);
 the rest are stored and described only.
 `current` is the effective BrokerConfig; the config manager recomputes it when a notification
 arrives and hands it to the log manager."""
@@ -18,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from odradek.broker.log.log_cleaner import validate_threads
-from odradek.common.config import BrokerConfig
+from odradek.common.config import BrokerConfig, parse_listeners
 from odradek.common.config_def import ConfigException, ConfigKey, ConfigType, to_text
-from odradek.common.dynamic_broker_keys import LIVE_BROKER_CONFIGS
+from odradek.common.dynamic_broker_keys import LIVE_BROKER_CONFIGS, is_live_per_broker
+from odradek.common.security.ssl_factory import SSL_KEYS, TLS_SECURITY_PROTOCOLS, SslConfig, server_context
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,13 @@ def _check_pool_size(name: str, new: int, old: int) -> None:
         raise ConfigException(name, new, "Value must not be less than half the current value")
 
 
+def applied_configs(default: Mapping[str, str], broker: Mapping[str, str]) -> dict[str, str]:
+    """The dynamic configs this broker acts on: the live keys of both layers, and a listener's
+    key store settings of its own layer (per broker only, as Kafka)."""
+    applied = {k: v for k, v in {**default, **broker}.items() if k in DYNAMIC_CONFIGS}
+    return {**applied, **{k: v for k, v in broker.items() if is_live_per_broker(k)}}
+
+
 @dataclass(frozen=True)
 class ConfigSources:
     """Where each broker key's value comes from, as strings, for DescribeConfigs' sources and
@@ -200,8 +209,7 @@ class DynamicBrokerConfig:
         return out
 
     def _effective(self, default: Mapping[str, str], broker: Mapping[str, str]) -> BrokerConfig:
-        applied = {**default, **broker}
-        props = {**self.static_props, **{k: v for k, v in applied.items() if k in DYNAMIC_CONFIGS}}
+        props = {**self.static_props, **applied_configs(default, broker)}
         try:
             return BrokerConfig.from_properties(props)
         except ConfigException as e:
@@ -209,10 +217,11 @@ class DynamicBrokerConfig:
             log.warning("dynamic broker configs refused (%s); keeping the static configuration", e)
             return self.static_config
 
-    def validate(self, props: Mapping[str, str], per_broker: bool) -> None:
-        """ConfigException unless `props` may replace the dynamic configs of this broker
-        (`per_broker`) or of the cluster default: every key dynamic, every value valid, and the
-        resulting configuration one this broker accepts (Kafka's DynamicBrokerConfig.validate)."""
+    def validate(self, props: Mapping[str, str], per_broker: bool, own: bool = False) -> None:
+        """ConfigException unless `props` may replace the dynamic configs of a broker
+        (`per_broker`; `own`: this one) or of the cluster default: every key dynamic, every value
+        valid, and the resulting configuration one this broker accepts (Kafka's
+        DynamicBrokerConfig.validate); this broker's listeners' new key stores must load."""
         current = {**self.static_props, **self.dynamic_default, **self.dynamic_broker}
         validate_configs(props, per_broker, current)
         if not per_broker:
@@ -220,10 +229,16 @@ class DynamicBrokerConfig:
             if passwords:
                 raise ConfigException(passwords[0], message="Password config can be defined only at broker level")
         default, broker = (self.dynamic_default, dict(props)) if per_broker else (dict(props), self.dynamic_broker)
-        applied = {k: v for k, v in {**default, **broker}.items() if k in DYNAMIC_CONFIGS}
-        new = BrokerConfig.from_properties({**self.static_props, **applied})
+        new = BrokerConfig.from_properties({**self.static_props, **applied_configs(default, broker)})
         if new.log_cleaner_threads != self.current.log_cleaner_threads:
             validate_threads(self.current.log_cleaner_threads, new.log_cleaner_threads)
+        if own:
+            for listener, _, _ in parse_listeners(new.listeners):
+                if new.security_protocol(listener) not in TLS_SECURITY_PROTOCOLS:
+                    continue
+                settings = SslConfig.from_values(new.listener_values(listener, SSL_KEYS))
+                if settings != SslConfig.from_values(self.current.listener_values(listener, SSL_KEYS)):
+                    server_context(settings)  # ConfigException when the new stores do not load
 
     # --- describing ----------------------------------------------------------------------------
 

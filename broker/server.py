@@ -48,8 +48,13 @@ from odradek.common.config_def import ConfigException
 from odradek.common.metrics import MetricsServer, Registry
 from odradek.common.network.socket_server import ConnectionLimits, SocketServer
 from odradek.common.security.channel import ClientSecurity
-from odradek.common.security.listeners import check_listener_security, listener_security, outgoing_security
-from odradek.common.security.reload import CertificateWatcher
+from odradek.common.security.listeners import (
+    check_listener_security,
+    listener_security,
+    outgoing_security,
+    reconfigure_listener_ssl,
+)
+from odradek.common.security.reload import CertificateWatcher, ReloadingSslContext
 from odradek.common.security.sasl_client import sasl_properties
 from odradek.common.security.ssl_factory import SECURITY_PROTOCOLS
 from odradek.common.zk_data import DEFAULT_ENTITY, BrokerInfo, EndPoint
@@ -94,6 +99,8 @@ class KafkaServer:
         self.request_stats = RequestStats()
         self.cert_watcher = CertificateWatcher()
         """Reloads the certificates of TLS listeners and outgoing TLS connections when their files change."""
+        self.listener_contexts: dict[str, ReloadingSslContext] = {}
+        """Each TLS listener's context, rebuilt when its key store settings change dynamically."""
         self._controller_security: dict[str, ClientSecurity] = {}
         self.metrics = Registry()
         self.metrics_server: MetricsServer | None = None
@@ -128,7 +135,8 @@ class KafkaServer:
         check_listeners(config)
         inter_broker = outgoing_security(config, config.inter_broker_listener,
                                          config.security_protocol(config.inter_broker_listener), self.cert_watcher)
-        listener_securities = {name: listener_security(config, name, self.cert_watcher) for name, _, _ in listeners}
+        listener_securities = {name: listener_security(config, name, self.cert_watcher, self.listener_contexts)
+                               for name, _, _ in listeners}
         zk = self.zk = BrokerZkClient(config)
         await zk.start()
         await self._load_dynamic_configs(zk)
@@ -231,10 +239,12 @@ class KafkaServer:
 
     def _reconfigure_listeners(self, config: BrokerConfig) -> None:
         """Dynamic max.connections and max.connections.per.ip: new connections are checked
-        against the new limits, open ones stay (Kafka's DynamicConnectionQuota)."""
+        against the new limits, open ones stay (Kafka's DynamicConnectionQuota). A listener's
+        dynamic key store settings: new connections get the new certificates."""
         limits = connection_limits(config)
         for server in self.socket_servers:
             server.limits = limits
+        reconfigure_listener_ssl(config, self.listener_contexts)
 
     async def _load_dynamic_configs(self, zk: BrokerZkClient) -> None:
         """The cluster's and this broker's dynamic configs, before anything uses the config."""

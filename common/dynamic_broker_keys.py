@@ -5,8 +5,11 @@ broker/dynamic_config.py, which stores and describes them); this set is the part
 this broker acts on when `/config/brokers/<default>` or `/config/brokers/<id>` changes. The broker
 recomputes its effective config from them, and the operator sends changes of these keys through
 IncrementalAlterConfigs instead of rolling the brokers (Strimzi's KafkaBrokerConfigurationDiff).
-Every key here may be set at the cluster-wide default (none is one of Kafka's per-broker keys).
+Every key here may be set at the cluster-wide default (none is one of Kafka's per-broker keys);
+a listener's key and trust stores (`is_live_per_broker`) change live only per broker, as in Kafka.
 """
+
+import re
 
 from odradek.common.topic_config import TOPIC_CONFIG_SYNONYMS
 
@@ -39,3 +42,21 @@ LIVE_BROKER_CONFIGS = (LIVE_LOG_CONFIGS | LIVE_REPLICATION_CONFIGS | LIVE_CLEANE
 def is_live(name: str) -> bool:
     """Whether a change of broker key `name` takes effect without restarting the broker."""
     return name in LIVE_BROKER_CONFIGS
+
+
+LIVE_LISTENER_SSL_CONFIGS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates",
+})
+"""Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: with a listener's prefix, in a broker's own dynamic
+configs (`/config/brokers/<id>`; Kafka refuses them at the default), they rebuild that listener's
+TLS context: new connections take it, open ones keep theirs."""
+_LISTENER_KEY = re.compile(r"listener\.name\.[^.]+\.(.+)")
+
+
+def is_live_per_broker(name: str) -> bool:
+    """Whether `name` is a listener's key or trust store setting (`listener.name.<l>.<key>`),
+    applied without a restart when set for one broker."""
+    match = _LISTENER_KEY.fullmatch(name)
+    return match is not None and match.group(1) in LIVE_LISTENER_SSL_CONFIGS

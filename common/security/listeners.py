@@ -11,6 +11,8 @@ reach new connections, incoming and outgoing.
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Mapping
 
 from odradek.common.config import SecurityConfig, parse_listeners
 from odradek.common.config_def import ConfigException
@@ -21,9 +23,13 @@ from .principal import SslPrincipalMapper
 from .reload import CertificateWatcher, ReloadingSslContext
 from .ssl_factory import SSL_KEYS, TLS_SECURITY_PROTOCOLS, SslConfig, server_context
 
+log = logging.getLogger(__name__)
 
-def listener_security(config: SecurityConfig, listener: str, watcher: CertificateWatcher) -> ListenerSecurity:
-    """The security of the listener named `listener` (its protocol from listener.security.protocol.map)."""
+
+def listener_security(config: SecurityConfig, listener: str, watcher: CertificateWatcher,
+                      contexts: dict[str, ReloadingSslContext] | None = None) -> ListenerSecurity:
+    """The security of the listener named `listener` (its protocol from listener.security.protocol.map);
+    its TLS context goes into `contexts` too, for `reconfigure_listener_ssl`."""
     protocol = config.security_protocol(listener)
     if protocol not in TLS_SECURITY_PROTOCOLS:
         return ListenerSecurity(protocol)
@@ -33,7 +39,24 @@ def listener_security(config: SecurityConfig, listener: str, watcher: Certificat
     except ValueError as e:
         raise ConfigException("ssl.principal.mapping.rules", ssl_config.principal_mapping_rules, str(e)) from None
     context = watcher.watch(ReloadingSslContext(ssl_config, server_context, f"listener {listener}"))
+    if contexts is not None:
+        contexts[listener] = context
     return ListenerSecurity(protocol, context.current, mapper)
+
+
+def reconfigure_listener_ssl(config: SecurityConfig, contexts: Mapping[str, ReloadingSslContext]) -> list[str]:
+    """The listeners whose TLS settings in `config` (a new dynamic configuration) differ from
+    their context's get one built from them (Kafka's DynamicListenerConfig for its key stores):
+    new connections take it, open ones keep theirs. Settings that do not load keep the previous
+    context, logged. Returns the listeners reconfigured."""
+    changed = []
+    for listener, context in contexts.items():
+        try:
+            if context.reconfigure(SslConfig.from_values(config.listener_values(listener, SSL_KEYS))):
+                changed.append(listener)
+        except ValueError as e:
+            log.warning("listener %s: new TLS settings do not load (%s); keeping the previous ones", listener, e)
+    return changed
 
 
 def check_listener_security(config: SecurityConfig) -> None:

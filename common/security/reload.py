@@ -75,6 +75,20 @@ class ReloadingSslContext:
         return True
 
 
+    def reconfigure(self, config: SslConfig) -> bool:
+        """New settings (a listener's key store changed dynamically): the context built from
+        them is current, True; False when they are the same. ValueError (ConfigException),
+        keeping the current context, when they do not load."""
+        if config == self.config:
+            return False
+        context = self._build(config)
+        self.config, self._context = config, context
+        self._fingerprint, self._failed = fingerprint(config.files()), None
+        self.reloads += 1
+        log.info("%s: new certificate settings; new connections use them", self.name or "TLS")
+        return True
+
+
 class CertificateWatcher:
     """Polls a process's reloading contexts (one task for all of them)."""
 

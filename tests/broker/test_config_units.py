@@ -266,8 +266,30 @@ def test_dynamic_broker_keys_are_kafkas_all_dynamic_configs():
     for props, per_broker, message in refusals:
         with pytest.raises(ConfigException, match=message.replace("(", r"\(").replace(")", r"\)")):
             dynamic.validate(props, per_broker=per_broker)
-    assert dynamic.update(broker=accepted) is False  # stored, not applied: nothing this broker acts on
+    stored = {k: v for k, v in accepted.items() if k != "listener.name.plain.ssl.keystore.location"}
+    assert dynamic.update(broker=stored) is False  # stored, not applied: nothing this broker acts on
+    assert dynamic.dynamic_broker == stored
+    assert dynamic.update(broker=accepted) is True  # a listener's key store: applied (test below)
     assert dynamic.dynamic_broker == accepted
+
+
+def test_a_listeners_key_store_applies_live_per_broker_only(tmp_path):
+    """Kafka's listener.name.<l>.ssl.keystore.* (SslConfigs.RECONFIGURABLE_CONFIGS): in the
+    broker's own dynamic configs they are in the effective config (the listener rebuilds its TLS
+    context from it); for this broker, AlterConfigs refuses stores that do not load."""
+    from odradek.common.dynamic_broker_keys import is_live, is_live_per_broker
+
+    key = "listener.name.ssl.ssl.keystore.location"
+    assert is_live_per_broker(key) and not is_live(key)
+    assert not is_live_per_broker("listener.name.ssl.ssl.client.auth") and not is_live_per_broker("ssl.keystore.location")
+    dynamic = DynamicBrokerConfig({**BASE, "listeners": "SSL://127.0.0.1:9093", "ssl.keystore.location": "/old"})
+    assert dynamic.update(default={key: "/default"}) is False  # Kafka refuses it there: not applied
+    assert dynamic.update(broker={key: "/new"}) is True
+    assert dynamic.current.listener_value("SSL", "ssl.keystore.location") == "/new"
+    missing = str(tmp_path / "missing.pem")
+    dynamic.validate({key: missing}, per_broker=True)  # another broker's: its files are not here
+    with pytest.raises(ConfigException, match=r"missing\.pem"):
+        dynamic.validate({key: missing}, per_broker=True, own=True)
 
 
 def test_connection_limits_and_producer_expiration_apply_live():

@@ -345,6 +345,38 @@ def test_a_replaced_certificate_is_served_to_new_connections(secure):
     assert not errors, errors
 
 
+def test_a_listeners_key_store_changes_per_broker_without_a_restart(secure, tmp_path):
+    """listener.name.client.ssl.keystore.location set for broker 1 (IncrementalAlterConfigs,
+    Kafka's per-broker dynamic SSL update): its CLIENT listener serves the new store's certificate
+    to new connections, same process; a store that does not load is refused (INVALID_CONFIG)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    key = "listener.name.client.ssl.keystore.location"
+    port, ca, process = secure.broker_ports[1], str(secure.security.ca_path), secure.brokers[1].popen
+    before = _served_serial(port, ca)
+    store = secure.security.ca.write_keystore(tmp_path / "broker-1-new.pem", "broker-1", secure.security.hosts)
+    admin = AdminClient(conf(secure))
+
+    def alter(value, op=AlterConfigOpType.SET):
+        resource = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=op)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+
+    try:
+        with pytest.raises(KafkaException, match=r"INVALID_CONFIG|missing"):
+            alter(str(tmp_path / "missing.pem"))
+        alter(str(store))
+        deadline = time.monotonic() + 30  # applied at the change notification
+        after = before
+        while time.monotonic() < deadline and after == before:
+            time.sleep(0.2)
+            after = _served_serial(port, ca)
+        assert after != before, "the new key store was not served within 30 s"
+        assert process.poll() is None and secure.brokers[1].popen is process  # no restart
+    finally:
+        alter(None, AlterConfigOpType.DELETE)
+
+
 def test_spark_transaction_probe_passes_the_security_keys(secure):
     """The Spark sink asks ApiVersions before a transactional write: with the `kafka.*` security
     keys it reaches a TLS listener; without them it cannot."""

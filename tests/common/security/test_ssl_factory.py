@@ -173,6 +173,27 @@ def test_watcher_polls_every_context(ca, stores):
     assert watcher.poll() == 1 and holder.reloads == 1
 
 
+def test_dynamic_key_store_settings_rebuild_the_listeners_context(ca, stores, tmp_path):
+    """listener.name.<l>.ssl.keystore.location changed dynamically: the listener's context is
+    built from the new store; settings that do not load keep the previous context."""
+    from odradek.common.security.listeners import reconfigure_listener_ssl
+
+    _, keystore = stores
+    base = {"broker.id": "0", "zookeeper.connect": "127.0.0.1:2181", "listeners": "SSL://127.0.0.1:9093",
+            "ssl.keystore.location": str(keystore)}
+    holder = ReloadingSslContext(SslConfig.from_values({"ssl.keystore.location": str(keystore)}), server_context)
+    first = holder.current()
+    assert reconfigure_listener_ssl(BrokerConfig.from_properties(base), {"SSL": holder}) == []
+    other = ca.write_keystore(tmp_path / "other.pem", "other")
+    moved = {**base, "listener.name.ssl.ssl.keystore.location": str(other)}
+    assert reconfigure_listener_ssl(BrokerConfig.from_properties(moved), {"SSL": holder}) == ["SSL"]
+    assert holder.current() is not first and holder.config.keystore_location == str(other)
+    second = holder.current()
+    broken = {**base, "listener.name.ssl.ssl.keystore.location": str(tmp_path / "missing.pem")}
+    assert reconfigure_listener_ssl(BrokerConfig.from_properties(broken), {"SSL": holder}) == []
+    assert holder.current() is second and holder.reloads == 1
+
+
 def test_fingerprint_follows_content_not_time(tmp_path):
     path = tmp_path / "f"
     path.write_text("a")

@@ -4,7 +4,11 @@ Rows follow Spark's Kafka sink schema (`value` required; `key`, `topic`, `partit
 optional; the `topic` option wins over a topic column) and arrive as Arrow record batches.
 
 at-least-once: an idempotent producer (no duplicates from the producer's own retries), but a
-task Spark retries, or a micro-batch it re-runs after a restart, writes its rows again.
+task Spark retries, or a micro-batch it re-runs after a restart, writes its rows again. The
+producer outlives the task: each Python worker keeps an idle one per configuration (Spark's
+CachedKafkaProducer) and hands it to its next task, which skips the connection, the metadata
+request and the cold first batches; a task still succeeds only once every one of its records is
+acknowledged (a flush), and a producer that saw any failure is thrown away.
 
 exactly-once: each task writes its rows in one Kafka transaction whose transactional id is
 (query, task partition), and commits with them, atomically, a progress marker: the offset
@@ -18,14 +22,22 @@ use isolation.level=read_committed.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
+import time
 import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from . import progress
-from .options import AT_LEAST_ONCE, EXACTLY_ONCE, WriteOptions
+from .options import AT_LEAST_ONCE, EXACTLY_ONCE, ClientConfig, WriteOptions
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message, Producer
+    from pyspark.taskcontext import TaskContext
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +51,12 @@ CONNECTION_KEYS = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socke
 """The keys of the producer's configuration that the marker's consumer shares."""
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUEUE_FULL_WAIT = 0.005
+"""Seconds one wait for room in a full producer queue lasts: with error-only delivery reports no
+event ends poll() early, so a long wait would leave the connection idle once the queue drained."""
+QUEUE_FULL_TIMEOUT = 100.0
+IDLE_PRODUCERS = 4
+"""Idle at-least-once producers one Python worker keeps (one per distinct configuration)."""
 
 
 class NoTransactionsError(RuntimeError):
@@ -74,65 +92,80 @@ class WriteResult(WriterCommitMessage):
     """exactly-once: the marker showed this task's rows were already committed"""
 
 
+Header = dict[str, Any]
+"""One element of the `headers` column as Arrow gives it: {"key": str, "value": bytes | None}."""
+
+
 class _Rows:
     """Column access to one record batch, as Python values."""
 
     def __init__(self, batch: pa.RecordBatch, topic_option: str | None):
-        names = batch.schema.names
-        n = batch.num_rows
-        self.values = batch.column(names.index("value")).to_pylist()
-        self.keys = batch.column(names.index("key")).to_pylist() if "key" in names else [None] * n
-        if topic_option is not None:
-            self.topics = [topic_option] * n
-        else:
-            self.topics = batch.column(names.index("topic")).to_pylist()
-        self.partitions = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
-        self.headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
+        names: list[str] = batch.schema.names
+        n: int = batch.num_rows
+        self.values: list[bytes | str | None] = batch.column(names.index("value")).to_pylist()
+        self.keys: list[bytes | str | None] = (
+            batch.column(names.index("key")).to_pylist() if "key" in names else [None] * n)
+        self.topics: list[str | None] = (
+            [topic_option] * n if topic_option is not None else batch.column(names.index("topic")).to_pylist())
+        self.partitions: list[int | None] | None = (
+            batch.column(names.index("partition")).to_pylist() if "partition" in names else None)
+        self.headers: list[list[Header] | None] | None = (
+            batch.column(names.index("headers")).to_pylist() if "headers" in names else None)
         self.n = n
 
 
-def _produce(producer, topic, value, key, **kwargs) -> None:
-    """produce(), waiting (bounded) while the producer's queue is full."""
-    for _ in range(1000):
+def _produce(producer: Producer, topic: str, value: bytes | str | None, key: bytes | str | None,
+             partition: int = -1, headers: list[tuple[str, str | bytes | None]] | None = None) -> None:
+    """produce(), waiting in short steps (bounded) while the producer's queue is full."""
+    deadline = time.monotonic() + QUEUE_FULL_TIMEOUT
+    for _ in range(int(QUEUE_FULL_TIMEOUT / QUEUE_FULL_WAIT)):
         try:
-            producer.produce(topic, value, key, **kwargs)
+            producer.produce(topic, value, key, partition=partition, headers=headers)
             return
         except BufferError:
-            producer.poll(0.1)
-    raise BufferError("the producer's queue stayed full for 100 s")
+            if time.monotonic() > deadline:
+                break
+            producer.poll(QUEUE_FULL_WAIT)
+    raise BufferError(f"the producer's queue stayed full for {QUEUE_FULL_TIMEOUT:.0f} s")
 
 
-def _produce_all(producer, batches, topic_option: str | None) -> int:
+def _produce_all(producer: Producer, batches: Iterable[pa.RecordBatch], topic_option: str | None) -> int:
     rows = 0
+    produce = producer.produce
     for batch in batches:
         cols = _Rows(batch, topic_option)
-        if None in cols.topics:
+        if cols.n == 0:
+            continue
+        if topic_option is None and None in cols.topics:
             raise ValueError("Null topic present in the data. Use the topic option for setting a default topic.")
+        # no None left in the topics (checked above)
+        topics = itertools.repeat(topic_option) if topic_option is not None else cast("list[str]", cols.topics)
         if cols.partitions is None and cols.headers is None:
-            for topic, value, key in zip(cols.topics, cols.values, cols.keys):
+            # the hot loop: one produce() per row, nothing else
+            for topic, value, key in zip(topics, cols.values, cols.keys):
                 try:
-                    producer.produce(topic, value, key)
+                    produce(topic, value, key)
                 except BufferError:
                     _produce(producer, topic, value, key)
         else:
-            for i in range(cols.n):
-                kwargs = {}
-                if cols.partitions is not None and cols.partitions[i] is not None:
-                    kwargs["partition"] = cols.partitions[i]
-                if cols.headers is not None and cols.headers[i]:
-                    kwargs["headers"] = [(h["key"], h["value"]) for h in cols.headers[i]]
-                _produce(producer, cols.topics[i], cols.values[i], cols.keys[i], **kwargs)
+            for i, topic in zip(range(cols.n), topics):
+                partition = cols.partitions[i] if cols.partitions is not None else None
+                row_headers = cols.headers[i] if cols.headers is not None else None
+                _produce(producer, topic, cols.values[i], cols.keys[i], -1 if partition is None else partition,
+                         [(h["key"], h["value"]) for h in row_headers] if row_headers else None)
         producer.poll(0)  # delivery reports (errors only matter) once per record batch
         rows += cols.n
     return rows
 
 
 class _Errors:
-    def __init__(self):
-        self.first = None
+    """The delivery callback: counts failed records (librdkafka reports only those)."""
+
+    def __init__(self) -> None:
+        self.first: KafkaError | None = None
         self.count = 0
 
-    def __call__(self, err, msg):
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self.count += 1
             if self.first is None:
@@ -143,18 +176,59 @@ class _Errors:
             raise RuntimeError(f"{self.count} records were not delivered; the first error: {self.first}")
 
 
-def write_at_least_once(options: WriteOptions, batches, partition: int) -> WriteResult:
+@dataclasses.dataclass
+class _Pooled:
+    producer: Producer
+    errors: _Errors
+
+
+_idle: dict[tuple[tuple[str, str], ...], _Pooled] = {}
+"""This Python worker's idle at-least-once producers, by configuration. A task takes one out and
+puts it back only when all its records were acknowledged, so a producer in here has nothing in
+flight and no failure behind it; two tasks never share one."""
+
+
+def _config_key(conf: ClientConfig) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in conf.items()))
+
+
+def _take_producer(conf: ClientConfig) -> tuple[tuple[tuple[str, str], ...], _Pooled]:
     from confluent_kafka import Producer
 
-    errors = _Errors()
-    conf = options.producer_config()
-    conf["on_delivery"] = errors
-    producer = Producer(conf)
-    rows = _produce_all(producer, batches, options.topic)
-    remaining = producer.flush(TRANSACTION_TIMEOUT * 5)
-    errors.check()
+    key = _config_key(conf)
+    pooled = _idle.pop(key, None)
+    if pooled is None:
+        errors = _Errors()
+        pooled = _Pooled(Producer({**conf, "on_delivery": errors}), errors)
+    return key, pooled
+
+
+def _give_back(key: tuple[tuple[str, str], ...], pooled: _Pooled) -> None:
+    while len(_idle) >= IDLE_PRODUCERS:
+        _idle.pop(next(iter(_idle)))  # the oldest: nothing in flight, dropping it closes it
+    _idle[key] = pooled
+
+
+def _discard(pooled: _Pooled) -> None:
+    try:
+        pooled.producer.purge()
+    except Exception as e:  # the task's own error is the one to report
+        log.warning("purging a failed task's producer: %s", e)
+
+
+def write_at_least_once(options: WriteOptions, batches: Iterable[pa.RecordBatch], partition: int) -> WriteResult:
+    key, pooled = _take_producer(options.producer_config())
+    try:
+        rows = _produce_all(pooled.producer, batches, options.topic)
+        remaining = pooled.producer.flush(TRANSACTION_TIMEOUT * 5)
+    except BaseException:
+        _discard(pooled)  # the task fails and Spark retries it; nothing of it may linger
+        raise
+    pooled.errors.check()
     if remaining:
+        _discard(pooled)
         raise TimeoutError(f"{remaining} records were not delivered in time")
+    _give_back(key, pooled)
     return WriteResult(partition, rows)
 
 
@@ -171,16 +245,19 @@ def _committed_offsets(options: WriteOptions, group: str) -> list[int]:
     return [tp.offset for tp in result.topic_partitions or [] if tp.error is None]
 
 
-def write_exactly_once(options: WriteOptions, batches, query: str, batch_id: int, partition: int) -> WriteResult:
+def write_exactly_once(options: WriteOptions, batches: Iterable[pa.RecordBatch], query: str, batch_id: int,
+                       partition: int) -> WriteResult:
     """One transaction for the task's rows and its marker; nothing when the marker says the
     batch is already written."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    batches = iter(batches)
-    first = next((b for b in batches if b.num_rows > 0), None)
+    rest = iter(batches)
+    first = next((b for b in rest if b.num_rows > 0), None)
     if first is None:
         return WriteResult(partition, 0)
     marker_topic = options.topic or _Rows(first, None).topics[0]
+    if marker_topic is None:
+        raise ValueError("Null topic present in the data. Use the topic option for setting a default topic.")
     txn_id = progress.transactional_id(query, partition)
     errors = _Errors()
     conf = options.producer_config()
@@ -198,7 +275,7 @@ def write_exactly_once(options: WriteOptions, batches, query: str, batch_id: int
     try:
         producer.begin_transaction()
         try:
-            rows = _produce_all(producer, _chain(first, batches), options.topic)
+            rows = _produce_all(producer, itertools.chain((first,), rest), options.topic)
             producer.send_offsets_to_transaction(
                 [TopicPartition(marker_topic, 0, progress.marker_offset(batch_id), metadata=f"{query} batch {batch_id}")],
                 consumer.consumer_group_metadata(), TRANSACTION_TIMEOUT)
@@ -215,34 +292,32 @@ def write_exactly_once(options: WriteOptions, batches, query: str, batch_id: int
         consumer.close()
 
 
-def _chain(first, rest):
-    yield first
-    yield from rest
-
-
-def _task():
+def _task() -> TaskContext:
     from pyspark import TaskContext
 
-    return TaskContext.get()
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("the odradek sink writes from Spark tasks only")
+    return ctx
 
 
 class BatchWriter(DataSourceArrowWriter):
     """`df.write.format("odradek").mode("append")`: a job's tasks share one job id, so a retried
     task finds its earlier attempt's marker."""
 
-    def __init__(self, options: WriteOptions, guarantee: str):
+    def __init__(self, options: WriteOptions, guarantee: str) -> None:
         self.options = options
         self.guarantee = guarantee
         self.job = uuid.uuid4().hex
 
-    def write(self, iterator):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         ctx = _task()
         if self.guarantee == EXACTLY_ONCE:
             return write_exactly_once(self.options, iterator, self.job, 0, ctx.partitionId())
         return write_at_least_once(self.options, iterator, ctx.partitionId())
 
-    def commit(self, messages):
-        rows = sum(m.rows for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, WriteResult))
         log.info("odradek sink: job %s wrote %d rows (%s)", self.job, rows, self.guarantee)
 
 
@@ -251,11 +326,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
     restart) and the batch id come from the task's local properties, which Spark sets for every
     micro-batch."""
 
-    def __init__(self, options: WriteOptions, guarantee: str):
+    def __init__(self, options: WriteOptions, guarantee: str) -> None:
         self.options = options
         self.guarantee = guarantee
 
-    def write(self, iterator):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         ctx = _task()
         if self.guarantee == EXACTLY_ONCE:
             query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
@@ -266,6 +341,6 @@ class StreamWriter(DataSourceStreamArrowWriter):
             return write_exactly_once(self.options, iterator, query, int(batch_id), ctx.partitionId())
         return write_at_least_once(self.options, iterator, ctx.partitionId())
 
-    def commit(self, messages, batchId):
-        rows = sum(m.rows for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows = sum(m.rows for m in messages if isinstance(m, WriteResult))
         log.info("odradek sink: batch %d wrote %d rows (%s)", batchId, rows, self.guarantee)

@@ -57,8 +57,8 @@ $(BIN)/promtool: | $(STAMP)
 dev: setup
 	$(BIN)/odradek dev $(DEV_ARGS)
 
-# ruff (pyproject [tool.ruff]), mypy ([tool.mypy]: strict on every module but the few
-# docs/ARCHITECTURE.md lists), the layer contracts (.importlinter) and the clock rule (tools/check_clock.py: no
+# ruff (pyproject [tool.ruff]), mypy ([tool.mypy]: strict on every module),
+# the layer contracts (.importlinter) and the clock rule (tools/check_clock.py: no
 # wall-clock calls in broker/, controller/, operator/; components read the clock they are given).
 lint: setup
 	$(BIN)/ruff check .

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
@@ -21,6 +23,11 @@ log = logging.getLogger(__name__)
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 REQUEST_TIMEOUT = 30.0
+T = TypeVar("T")
+
+# confluent-kafka leaves these two class methods unannotated
+_earliest_spec = cast("Callable[[], OffsetSpec]", OffsetSpec.earliest)
+_latest_spec = cast("Callable[[], OffsetSpec]", OffsetSpec.latest)
 
 
 class OffsetReader:
@@ -30,7 +37,7 @@ class OffsetReader:
         self.options = options
         self._admin: AdminClient | None = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_admin": None}
 
     @property
@@ -42,7 +49,7 @@ class OffsetReader:
     def close(self) -> None:
         self._admin = None
 
-    def _retrying(self, what: str, body):
+    def _retrying(self, what: str, body: Callable[[], T]) -> T:
         """Spark's withRetries: fetchOffset.numRetries attempts, fetchOffset.retryIntervalMs apart."""
         attempts = self.options.fetch_offset_retries
         for attempt in range(1, attempts + 1):
@@ -65,7 +72,7 @@ class OffsetReader:
         if o.strategy == "assign":
             return sorted(set(o.assigned))
 
-        def body():
+        def body() -> list[TopicPartition]:
             md = self.admin.list_topics(timeout=REQUEST_TIMEOUT)
             out: list[TopicPartition] = []
             for name, t in md.topics.items():
@@ -91,7 +98,7 @@ class OffsetReader:
             return {}
         isolation = IsolationLevel.READ_COMMITTED if self.options.read_committed else IsolationLevel.READ_UNCOMMITTED
 
-        def body():
+        def body() -> dict[TopicPartition, int]:
             futures = self.admin.list_offsets(
                 {KTopicPartition(t, p): spec for (t, p), spec in specs.items()},
                 isolation_level=isolation, request_timeout=REQUEST_TIMEOUT,
@@ -100,13 +107,13 @@ class OffsetReader:
 
         return self._retrying("list offsets", body)
 
-    def earliest(self, tps) -> PartitionOffsets:
-        return self._list({tp: OffsetSpec.earliest() for tp in tps})
+    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self._list(dict.fromkeys(tps, _earliest_spec()))
 
-    def latest(self, tps) -> PartitionOffsets:
-        return self._list({tp: OffsetSpec.latest() for tp in tps})
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self._list(dict.fromkeys(tps, _latest_spec()))
 
-    def latest_checked(self, tps, known: PartitionOffsets) -> PartitionOffsets:
+    def latest_checked(self, tps: Iterable[TopicPartition], known: PartitionOffsets) -> PartitionOffsets:
         """Latest offsets, listed again (a bounded number of times) while a partition's answer is
         below an offset already seen: a broker that has not yet learned the high watermark must
         not make records look lost."""

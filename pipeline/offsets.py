@@ -18,6 +18,8 @@ LATEST = -1
 
 TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
+JsonOffsets = dict[str, dict[str, int]]
+"""Offsets in the checkpoint's form: {topic: {"partition": offset}}."""
 
 
 class DataLossError(RuntimeError):
@@ -96,9 +98,9 @@ def parse_assign(text: str) -> list[TopicPartition]:
     return out
 
 
-def to_json_dict(offsets: PartitionOffsets) -> dict[str, dict[str, int]]:
+def to_json_dict(offsets: PartitionOffsets) -> JsonOffsets:
     """The checkpoint form: {topic: {"partition": offset}} with sorted keys (a stable JSON)."""
-    out: dict[str, dict[str, int]] = {}
+    out: JsonOffsets = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     return out

@@ -9,16 +9,20 @@ crash is in those offsets, so a batch replayed from the checkpoint reads the sam
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .admin import OffsetReader
 from .fetcher import read_range, report_data_loss
 from .offsets import (
     LATEST,
+    JsonOffsets,
     OffsetRange,
+    PartitionOffsets,
     from_json_dict,
     rate_limit,
     split_ranges,
@@ -27,22 +31,24 @@ from .offsets import (
 )
 from .options import ReadOptions
 
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+
 log = logging.getLogger(__name__)
 
 
 class RangePartition(InputPartition):
     """One Spark task: an offset range of one Kafka partition."""
 
-    def __init__(self, r: OffsetRange):
+    def __init__(self, r: OffsetRange) -> None:
         super().__init__(r)
         self.range = r
 
 
-def _read(options: ReadOptions, partition: InputPartition):
-    r = getattr(partition, "range", None)
-    if r is None:  # Spark plans one empty partition when a batch read has no ranges
+def _read(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, RangePartition):  # Spark plans one empty partition when a batch read has no ranges
         return iter(())
-    return read_range(options, r)
+    return read_range(options, partition.range)
 
 
 def _warn(options: ReadOptions) -> None:
@@ -54,10 +60,10 @@ class BatchReader(DataSourceReader):
     """`spark.read.format("odradek")`: the offsets are resolved when the query is planned, so
     every task reads a fixed range (Spark's KafkaBatch)."""
 
-    def __init__(self, options: ReadOptions):
+    def __init__(self, options: ReadOptions) -> None:
         self.options = options
 
-    def partitions(self):
+    def partitions(self) -> list[RangePartition]:
         _warn(self.options)
         reader = OffsetReader(self.options)
         tps = reader.partitions()
@@ -76,7 +82,7 @@ class BatchReader(DataSourceReader):
             ranges.append(OffsetRange(tp[0], tp[1], begin, until))
         return [RangePartition(r) for r in split_ranges(ranges, self.options.min_partitions)]
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
 
 
@@ -90,23 +96,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     the end it handed out last.
     """
 
-    def __init__(self, options: ReadOptions):
+    def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self.offsets = OffsetReader(options)
-        self.latest_seen: dict = {}
-        self.available_now_end: dict | None = None
+        self.latest_seen: PartitionOffsets = {}
+        self.available_now_end: PartitionOffsets | None = None
         self.available_now = False
-        self.last_end: dict | None = None
-        self._group_consumer: Any = None
+        self.last_end: JsonOffsets | None = None
+        self._group_consumer: Consumer | None = None
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_group_consumer"] = None
         return state
 
     # --- offsets ---------------------------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> JsonOffsets:
         """startingOffsets: earliest, specific offsets and timestamps are resolved now; latest
         stays -1 so that a crash before the first batch commits cannot move the start (the
         first batch turns it into that batch's end and reads nothing)."""
@@ -115,21 +121,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = self.offsets.resolve(self.options.starting, tps, keep_latest=True)
         return to_json_dict(start)
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         m = self.options.max_offsets_per_trigger
         return ReadMaxRows(m) if m is not None else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = True
 
-    def _latest(self, start) -> dict:
+    def _latest(self, start: PartitionOffsets) -> PartitionOffsets:
         tps = self.offsets.partitions()
         known = {tp: o for tp, o in start.items() if o >= 0}
         for tp, o in self.latest_seen.items():
             known[tp] = max(known.get(tp, o), o)
         return self.offsets.latest_checked(tps, known)
 
-    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+    def latestOffset(self, start: JsonOffsets | None = None, limit: ReadLimit | None = None) -> JsonOffsets:
         if start is None:  # a PySpark without admission control
             start = self.last_end if self.last_end is not None else self.initialOffset()
             limit = self.getDefaultReadLimit()
@@ -155,10 +161,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.last_end = result
         return result
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> JsonOffsets | None:
         return to_json_dict(self.latest_seen) if self.latest_seen else None
 
-    def partitions(self, start: dict, end: dict):
+    def partitions(self, start: JsonOffsets, end: JsonOffsets) -> list[RangePartition]:
         begin, until = from_json_dict(start), from_json_dict(end)
         if begin == until:
             return []
@@ -168,16 +174,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in until if tp not in begin]
         earliest_of_new = self.offsets.earliest(new) if new else {}
 
-        def loss(message):
+        def loss(message: str) -> None:
             report_data_loss(self.options.fail_on_data_loss, message)
 
         ranges = stream_ranges(begin, until, earliest_of_new, loss)
         return [RangePartition(r) for r in split_ranges(ranges, self.options.min_partitions)]
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: JsonOffsets) -> None:
         """Spark calls this once a batch is done; with commitOffsetsToGroup the batch's end goes
         to that consumer group, so lag tools (kafka-consumer-groups, Burrow, ...) see the query."""
         group = self.options.commit_offsets_to_group

@@ -310,8 +310,11 @@ class WriteOptions:
 
     def producer_config(self) -> ClientConfig:
         # delivery reports of failed records only: the sink counts failures, and a Python callback
-        # for each of a task's records would cost more than producing it
-        conf: ClientConfig = {"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True}
+        # for each of a task's records would cost more than producing it. Keys go where Kafka's Java
+        # producer (Spark's Kafka sink) puts them, murmur2(key) % partitions; librdkafka's own
+        # default hashes with CRC32 and would scatter a key's records away from other writers'.
+        conf: ClientConfig = {"enable.idempotence": True, "linger.ms": 5, "delivery.report.only.error": True,
+                              "partitioner": "murmur2_random"}
         conf.update(self.kafka_params)
         return conf
 

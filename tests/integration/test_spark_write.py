@@ -6,6 +6,7 @@ import time
 import uuid
 
 import pytest
+from kafka.partitioner.default import murmur2
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
 
 from odradek.pipeline.transactions import transactions_supported
@@ -62,6 +63,18 @@ def test_the_topic_option_overrides_the_topic_column(spark, shared_cluster):
     df = spark.createDataFrame([("elsewhere", f"v{i}") for i in range(10)], "topic string, value string")
     _write(df, shared_cluster.bootstrap, topic=topic, deliveryGuarantee="at-least-once")
     assert len(confluent_consume(shared_cluster.bootstrap, topic, 1, 10)[0]) == 10
+
+
+def test_keys_land_on_the_java_producers_partitions(spark, shared_cluster):
+    """Spark's Kafka sink (the Java producer) puts a key at murmur2(key) % partitions; so must this
+    one, or two writers of one topic would split a key's records over two partitions."""
+    topic = f"spark-keys-{uuid.uuid4().hex[:8]}"
+    create_topic(shared_cluster.bootstrap, topic, 4)
+    df = spark.createDataFrame([(f"key-{i}", f"v{i}") for i in range(200)], "key string, value string").repartition(3)
+    _write(df, shared_cluster.bootstrap, topic=topic, deliveryGuarantee="at-least-once")
+    got = confluent_consume(shared_cluster.bootstrap, topic, 4, 200)
+    placed = {c.record.key: p for p, consumed in got.items() for c in consumed}
+    assert placed == {b"key-%d" % i: (murmur2(b"key-%d" % i) & 0x7FFFFFFF) % 4 for i in range(200)}
 
 
 @pytest.mark.parametrize(("ddl", "options", "message"), [

@@ -72,6 +72,9 @@ def test_write_options():
     w = write_options({"kafka.bootstrap.servers": "h:1", "Topic": " out ", "kafka.acks": "1"})
     assert w.topic == "out"
     assert w.producer_config()["enable.idempotence"] is True and w.producer_config()["acks"] == "1"
+    assert w.producer_config()["partitioner"] == "murmur2_random"  # the Java producer's placement of keys
+    assert write_options({"kafka.bootstrap.servers": "h:1", "kafka.partitioner": "random"}).producer_config()[
+        "partitioner"] == "random"
     for bad, message in [({"kafka.key.serializer": "x"}, "key.serializer"),
                          ({"kafka.value.serializer": "x"}, "value.serializer"),
                          ({"kafka.transactional.id": "x"}, "transactional.id"),

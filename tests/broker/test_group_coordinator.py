@@ -3,12 +3,12 @@ codes Kafka's coordinator returns, with `__consumer_offsets` appends captured by
 replica manager (its records are replayed to check that what was stored reloads)."""
 
 import asyncio
-import selectors
 import struct
 from types import SimpleNamespace
 
 import pytest
 from kio.schema.errors import ErrorCode
+from virtual_time import VirtualClock, run_virtual, turns, until
 
 from odradek.broker.group.consumer_protocol import subscription_topics
 from odradek.broker.group.group_coordinator import GroupConfig, GroupCoordinator
@@ -18,15 +18,6 @@ from odradek.broker.log.record_batch import decode_records
 
 E = ErrorCode
 PROTOS = [("range", b"sub")]
-
-
-async def until(predicate, what: str, timeout: float = 5.0) -> None:
-    """Let the scheduled joins run until `predicate` holds (bounded: fails after `timeout`)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.001)
 
 
 class StubReplicaManager:
@@ -183,7 +174,7 @@ def test_second_member_triggers_rebalance_and_old_generation_is_refused():
         assert await gc.commit_offsets("g", m1, None, r1.generation_id, offsets) == {("t", 0): E.rebalance_in_progress}
         # The follower's SyncGroup waits for the leader's.
         s2 = asyncio.ensure_future(gc.sync_group("g", r2.generation_id, r2.member_id, None, None, None, {}))
-        await asyncio.sleep(0.05)
+        await turns()
         assert not s2.done()
         s1 = await gc.sync_group("g", r1.generation_id, m1, None, None, None, {m1: b"p0", r2.member_id: b"p1"})
         assert s1 == (E.none, b"p0") and await s2 == (E.none, b"p1")
@@ -283,39 +274,6 @@ def test_session_expiry_removes_member_and_rebalances():
             gc.shutdown()
 
     run(scenario)
-
-
-class VirtualClock:
-    """Seconds of virtual time for an event loop whose selector never blocks: when nothing is
-    ready, the clock jumps to the next timer instead of waiting for it."""
-
-    def __init__(self, now: float = 1_000_000.0):
-        self.now = now
-
-    def ms(self) -> int:
-        return round(self.now * 1000)
-
-
-class VirtualTimeSelector(selectors.DefaultSelector):
-    def __init__(self, clock: VirtualClock):
-        super().__init__()
-        self.clock = clock
-
-    def select(self, timeout=None):
-        events = super().select(0)
-        if not events and timeout:
-            self.clock.now += timeout
-        return events
-
-
-def run_virtual(coro_fn, clock: VirtualClock, timeout: float = 3600):
-    """Run a scenario on an event loop driven by `clock` (bounded by `timeout` virtual seconds)."""
-    loop = asyncio.SelectorEventLoop(VirtualTimeSelector(clock))
-    loop.time = lambda: clock.now
-    try:
-        return loop.run_until_complete(asyncio.wait_for(coro_fn(), timeout))
-    finally:
-        loop.close()
 
 
 def make_virtual(clock: VirtualClock, **cfg) -> GroupCoordinator:

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 from kio.schema.errors import ErrorCode
+from virtual_time import turns
 
 from odradek.broker.admin_manager import (
     MAX_PARTITIONS,
@@ -273,9 +274,9 @@ def test_cache_wait_for_rechecks_on_updates():
         assert await cache.wait_for(lambda: True, 0)
         assert not await cache.wait_for(lambda: cache.contains("a"), 0.05)
         waiter = asyncio.create_task(cache.wait_for(lambda: cache.all_partitions_have_leaders("a"), 10))
-        await asyncio.sleep(0.01)
+        await turns()
         cache.update(update(1, {"a": [pstate(0, -1)]}))
-        await asyncio.sleep(0.01)
+        await turns()
         assert not waiter.done()
         cache.update(update(1, {"a": [pstate(0, 0)]}))
         assert await asyncio.wait_for(waiter, 5)

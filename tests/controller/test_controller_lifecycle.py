@@ -2,6 +2,8 @@
 
 import asyncio
 
+from virtual_time import until
+
 from odradek.common.config import ControllerConfig
 from odradek.controller.controller import KafkaController
 from odradek.dev.zookeeper import free_port
@@ -18,7 +20,7 @@ def test_stop_is_prompt_while_zookeeper_is_unreachable():
     async def main():
         controller = KafkaController(config, stop_grace=20)  # longer than the bound below
         run = asyncio.create_task(controller.run())
-        await asyncio.sleep(0.5)
+        await until(lambda: controller._generation == 1, "the first session's start")  # its thread dials ZooKeeper
         assert not run.done() and not controller.active.is_set()
         controller.stop()
         await asyncio.wait_for(run, 10)

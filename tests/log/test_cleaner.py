@@ -422,6 +422,8 @@ def test_a_new_thread_count_starts_and_retires_cleaner_loops_without_a_restart(t
     import asyncio
     from dataclasses import replace
 
+    from virtual_time import run_virtual
+
     from odradek.broker.log.log_cleaner import CleanerConfig, LogCleaner
 
     cleaner = LogCleaner(list, CleanerConfig(threads=1, backoff_ms=20))
@@ -430,7 +432,7 @@ def test_a_new_thread_count_starts_and_retires_cleaner_loops_without_a_restart(t
         for _ in range(200):
             if cleaner.threads_running == count:
                 return True
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # virtual time: the loops' 20 ms backoffs pass at once
         return False
 
     async def run() -> None:
@@ -447,4 +449,4 @@ def test_a_new_thread_count_starts_and_retires_cleaner_loops_without_a_restart(t
             await asyncio.wait_for(task, 10)
         assert cleaner.threads_running == 0
 
-    asyncio.run(run())
+    run_virtual(run)

@@ -22,18 +22,32 @@ def append(lg, n, ts=None):
         lg.append_as_leader(batch(range(start, start + 2), ts=ts), leader_epoch=0)
 
 
-async def run_until(manager, predicate, timeout=10.0):
-    """Run the background task until `predicate()` holds (bounded by `timeout`)."""
+async def run_until(manager, predicate, passes=500, timeout=10.0):
+    """Run the background task until `predicate()` holds, checking after each of its passes
+    (bounded: `passes` passes, `timeout` seconds for any one)."""
+    passed = asyncio.Event()
+    background_pass = manager._background_pass
+
+    async def counted(now, run_retention):
+        try:
+            await background_pass(now, run_retention)
+        finally:
+            passed.set()
+
+    manager._background_pass = counted
     stop = asyncio.Event()
     task = asyncio.create_task(manager.run_background(stop))
     try:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, "background work did not happen in time"
-            await asyncio.sleep(0.02)
+        for _ in range(passes):
+            if predicate():
+                return
+            passed.clear()
+            await asyncio.wait_for(passed.wait(), timeout)
+        assert predicate(), f"background work did not happen in {passes} passes"
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+        del manager._background_pass
 
 
 def test_logs_spread_over_dirs_and_reload(tmp_path):

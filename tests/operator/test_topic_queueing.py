@@ -1,14 +1,26 @@
 """The Batcher (many callers, one request) and the WorkQueue (one key once, one worker at a time,
-bounded), driven by real asyncio tasks."""
+bounded), driven by real asyncio tasks on virtual time (tests/virtual_time.py): lingers, delays
+and backoffs are exact and take no wall time."""
 
 import asyncio
 
 import pytest
+from virtual_time import run_virtual
 
 from odradek.operator.batching import Batcher
 from odradek.operator.work_queue import ShutDown, WorkQueue
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+pytestmark = pytest.mark.timeout(30)
+
+
+def virtual(test):
+    """Run the async test on a fresh virtual-time loop."""
+
+    def run():
+        run_virtual(test, timeout=600)
+
+    run.__doc__ = test.__doc__
+    return run
 
 
 class Recorder:
@@ -30,6 +42,7 @@ class Recorder:
             self.in_flight -= 1
 
 
+@virtual
 async def test_concurrent_callers_share_one_request_and_each_gets_its_own_result():
     send = Recorder()
     b = Batcher("t", send, lambda i: i, linger=0.05, max_batch=100)
@@ -39,6 +52,7 @@ async def test_concurrent_callers_share_one_request_and_each_gets_its_own_result
     await b.close()
 
 
+@virtual
 async def test_batches_are_capped_and_keys_in_one_batch_are_distinct():
     batches = []
 
@@ -57,6 +71,7 @@ async def test_batches_are_capped_and_keys_in_one_batch_are_distinct():
     await b.close()
 
 
+@virtual
 async def test_shared_reads_of_one_key_are_sent_once():
     send = Recorder()
     b = Batcher("t", send, lambda i: i, linger=0.05, share=True)
@@ -65,6 +80,7 @@ async def test_shared_reads_of_one_key_are_sent_once():
     await b.close()
 
 
+@virtual
 async def test_a_failed_request_fails_its_callers_only():
     send = Recorder(fail=ConnectionError("down"))
     b = Batcher("t", send, lambda i: i, linger=0.01)
@@ -75,6 +91,7 @@ async def test_a_failed_request_fails_its_callers_only():
     await b.close()
 
 
+@virtual
 async def test_back_pressure_bounds_what_waits_and_in_flight_requests():
     send = Recorder(delay=0.05)
     b = Batcher("t", send, lambda i: i, linger=0.0, max_batch=5, max_pending=10, max_in_flight=1)
@@ -94,6 +111,7 @@ async def test_back_pressure_bounds_what_waits_and_in_flight_requests():
     await b.close()
 
 
+@virtual
 async def test_queue_holds_a_key_once_and_requeues_one_updated_while_processed():
     q = WorkQueue()
     for _ in range(3):
@@ -109,6 +127,7 @@ async def test_queue_holds_a_key_once_and_requeues_one_updated_while_processed()
     assert await asyncio.wait_for(q.get(), 1) == "a", "comes back once the first pass is done"
 
 
+@virtual
 async def test_queue_add_waits_while_full():
     q = WorkQueue(maxsize=2)
     await q.add(1)
@@ -122,6 +141,7 @@ async def test_queue_add_waits_while_full():
     assert len(q) == 2
 
 
+@virtual
 async def test_delayed_and_rate_limited_adds():
     q = WorkQueue(backoff_base=0.05, backoff_max=0.2)
     loop = asyncio.get_running_loop()
@@ -134,6 +154,7 @@ async def test_delayed_and_rate_limited_adds():
     assert q.add_rate_limited("k") == 0.05
 
 
+@virtual
 async def test_shutdown_stops_waiting_workers():
     q = WorkQueue()
     worker = asyncio.create_task(q.get())

@@ -88,7 +88,7 @@ def test_exceptions_and_cancellation_reach_the_handler():
 
         async def slow():
             try:
-                await asyncio.sleep(10)
+                await asyncio.get_running_loop().create_future()  # never done: cancelled below
             finally:
                 cleaned.append(True)
 

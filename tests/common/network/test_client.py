@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 from kio.schema.errors import ErrorCode
+from virtual_time import run_virtual, turns, until
 
 from odradek.common import messages as m
 from odradek.common import wire
@@ -17,11 +18,13 @@ def update_metadata(epoch: int) -> m.UpdateMetadataRequest:
 
 class EchoServer:
     """Answers UpdateMetadata with error_code = the request's controller_epoch (to tell answers
-    apart); epochs listed in `silent` get no answer; `delay` holds each answer back."""
+    apart); epochs listed in `silent` get no answer; `delay` holds each answer back that many loop
+    turns; `received` counts the requests read."""
 
-    def __init__(self, silent=(), delay=0.0, close_on=()):
+    def __init__(self, silent=(), delay=0, close_on=()):
         self.silent = set(silent)
         self.delay = delay
+        self.received = 0
         self.close_on = set(close_on)
         self.connections = 0
 
@@ -36,11 +39,12 @@ class EchoServer:
             while True:
                 size = wire.SIZE.unpack(await reader.readexactly(4))[0]
                 header, payload, _ = wire.decode_request(await reader.readexactly(size))
+                self.received += 1
                 if payload.controller_epoch in self.close_on:
                     break
                 if payload.controller_epoch in self.silent:
                     continue
-                await asyncio.sleep(self.delay)
+                await turns(self.delay)
                 response = m.UpdateMetadataResponse(error_code=ErrorCode(payload.controller_epoch))
                 writer.write(wire.encode_response(response, header.correlation_id, flexible_header=False))
         except asyncio.IncompleteReadError:
@@ -59,7 +63,7 @@ def run(coro):
 
 def test_pipelined_requests_get_their_own_answers():
     async def main():
-        server = await EchoServer(delay=0.01).start()
+        server = await EchoServer(delay=20).start()
         client = NetworkClient("127.0.0.1", server.port)
         try:
             answers = await asyncio.gather(*(client.send(update_metadata(e), timeout=5) for e in range(1, 21)))
@@ -113,7 +117,8 @@ def test_connect_retries_with_backoff_then_gives_up():
         # a server that appears during the backoff is found
         client = NetworkClient("127.0.0.1", port, connect_attempts=20, backoff_ms=50, backoff_max_ms=100)
         send = asyncio.ensure_future(client.send(update_metadata(2), timeout=5))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # virtual: a few refused attempts meanwhile
+        assert not send.done()
         server = await EchoServer().start(port)
         try:
             assert int((await send).error_code) == 2
@@ -121,7 +126,7 @@ def test_connect_retries_with_backoff_then_gives_up():
             await client.close()
             await server.stop()
 
-    run(main())
+    run_virtual(main)
 
 
 def test_closed_client_fails_in_flight_requests():
@@ -130,7 +135,7 @@ def test_closed_client_fails_in_flight_requests():
         client = NetworkClient("127.0.0.1", server.port)
         try:
             pending = asyncio.ensure_future(client.send(update_metadata(5), timeout=10))
-            await asyncio.sleep(0.1)
+            await until(lambda: server.received == 1, "the request at the server")
             await client.close()
             with pytest.raises(ConnectionError):
                 await pending

@@ -5,6 +5,7 @@ import asyncio
 import os
 import socket
 import struct
+import threading
 
 import pytest
 
@@ -59,12 +60,14 @@ def test_socket_server_frames_in_order_small_large_fragmented_and_sendfile(tmp_p
     path.write_bytes(payload)
     f = open(path, "rb")
     seen = []
+    queued = threading.Event()  # the client has sent the frames after "file"
 
     async def handler(frame, conn):
         body = bytes(frame)
         seen.append(len(body))
         if body.startswith(b"file"):
-            await asyncio.sleep(0.01)  # later frames queue up meanwhile: order must hold
+            # later frames queue up meanwhile: order must hold
+            assert await asyncio.to_thread(queued.wait, 10)
             return [struct.pack(">i", 3 + 100_000 + 10), b"hdr", FileRegion(f, 5, 100_000), FileRegion(f, 200, 10)]
         if body == b"silent":
             return None
@@ -74,6 +77,7 @@ def test_socket_server_frames_in_order_small_large_fragmented_and_sendfile(tmp_p
         c = _Client(port)
         c.send_frame(b"file")
         c.send_frame(b"silent")
+        queued.set()
         big = os.urandom(1_500_000)
         c.send_frame(big)
         # one frame in many small pieces

@@ -6,6 +6,7 @@ import asyncio
 import struct
 
 import pytest
+from virtual_time import turns
 
 from odradek.common.api_key import ApiKey
 from odradek.common.network import socket_server
@@ -55,12 +56,15 @@ class ControlledHandler:
 
     async def wait_started(self, n: int) -> None:
         """Until at least n requests started (bounded), then a few loop turns to let more start."""
+        await self.wait_until(lambda: len(self.started) >= n)
+        await turns()
+
+    async def wait_until(self, predicate) -> None:
+        """Until `predicate` holds, woken by each start and cancellation (bounded)."""
         async with asyncio.timeout(STEP_S):
-            while len(self.started) < n:
+            while not predicate():
                 self.changed.clear()
                 await self.changed.wait()
-        for _ in range(20):
-            await asyncio.sleep(0)
 
 
 async def read_answer(reader: asyncio.StreamReader) -> int:
@@ -99,7 +103,7 @@ def test_produce_requests_run_together_and_are_answered_in_request_order():
         assert h.started == [1, 2, 3]  # all three waiting at once, started in arrival order
         h.finish(3)
         h.finish(2)
-        await asyncio.sleep(0.05)
+        await turns()  # whatever can happen now happens
         h.finish(1)
         assert [await read_answer(reader) for _ in range(3)] == [1, 2, 3]
         # a silent (acks=0) request in the middle leaves no gap and no answer
@@ -120,13 +124,13 @@ def test_a_non_produce_request_waits_for_earlier_answers_and_blocks_later_reques
         await h.wait_started(2)
         assert h.started == [1, 2]
         h.finish(2)
-        await asyncio.sleep(0.05)
+        await turns()  # whatever can happen now happens
         assert h.started == [1, 2]  # 1 is still unanswered: the metadata request waits
         h.finish(1)
         assert [await read_answer(reader) for _ in range(2)] == [1, 2]
         await h.wait_started(3)
         assert h.started == [1, 2, 3]  # and the produce after it does not start meanwhile
-        await asyncio.sleep(0.05)
+        await turns()  # whatever can happen now happens
         assert h.started == [1, 2, 3]
         h.finish(3)
         assert await read_answer(reader) == 3
@@ -144,10 +148,10 @@ def test_in_flight_produce_requests_are_bounded():
     async def scenario(h, reader, writer):
         writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in range(total)))
         await h.wait_started(bound)
-        await asyncio.sleep(0.05)
+        await turns()  # whatever can happen now happens
         assert h.started == list(range(bound))
         h.finish(1)  # not the oldest: the window does not move
-        await asyncio.sleep(0.05)
+        await turns()  # whatever can happen now happens
         assert len(h.started) == bound
         h.finish(0)
         assert [await read_answer(reader) for _ in range(2)] == [0, 1]
@@ -165,14 +169,13 @@ def test_close_from_a_pipelined_request_answers_earlier_ones_then_abandons_the_r
         writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in (1, 2, 3)))
         await h.wait_started(3)
         h.finish(2, "close")
-        await asyncio.sleep(0.05)
+        await turns()  # whatever can happen now happens
         assert h.cancelled == []  # 1 is still owed an answer: nothing closes yet
         h.finish(1)
         assert await read_answer(reader) == 1
         async with asyncio.timeout(STEP_S):
             assert await reader.read() == b""  # closed without answering 2 or 3
-            while 3 not in h.cancelled:
-                await asyncio.sleep(0.01)
+            await h.wait_until(lambda: 3 in h.cancelled)
 
     run(scenario)
 
@@ -182,9 +185,7 @@ def test_a_peer_going_away_cancels_its_requests_in_flight():
         writer.write(b"".join(request(ApiKey.PRODUCE, c) for c in (1, 2)))
         await h.wait_started(2)
         writer.close()
-        async with asyncio.timeout(STEP_S):
-            while sorted(h.cancelled) != [1, 2]:
-                await asyncio.sleep(0.01)
+        await h.wait_until(lambda: sorted(h.cancelled) == [1, 2])
 
     run(scenario)
 

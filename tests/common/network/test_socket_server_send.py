@@ -10,6 +10,7 @@ import socket
 import struct
 
 import pytest
+from virtual_time import quiescent, until
 
 from odradek.broker.log import FileRegion
 from odradek.common.network import socket_server
@@ -133,10 +134,14 @@ def test_a_reader_that_does_not_read_bounds_what_the_server_buffers(segment):
             try:
                 writer.write(b"".join(request(c, 1) for c in range(n)))
                 peak = 0
-                for _ in range(50):  # 0.5 s without reading
-                    await asyncio.sleep(0.01)
+
+                def buffered():
+                    nonlocal peak
                     if s.server.connections:
                         peak = max(peak, s.connection().transport.get_write_buffer_size())
+                    return s.calls, peak
+
+                await quiescent(buffered)  # without reading, until the server can do no more
                 response_bytes = len(expected[0])
                 assert s.calls < n / 2  # the server stopped answering: the peer is not reading
                 assert peak <= response_bytes + socket_server.SOCKET_BUFFER_BYTES
@@ -161,7 +166,7 @@ def test_a_peer_going_away_mid_response_ends_the_connection_cleanly(segment, cap
             sock = socket.create_connection(("127.0.0.1", s.port))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
             sock.sendall(request(1, 1) + request(2, 1))
-            await asyncio.sleep(0.05)
+            await quiescent(lambda: (s.calls, s.server.connections and s.connection().transport.get_write_buffer_size()))
             sock.setblocking(False)
             got = await asyncio.get_running_loop().sock_recv(sock, 4096)
             assert len(got) > 4
@@ -170,8 +175,8 @@ def test_a_peer_going_away_mid_response_ends_the_connection_cleanly(segment, cap
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
             async with asyncio.timeout(STEP_S):
-                while s.server.connections or not conn._task.done():
-                    await asyncio.sleep(0.01)
+                await asyncio.wait({conn._task})
+            await until(lambda: not s.server.connections, "the connection's removal")
             assert s.calls <= 2
             # the server still answers a new connection
             reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
@@ -200,13 +205,12 @@ def test_server_stopping_while_a_response_waits_for_the_peer_ends_cleanly(segmen
         _reader, writer = await asyncio.open_connection("127.0.0.1", s.server.port)
         try:
             writer.write(request(1, 1))
-            await asyncio.sleep(0.2)
+            await quiescent(lambda: (s.calls, s.server.connections and s.connection().transport.get_write_buffer_size()))
             conn = s.connection()
             assert not conn._task.done()  # still sending: the peer has not read
             await asyncio.wait_for(s.server.stop(), STEP_S)
             async with asyncio.timeout(STEP_S):
-                while not conn._task.done():
-                    await asyncio.sleep(0.01)
+                await asyncio.wait({conn._task})
             assert not s.server.connections
         finally:
             writer.close()

@@ -188,6 +188,13 @@ class KubernetesServer(kmock.KubernetesEmulator):
     # (request id, "create" | "update" | "delete", plural, name) of every request that changed
     # its object: an apply that changes nothing is a request, not a write.
     changes: list = attrs.field(factory=list, init=False)
+    # Called with every request once it is handled, and after every put_raw with None: what the
+    # tests' waits and the harness's kubelet wake on instead of polling.
+    listeners: list = attrs.field(factory=list, init=False)
+
+    def _tell(self, request) -> None:
+        for listener in list(self.listeners):
+            listener(request)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -225,8 +232,15 @@ class KubernetesServer(kmock.KubernetesEmulator):
             self.objects[key].create(obj)
         else:
             self.objects[key] = obj
+        self._tell(None)
 
     async def _handle(self, request):
+        try:
+            return await self._answer(request)
+        finally:
+            self._tell(request)
+
+    async def _answer(self, request):
         # Discovery (/apis/<group>/<version>) also parses as a LIST, of a resource without a plural.
         direct = self._direct.get(request.action) if request.resource is not None and request.resource.plural else None
         if direct is None:

@@ -1,11 +1,14 @@
 """Flow-test harness: the emulated API server, a stand-in for the StatefulSet controller and
-kubelet (pods from the template, Ready a moment later), a scripted cluster view, and the
-operator running in its own thread (kopf must not share pytest-asyncio's loop)."""
+kubelet (pods from the template, Ready a few operator requests later), a scripted cluster view, and
+the operator running in its own thread (kopf must not share pytest-asyncio's loop).
+
+Nothing here sleeps: `wait_for` wakes on every request the API server handles, every object the
+kubelet stores and every look at the scripted view (`changed()`), and the kubelet acts on the
+operator's requests rather than on a timer."""
 
 import asyncio
 import copy
 import threading
-import time
 from dataclasses import replace
 
 import aiohttp
@@ -28,8 +31,43 @@ WRITES = ("create", "update", "delete")
 TEST_CLIENT = "odradek-tests"  # the User-Agent of the tests' own API calls (not the operator's)
 
 
+_waiters: dict[asyncio.Future, object] = {}  # each waiting `wait_for`: its predicate
+
+
+def changed(_request=None) -> None:
+    """Something a test may wait on changed (from any thread): each `wait_for` checks its
+    predicate again, at once when on its own loop's thread (so it sees every state a request
+    leaves behind, however brief), else on its loop's next turn."""
+    for waiter in list(_waiters):
+        loop = waiter.get_loop()
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
+            _check(waiter)
+        else:
+            try:
+                loop.call_soon_threadsafe(_check, waiter)
+            except RuntimeError:  # its loop is closed
+                _waiters.pop(waiter, None)
+
+
+def _check(waiter: asyncio.Future) -> None:
+    predicate = _waiters.get(waiter)
+    if predicate is None or waiter.done():
+        return
+    try:
+        value = predicate()
+    except Exception:  # a state the predicate does not expect (an object mid-replacement): not yet
+        return
+    if value:
+        waiter.set_result(value)
+
+
 def new_server() -> KubernetesServer:
     server = KubernetesServer()
+    server.listeners.append(changed)
     server.resources[KC] = kmock.ResourceInfo(
         kind="KafkaCluster", singular="kafkacluster", namespaced=True, shortnames={"kc"},
         subresources={"status"}, verbs={"get", "list", "watch", "create", "update", "patch", "delete"})
@@ -72,6 +110,7 @@ class ScriptedView:
 
     async def __call__(self, body) -> ClusterView:
         self.calls += 1
+        changed()
         return self.view
 
     def set(self, **changes) -> None:
@@ -83,30 +122,48 @@ class ScriptedView:
         await wait_for(lambda: self.calls >= target, timeout, f"{n} more reconcile passes")
 
 
-async def wait_for(predicate, timeout: float, what: str, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+async def wait_for(predicate, timeout: float, what: str, step: float | None = None):
+    """`predicate()` once it is true: checked now and again on every `changed()`; `step`
+    (seconds) also re-checks that often, for a predicate on state outside the harness (a real
+    broker's answer)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
         value = predicate()
         if value:
             return value
-        await asyncio.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        waiter = loop.create_future()
+        _waiters[waiter] = predicate
+        try:
+            return await asyncio.wait_for(waiter, remaining if step is None else min(step, remaining))
+        except TimeoutError:
+            pass
+        finally:
+            _waiters.pop(waiter, None)
 
 
 class Kubelet:
     """Plays the StatefulSet controller and kubelet for the broker StatefulSet: pods 0..n-1 from
-    the current template (OnDelete: a pod keeps its template until deleted), Ready after
-    `ready_after` ticks; records the worst number of brokers down at once. A subclass changes
-    what a deleted pod means and when a pod is Ready (`pod_deleted`, `pod_ready`)."""
+    the current template (OnDelete: a pod keeps its template until deleted), Ready at the
+    `ready_after`-th resync round of the operator after it was created (a moment later, on the
+    operator's own clock rather than a timer); records the worst number of brokers down at once.
+    It ticks after each request the operator makes; a tick ages pods when a resync round (a list
+    of every KafkaCluster) began since the last one. A subclass changes what a deleted pod means
+    and when a pod is Ready (`pod_deleted`, `pod_ready`)."""
 
-    def __init__(self, server: KubernetesServer, view: ScriptedView | None, name: str = "demo", ready_after: int = 3):
+    def __init__(self, server: KubernetesServer, view: ScriptedView | None, name: str = "demo", ready_after: int = 1):
         self.server, self.view, self.ready_after = server, view, ready_after
         self.sts_name = builders.names(name)["broker"]
         self.ages: dict[str, int] = {}
         self.max_down = 0  # most brokers not ready at once, counted once all were ready
         self.all_ready_once = False
         self.recreated: list[int] = []
-        self.task: asyncio.Task | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.scheduled = False
+        self.round_began = False  # a resync round began since the last tick: pods age
         self.cluster = name
         # Ready pods the Deployment/StatefulSet controllers report; None = every desired pod.
         self.ready_controllers: int | None = None
@@ -122,7 +179,7 @@ class Kubelet:
         if (obj.get("status") or {}).get("readyReplicas") != want:
             self.server.put_raw(resource, NS, {**copy.deepcopy(obj), "status": {"readyReplicas": want}})
 
-    def tick(self) -> None:
+    def tick(self, age: bool = True) -> None:
         n = builders.names(self.cluster)
         self._report_ready("apps/v1/deployments", n["controller"], self.ready_controllers)
         self._report_ready(STS, n["zookeeper"], self.ready_zookeeper)
@@ -145,7 +202,7 @@ class Kubelet:
                     "metadata": {"name": name, **copy.deepcopy(template["metadata"])},
                     "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}})
                 continue
-            self.ages[name] = self.ages.get(name, 0) + 1
+            self.ages[name] = self.ages.get(name, 0) + (1 if age else 0)
             make_ready, counts = self.pod_ready(i, pod)
             if make_ready:
                 pod = copy.deepcopy(pod)
@@ -178,20 +235,31 @@ class Kubelet:
         age = self.ages[pod["metadata"]["name"]]
         return age == self.ready_after, age >= self.ready_after
 
-    async def run(self) -> None:
-        while True:
-            self.tick()
-            await asyncio.sleep(0.05)
+    def _on_request(self, request) -> None:
+        """After each of the operator's requests (not the tests' own, not a put_raw): one tick,
+        on the next loop turn, so the request is answered first."""
+        if request is None or (request.headers or {}).get("User-Agent") == TEST_CLIENT:
+            return
+        self.round_began |= _is_resync_list(request)
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self._scheduled_tick)
+
+    def _scheduled_tick(self) -> None:
+        self.scheduled = False
+        if self.loop is not None:
+            age, self.round_began = self.round_began, False
+            self.tick(age)
+            changed()
 
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self.run())
+        self.loop = asyncio.get_running_loop()
+        self.tick()
+        self.server.listeners.append(self._on_request)
 
     async def stop(self) -> None:
-        self.task.cancel()
-        try:
-            await self.task
-        except asyncio.CancelledError:
-            pass
+        self.server.listeners.remove(self._on_request)
+        self.loop = None
 
 
 class OperatorThread:
@@ -257,12 +325,15 @@ class Api:
         await self.session.close()
 
 
+def _is_resync_list(r) -> bool:
+    return (r.action is not None and r.action.name == "LIST" and r.resource is not None
+            and r.resource.plural == "kafkaclusters" and (r.headers or {}).get("User-Agent") != TEST_CLIENT)
+
+
 def resync_lists(server: KubernetesServer) -> int:
     """How many times the operator listed KafkaClusters: one per resync round (after kopf's one
     initial list), so a test can wait for rounds instead of sleeping through them."""
-    return sum(1 for r in list(server)
-               if r.action is not None and r.action.name == "LIST" and r.resource is not None
-               and r.resource.plural == "kafkaclusters" and (r.headers or {}).get("User-Agent") != TEST_CLIENT)
+    return sum(1 for r in list(server) if _is_resync_list(r))
 
 
 async def resync_rounds(server: KubernetesServer, n: int, timeout: float = 20.0) -> None:

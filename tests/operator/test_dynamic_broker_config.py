@@ -169,7 +169,7 @@ async def test_a_dynamic_key_restarts_no_broker_a_static_key_restarts_each_once(
         resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
         await wait_for(lambda r=resource: describe(cluster.bootstrap, r, "log.retention.ms")
                        == ("7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), 30,
-                       f"broker {broker} describing the new log.retention.ms")
+                       f"broker {broker} describing the new log.retention.ms", step=0.05)
     topic = ConfigResource(ConfigResource.Type.TOPIC, "t")
     assert describe(cluster.bootstrap, topic, "retention.ms") == ("7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     await ready(2)

@@ -130,7 +130,7 @@ class Env:
         writes included (the work queue gives a key to one worker at a time): the event to wait
         for, rather than sleeping through resync periods."""
         target = self.observes + n
-        await wait_for(lambda: self.observes >= target, timeout, f"{n} more topic reconcile passes")
+        await wait_for(lambda: self.observes >= target, timeout, f"{n} more topic reconcile passes", step=0.05)
 
     def start_operator(self):
         self.metrics_url = f"http://127.0.0.1:{free_ports(1)[0]}/metrics"

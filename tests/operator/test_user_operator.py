@@ -342,7 +342,14 @@ async def test_a_password_from_a_secret_and_its_change(env):
     await env.put_secret("app-password", {"pw": "second-password-5678"})
     await wait_for(lambda: (env.secret("app") or {}).get("password") == "second-password-5678", 6 * RESYNC + 10,
                    "the new password in the user's Secret")
-    assert await asyncio.to_thread(authenticates, sasl(env.cluster, "app", "second-password-5678"))
+    # The Secret is written once the controller took the credential; each broker learns of it
+    # through ZooKeeper's change notification a moment later (as in Kafka): bounded retries.
+    for _ in range(50):
+        if await asyncio.to_thread(authenticates, sasl(env.cluster, "app", "second-password-5678")):
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("the new password never logged in")
     assert not await asyncio.to_thread(authenticates, sasl(env.cluster, "app", "first-password-1234"))
 
     # A missing source Secret is waited for (Reconciling), never Stalled; no value in the message.

@@ -6,10 +6,19 @@ the fast loop. Everything under tests/integration/ is `integration`, and so is a
 of PROCESS_FIXTURES (directly or through another fixture); a module elsewhere that starts processes
 itself says so with `pytestmark`. A `unit` test that
 starts a process anyway fails, so the split cannot rot.
+
+A `unit` test synchronises on events, futures, conditions the code under test signals, or virtual
+time, never on wall-clock sleeps: a positive `time.sleep` or `asyncio.sleep` called from test code
+(any file under tests/) fails the test, except `asyncio.sleep` on a loop whose clock is virtual
+(`virtual_time.VirtualTimeLoop`), where it moves that clock and takes no wall time.
 """
 
+import asyncio
 import subprocess
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +46,42 @@ def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: py
         raise AssertionError(f"{request.node.nodeid} is marked unit but starts a process: mark it integration")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+TESTS_DIR = str(Path(__file__).parent) + "/"
+
+
+def _refuse_a_test_sleep(nodeid: str, name: str, delay: float, caller) -> None:
+    if delay > 0 and caller.f_code.co_filename.startswith(TESTS_DIR):
+        raise AssertionError(
+            f"{nodeid} is marked unit but its code sleeps ({name}({delay}) at "
+            f"{caller.f_code.co_filename}:{caller.f_lineno}): wait on an event or use virtual time")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_never_sleep(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail a unit test whose own code (a file under tests/) sleeps a positive delay on the wall clock.
+    The code under test may sleep (backoffs, lingers); the test may not wait on it by sleeping."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    nodeid = request.node.nodeid
+    time_sleep, asyncio_sleep = time.sleep, asyncio.sleep
+
+    def guarded_time_sleep(delay: float) -> None:
+        _refuse_a_test_sleep(nodeid, "time.sleep", delay, sys._getframe(1))
+        time_sleep(delay)
+
+    def guarded_asyncio_sleep(delay: float, result: object = None):
+        try:
+            virtual = getattr(asyncio.get_running_loop(), "virtual_time", False)
+        except RuntimeError:
+            virtual = False
+        if not virtual:
+            _refuse_a_test_sleep(nodeid, "asyncio.sleep", delay, sys._getframe(1))
+        return asyncio_sleep(delay, result)
+
+    monkeypatch.setattr(time, "sleep", guarded_time_sleep)
+    monkeypatch.setattr(asyncio, "sleep", guarded_asyncio_sleep)
 
 
 @pytest.fixture(scope="session")

@@ -123,6 +123,8 @@ async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throug
             operator = OperatorThread(url, view, zookeeper_members=zk.member_source)
             await api.create_cluster({})  # a managed ensemble of three
             await settled(3, 120)
+            # members join one by one after the voters are committed: formed once a quorum serves
+            await wait_for(lambda: len(set(seen[-1][1]) & seen[-1][2]) >= quorum(3), 60, "a quorum serving", step=0.2)
             formed = len(seen) - 1  # from here on the ensemble has had its quorum
             await asyncio.get_running_loop().run_in_executor(None, writer.start)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
@@ -220,12 +220,17 @@ class RequestBatch:
         self.leader_and_isr: dict[int, dict[TopicPartition, LeaderAndIsrEntry]] = {}
         self.update_metadata: dict[int, dict[TopicPartition, MetadataEntry]] = {}
         self.stop_replica: dict[tuple[int, bool], set[TopicPartition]] = {}
+        self._um_states: dict[TopicPartition, tuple[MetadataEntry, m.UpdateMetadataPartitionState]] = {}
+        self._lai_states: dict[TopicPartition, tuple[LeaderAndIsrEntry, m.LeaderAndIsrPartitionState]] = {}
+        """Each partition's request state, built once for every broker that gets the same entry
+        (a decision about thousands of partitions tells each replica, or every broker, the same)."""
 
     def add_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
                            replicas: tuple[int, ...], is_new: bool = False) -> None:
+        entry = (state, replicas, is_new)  # one object for all: `_leader_and_isr` builds it once
         for b in brokers:
             if b in self.live:
-                self.leader_and_isr.setdefault(b, {})[tp] = (state, replicas, is_new)
+                self.leader_and_isr.setdefault(b, {})[tp] = entry
 
     def add_update_metadata(
         self, brokers: Iterable[int],
@@ -260,15 +265,21 @@ class RequestBatch:
     def _leader_and_isr(self, b: int, parts: dict[TopicPartition, LeaderAndIsrEntry]) -> m.LeaderAndIsrRequest:
         topics: dict[str, list[m.LeaderAndIsrPartitionState]] = {}
         leaders: set[int] = set()
+        built = self._lai_states
         for tp in sorted(parts):
-            state, replicas, is_new = parts[tp]
-            topics.setdefault(tp.topic, []).append(
-                m.LeaderAndIsrPartitionState(
-                    partition_index=i32(tp.partition), controller_epoch=i32(state.controller_epoch),
-                    leader=i32(state.leader), leader_epoch=i32(state.leader_epoch), isr=_i32s(state.isr),
-                    zk_version=i32(state.zk_version), replicas=_i32s(replicas), is_new=is_new,
+            entry = parts[tp]
+            state, replicas, is_new = entry
+            cached = built.get(tp)
+            if cached is not None and cached[0] is entry:
+                ps = cached[1]
+            else:
+                ps = m.LeaderAndIsrPartitionState(
+                    partition_index=_i32(tp.partition), controller_epoch=_i32(state.controller_epoch),
+                    leader=_i32(state.leader), leader_epoch=_i32(state.leader_epoch), isr=_i32s(state.isr),
+                    zk_version=_i32(state.zk_version), replicas=_i32s(replicas), is_new=is_new,
                 )
-            )
+                built[tp] = (entry, ps)
+            topics.setdefault(tp.topic, []).append(ps)
             if state.leader in self.live:
                 leaders.add(state.leader)
         live_leaders = []
@@ -284,16 +295,23 @@ class RequestBatch:
 
     def _update_metadata(self, b: int, parts: dict[TopicPartition, MetadataEntry]) -> m.UpdateMetadataRequest:
         topics: dict[str, list[m.UpdateMetadataPartitionState]] = {}
+        built = self._um_states
         for tp in sorted(parts):
-            state, replicas = parts[tp]
-            topics.setdefault(tp.topic, []).append(
-                m.UpdateMetadataPartitionState(
-                    partition_index=i32(tp.partition), controller_epoch=i32(state.controller_epoch),
-                    leader=i32(state.leader), leader_epoch=i32(state.leader_epoch), isr=_i32s(state.isr),
-                    zk_version=i32(state.zk_version), replicas=_i32s(replicas),
-                    offline_replicas=_i32s(r for r in replicas if r not in self.ctx.online_replicas(tp, self.live)),
-                )
+            entry = parts[tp]
+            cached = built.get(tp)
+            if cached is not None and cached[0] is entry:
+                topics.setdefault(tp.topic, []).append(cached[1])
+                continue
+            state, replicas = entry
+            online = self.ctx.online_replicas(tp, self.live)
+            ps = m.UpdateMetadataPartitionState(
+                partition_index=_i32(tp.partition), controller_epoch=_i32(state.controller_epoch),
+                leader=_i32(state.leader), leader_epoch=_i32(state.leader_epoch), isr=_i32s(state.isr),
+                zk_version=_i32(state.zk_version), replicas=_i32s(replicas),
+                offline_replicas=_i32s(r for r in replicas if r not in online),
             )
+            built[tp] = (entry, ps)
+            topics.setdefault(tp.topic, []).append(ps)
         brokers = tuple(
             m.UpdateMetadataBroker(
                 id=i32(info.id),
@@ -324,8 +342,19 @@ class RequestBatch:
         )
 
 
+_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+
+
+def _i32(v: int) -> i32:
+    """`i32(v)` without kio's generic phantom-type check (about 6 us a call, and a LeaderAndIsr
+    about thousands of partitions makes tens of thousands): the same bounds, checked directly."""
+    if type(v) is not int or not _I32_MIN <= v <= _I32_MAX:
+        return i32(v)  # kio's own error
+    return cast(i32, v)
+
+
 def _i32s(values: Iterable[int]) -> tuple[i32, ...]:
-    return tuple(i32(v) for v in values)
+    return tuple(_i32(v) for v in values)
 
 
 # --- shared steps ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from odradek.common.clock import monotonic_s, now_ms
@@ -42,6 +43,8 @@ class DuplicateLogError(KafkaStorageError):
 
 _DELETE_DIR = re.compile(r"^(?P<name>.+-\d+)\.(?P<uuid>[0-9a-f]{32})-delete$")
 _MAX_TICK_MS = 1000
+SHUTDOWN_THREADS = 16
+"""Threads flushing and closing the logs at shutdown (their fsyncs overlap)."""
 _MIN_TICK_MS = 10
 
 
@@ -64,6 +67,7 @@ class LogManager:
         self._written_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
         self._written_start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = threading.Lock()
+        self._offline_lock = threading.Lock()
         """One recovery-point write at a time: the background pass writes from a worker thread
         while a deletion or truncation may write from the event loop (they share a temp file)."""
         self.offline_dirs: set[Path] = set()
@@ -147,16 +151,18 @@ class LogManager:
     def mark_offline(self, log_dir: Path, cause: BaseException | str) -> None:
         """Take `log_dir` offline after an I/O error (Kafka's LogDirFailureChannel): its logs are
         closed to the API and forgotten, nothing is written there any more (not even at shutdown),
-        and the listeners hear which partitions went with it. Runs on the event loop."""
+        and the listeners hear which partitions went with it. Runs on the event loop (and in the
+        shutdown's threads, hence the lock)."""
         log_dir = Path(log_dir)
-        if log_dir in self.offline_dirs or log_dir not in self.log_dirs:
-            return
-        self.offline_dirs.add(log_dir)
-        keys = sorted(k for k, d in self._dir_of.items() if d == log_dir)
-        for key in keys:
-            self._dir_of.pop(key)
-            self._logs.pop(key).closed = True  # its files stay as they are for recovery at restart
-        self._written_checkpoints.pop(log_dir, None)
+        with self._offline_lock:
+            if log_dir in self.offline_dirs or log_dir not in self.log_dirs:
+                return
+            self.offline_dirs.add(log_dir)
+            keys = sorted(k for k, d in self._dir_of.items() if d == log_dir)
+            for key in keys:
+                self._dir_of.pop(key)
+                self._logs.pop(key).closed = True  # its files stay as they are for recovery at restart
+            self._written_checkpoints.pop(log_dir, None)
         log.error("log directory %s is offline after an I/O error (%s); %d partitions with it%s",
                   log_dir, cause, len(keys), "" if self.online_dirs else "; no log directory is left online")
         for listener in list(self.log_dir_failure_listeners):
@@ -172,13 +178,22 @@ class LogManager:
         """Flush and close every log, checkpoint, then mark each online directory cleanly shut
         down (an offline one is left as it is: its logs are recovered at the next start)."""
         failed: set[Path] = set()
-        for key, partition_log in list(self._logs.items()):
+
+        def close(item: tuple[Path, Log]) -> Path | None:
+            log_dir, partition_log = item
             try:
                 partition_log.flush()
                 partition_log.close()
+                return None
             except Exception:
                 log.exception("flushing %r at shutdown failed", partition_log)
-                failed.add(self._dir_of[key])
+                return log_dir
+
+        # Each close is a few fsyncs (segment, indexes, producer snapshot) that release the GIL:
+        # in sequence they were most of a broker's shutdown at thousands of partitions.
+        items = [(self._dir_of[key], partition_log) for key, partition_log in self._logs.items()]
+        with ThreadPoolExecutor(max_workers=max(1, min(SHUTDOWN_THREADS, len(items)))) as pool:
+            failed.update(d for d in pool.map(close, items) if d is not None)
         self._remove_doomed_dirs(force=True)
         for log_dir in self.online_dirs:
             if log_dir in failed:

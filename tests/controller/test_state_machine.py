@@ -1,5 +1,7 @@
 """The controller's decisions, replayed as event sequences over plain data (no ZooKeeper)."""
 
+import pytest
+
 from odradek.common import messages as m
 from odradek.common import wire
 from odradek.common.zk_data import (
@@ -19,6 +21,7 @@ from odradek.controller.state_machine import (
     apply_decisions,
     initial_leader_and_isr,
     on_broker_change,
+    on_controlled_shutdown,
     on_controller_failover,
     on_partition_modification,
     on_topic_change,
@@ -346,3 +349,27 @@ def test_every_request_encodes_and_decodes():
         frame = wire.encode_request(payload, 7, "controller-1000")
         header, decoded, _ = wire.decode_request(frame[4:])
         assert decoded == payload and header.correlation_id == 7
+
+
+def test_i32_keeps_kios_bounds():
+    from odradek.controller.state_machine import _i32
+
+    assert _i32(2**31 - 1) == 2**31 - 1 and _i32(-(2**31)) == -(2**31)
+    for bad in (2**31, -(2**31) - 1, "1", 1.0):
+        with pytest.raises(TypeError):
+            _i32(bad)
+
+
+def test_a_controlled_shutdown_builds_each_partition_state_once_for_all_brokers():
+    ctx = cluster_with_topic()
+    d = on_controlled_shutdown(ctx, 1, ctx.live_brokers[1].epoch)
+    updates = [r for _, r in d.requests if isinstance(r, m.UpdateMetadataRequest)]
+    assert len(updates) == 3
+    first = {(t.topic_name, ps.partition_index): ps for t in updates[0].topic_states for ps in t.partition_states}
+    for other in updates[1:]:
+        for t in other.topic_states:
+            for ps in t.partition_states:
+                assert ps is first[(t.topic_name, ps.partition_index)]
+    for _, payload in d.requests:  # and they still encode as before
+        _, decoded, _ = wire.decode_request(wire.encode_request(payload, 7, "controller-1000")[4:])
+        assert decoded == payload

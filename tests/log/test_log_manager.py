@@ -197,3 +197,25 @@ def test_topic_config_changes_apply_to_every_log_and_older_reads_lose(tmp_path):
     assert [(lg.config.retention_ms, lg.config.segment_bytes) for lg in logs] == [(1000, 3000)] * 3
     assert (other.config.retention_ms, other.config.segment_bytes) == (5000, 3000)
     manager.shutdown()
+
+
+def test_shutdown_closes_logs_in_parallel_and_marks_only_sound_dirs_clean(tmp_path):
+    from odradek.broker.log.log_manager import CLEAN_SHUTDOWN_FILE
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, broker_config())
+    manager.startup()
+    logs = [manager.get_or_create_log("orders", p, LogConfig()) for p in range(40)]
+    for lg in logs:
+        append(lg, 1)
+    broken = logs[0]
+
+    def fail(offset=None):
+        raise OSError("disk gone")
+
+    broken.flush = fail
+    manager.shutdown()
+    assert all(lg.closed for lg in logs[1:])
+    assert not (broken.dir.parent / CLEAN_SHUTDOWN_FILE).exists()
+    (sound,) = [d for d in dirs if d != broken.dir.parent]
+    assert (sound / CLEAN_SHUTDOWN_FILE).exists()

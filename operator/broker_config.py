@@ -7,15 +7,17 @@ the spec's config is in the pods' config hash and rolls them (builders.broker_co
 operator owns those keys at the default level: a live key removed from the spec is reset to its
 default there (a broker's file may still hold the old value until its next restart), or deleted
 when Kafka derives its default from another key (`log.retention.ms` from `log.retention.hours`:
-brokers then keep the value of the file they started with until their next restart).
+brokers then keep the value of the file they started with until their next restart). A
+listener's key and trust stores (`listener.name.<l>.ssl.keystore.*`) are live per broker only:
+they are kept in each broker's own dynamic configs, `/config/brokers/<id>`, sent to that broker.
 """
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from odradek.common.config import BrokerConfig
-from odradek.common.dynamic_broker_keys import is_live
+from odradek.common.dynamic_broker_keys import is_live, is_live_per_broker
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 from odradek.operator.kafka_admin import KafkaAdmin
 
@@ -39,13 +41,14 @@ def default_text(name: str) -> str | None:
     return None if key is None else key.default_text
 
 
-def diff(desired: Mapping[str, str], live: Mapping[str, str]) -> DynamicChange:
-    """What turns the live dynamic defaults (`live`, as DescribeConfigs of the BROKER resource ""
-    lists them) into `desired` (the spec's live keys). Keys the broker does not apply live are
-    left as they are: not the operator's."""
+def diff(desired: Mapping[str, str], live: Mapping[str, str],
+         owned: Callable[[str], bool] = is_live) -> DynamicChange:
+    """What turns the live dynamic configs (`live`, as DescribeConfigs of the BROKER resource ""
+    or "<id>" lists them) into `desired` (the spec's live keys). Keys not `owned` (those the
+    broker does not apply live at that level) are left as they are: not the operator's."""
     to_set = {k: v for k, v in sorted(desired.items()) if live.get(k) != v}
     delete = []
-    for name in sorted(k for k in live if is_live(k) and k not in desired):
+    for name in sorted(k for k in live if owned(k) and k not in desired):
         default = default_text(name)
         if default is None:
             delete.append(name)
@@ -57,13 +60,24 @@ def diff(desired: Mapping[str, str], live: Mapping[str, str]) -> DynamicChange:
 async def apply_dynamic_defaults(bootstrap: list[tuple[str, int]], desired: Mapping[str, str],
                                  timeout: float = 10.0, security: ClientSecurity = PLAINTEXT
                                  ) -> tuple[DynamicChange, str | None]:
-    """Make the cluster-wide dynamic defaults match `desired`: the change sent (empty when none
-    was needed) and the brokers' refusal, if any. ConnectionError when no broker answers."""
+    """Make the cluster-wide dynamic defaults match `desired`, and each broker's own dynamic
+    configs its per-broker keys (a listener's key stores, which Kafka refuses at the default):
+    the changes sent (empty when none was needed; a per-broker key as `<key> (broker <id>)`) and
+    the first refusal, if any. ConnectionError when no broker answers."""
     admin = KafkaAdmin(bootstrap, request_timeout=timeout, client_id="odradek-operator", security=security)
+    defaults = {k: v for k, v in desired.items() if not is_live_per_broker(k)}
+    per_broker = {k: v for k, v in desired.items() if is_live_per_broker(k)}
     try:
-        change = diff(desired, await admin.describe_broker_defaults())
-        if change.empty:
-            return change, None
-        return change, await admin.alter_broker_defaults(change.set, change.delete)
+        change = diff(defaults, await admin.describe_broker_defaults())
+        refused = None if change.empty else await admin.alter_broker_defaults(change.set, change.delete)
+        changes = [change]
+        for broker in sorted((await admin.broker_endpoints()).items()):
+            own = diff(per_broker, await admin.describe_broker_defaults(broker), owned=is_live_per_broker)
+            if not own.empty:
+                refused = refused or await admin.alter_broker_defaults(own.set, own.delete, broker)
+                changes.append(DynamicChange({f"{k} (broker {broker[0]})": v for k, v in own.set.items()},
+                                             tuple(f"{k} (broker {broker[0]})" for k in own.delete)))
+        return DynamicChange({k: v for c in changes for k, v in c.set.items()},
+                             tuple(k for c in changes for k in c.delete)), refused
     finally:
         await admin.close()

@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from odradek.common.dynamic_broker_keys import is_live
+from odradek.common.dynamic_broker_keys import is_live, is_live_per_broker
 from odradek.operator.models import (
     DEFAULT_IMAGE,
     GROUP,
@@ -479,8 +479,9 @@ def broker_config_hash(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
 
 def dynamic_broker_config(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[str, str]:
     """The rendered keys every broker applies live, as text: the cluster-wide dynamic defaults
-    (`/config/brokers/<default>`) the operator keeps equal to them."""
-    return {k: _text(v) for k, v in broker_properties(body, spec).items() if is_live(k)}
+    (`/config/brokers/<default>`) and, for a listener's key stores, each broker's own dynamic
+    configs, which the operator keeps equal to them (broker_config.apply_dynamic_defaults)."""
+    return {k: _text(v) for k, v in broker_properties(body, spec).items() if is_live(k) or is_live_per_broker(k)}
 
 
 def _broker_properties_text(body: dict[str, Any], spec: KafkaClusterSpec, static_only: bool = False) -> str:
@@ -488,7 +489,8 @@ def _broker_properties_text(body: dict[str, Any], spec: KafkaClusterSpec, static
     a comment naming it, so that turning the rack on or off (broker.rack is per pod, not in the
     file) changes the hash and rolls."""
     props = broker_properties(body, spec)
-    text = _properties({k: v for k, v in props.items() if not is_live(k)} if static_only else props)
+    text = _properties({k: v for k, v in props.items() if not is_live(k) and not is_live_per_broker(k)}
+                       if static_only else props)
     if spec.brokers.rack:
         text += f"# broker.rack: the node label {spec.brokers.rack.topology_key} ({RACKS_DIR}/<node>)\n"
     return text

@@ -81,7 +81,7 @@ LOOKING = frozenset({ApiKey.METADATA, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_A
 """APIs sent on the connection for looking (the rest change things, on their own connection)."""
 
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 3
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 OP_SET, OP_DELETE = 0, 1
 
 
@@ -147,11 +147,16 @@ class KafkaAdmin:
     async def close(self) -> None:
         await self.connections.close()
 
-    async def _send(self, api_key: ApiKey, build: Build, extra_timeout: float = 0.0) -> Any:
-        """Build (with the agreed version's kio module) and send one request; a broken connection
-        is dropped so the next call starts over with the next broker."""
+    async def _send(self, api_key: ApiKey, build: Build, extra_timeout: float = 0.0,
+                    endpoint: tuple[str, int] | None = None) -> Any:
+        """Build (with the agreed version's kio module) and send one request, to a bootstrap
+        server or to `endpoint`; a broken connection is dropped so the next call starts over
+        with the next broker."""
         lane = "look" if api_key in LOOKING else "change"
-        endpoint, client = await self.connections.connect_any(lane)
+        if endpoint is None:
+            endpoint, client = await self.connections.connect_any(lane)
+        else:
+            client = await self.connections.connect(endpoint, lane)
         version = self.connections.version(endpoint, api_key, OUR_VERSIONS[api_key])
         if version is None:
             raise Unsupported(f"the cluster does not support {API_NAMES[api_key]}")
@@ -192,37 +197,54 @@ class KafkaAdmin:
         found = live_topics(meta, described)
         return {n: found.get(n) for n in names}
 
-    async def describe_broker_defaults(self) -> dict[str, str]:
-        """The cluster-wide dynamic broker configs (`/config/brokers/<default>`): DescribeConfigs
-        of the BROKER resource "", which lists only those (passwords, never shown, left out)."""
+    async def broker_endpoints(self) -> dict[int, tuple[str, int]]:
+        """Every live broker's id and endpoint (Metadata of no topic)."""
 
         def build(m: Any, version: int) -> object:
-            resource = m.DescribeConfigsResource(resource_type=i8(RESOURCE_BROKER), resource_name="",
+            return wire.make_entity(m.MetadataRequest, topics=(), allow_auto_topic_creation=False,
+                                    include_cluster_authorized_operations=False,
+                                    include_topic_authorized_operations=False)
+
+        meta = await self._send(ApiKey.METADATA, build)
+        return {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
+
+    async def describe_broker_defaults(self, broker: tuple[int, tuple[str, int]] | None = None) -> dict[str, str]:
+        """The cluster-wide dynamic broker configs (`/config/brokers/<default>`): DescribeConfigs
+        of the BROKER resource "", which lists only those (passwords, never shown, left out).
+        With `broker` (id, endpoint): that broker's own (`/config/brokers/<id>`), asked of it, as
+        Kafka wants per-broker resources."""
+        name, source = ("", DYNAMIC_DEFAULT_BROKER_CONFIG) if broker is None else (str(broker[0]), DYNAMIC_BROKER_CONFIG)
+
+        def build(m: Any, version: int) -> object:
+            resource = m.DescribeConfigsResource(resource_type=i8(RESOURCE_BROKER), resource_name=name,
                                                  configuration_keys=None)
             return wire.make_entity(m.DescribeConfigsRequest, resources=(resource,), include_synonyms=False,
                                     include_documentation=False)
 
-        response = await self._send(ApiKey.DESCRIBE_CONFIGS, build)
+        response = await self._send(ApiKey.DESCRIBE_CONFIGS, build, endpoint=None if broker is None else broker[1])
         result = response.results[0]
         if ErrorCode(int(result.error_code)) != ErrorCode.none:
-            raise ValueError(f"DescribeConfigs of the default broker resource: "
+            raise ValueError(f"DescribeConfigs of the broker resource {name!r}: "
                              f"{ErrorCode(int(result.error_code)).name} {result.error_message or ''}".strip())
-        return {c.name: c.value for c in result.configs
-                if int(c.config_source) == DYNAMIC_DEFAULT_BROKER_CONFIG and c.value is not None}
+        return {c.name: c.value for c in result.configs if int(c.config_source) == source and c.value is not None}
 
-    async def alter_broker_defaults(self, set_: dict[str, str], delete: Iterable[str]) -> str | None:
-        """IncrementalAlterConfigs of the BROKER resource "" (every broker's dynamic default);
-        the refusal (error name and message) or None."""
+    async def alter_broker_defaults(self, set_: dict[str, str], delete: Iterable[str],
+                                    broker: tuple[int, tuple[str, int]] | None = None) -> str | None:
+        """IncrementalAlterConfigs of the BROKER resource "" (every broker's dynamic default), or
+        with `broker` (id, endpoint) of that broker's own, sent to it; the refusal (error name
+        and message) or None."""
 
         def build(m: Any, version: int) -> object:
             configs = tuple([m.AlterableConfig(name=k, config_operation=i8(OP_SET), value=v)
                              for k, v in sorted(set_.items())]
                             + [m.AlterableConfig(name=k, config_operation=i8(OP_DELETE), value=None)
                                for k in delete])
-            resource = m.AlterConfigsResource(resource_type=i8(RESOURCE_BROKER), resource_name="", configs=configs)
+            resource = m.AlterConfigsResource(resource_type=i8(RESOURCE_BROKER),
+                                              resource_name="" if broker is None else str(broker[0]), configs=configs)
             return wire.make_entity(m.IncrementalAlterConfigsRequest, resources=(resource,), validate_only=False)
 
-        response = await self._send(ApiKey.INCREMENTAL_ALTER_CONFIGS, build)
+        response = await self._send(ApiKey.INCREMENTAL_ALTER_CONFIGS, build,
+                                    endpoint=None if broker is None else broker[1])
         result = response.responses[0]
         error = error_name(result.error_code)
         return None if error is None else f"{error}: {result.error_message or ''}".strip()

@@ -143,19 +143,22 @@ class AdminConnections:
         async with self._lock:
             errors = []
             for endpoint in list(self.bootstraps):
-                client = self.client(endpoint, lane)
-                if client.connected and (self.software_name is None or endpoint in self.versions):
-                    return endpoint, client
                 try:
-                    await client.connect()
-                    if self.software_name is not None:
-                        self.versions[endpoint] = await self._api_versions(client)
+                    return endpoint, await self.connect(endpoint, lane)
                 except (OSError, ConnectionError, TimeoutError, ValueError) as e:
                     errors.append(f"{endpoint[0]}:{endpoint[1]}: {e}")
                     await self.failed(endpoint, lane)
-                    continue
-                return endpoint, client
             raise ConnectionError("no broker answered: " + "; ".join(errors) if errors else "no bootstrap server given")
+
+    async def connect(self, endpoint: Endpoint, lane: str = "") -> NetworkClient:
+        """A connection on `lane` to `endpoint` (a bootstrap server, or a broker Metadata named),
+        ApiVersions asked first with `software_name`."""
+        client = self.client(endpoint, lane)
+        if not client.connected or (self.software_name is not None and endpoint not in self.versions):
+            await client.connect()
+            if self.software_name is not None:
+                self.versions[endpoint] = await self._api_versions(client)
+        return client
 
     async def _api_versions(self, client: NetworkClient) -> dict[int, tuple[int, int]]:
         request = ApiVersionsRequest(client_software_name=self.software_name or "", client_software_version=SOFTWARE_VERSION)

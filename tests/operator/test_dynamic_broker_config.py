@@ -31,6 +31,8 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio]
 BROKERS = 2
 CONFIG = {"log.retention.ms": 3600000, "num.partitions": 1}
 OVERRIDES = {"zookeeper.session.timeout.ms": 6000, "replica.lag.time.max.ms": 3000}
+KEY_STORE = "listener.name.plaintext.ssl.keystore.location"
+"""A listener's key store (its listener PLAINTEXT here: stored and described, nothing to load)."""
 
 
 def text(config: dict) -> dict[str, str]:
@@ -162,14 +164,18 @@ async def test_a_dynamic_key_restarts_no_broker_a_static_key_restarts_each_once(
     pids = [b.pid for b in cluster.brokers]
     hash_before = server.live(STS, NS, "demo-broker")["spec"]["template"]["metadata"]["annotations"][builders.CONFIG_HASH]
 
-    # a dynamic key: IncrementalAlterConfigs, no restart
+    # a dynamic key: IncrementalAlterConfigs, no restart; a listener's key store: the same, to
+    # each broker's own configs (Kafka refuses it at the default)
     mark = len(list(server))
-    await api.patch_spec({"brokers": {"config": {"log.retention.ms": 7200000}}})
+    await api.patch_spec({"brokers": {"config": {"log.retention.ms": 7200000, KEY_STORE: "/certs/new.pem"}}})
     for broker in range(BROKERS):
         resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
         await wait_for(lambda r=resource: describe(cluster.bootstrap, r, "log.retention.ms")
                        == ("7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value), 30,
                        f"broker {broker} describing the new log.retention.ms", step=0.05)
+        await wait_for(lambda r=resource: describe(cluster.bootstrap, r, KEY_STORE)
+                       == ("/certs/new.pem", ConfigSource.DYNAMIC_BROKER_CONFIG.value), 30,
+                       f"broker {broker} describing its new {KEY_STORE}", step=0.05)
     topic = ConfigResource(ConfigResource.Type.TOPIC, "t")
     assert describe(cluster.bootstrap, topic, "retention.ms") == ("7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     await ready(2)
@@ -196,6 +202,8 @@ async def test_a_dynamic_key_restarts_no_broker_a_static_key_restarts_each_once(
         # the dynamic default survives the restart (read from ZooKeeper at start)
         assert describe(cluster.bootstrap, resource, "log.retention.ms") == (
             "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        assert describe(cluster.bootstrap, resource, KEY_STORE) == (
+            "/certs/new.pem", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
     await asyncio.sleep(3)
     assert kubelet.restarts == {0: 1, 1: 1}
 

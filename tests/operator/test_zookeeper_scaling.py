@@ -7,6 +7,7 @@ operator restarted mid-scale resumes."""
 import asyncio
 import base64
 import logging
+import re
 import shutil
 import threading
 import time
@@ -179,8 +180,10 @@ async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throug
                 for c in (r.data.get("status") or {}).get("conditions") or []:
                     if c.get("type") == "Progressing" and c.get("reason") == "ZooKeeperScaling":
                         messages.add(c["message"])
-        steps = [s[:2] for s in seen if s[1] is not None]
-        assert (4, (1, 2, 3)) in steps and (5, (1, 2, 3, 4, 5)) in steps and (4, (1, 2, 3, 4)) in steps
+        steps = [s[:2] for s in seen if s[1] is not None]  # sampled: a state of one pass can be missed
+        done = [re.search(r"(adding|removing) member \d", r.getMessage()).group(0) for r in caplog.records
+                if r.name == "odradek.operator.reconciler" and r.getMessage().endswith(" done")]
+        assert done == ["adding member 4", "adding member 5", "removing member 5", "removing member 4"], done
         for text in ("3 → 5 members: adding member 4", "4 → 5 members: adding member 5",
                      "5 → 3 members: removing member 5", "4 → 3 members: removing member 4"):
             assert text in messages, messages

@@ -149,12 +149,14 @@ class Kubelet:
     """Plays the StatefulSet controller and kubelet for the broker StatefulSet: pods 0..n-1 from
     the current template (OnDelete: a pod keeps its template until deleted), Ready at the
     `ready_after`-th resync round of the operator after it was created (a moment later, on the
-    operator's own clock rather than a timer); records the worst number of brokers down at once.
+    operator's own clock rather than a timer; at most one round begins during a pass, as the
+    resync waits for the pass's lock, so with 2 a pod is never Ready within the pass that made
+    it); records the worst number of brokers down at once.
     It ticks after each request the operator makes; a tick ages pods when a resync round (a list
     of every KafkaCluster) began since the last one. A subclass changes what a deleted pod means
     and when a pod is Ready (`pod_deleted`, `pod_ready`)."""
 
-    def __init__(self, server: KubernetesServer, view: ScriptedView | None, name: str = "demo", ready_after: int = 1):
+    def __init__(self, server: KubernetesServer, view: ScriptedView | None, name: str = "demo", ready_after: int = 2):
         self.server, self.view, self.ready_after = server, view, ready_after
         self.sts_name = builders.names(name)["broker"]
         self.ages: dict[str, int] = {}

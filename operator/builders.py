@@ -477,11 +477,17 @@ def broker_config_hash(body: dict[str, Any], spec: KafkaClusterSpec) -> str:
     return config_hash(_broker_properties_text(body, spec, static_only=True), image(spec))
 
 
+def restarts(key: str) -> bool:
+    """Whether a change of broker key `key` needs a restart (it is in the pods' config hash):
+    every key but those the brokers apply live, at the default or per broker."""
+    return not is_live(key) and not is_live_per_broker(key)
+
+
 def dynamic_broker_config(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[str, str]:
     """The rendered keys every broker applies live, as text: the cluster-wide dynamic defaults
     (`/config/brokers/<default>`) and, for a listener's key stores, each broker's own dynamic
     configs, which the operator keeps equal to them (broker_config.apply_dynamic_defaults)."""
-    return {k: _text(v) for k, v in broker_properties(body, spec).items() if is_live(k) or is_live_per_broker(k)}
+    return {k: _text(v) for k, v in broker_properties(body, spec).items() if not restarts(k)}
 
 
 def _broker_properties_text(body: dict[str, Any], spec: KafkaClusterSpec, static_only: bool = False) -> str:
@@ -489,8 +495,7 @@ def _broker_properties_text(body: dict[str, Any], spec: KafkaClusterSpec, static
     a comment naming it, so that turning the rack on or off (broker.rack is per pod, not in the
     file) changes the hash and rolls."""
     props = broker_properties(body, spec)
-    text = _properties({k: v for k, v in props.items() if not is_live(k) and not is_live_per_broker(k)}
-                       if static_only else props)
+    text = _properties({k: v for k, v in props.items() if restarts(k)} if static_only else props)
     if spec.brokers.rack:
         text += f"# broker.rack: the node label {spec.brokers.rack.topology_key} ({RACKS_DIR}/<node>)\n"
     return text

@@ -145,10 +145,13 @@ def controller_properties(body: dict[str, Any], spec: KafkaClusterSpec) -> dict[
     return props
 
 
-def _broker_text(body: dict[str, Any], spec: KafkaClusterSpec, addresses: Mapping[str, str] | None = None) -> str:
+def _broker_text(body: dict[str, Any], spec: KafkaClusterSpec, addresses: Mapping[str, str] | None = None,
+                 static_only: bool = False) -> str:
     """server.properties; with external addresses known, a comment naming them: a broker reads
-    its address at start, so a new one restarts the brokers (once, when the cloud assigns it)."""
-    text = builders._properties(broker_properties(body, spec))
+    its address at start, so a new one restarts the brokers (once, when the cloud assigns it).
+    `static_only`: without the keys the brokers apply live (what the pods' config hash covers)."""
+    props = broker_properties(body, spec)
+    text = builders._properties({k: v for k, v in props.items() if builders.restarts(k)} if static_only else props)
     if addresses:
         text += f"# external advertised listeners: {json.dumps(dict(sorted(addresses.items())))}\n"
     if spec.brokers.rack:  # as builders._broker_properties_text
@@ -161,7 +164,7 @@ def broker_config_hash(body: dict[str, Any], spec: KafkaClusterSpec, addresses: 
     """What forces a broker restart, security included (a renewed certificate is not in it)."""
     if default_listeners(spec):
         return builders.broker_config_hash(body, spec)
-    return builders.config_hash(_broker_text(body, spec, addresses), builders.image(spec))
+    return builders.config_hash(_broker_text(body, spec, addresses, static_only=True), builders.image(spec))
 
 
 def _advertised(body: dict[str, Any], spec: KafkaClusterSpec, external: bool) -> str:
@@ -227,11 +230,10 @@ def desired_objects(body: dict[str, Any], spec: KafkaClusterSpec, broker_replica
     n = builders.names(meta["name"])
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     # brokers
-    text = _broker_text(body, spec, addresses)
-    by_name[("ConfigMap", n["broker"])]["data"]["server.properties"] = text
+    by_name[("ConfigMap", n["broker"])]["data"]["server.properties"] = _broker_text(body, spec, addresses)
     sts = by_name[("StatefulSet", n["broker"])]
     template = sts["spec"]["template"]
-    template["metadata"]["annotations"][builders.CONFIG_HASH] = builders.config_hash(text, builders.image(spec))
+    template["metadata"]["annotations"][builders.CONFIG_HASH] = broker_config_hash(body, spec, addresses)
     pod_spec = template["spec"]
     container = pod_spec["containers"][0]
     prefix, advertised = _advertised_command(body, spec)

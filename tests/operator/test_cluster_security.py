@@ -217,3 +217,22 @@ def test_a_clients_ca_certificate_cannot_spell_a_super_user():
         assert f"User:{own.name(subject)}" in supers
         assert f"User:{client.name(subject)}" not in supers
     assert client.name("CN=orders-reader") == "CN=orders-reader"
+
+
+def test_live_keys_stay_out_of_a_secured_clusters_restart_hash():
+    """With its own listeners and TLS the brokers' hash is the secured server.properties, still
+    without the keys the brokers apply live (sent by IncrementalAlterConfigs instead)."""
+    body = {"metadata": {"name": "demo", "namespace": "kafka", "uid": "u"}}
+
+    def spec(config):
+        return parse_spec({"listeners": [{"name": "tls", "port": 9093, "type": "internal", "tls": True}],
+                           "brokers": {"replicas": 2, "config": config}})
+
+    base = cluster_security.broker_config_hash(body, spec({"log.retention.ms": 1000, "num.partitions": 3}))
+    live = spec({"log.retention.ms": 2000, "num.partitions": 3, "listener.name.tls.ssl.keystore.location": "/k"})
+    assert cluster_security.broker_config_hash(body, live) == base
+    assert cluster_security.broker_config_hash(body, spec({"log.retention.ms": 1000, "num.partitions": 4})) != base
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in cluster_security.desired_objects(body, live)}
+    assert objs[("StatefulSet", "demo-broker")]["spec"]["template"]["metadata"]["annotations"][
+        builders.CONFIG_HASH] == base
+    assert "log.retention.ms=2000\n" in objs[("ConfigMap", "demo-broker")]["data"]["server.properties"]

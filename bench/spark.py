@@ -10,6 +10,10 @@
 - exactly-once write: the same rows through `format("odradek")` with
   deliveryGuarantee=exactly-once (one transaction per task), against the at-least-once write.
 
+Beside rows per second, each side's CPU per row: the CPU time of every process the bench started
+(the driver with its librdkafka threads, Spark's JVM and Python workers, the broker, the
+controller, ZooKeeper) over the rows, which other load on the machine moves far less than rows/s.
+
 Spark runs in local mode on every core (`local[*]`); each side runs `--rounds` times, taking turns,
 after an uncounted warm-up: a read and a small write of each guarantee. The first write of a Spark
 session starts Spark's Python planner processes on the driver (one creates the writer, one commits
@@ -18,6 +22,7 @@ used to pay. Run: .venv/bin/python bench/spark.py
 """
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -33,6 +38,36 @@ from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import ZooKeeperServer, free_ports
 
 VALUE = b"x" * 100
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds of this process and every descendant alive now (/proc; a process
+    that starts and ends between two readings is missed: Spark's Python workers are reused)."""
+    parent, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parent[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / TICKS
+    mine, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        children = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in mine]
+        mine.update(children)
+        frontier = children
+    return sum(cpu[pid] for pid in mine)
+
+
+def cpu_us_per_row(run, n: int) -> tuple[float, float]:
+    """`run()`'s result and the CPU microseconds per row the bench's processes spent in it."""
+    before = tree_cpu_seconds()
+    result = run()
+    return result, (tree_cpu_seconds() - before) * 1e6 / n
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -153,7 +188,9 @@ def main() -> int:
             # warm-up: JVM, Python workers, page cache, the driver's Python planner processes
             plain_consume(bootstrap, source, args.partitions, args.records)
             source_read(spark, bootstrap, source, args.records)
-            warm_rows = rows.limit(10_000)
+            # as many tasks as a timed write, so that each of Spark's Python workers (one per core) has
+            # started and imported the sink; a plain limit() writes in one task, one worker
+            warm_rows = rows.limit(10_000).repartition(args.partitions)
             for guarantee in ("at-least-once", "exactly-once"):
                 create_topic(bootstrap, f"bench-warm-{guarantee}", args.partitions)
                 sink_write(spark, warm_rows, bootstrap, f"bench-warm-{guarantee}", 10_000, guarantee)
@@ -163,6 +200,7 @@ def main() -> int:
                 raise RuntimeError(f"the data source read {counted:,} of {args.records:,} records")
 
             reads, writes = {"source": [], "plain": []}, {"sink": [], "plain": [], "exactly-once": []}
+            cpu: dict[str, list[float]] = {"sink": [], "plain": [], "exactly-once": []}
             for r in range(args.rounds):
                 reads["plain"].append(plain_consume(bootstrap, source, args.partitions, args.records))
                 reads["source"].append(source_read(spark, bootstrap, source, args.records))
@@ -171,14 +209,17 @@ def main() -> int:
                     topic = f"bench-write-{side}-{r}"
                     create_topic(bootstrap, topic, args.partitions)
                     if side == "plain":
-                        writes[side].append(plain_produce(bootstrap, topic, args.records))
-                    elif side == "sink":
-                        writes[side].append(sink_write(spark, rows, bootstrap, topic, args.records))
+                        run = functools.partial(plain_produce, bootstrap, topic, args.records)
                     else:
-                        writes[side].append(sink_write(spark, rows, bootstrap, topic, args.records, "exactly-once"))
+                        guarantee = "at-least-once" if side == "sink" else side
+                        run = functools.partial(sink_write, spark, rows, bootstrap, topic, args.records, guarantee)
+                    rate, us = cpu_us_per_row(run, args.records)
+                    writes[side].append(rate)
+                    cpu[side].append(us)
                 print(f"round {r}: read source {reads['source'][-1]:,.0f}/s plain {reads['plain'][-1]:,.0f}/s; "
                       f"write sink {writes['sink'][-1]:,.0f}/s plain {writes['plain'][-1]:,.0f}/s "
-                      f"exactly-once {writes['exactly-once'][-1]:,.0f}/s", flush=True)
+                      f"exactly-once {writes['exactly-once'][-1]:,.0f}/s; CPU us/row sink {cpu['sink'][-1]:.2f} "
+                      f"plain {cpu['plain'][-1]:.2f} exactly-once {cpu['exactly-once'][-1]:.2f}", flush=True)
             rs, rp = statistics.median(reads["source"]), statistics.median(reads["plain"])
             ws, wp = statistics.median(writes["sink"]), statistics.median(writes["plain"])
             print(f"batch read of {args.records:,} records: data source {rs:,.0f} rows/s, plain consumer "
@@ -187,6 +228,8 @@ def main() -> int:
             print(f"write of {args.records:,} rows: data source {ws:,.0f} rows/s, plain producer "
                   f"{wp:,.0f} rows/s, ratio {ws / wp:.2f} (target >= 0.8)")
             print(f"exactly-once write: {we:,.0f} rows/s, ratio to at-least-once {we / ws:.2f} (target >= 0.6)")
+            print("write CPU per row (every process of the bench), median: " + ", ".join(
+                f"{side} {statistics.median(us):.2f} us" for side, us in cpu.items()))
         finally:
             if spark is not None:
                 spark.stop()

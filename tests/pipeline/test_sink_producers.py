@@ -7,8 +7,10 @@ import pytest
 from odradek.pipeline import sink
 from odradek.pipeline.options import write_options
 
-# nothing listens there: these tests produce nothing, or fail before any flush
-OPTIONS = write_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t"})
+# nothing listens there: these tests produce nothing, or fail before any flush (and librdkafka
+# keeps its "connection refused" to itself)
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t", "kafka.log_level": "0"}
+OPTIONS = write_options(BASE)
 
 
 @pytest.fixture(autouse=True)
@@ -32,8 +34,7 @@ def test_a_task_that_delivered_everything_hands_its_producer_to_the_next_task():
 
 def test_another_configuration_gets_its_own_producer_and_the_idle_ones_are_bounded():
     for i in range(sink.IDLE_PRODUCERS + 2):
-        sink.write_at_least_once(write_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
-                                                "kafka.client.id": f"c{i}"}), [], 0)
+        sink.write_at_least_once(write_options({**BASE, "kafka.client.id": f"c{i}"}), [], 0)
     assert len(sink._idle) == sink.IDLE_PRODUCERS
 
 

@@ -51,7 +51,9 @@ LIVE_LISTENER_SSL_CONFIGS = frozenset({
 })
 """Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: with a listener's prefix, in a broker's own dynamic
 configs (`/config/brokers/<id>`; Kafka refuses them at the default), they rebuild that listener's
-TLS context: new connections take it, open ones keep theirs."""
+TLS context: new connections take it, open ones keep theirs. A listener's SASL keys
+(`listener.name.<l>.<mechanism>.sasl.jaas.config`, ...) are not live, as in Kafka, whose
+SaslChannelBuilder reconfigures only these SSL keys: they need a restart."""
 _LISTENER_KEY = re.compile(r"listener\.name\.[^.]+\.(.+)")
 
 

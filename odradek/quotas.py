@@ -123,7 +123,7 @@ async def run(args: argparse.Namespace) -> tuple[int, list[str]]:
     else:
         request = describe_request(args.entities)
     tool = AdminConnections(parse_bootstrap(args.bootstrap_server), args.timeout, "odradek-quotas",
-                            command_security(args.command_config))
+                            command_security(args.command_config), software_name="odradek-quotas")
     try:
         response = await tool.send_any(request)
     finally:

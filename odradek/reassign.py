@@ -168,7 +168,7 @@ def _bytes(n: float) -> str:
 
 class Cluster(AdminConnections):
     def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
-        super().__init__(parse_bootstrap(bootstrap), timeout_s, "odradek-reassign", security)
+        super().__init__(parse_bootstrap(bootstrap), timeout_s, "odradek-reassign", security, software_name="odradek-reassign")
 
     async def assignment(self, topics: list[str]) -> tuple[Plan, dict[int, tuple[str, int]]]:
         """The current replicas of `topics`' partitions, and the brokers' endpoints."""

@@ -95,7 +95,8 @@ def decode_describe_transactions(frame: bytes) -> list[dict[str, Any]]:
 
 class Tool(AdminConnections):
     def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity = PLAINTEXT):
-        super().__init__(parse_bootstrap(bootstrap), timeout_s, "odradek-transactions", security)
+        super().__init__(parse_bootstrap(bootstrap), timeout_s, "odradek-transactions", security,
+                         software_name="odradek-transactions")
 
     async def list_transactions(self, states: list[str]) -> list[dict[str, Any]]:
         out = []

@@ -123,8 +123,18 @@ class AdminConnections:
         return self._clients[(endpoint, lane)]
 
     async def send(self, endpoint: Endpoint, request: object, timeout_s: float | None = None, lane: str = "") -> Any:
-        """The answer is kio's response class of the version asked (`NetworkClient.send`)."""
-        return await self.client(endpoint, lane).send(request, self.timeout_s if timeout_s is None else timeout_s)
+        """The answer is kio's response class of the version asked (`NetworkClient.send`). With
+        `software_name`, ToolError instead of sending a version the broker does not offer (it
+        would close the connection without an answer)."""
+        if self.software_name is None:
+            client = self.client(endpoint, lane)
+        else:
+            client = await self.connect(endpoint, lane)
+            entity: Any = request  # a kio request: its class names its API and version
+            api_key, version = int(entity.__api_key__), int(entity.__version__)
+            if self.version(endpoint, api_key, (version, version)) is None:
+                raise ToolError(f"{endpoint[0]}:{endpoint[1]} does not support {type(request).__name__} v{version}")
+        return await client.send(request, self.timeout_s if timeout_s is None else timeout_s)
 
     async def send_any(self, request: object) -> Any:
         """To the first bootstrap server that answers (tried first for the next requests)."""

@@ -153,3 +153,23 @@ def test_connect_any_with_no_server_answering_names_each_one():
         return ""
 
     assert run(scenario()).startswith("no broker answered: 127.0.0.1:")
+
+
+def test_a_tool_is_told_of_a_version_the_broker_does_not_offer_instead_of_sending_it():
+    from odradek.common.network.bootstrap import ToolError
+
+    async def scenario():
+        server = await VersionsServer().start()
+        live = ("127.0.0.1", server.port)
+        tool = AdminConnections([live], 2.0, "test", software_name="odradek-test")
+        try:
+            await tool.send_any(update_metadata(1))  # UpdateMetadata: not offered
+        except ToolError as e:
+            return str(e), server.api_versions
+        finally:
+            await tool.close()
+            await server.stop()
+        return "", server.api_versions
+
+    message, asked = run(scenario())
+    assert "does not support UpdateMetadataRequest" in message and asked == 1

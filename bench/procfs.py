@@ -8,10 +8,15 @@ from pathlib import Path
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def _stat_fields(path: str | Path) -> list[str]:
+    """The fields of a /proc stat file after the command name (state first, then ppid, ...)."""
+    return Path(path).read_text().rsplit(")", 1)[1].split()  # comm may hold spaces
+
+
 def stat_ticks(path: str | Path) -> tuple[int, int]:
     """(utime, stime) in clock ticks of a /proc stat file: a process's /proc/PID/stat or a
     thread's /proc/PID/task/TID/stat. Raises FileNotFoundError when it is gone."""
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()  # comm may hold spaces
+    fields = _stat_fields(path)
     return int(fields[11]), int(fields[12])
 
 
@@ -43,6 +48,26 @@ def thread_cpu_seconds(comm_prefix: str) -> float:
         except FileNotFoundError:  # a thread that ended meanwhile
             continue
     return ticks / CLK_TCK
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system CPU time of a process (this one by default) and every descendant alive now;
+    a process that starts and ends between two readings is missed."""
+    parent, ticks = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _stat_fields(f"/proc/{entry}/stat")
+        except OSError:  # gone meanwhile
+            continue
+        parent[int(entry)], ticks[int(entry)] = int(fields[1]), int(fields[11]) + int(fields[12])
+    top = os.getpid() if root is None else root
+    tree, frontier = {top}, {top}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier and pid not in tree}
+        tree |= frontier
+    return sum(ticks.get(pid, 0) for pid in tree) / CLK_TCK
 
 
 def children_cpu_seconds() -> float:

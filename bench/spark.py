@@ -33,34 +33,12 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from procfs import tree_cpu_seconds  # bench/procfs.py, beside this file
 
 from odradek.dev.cluster import LocalCluster
 from odradek.dev.zookeeper import ZooKeeperServer, free_ports
 
 VALUE = b"x" * 100
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds() -> float:
-    """User + system CPU seconds of this process and every descendant alive now (/proc; a process
-    that starts and ends between two readings is missed: Spark's Python workers are reused)."""
-    parent, cpu = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        parent[int(entry)] = int(fields[1])
-        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / TICKS
-    mine, frontier = {os.getpid()}, [os.getpid()]
-    while frontier:
-        children = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in mine]
-        mine.update(children)
-        frontier = children
-    return sum(cpu[pid] for pid in mine)
 
 
 def cpu_us_per_row(run, n: int) -> tuple[float, float]:

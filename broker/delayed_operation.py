@@ -30,6 +30,11 @@ class DelayedOperation:
         """Checks the condition; if met, calls `force_complete()` and returns its result."""
         raise NotImplementedError
 
+    def try_complete_for(self, key: Hashable) -> bool:
+        """`check_and_complete(key)`'s check: only `key` changed. By default the whole condition;
+        an operation watching thousands of keys checks just that one (no O(keys) per change)."""
+        return self.try_complete()
+
     def on_complete(self) -> None:
         """Runs exactly once, when the operation completes (met, expired or forced); `expired`
         tells a timeout apart."""
@@ -97,7 +102,7 @@ class DelayedOperationPurgatory:
         for op in ops:
             if op.completed:
                 continue
-            if op.try_complete():
+            if op.try_complete_for(key):
                 completed += 1
             else:
                 remaining.append(op)

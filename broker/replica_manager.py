@@ -10,7 +10,7 @@ partition, so no request waits by sleeping.
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,6 +187,23 @@ class DelayedFetch(DelayedOperation):
             if self._check(info):
                 return self.force_complete()
         return False
+
+    def try_complete_for(self, key: Hashable) -> bool:
+        """Only `key` changed: with min_bytes 1 (followers, most consumers) only its partition is
+        checked. A full fetch of thousands of partitions is watched under each of them, and every
+        append or ISR change would otherwise re-check them all: O(partitions^2) while it waits."""
+        if self.min_bytes > 1:
+            return self.try_complete()  # bytes summed over every partition, as before
+        if self._by_key is None:
+            self._by_key = {(i.topic, i.partition): i for i in self.infos}
+        info = self._by_key.get(key)
+        if info is None:
+            return self.try_complete()
+        if not self.completed and self._check(info):
+            return self.force_complete()
+        return False
+
+    _by_key: dict[Hashable, PartitionFetch] | None = None
 
     def partition_changed(self, info: PartitionFetch | None) -> None:
         """A long poll over a fetch session (SessionWatch) hears that one of its partitions

@@ -42,3 +42,34 @@ def test_purgatory_completes_on_check_or_expires():
         assert purgatory.watched() == 0
 
     asyncio.run(scenario())
+
+
+def test_a_full_fetch_watching_thousands_of_partitions_checks_only_the_changed_one():
+    from types import SimpleNamespace
+
+    from odradek.broker.replica_manager import DelayedFetch
+
+    def partition():
+        return SimpleNamespace(is_leader=True, fenced=False,
+                               log=SimpleNamespace(log_end_offset=10, log_start_offset=0, high_watermark=10))
+
+    keys = [("t", i) for i in range(3000)]
+    manager = SimpleNamespace(_partitions={k: partition() for k in keys})
+    infos = [SimpleNamespace(topic=t, partition=i, fetch_offset=10, max_bytes=1 << 20) for t, i in keys]
+
+    async def scenario():
+        purgatory = DelayedOperationPurgatory("fetch")
+        op = DelayedFetch(10_000, manager, 1, 1, infos)
+        checked = []
+        check = op._check
+        op._check = lambda info: checked.append(info) or check(info)
+        assert purgatory.try_complete_else_watch(op, keys) is False
+        checked.clear()
+        for k in keys[:100]:  # ISR changes, appends elsewhere: nothing to read yet
+            assert purgatory.check_and_complete(k) == 0
+        assert len(checked) == 100
+        manager._partitions[keys[7]].log.log_end_offset = 11  # a follower's data arrives
+        assert purgatory.check_and_complete(keys[7]) == 1 and op.completed
+        await asyncio.wait_for(op.wait(), 1)
+
+    asyncio.run(scenario())

@@ -232,9 +232,7 @@ class ReplicaFetcher:
             if truncating:
                 await self.truncate(truncating)
                 return
-        self._sweep(now)
-        self._throttle(now)
-        self._refresh(now)
+        self._update_fetch_set(now)
         delays = self._delays
         if not self._fetching:
             # Nothing to fetch now (every partition backing off, or none left): wait for an
@@ -249,6 +247,14 @@ class ReplicaFetcher:
         # A partition backing off (a leader that has not taken over yet) must not wait for a
         # whole long poll over the others: the poll ends when its backoff does.
         await self.fetch(delays[0][0] - now if delays else None)
+
+    def _update_fetch_set(self, now: float) -> None:
+        """The fetch set of the next Fetch: swept, refreshed, then throttled replicas held back
+        (after the refresh, so one just back from its backoff is held again while exceeded)."""
+        self._sweep(now)
+        self._refresh(now)
+        if self._throttle(now):
+            self._refresh(now)
 
     def _release_delays(self, now: float) -> None:
         """Backoffs that ended mark their partitions (a stale heap entry marks one for nothing)."""
@@ -266,17 +272,21 @@ class ReplicaFetcher:
         self._changed.update(self.partitions)
         self._changed.update(self._fetching)
 
-    def _throttle(self, now: float) -> None:
+    def _throttle(self, now: float) -> bool:
         """While the follower quota is exceeded, throttled replicas wait (replication_quota),
-        backing off as Kafka's fetcher does. Walks the fetch set, but only while exceeded."""
+        backing off as Kafka's fetcher does; True if one was held back. Walks the refreshed fetch
+        set (a partition back from its backoff included), but only while exceeded."""
         quota = self.replica_manager.follower_quota
         if quota is None or not quota.is_exceeded():
-            return
+            return False
         get_partition, states = self.replica_manager.get_partition, self._fetch_states
+        held = False
         for key in list(self._fetching):
             p = get_partition(key)
             if p is not None and self._throttled(p):
                 self._delay(key, states[key], now + self.backoff_s)
+                held = True
+        return held
 
     def _refresh(self, now: float) -> None:
         """Brings the fetch set up to date for the partitions marked changed."""

@@ -15,8 +15,9 @@ class Host:
     def __init__(self, keys):
         self.follower_quota = None
         self.lookups = 0
-        self.partitions = {k: SimpleNamespace(key=k, log=SimpleNamespace(log_end_offset=0, log_start_offset=0))
-                           for k in keys}
+        self.partitions = {k: SimpleNamespace(key=k, partition=k[1], isr=[0], log=SimpleNamespace(
+            log_end_offset=0, log_start_offset=0, config=SimpleNamespace(follower_replication_throttled_replicas="")))
+            for k in keys}
 
     def get_partition(self, key):
         self.lookups += 1
@@ -41,8 +42,7 @@ def fetcher_following(n: int) -> tuple[ReplicaFetcher, Host, list]:
 def next_round(fetcher: ReplicaFetcher, now: float) -> set:
     """What do_work does before a Fetch, without the I/O: the keys the next request must look at."""
     fetcher._release_delays(now)
-    fetcher._sweep(now)
-    fetcher._refresh(now)
+    fetcher._update_fetch_set(now)
     unsent, fetcher._unsent = fetcher._unsent, set()
     return unsent
 
@@ -87,3 +87,27 @@ def test_the_sweep_catches_what_no_answer_announces():
     host.partitions[keys[4]].log.log_start_offset = 3  # retention on our side
     assert next_round(fetcher, SWEEP_S / 2) == set()
     assert next_round(fetcher, SWEEP_S) == {keys[4]}
+
+
+class Quota:
+    def __init__(self):
+        self.exceeded = False
+
+    def is_exceeded(self):
+        return self.exceeded
+
+
+def test_a_throttled_replica_back_from_its_backoff_waits_again_while_the_quota_is_exceeded():
+    fetcher, host, keys = fetcher_following(3)
+    host.follower_quota = quota = Quota()
+    host.partitions[keys[1]].log.config.follower_replication_throttled_replicas = "*"  # a moving replica
+    next_round(fetcher, 0.0)
+    quota.exceeded = True
+    next_round(fetcher, 0.1)
+    assert set(fetcher._fetching) == {keys[0], keys[2]}  # held back, the others fetch
+    backoff = fetcher.backoff_s
+    next_round(fetcher, 0.1 + backoff)  # its backoff ends, the quota still exceeded
+    assert keys[1] not in fetcher._fetching
+    quota.exceeded = False
+    next_round(fetcher, 0.1 + 2 * backoff)
+    assert keys[1] in fetcher._fetching

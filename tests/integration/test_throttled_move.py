@@ -10,12 +10,19 @@ from collections import Counter
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic
 
+from odradek.broker.replication_quota import SAMPLE_S, SAMPLES
 from odradek.operator.data_movement import move_data
 from odradek.operator.rolling import fetch_view
 
 from .kafka_helpers import admin, partition_views, wait_isr_full
 
 RATE = 512 * 1024  # bytes/s per broker
+MOVE_RATE = 64 * 1024
+"""The heavy move's throttle: low enough that what the quota lets through at once (one window's
+worth, up to SAMPLES x SAMPLE_S seconds of it, as Kafka's) is well under what is copied."""
+FETCH_MAX = 32 * 1024
+"""replica.fetch.max.bytes: a fetch sent while the quota still passes overshoots by at most this
+per partition (the producer's batches are smaller: a fetch returns at least one whole batch)."""
 THROTTLE_KEYS = {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 TOPIC_KEYS = {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
 
@@ -28,7 +35,7 @@ def configs(bootstrap: str, resource: ConfigResource) -> dict[str, str]:
 
 
 def test_a_throttled_rebalance_completes_and_its_throttle_is_removed(cluster_factory):
-    cluster = cluster_factory(brokers=3, controllers=1)
+    cluster = cluster_factory(brokers=3, controllers=1, broker_overrides={"replica.fetch.max.bytes": FETCH_MAX})
     bootstrap = [("127.0.0.1", p) for p in cluster.broker_ports]
     topic = "heavy"
     # everything on brokers 0 and 1: the balance moves a third of the replicas onto broker 2
@@ -37,7 +44,9 @@ def test_a_throttled_rebalance_completes_and_its_throttle_is_removed(cluster_fac
         [NewTopic(topic, num_partitions=6, replica_assignment=[[0, 1], [1, 0]] * 3)], operation_timeout=10)
     futures[topic].result(timeout=15)
     wait_isr_full(cluster.bootstrap, topic, 6)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20, "acks": "all"})
+    # small batches: a fetch returns at least one whole batch, so a batch's size is the overshoot
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20, "acks": "all",
+                         "batch.size": FETCH_MAX // 2})
     value = b"x" * 1000
     for i in range(3000):  # ~3 MB, ~0.5 MB per partition
         producer.produce(topic, value, partition=i % 6)
@@ -50,17 +59,18 @@ def test_a_throttled_rebalance_completes_and_its_throttle_is_removed(cluster_fac
         seen_throttled: dict[str, str] = {}
         started = done = None
         steps = []
-        deadline = time.monotonic() + 90
-        for _ in range(200):
+        deadline = time.monotonic() + 120
+        for _ in range(300):
+            began = time.monotonic()  # the pass that starts the move: copying starts within it
             view = await fetch_view(bootstrap, timeout=5.0)
-            step = await move_data(bootstrap, view, 3, 3, timeout=5.0, throttle=RATE, previous=previous)
+            step = await move_data(bootstrap, view, 3, 3, timeout=5.0, throttle=MOVE_RATE, previous=previous)
             steps.append(step)
             if step.targets and started is None:
-                started = time.monotonic()
+                started = began
                 seen_throttled = await asyncio.to_thread(configs, cluster.bootstrap, ConfigResource("BROKER", "2"))
                 topic_configs = await asyncio.to_thread(configs, cluster.bootstrap, ConfigResource("TOPIC", topic))
                 assert set(topic_configs) >= TOPIC_KEYS, topic_configs
-                assert step.progress is not None and step.progress.throttle == RATE
+                assert step.progress is not None and step.progress.throttle == MOVE_RATE
             if started is not None and done is None and not step.targets and step.waiting is None:
                 done = time.monotonic()
             if done is not None and step.progress is None and step.clear is None:
@@ -71,7 +81,7 @@ def test_a_throttled_rebalance_completes_and_its_throttle_is_removed(cluster_fac
         raise AssertionError(steps[-3:])
 
     started, done, seen, steps = asyncio.run(passes())
-    assert {k: seen.get(k) for k in THROTTLE_KEYS} == dict.fromkeys(THROTTLE_KEYS, str(RATE))
+    assert {k: seen.get(k) for k in THROTTLE_KEYS} == dict.fromkeys(THROTTLE_KEYS, str(MOVE_RATE))
     # the move completed: broker 2 holds a third of the replicas
     counts = Counter(b for v in partition_views(cluster.bootstrap, topic).values() for b in v.replicas)
     assert counts == {0: 4, 1: 4, 2: 4}, counts
@@ -84,8 +94,17 @@ def test_a_throttled_rebalance_completes_and_its_throttle_is_removed(cluster_fac
         assert not THROTTLE_KEYS & set(left), (b, left)
     assert not TOPIC_KEYS & set(configs(cluster.bootstrap, ConfigResource("TOPIC", topic)))
     copied = 4 * 500 * 1000
-    print(f"throttled move: {copied / 1e6:.1f} MB onto broker 2 in {done - started:.1f}s at {RATE} B/s per broker")
-    assert done - started >= 0.5 * copied / RATE  # broker 2 fetched it all under its follower throttle
+    took = done - started
+    print(f"throttled move: {copied / 1e6:.1f} MB onto broker 2 in {took:.1f}s at {MOVE_RATE} B/s per broker")
+    # What broker 2's follower quota guarantees (Kafka's): each fetch is sent while the bytes of the
+    # last window (up to SAMPLES x SAMPLE_S s, younger when the broker checked first only lately)
+    # stay under MOVE_RATE x its length, so at most one window's worth goes at once, then MOVE_RATE
+    # on average (a dropped sample still held up to SAMPLE_S of the span: the 1.1), plus one fetch
+    # of FETCH_MAX per partition over. An unthrottled copy of the same takes about a second.
+    burst = MOVE_RATE * SAMPLES * SAMPLE_S + 4 * FETCH_MAX
+    floor = (copied - burst) / (MOVE_RATE * (1 + SAMPLE_S / (SAMPLES - 1)))
+    assert floor > 10
+    assert took >= floor, f"{copied} B moved in {took:.2f}s; the throttle lets through at most {burst} B at once"
 
 
 def test_on_demand_rebalance_plan_then_approve_evens_replicas_and_leaders(cluster_factory):

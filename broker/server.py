@@ -13,6 +13,7 @@ accepting, close the ZooKeeper session (the registration goes at once), and shut
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import signal
 import sys
@@ -67,6 +68,9 @@ NO_CONTROLLER_WAIT_S = 2.0
 """With no controller registered at all, how long a controlled shutdown waits for one."""
 LEADERSHIP_HANDOFF_WAIT_S = 3.0
 """After the controller moved our leaderships, how long we wait for its LeaderAndIsr to arrive."""
+SHUTDOWN_STACKS_AFTER_S = 10.0
+"""A shutdown still running after this dumps every thread's stack to stderr (the broker's log):
+a stop slower than test harnesses wait (15 s) then shows where it waits, even on a blocked loop."""
 DATA_PLANE_WAIT_LOG_S = 30.0
 """While the client listeners wait for the controller's first UpdateMetadata, a line this often."""
 
@@ -576,8 +580,12 @@ async def run(config: BrokerConfig) -> int:
     else:
         await stopper
     stopper.cancel()
-    await server.shutdown()
-    await end_leftover_tasks(5, log)
+    faulthandler.dump_traceback_later(SHUTDOWN_STACKS_AFTER_S)
+    try:
+        await server.shutdown()
+        await end_leftover_tasks(5, log)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     return code
 
 

@@ -21,7 +21,7 @@ from odradek.broker.authorizer.authorizer import ALLOW_ALL, Authorizer
 from odradek.broker.config_apis import ConfigApis
 from odradek.broker.config_manager import DynamicConfigManager
 from odradek.broker.control_plane import ControlPlaneGuard
-from odradek.broker.controller_channel import BrokerToControllerChannel
+from odradek.broker.controller_channel import BrokerToControllerChannel, controller_channels
 from odradek.broker.delegation_token_apis import DelegationTokenApis
 from odradek.broker.dynamic_config import DynamicBrokerConfig
 from odradek.broker.forwarded_apis import ForwardedApis
@@ -76,6 +76,11 @@ class BrokerComponents:
     metadata_cache: MetadataCache
     replica_manager: ReplicaManager
     controller_channel: BrokerToControllerChannel
+    """AlterPartition's channel to the controller."""
+    forwarding_channel: BrokerToControllerChannel
+    """Forwarded admin requests' channel (CreateTopics, AlterConfigs, ...)."""
+    shutdown_channel: BrokerToControllerChannel
+    """ControlledShutdown's channel: never queued behind the other two."""
     alter_partition_manager: AlterPartitionManager
     config_manager: DynamicConfigManager
     credential_loader: CredentialLoader
@@ -108,7 +113,8 @@ def build(config: BrokerConfig, zk: BrokerZkClient, dynamic_config: DynamicBroke
 
     log_manager = LogManager(log_dirs(config), dynamic_config.current, clock=clock)
     metadata_cache = MetadataCache(config.broker_id)
-    controller_channel = BrokerToControllerChannel(zk, config.broker_id, security_for=security_to_controller)
+    controller_channel, forwarding_channel, shutdown_channel = controller_channels(
+        zk, config.broker_id, security_for=security_to_controller)
 
     def isr_change_still_wanted(key: tuple[str, int], change: object) -> bool:
         return replica_manager.isr_change_still_wanted(key, change)  # the replica manager, built next
@@ -159,7 +165,7 @@ def build(config: BrokerConfig, zk: BrokerZkClient, dynamic_config: DynamicBroke
     apis = KafkaApis(
         config, replica_manager, metadata_apis,
         [ConfigApis(dynamic_config, metadata_cache, zk, authorizer=authorizer), group_apis, transaction_apis,
-         ForwardedApis(controller_channel, authorizer=authorizer), LogDirsApis(log_manager, authorizer=authorizer),
+         ForwardedApis(forwarding_channel, authorizer=authorizer), LogDirsApis(log_manager, authorizer=authorizer),
          AclApis(acl_authorizer), SaslApis(), ScramApis(zk), QuotaApis(quota_store),
          DelegationTokenApis(lambda: authorizer)],
         producer_id_manager, guard, authorizer=authorizer, quotas=quotas, transaction_verifier=verifier,
@@ -167,6 +173,7 @@ def build(config: BrokerConfig, zk: BrokerZkClient, dynamic_config: DynamicBroke
     return BrokerComponents(
         acl_authorizer=acl_authorizer, authorizer=authorizer, log_manager=log_manager, metadata_cache=metadata_cache,
         replica_manager=replica_manager, controller_channel=controller_channel,
+        forwarding_channel=forwarding_channel, shutdown_channel=shutdown_channel,
         alter_partition_manager=alter_partition_manager, config_manager=config_manager,
         credential_loader=credential_loader, quotas=quotas, group_coordinator=group_coordinator,
         marker_writer=marker_writer, transaction_coordinator=transaction_coordinator, transaction_verifier=verifier,

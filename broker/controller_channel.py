@@ -1,7 +1,10 @@
 """The broker's channel to the active controller (Kafka's BrokerToControllerChannelManager).
 
 The controller is its own process here: `/controller` names it and carries the endpoint of its
-listener. The channel keeps one connection to it, forgets it when `/controller` changes (a watch
+listener. A broker has one channel per purpose (AlterPartition, forwarded admin requests,
+controlled shutdown), as Kafka has: the controller answers one connection's requests in order, so a
+request held on one (an AlterPartition waiting for its ZooKeeper write) never delays the others.
+A channel keeps one connection to it, forgets it when `/controller` changes (a watch
 set by each lookup), when the connection fails, or when the answer is NOT_CONTROLLER (a standby or
 deposed controller), and then looks it up again. Every send is bounded by a deadline; retries back
 off.
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -30,7 +33,9 @@ class ControllerNotAvailableError(TimeoutError):
 
 class BrokerToControllerChannel:
     def __init__(self, zk: BrokerZkClient, broker_id: int, retry_backoff_ms: int = 100, connect_timeout_s: float = 5.0,
-                 security_for: Callable[[str], ClientSecurity] | None = None):
+                 security_for: Callable[[str], ClientSecurity] | None = None, purpose: str = "controller"):
+        self.purpose = purpose
+        """Names the connection (its client id): `broker-<id>-<purpose>`."""
         self.security_for = security_for
         """The controller's listener's security protocol (from `/controller`) → how to connect."""
         self.zk = zk
@@ -61,7 +66,7 @@ class BrokerToControllerChannel:
         self.endpoint = (info.endpoint.host, int(info.endpoint.port))
         protocol = info.endpoint.security_protocol
         security = self.security_for(protocol) if self.security_for is not None else PLAINTEXT
-        self.client = NetworkClient(*self.endpoint, client_id=f"broker-{self.broker_id}-to-controller",
+        self.client = NetworkClient(*self.endpoint, client_id=f"broker-{self.broker_id}-{self.purpose}",
                                     connect_timeout=self.connect_timeout_s, connect_attempts=1, security=security)
         return self.client
 
@@ -103,3 +108,18 @@ class BrokerToControllerChannel:
         client, self.client = self.client, None
         if client is not None:
             await client.close()
+
+
+class ControllerChannels(NamedTuple):
+    """A broker's channels to the controller, one per purpose (see the module doc)."""
+    alter_partition: BrokerToControllerChannel
+    forwarding: BrokerToControllerChannel
+    controlled_shutdown: BrokerToControllerChannel
+
+
+def controller_channels(zk: BrokerZkClient, broker_id: int,
+                        security_for: Callable[[str], ClientSecurity] | None = None,
+                        retry_backoff_ms: int = 100) -> ControllerChannels:
+    return ControllerChannels(*(
+        BrokerToControllerChannel(zk, broker_id, retry_backoff_ms, security_for=security_for, purpose=purpose)
+        for purpose in ControllerChannels._fields))

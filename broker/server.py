@@ -378,7 +378,7 @@ class KafkaServer:
         config, parts = self.config, self.components
         if not config.controlled_shutdown_enable or parts is None or parts.replica_manager.broker_epoch < 0:
             return False
-        rm, channel = parts.replica_manager, parts.controller_channel
+        rm, channel = parts.replica_manager, parts.shutdown_channel
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CONTROLLED_SHUTDOWN_MAX_S
         request = messages.ControlledShutdownRequest(broker_id=i32(config.broker_id), broker_epoch=i64(rm.broker_epoch))
@@ -503,7 +503,8 @@ class KafkaServer:
         for server in self.socket_servers:
             await within(server.stop(), 5, f"closing the connections of port {server.port}", log)
         if parts is not None:
-            await within(parts.controller_channel.close(), 5, "closing the controller channel", log)
+            for channel in (parts.controller_channel, parts.forwarding_channel, parts.shutdown_channel):
+                await within(channel.close(), 5, f"closing the {channel.purpose} channel", log)
         for task in list(self._announcements):
             task.cancel()
         if self.zk is not None:

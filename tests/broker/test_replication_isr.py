@@ -15,7 +15,11 @@ from odradek.broker.alter_partition_manager import (
     answers_of,
     build_request,
 )
-from odradek.broker.controller_channel import BrokerToControllerChannel, ControllerNotAvailableError
+from odradek.broker.controller_channel import (
+    BrokerToControllerChannel,
+    ControllerNotAvailableError,
+    controller_channels,
+)
 from odradek.broker.partition import Partition, ReplicaState
 from odradek.common import messages as m
 from odradek.common import wire
@@ -254,11 +258,14 @@ def test_manager_batches_retries_and_skips_superseded_changes():
 
 
 class StandInController:
-    """Answers ControlledShutdown with a fixed error code on a loopback port."""
+    """Answers ControlledShutdown with a fixed error code on a loopback port; holds, unanswered,
+    the requests of clients whose id ends with `hold` (a request the controller is still on)."""
 
-    def __init__(self, code: ErrorCode):
+    def __init__(self, code: ErrorCode, hold: str | None = None):
         self.code = code
+        self.hold = hold
         self.served = 0
+        self.held = asyncio.Event()
 
     async def start(self):
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -269,6 +276,9 @@ class StandInController:
             while True:
                 size = int.from_bytes(await reader.readexactly(4), "big")
                 header, _, _schema = wire.decode_request(await reader.readexactly(size))
+                if self.hold is not None and str(header.client_id).endswith(self.hold):
+                    self.held.set()
+                    continue  # this connection's later requests queue behind it, as on a controller
                 self.served += 1
                 response = m.ControlledShutdownResponse(error_code=self.code, remaining_partitions=())
                 writer.write(wire.encode_response(response, int(header.correlation_id), flexible_header=False))
@@ -301,6 +311,27 @@ def test_channel_moves_on_from_a_standby_to_the_active_controller():
             await channel.close()
             standby.server.close()
             active.server.close()
+
+    asyncio.run(go())
+
+
+def test_controlled_shutdown_is_not_queued_behind_a_held_alter_partition():
+    async def go():
+        controller = StandInController(ErrorCode.none, hold="alter_partition")
+        zk = FakeZk([ControllerInfo(1000, EndPoint("127.0.0.1", await controller.start()))])
+        channels = controller_channels(zk, 0, retry_backoff_ms=10)
+        request = m.ControlledShutdownRequest(broker_id=i32(0), broker_epoch=0)
+        held = asyncio.create_task(channels.alter_partition.send(request, 30))
+        try:
+            await asyncio.wait_for(controller.held.wait(), 5)
+            for channel in (channels.controlled_shutdown, channels.forwarding):
+                assert (await asyncio.wait_for(channel.send(request, 5), 5)).error_code == ErrorCode.none
+            assert not held.done()
+        finally:
+            held.cancel()
+            for channel in channels:
+                await channel.close()
+            controller.server.close()
 
     asyncio.run(go())
 

@@ -1,10 +1,14 @@
 """Produce latency at a fixed rate: the p50 and p99 from produce() to its delivery report.
 
 Shared by the benchmarks that compare latency with and without something going on (replication
-factors, the log cleaner). The sender sleeps until each record is due (a spinning load generator
-would take a core from the brokers on this 2-core machine).
+factors, the log cleaner). The load generator must not take CPU the brokers need on this 2-core
+machine: the sender sleeps until each record is due, and a second thread waits in poll() for
+the delivery reports. librdkafka's poll timeout is whole milliseconds, so a single thread that
+polls until the next send is due spins whenever sends are under 1 ms apart (at 2,000 records/s and
+more): it took a core, and the brokers' answers waited for the other one.
 """
 
+import threading
 import time
 
 from confluent_kafka import Producer
@@ -16,7 +20,8 @@ def produce_latency(bootstrap: str, topic: str, rate: float, seconds: float, ack
 
     One record goes first, unmeasured: a new topic's first acknowledgement waits for every replica
     to start (logs made, leader-epoch checkpoints fsynced, followers' first fetch), a one-time cost
-    of hundreds of ms after heavy writes; the samples measure the steady state."""
+    of hundreds of ms after heavy writes; the samples measure the steady state. A sample is taken
+    when the poll thread runs the delivery callback: poll() wakes when the report arrives."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0, "enable.idempotence": False,
                          "message.timeout.ms": 30_000})
     samples: list[float] = []
@@ -34,14 +39,25 @@ def produce_latency(bootstrap: str, topic: str, rate: float, seconds: float, ack
     producer.produce(topic, value=value)
     if producer.flush(30):
         raise RuntimeError(f"latency run on {topic}: warm-up record not delivered")
+    stop = threading.Event()
+
+    def serve_reports(client: Producer) -> None:
+        while not stop.is_set():
+            client.poll(0.05)
+
+    poller = threading.Thread(target=serve_reports, args=(producer,), name="delivery-reports", daemon=True)
+    poller.start()
     total = int(rate * seconds)
-    start = time.perf_counter()
-    for i in range(total):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            producer.poll(min(0.001, due - now))
-        producer.produce(topic, value=value, on_delivery=report(time.perf_counter()))
-        producer.poll(0)
+    try:
+        start = time.perf_counter()
+        for i in range(total):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.produce(topic, value=value, on_delivery=report(time.perf_counter()))
+    finally:
+        stop.set()
+        poller.join(10)
     if producer.flush(60) or failures:
         raise RuntimeError(f"latency run on {topic} acks={acks}: {len(failures)} failures {failures[:2]}")
     del producer

@@ -14,6 +14,7 @@ Run: .venv/bin/python bench/replication.py [--rate 500,2000,5000] [--latency-onl
 import argparse
 import gc
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,12 @@ class CpuMeter:
         self.kcat = children_cpu_seconds() - self._c0
 
 
+def own_cpu_seconds() -> float:
+    """User + system CPU-seconds of this process, every thread (librdkafka's) included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def settle_page_cache() -> None:
     """Write back what earlier runs left dirty before the next timed run starts.
 
@@ -123,13 +130,16 @@ def kcat_produce(target: Target, topic: str, data: Path, records: int, partition
     return Result(records, records * SIZE, elapsed)
 
 
-def latency(target: Target, topic: str, acks: str, rate: float, seconds: float) -> tuple[float, float, int, float]:
+def latency(target: Target, topic: str, acks: str, rate: float,
+            seconds: float) -> tuple[float, float, int, float, float]:
     """p50 and p99 (ms) from produce() to delivery report, `rate` records/s for `seconds`, and the
     CPU-microseconds all the target's brokers spent per record meanwhile (linger.ms=0: one Produce
-    request per record, so per acks=all request at this rate)."""
+    request per record, so per acks=all request at this rate), then the producer's own (this
+    process): on two cores a client that takes a core leaves the brokers one."""
+    client0 = own_cpu_seconds()
     with CpuMeter(target) as cpu:
         p50, p99, n = produce_latency(target.bootstrap, topic, rate, seconds, acks=acks, size=SIZE)
-    return p50, p99, n, cpu.brokers * 1e6 / max(1, n)
+    return p50, p99, n, cpu.brokers * 1e6 / max(1, n), (own_cpu_seconds() - client0) * 1e6 / max(1, n)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [("1 broker", 1, "1"), ("RF=3", 3, "1"), ("RF=3", 3, "all")]
     runs: dict[tuple[str, str], list[Result]] = {(name, acks): [] for name, _, acks in cases}
     throughput: dict[tuple[str, str], Result] = {}
-    latencies: dict[tuple[tuple[str, str], float], tuple[float, float, int, float]] = {}
+    latencies: dict[tuple[tuple[str, str], float], tuple[float, float, int, float, float]] = {}
     failed: dict[tuple[str, str], str] = {}
     print(f"kcat -P {args.records:,} x {SIZE} B, {args.partitions} partitions, median of {args.repeat} "
           f"rounds; latency at {', '.join(f'{r:,.0f}' for r in rates)} rec/s for {args.latency_seconds:.0f} s; "
@@ -207,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 for rate in rates:
                     latencies[(key, rate)] = found = latency(targets[name], topic, acks, rate, args.latency_seconds)
                     print(f"  latency: {name:8} acks={acks:3} {rate:>7,.0f} rec/s: p50 {found[0]:.1f} ms, "
-                          f"p99 {found[1]:.1f} ms, brokers' CPU {found[3]:,.0f} us/record", flush=True)
+                          f"p99 {found[1]:.1f} ms, CPU us/record: brokers {found[3]:,.0f}, producer {found[4]:,.0f}",
+                          flush=True)
             except RuntimeError as e:
                 failed[key] = str(e)
                 print(f"  {name:8} acks={acks:3} FAILED: {e}", flush=True)
@@ -230,9 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{r.rps / base.rps:.2f}x" if base else "-"
         print(f"{label:28}{r.rps:>10,.0f} rec/s{r.mbps:>8.1f}{ratio:>13}")
     print()
-    print(f"{'latency, linger.ms=0':28}{'rec/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'brokers CPU-us/rec':>20}")
-    for (key, rate), (p50, p99, _, cpu_us) in latencies.items():
-        print(f"{key[0] + ' acks=' + key[1]:28}{rate:>8,.0f}{p50:>9.1f}{p99:>9.1f}{cpu_us:>20,.0f}")
+    print(f"{'latency, linger.ms=0':28}{'rec/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'brokers CPU-us/rec':>20}"
+          f"{'producer':>10}")
+    for (key, rate), (p50, p99, _, cpu_us, client_us) in latencies.items():
+        print(f"{key[0] + ' acks=' + key[1]:28}{rate:>8,.0f}{p50:>9.1f}{p99:>9.1f}{cpu_us:>20,.0f}{client_us:>10,.0f}")
     print()
     target_key = ("RF=3", "all")
     if args.latency_only:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import CLASSPATH_JARS, die_with_parent, four_letter, free_ports
 from odradek.operator.zookeeper_reconfig import Member, next_step, parse_config, voters
 
@@ -70,15 +71,6 @@ class Node:
                 p.wait(10)
 
 
-def wait(what, check, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (found := check()):
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout}s")
-
-
 def test_ensemble_scales_3_to_5_to_3_with_a_quorum_at_every_step(tmp_path):
     ports = free_ports(15)
     members = {i: Member(i, "127.0.0.1", ports[3 * (i - 1)], ports[3 * (i - 1) + 1], ports[3 * (i - 1) + 2],
@@ -89,7 +81,8 @@ def test_ensemble_scales_3_to_5_to_3_with_a_quorum_at_every_step(tmp_path):
     try:
         for i in (1, 2, 3):
             nodes[i].start([members[j] for j in (1, 2, 3)])
-        wait("a leader among 1-3", lambda: sum(nodes[i].mode() in ("leader", "follower") for i in (1, 2, 3)) == 3)
+        wait_until(lambda: sum(nodes[i].mode() in ("leader", "follower") for i in (1, 2, 3)) == 3,
+                   "a leader among 1-3", 60, interval=0.2)
         client = KazooClient(hosts=",".join(f"127.0.0.1:{members[i].client_port}" for i in (1, 2, 3)),
                              timeout=10, auth_data=[("digest", f"super:{SUPER_PASSWORD}")])
         client.start(timeout=30)
@@ -116,10 +109,10 @@ def test_ensemble_scales_3_to_5_to_3_with_a_quorum_at_every_step(tmp_path):
                     # start it with the current members plus itself; it syncs as a learner first
                     current = [members[i] for i in voters(config())]
                     nodes[step.add].start([*current, members[step.add]])
-                    wait(f"member {step.add} serving", lambda n=nodes[step.add]: n.mode() is not None)
+                    wait_until(lambda n=nodes[step.add]: n.mode() is not None, f"member {step.add} serving", 60, interval=0.2)
                     client.reconfig(joining=members[step.add].line(), leaving=None, new_members=None)
-                    wait(f"member {step.add} voting",
-                         lambda n=nodes[step.add]: n.mode() in ("leader", "follower"))
+                    wait_until(lambda n=nodes[step.add]: n.mode() in ("leader", "follower"),
+                               f"member {step.add} voting", 60, interval=0.2)
                 else:
                     client.reconfig(joining=None, leaving=str(step.remove), new_members=None)
                     nodes[step.remove].stop()
@@ -141,7 +134,7 @@ def test_ensemble_scales_3_to_5_to_3_with_a_quorum_at_every_step(tmp_path):
         # really three now: with one more member down, two of three still make a quorum
         follower = next(i for i in (1, 2, 3) if nodes[i].mode() == "follower")
         nodes[follower].stop()
-        wait("writes with one of three down", lambda: _try(write))
+        wait_until(lambda: _try(write), "writes with one of three down", 60, interval=0.2)
         assert len(client.get_children("/data")) == writes
         print(f"reconfig steps (s): {[round(t, 1) for t in timings]}; {writes} writes, none lost")
     finally:

@@ -20,6 +20,7 @@ from kazoo.exceptions import NodeExistsError
 from operator_harness import NS, STS, Api, Kubelet, OperatorThread, ScriptedView, condition, new_server, wait_for
 from zookeeper_kubelet import ZooKeeperKubelet, local_members, stop_process
 
+from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import CLASSPATH_JARS
 from odradek.operator import builders
 from odradek.operator.models import parse_spec
@@ -196,15 +197,6 @@ async def test_the_operator_scales_the_ensemble_3_to_5_to_3_with_a_quorum_throug
 
 
 
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (found := check()):
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout}s")
-
-
 def test_a_static_ensemble_rolls_onto_the_start_script_keeping_its_data_and_quorum(tmp_path):
     """An operator upgrade: members started with a static server list (what the image's
     entrypoint wrote from the ZOO_SERVERS the operator rendered before) restart one at a time
@@ -236,14 +228,14 @@ def test_a_static_ensemble_rolls_onto_the_start_script_keeping_its_data_and_quor
                 f"syncLimit=5\nstandaloneEnabled=false\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\n"
                 f"{servers}")
             old[i] = zk.run_java(pod / "old.cfg", pod / "old.log")
-        wait_until(quorum_of_three, 60, "a static quorum")
+        wait_until(quorum_of_three, "a static quorum", 60, interval=0.2)
         client = KazooClient(hosts=",".join(f"127.0.0.1:{members[i].client_port}" for i in (1, 2, 3)), timeout=10)
         client.start(timeout=30)
         client.create("/kept", b"before")
         for i in (1, 2, 3):  # the StatefulSet's roll: one member at a time, each serving before the next
             stop_process(old.pop(i))
             assert zk.start_pod(i - 1, found)
-            wait_until(quorum_of_three, 60, f"member {i} back from the start script")
+            wait_until(quorum_of_three, f"member {i} back from the start script", 60, interval=0.2)
             client.retry(client.create, f"/after-{i}", b"x")
         client.sync("/")
         assert client.get("/kept")[0] == b"before"
@@ -251,7 +243,7 @@ def test_a_static_ensemble_rolls_onto_the_start_script_keeping_its_data_and_quor
         four = builders.zookeeper_members(body, 4)
         seed = {"data": {builders.ZK_DYNAMIC_FILE: "".join(four[j].line() + "\n" for j in (1, 2, 3, 4))}}
         assert zk.start_pod(3, {**found, "members": seed})
-        wait_until(lambda: zk.mode(4) is not None, 60, "member 4 syncing")
+        wait_until(lambda: zk.mode(4) is not None, "member 4 syncing", 60, interval=0.2)
         admin = KazooClient(hosts=f"127.0.0.1:{members[1].client_port}", timeout=10,
                             auth_data=[("digest", "super:pw")])
         admin.start(timeout=30)
@@ -260,7 +252,7 @@ def test_a_static_ensemble_rolls_onto_the_start_script_keeping_its_data_and_quor
         finally:
             admin.stop()
             admin.close()
-        wait_until(lambda: zk.state()[0] == [1, 2, 3, 4], 60, "member 4 voting")
+        wait_until(lambda: zk.state()[0] == [1, 2, 3, 4], "member 4 voting", 60, interval=0.2)
     finally:
         if client is not None:
             client.stop()

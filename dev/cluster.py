@@ -26,6 +26,7 @@ from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity, client_security_from_properties
 from odradek.common.zk_connect import ensure_chroot, new_client
 from odradek.common.zk_security import NO_SECURITY, ZkSecurity
+from odradek.dev.processes import stop_process
 from odradek.dev.security import ClusterSecurity, write_private
 from odradek.dev.zookeeper import ZooKeeperServer, die_with_parent, free_port
 
@@ -174,17 +175,8 @@ class ManagedProcess:
         """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code."""
         if self.popen is None:
             return None
-        if self.popen.poll() is None:
-            if self.paused:
-                self.resume()  # a stopped process would not see SIGTERM before the deadline
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                print(f"{self.name} ignored SIGTERM for {timeout}s; killing it", file=sys.stderr)
-                self.popen.kill()
-                self.popen.wait(10)
-        return self.popen.returncode
+        self.paused = False
+        return stop_process(self.popen, timeout, self.name)
 
     def restart(self, timeout: float = 15.0) -> "ManagedProcess":
         self.stop(timeout)

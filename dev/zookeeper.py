@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.dev.processes import stop_process
+
 _PR_SET_PDEATHSIG = 1
 _prctl: Callable[..., int] | None
 try:  # looked up once here: the child between fork and exec should only make the call
@@ -205,15 +207,8 @@ class ZooKeeperServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         p, self.process = self.process, None
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(signal.SIGCONT)  # a stopped server would not see SIGTERM
-        p.terminate()
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout)
+        if p is not None:
+            stop_process(p, timeout)
 
     def __enter__(self) -> "ZooKeeperServer":
         return self.start()

@@ -6,7 +6,6 @@ down still leaves a quorum, which five members with two gone would not)."""
 import base64
 import hashlib
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from odradek.dev.processes import stop_process
 from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import CLASSPATH_JARS, die_with_parent, four_letter, free_ports
 from odradek.operator.zookeeper_reconfig import Member, next_step, parse_config, voters
@@ -62,13 +62,8 @@ class Node:
 
     def stop(self) -> None:
         p, self.process = self.process, None
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+        if p is not None:
+            stop_process(p)
 
 
 def test_ensemble_scales_3_to_5_to_3_with_a_quorum_at_every_step(tmp_path):

@@ -18,8 +18,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from operator_harness import NS, STS, Api, Kubelet, OperatorThread, ScriptedView, condition, new_server, wait_for
-from zookeeper_kubelet import ZooKeeperKubelet, local_members, stop_process
+from zookeeper_kubelet import ZooKeeperKubelet, local_members
 
+from odradek.dev.processes import stop_process
 from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import CLASSPATH_JARS
 from odradek.operator import builders

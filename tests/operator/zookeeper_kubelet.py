@@ -20,6 +20,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from odradek.dev.processes import stop_process
 from odradek.dev.zookeeper import CLASSPATH_JARS, die_with_parent, four_letter, free_ports
 from odradek.operator import builders
 from odradek.operator.zookeeper_reconfig import Member, parse_conf, parse_config, voters
@@ -33,16 +34,6 @@ grep -v '^metricsProvider' "$cfg" > "$cfg.local"
 exec java $SERVER_JVMFLAGS -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \\
   -cp "{classpath}" org.apache.zookeeper.server.quorum.QuorumPeerMain "$cfg.local"
 """
-
-
-def stop_process(p: subprocess.Popen[bytes]) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
 
 
 def local_members(count: int) -> dict[int, Member]:

@@ -122,7 +122,7 @@ class Log:
         self.log_start_offset = loaded.log_start_offset
         self._high_watermark = loaded.log_end_offset
         self.producer_state = ProducerStateManager(self.log_start_offset)
-        self._load_producer_state(loaded.replay_at_most_from)
+        self._load_producer_state(loaded.replay_at_most_from, loaded.snapshots)
 
     # --- properties -----------------------------------------------------------------------
 
@@ -662,15 +662,18 @@ class Log:
 
     # --- producer state -------------------------------------------------------------------
 
-    def _load_producer_state(self, replay_at_most_from: int | None = None) -> None:
+    def _load_producer_state(self, replay_at_most_from: int | None = None,
+                             listed: list[tuple[int, Path]] | None = None) -> None:
         """The newest snapshot at or below the log end (one is written at every roll and at
         close), then the batch headers after it: after a clean shutdown that is nothing. After an
-        unclean one, from no later than `replay_at_most_from` (the first recovered segment)."""
+        unclean one, from no later than `replay_at_most_from` (the first recovered segment).
+        `listed`: the snapshot files as loading found them (else the directory is listed)."""
         end = self.log_end_offset
         high = end if replay_at_most_from is None else min(end, replay_at_most_from)
         try:
-            delete_snapshots(self.dir, above=end)
-            state = load_latest_snapshot(self.dir, self.log_start_offset, high)
+            delete_snapshots(self.dir, above=end, listed=listed)
+            # those above the end are gone now, and out of [start, high] anyway
+            state = load_latest_snapshot(self.dir, self.log_start_offset, high, listed)
         except OSError as exc:
             log.warning("%s: cannot read producer snapshots (%s); scanning the log", self.dir.name, exc)
             state = None

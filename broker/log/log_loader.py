@@ -7,6 +7,7 @@ log afterwards (Kafka's UnifiedLog.rebuildProducerState), from `replay_at_most_f
 """
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,13 @@ from .leader_epoch import LeaderEpochFileCache
 from .log_segments import LogSegments
 from .producer_state import SNAPSHOT_SUFFIX
 from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
-from .segment_swap import complete_swaps
+from .segment_swap import CLEANED_SUFFIX, SWAP_END_SUFFIX, SWAP_SUFFIX, complete_swaps
 from .transaction_index import TXN_INDEX_SUFFIX
 
 log = logging.getLogger(__name__)
+
+_SWAP_SUFFIXES = (SWAP_SUFFIX, SWAP_END_SUFFIX, CLEANED_SUFFIX)
+"""What an interrupted cleaning leaves (`complete_swaps` finishes or undoes it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,8 @@ class LoadedLogOffsets:
     replay_at_most_from: int | None
     """After an unclean stop, producer state (and the transaction indexes) is replayed from no
     later than the first recovered segment (Kafka's recoverSegment)."""
+    snapshots: list[tuple[int, Path]]
+    """The producer snapshot files found, (offset, path), oldest first."""
 
 
 class LogLoader:
@@ -53,9 +59,13 @@ class LogLoader:
         self._had_clean_shutdown = had_clean_shutdown
 
     def load(self) -> LoadedLogOffsets:
-        complete_swaps(self.dir)
-        segments = LogSegments([self._new_segment(b) for b in sorted(self._segment_files())] or
-                               [self._new_segment(0)])
+        # One listing per log: a start-up loads thousands, and each listing costs as much as the rest.
+        names = os.listdir(self.dir)
+        if any(name.endswith(_SWAP_SUFFIXES) for name in names):
+            complete_swaps(self.dir)
+            names = os.listdir(self.dir)
+        bases, snapshots = self._segment_files(names)
+        segments = LogSegments([self._new_segment(b) for b in sorted(bases)] or [self._new_segment(0)])
         replay_at_most_from = None
         if self._had_clean_shutdown:
             for seg in segments:
@@ -66,31 +76,36 @@ class LogLoader:
         # The checkpointed start (DeleteRecords) may lie inside the first segment; past the end
         # (records lost in a crash) every record is gone.
         start = min(max(self._log_start_offset, segments.first_segment.base_offset), end)
-        self._leader_epoch_cache.truncate_from_end(end)
-        self._leader_epoch_cache.truncate_from_start(start)
-        return LoadedLogOffsets(segments, start, min(self._recovery_point, end), end, replay_at_most_from)
+        # In memory only: the file is rewritten later (LogManager), or by the next new epoch; a
+        # load truncates again whatever it still holds (thousands of fsyncs at start-up otherwise).
+        self._leader_epoch_cache.truncate_from_end(end, flush=False)
+        self._leader_epoch_cache.truncate_from_start(start, flush=False)
+        return LoadedLogOffsets(segments, start, min(self._recovery_point, end), end, replay_at_most_from,
+                                snapshots)
 
-    def _segment_files(self) -> set[int]:
-        """The base offsets of the `.log` files; leftovers of unfinished deletes and checkpoint
-        writes and indexes without their `.log` are removed."""
+    def _segment_files(self, names: list[str]) -> tuple[set[int], list[tuple[int, Path]]]:
+        """The base offsets of the `.log` files and the producer snapshots (offset, path),
+        oldest first; leftovers of unfinished deletes and checkpoint writes and indexes without
+        their `.log` are removed."""
         bases: set[int] = set()
-        indexes: list[tuple[int, Path]] = []
-        for path in self.dir.iterdir():
-            name = path.name
+        snapshots: list[tuple[int, Path]] = []
+        indexes: list[tuple[int, str]] = []
+        for name in names:
             if name.endswith((DELETED_SUFFIX, ".tmp")):
-                path.unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
+                (self.dir / name).unlink(missing_ok=True)  # a delete or checkpoint write the last run did not finish
             elif name.endswith(SNAPSHOT_SUFFIX):
-                continue
+                if name[: -len(SNAPSHOT_SUFFIX)].isdigit():
+                    snapshots.append((int(name[: -len(SNAPSHOT_SUFFIX)]), self.dir / name))
             elif name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit():
                 bases.add(int(name[: -len(LOG_SUFFIX)]))
             else:
                 for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                     if name.endswith(suffix) and name[: -len(suffix)].isdigit():
-                        indexes.append((int(name[: -len(suffix)]), path))
-        for base, path in indexes:
+                        indexes.append((int(name[: -len(suffix)]), name))
+        for base, name in indexes:
             if base not in bases:
-                path.unlink(missing_ok=True)  # orphaned index
-        return bases
+                (self.dir / name).unlink(missing_ok=True)  # orphaned index
+        return bases, sorted(snapshots)
 
     def _recover(self, segments: LogSegments) -> int:
         """After an unclean stop: check every batch of the segments at and after the recovery

@@ -26,6 +26,7 @@ from odradek.common.config import BrokerConfig
 from .checkpoint import fsync_dir, read_offsets, write_offsets
 from .config import LogConfig
 from .errors import KafkaStorageError
+from .leader_epoch import Snapshot, write_snapshots
 from .log import Log, parse_dir_name
 from .log_cleaner import CleanerConfig, LogCleaner
 
@@ -72,6 +73,8 @@ class LogManager:
         while a deletion or truncation may write from the event loop (they share a temp file)."""
         self.offline_dirs: set[Path] = set()
         """Directories taken offline by an I/O error; they stay so until the broker restarts."""
+        self._epoch_writes: list[tuple[Log, Snapshot]] = []
+        """Leader-epoch checkpoints the load truncated in memory, written by the background task."""
         self.cleaner = LogCleaner(self.logs_with_dirs, CleanerConfig.from_broker(broker_config), self.mark_offline,
                                   clock=self.clock)
         """Compaction of the cleanup.policy=compact logs (run by `run_background`)."""
@@ -110,6 +113,8 @@ class LogManager:
         if not self.online_dirs:
             raise KafkaStorageError(f"no log directory could be loaded ({', '.join(map(str, self.log_dirs))})")
         self.cleaner.load_checkpoints(self.online_dirs)
+        self._epoch_writes = [(lg, (lg.leader_epoch_cache, lg.leader_epoch_cache.snapshot()))
+                              for lg in self._logs.values() if lg.leader_epoch_cache.dirty]
         log.info("loaded %d logs from %s", len(self._logs), ", ".join(map(str, self.online_dirs)))
 
     def _load_dir(self, log_dir: Path) -> None:
@@ -463,7 +468,23 @@ class LogManager:
             stop.set()
             await cleaner
 
+    async def write_loaded_epoch_checkpoints(self) -> None:
+        """Write the leader-epoch checkpoints that loading truncated (entries past a torn tail, or
+        an epoch begun with no record after it), in threads (Kafka flushes them asynchronously
+        too). A log deleted meanwhile is skipped; a failed write takes its directory offline."""
+        pending, self._epoch_writes = self._epoch_writes, []
+        if not pending:
+            return
+        logs = {id(cache): lg for lg, (cache, _) in pending}
+        failed = await asyncio.to_thread(write_snapshots, [snapshot for _, snapshot in pending])
+        for cache, error in failed.items():
+            lg = logs[id(cache)]
+            key = (lg.topic, lg.partition)
+            if not lg.closed and self._logs.get(key) is lg:
+                self.mark_offline(self._dir_of[key], error)
+
     async def _run_background(self, stop: asyncio.Event) -> None:
+        await self.write_loaded_epoch_checkpoints()
         retention_interval = self.broker_config.log_retention_check_interval_ms
         next_retention = self.clock() + retention_interval
         expiry_interval = self.broker_config.producer_id_expiration_check_interval_ms

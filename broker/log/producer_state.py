@@ -463,9 +463,11 @@ def write_snapshot(directory: Path, state: ProducerStateManager, fsync: bool = F
     return path
 
 
-def load_latest_snapshot(directory: Path, low: int, high: int) -> ProducerStateManager | None:
-    """The newest readable snapshot with an offset in [low, high]; unreadable ones are deleted."""
-    for offset, path in reversed(list_snapshots(directory)):
+def load_latest_snapshot(directory: Path, low: int, high: int,
+                         listed: list[tuple[int, Path]] | None = None) -> ProducerStateManager | None:
+    """The newest readable snapshot with an offset in [low, high]; unreadable ones are deleted.
+    `listed`: the snapshots as `list_snapshots` finds them, when the caller has listed them."""
+    for offset, path in reversed(list_snapshots(directory) if listed is None else listed):
         if not low <= offset <= high:
             continue
         try:
@@ -479,9 +481,10 @@ def load_latest_snapshot(directory: Path, low: int, high: int) -> ProducerStateM
     return None
 
 
-def delete_snapshots(directory: Path, *, below: int | None = None, above: int | None = None) -> None:
-    """Remove snapshots with offset < `below` or > `above`."""
-    for offset, path in list_snapshots(directory):
+def delete_snapshots(directory: Path, *, below: int | None = None, above: int | None = None,
+                     listed: list[tuple[int, Path]] | None = None) -> None:
+    """Remove snapshots with offset < `below` or > `above` (`listed` as for `load_latest_snapshot`)."""
+    for offset, path in list_snapshots(directory) if listed is None else listed:
         if (below is not None and offset < below) or (above is not None and offset > above):
             path.unlink(missing_ok=True)
 

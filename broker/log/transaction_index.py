@@ -35,8 +35,19 @@ class AbortedTxn(NamedTuple):
 class TransactionIndex:
     def __init__(self, path: Path):
         self.path = path
-        self.entries: list[AbortedTxn] = []
-        self._load()
+        self._entries: list[AbortedTxn] | None = None
+        """Read on first use: most segments have no file, and a start-up opens thousands."""
+
+    @property
+    def entries(self) -> list[AbortedTxn]:
+        if self._entries is None:
+            self._entries = []
+            self._load()
+        return self._entries
+
+    @entries.setter
+    def entries(self, entries: list[AbortedTxn]) -> None:
+        self._entries = entries
 
     def _load(self) -> None:
         try:
@@ -95,7 +106,7 @@ class TransactionIndex:
         return out, False
 
     def fsync(self) -> None:
-        if self.entries:
+        if self._entries:  # never read: nothing appended by this process either
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:

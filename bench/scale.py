@@ -24,8 +24,9 @@ an open-file limit above its replica count; the broker raises its soft limit to 
 hard limit below `--partitions` x 3 / `--brokers` (20,000 in this machine's containers) is
 reported before the cluster starts.
 
-`--profile DIR` runs py-spy on the stopping broker and the active controller during the shutdown
-(collapsed stacks, one file each: summarize with `bench/profile_replication.py`'s `summarize`, or
+`--profile DIR` runs py-spy on the stopping broker and the active controller during the shutdown,
+and on the restarted broker from its start until it is back in full ISR (collapsed stacks, one
+file each: summarize with `bench/profile_replication.py`'s `summarize`, or
 read the heaviest stacks with sort).
 
 Run: .venv/bin/python bench/scale.py [--partitions 30000] (--partitions 3000 for a quick run).
@@ -304,11 +305,17 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     load.phase = "restarting"
     restart = time.monotonic()
     process.start()
+    if args.profile:  # the restarted broker, from its start: loading, registering, catching up
+        assert process.pid is not None
+        spies = [py_spy(process.pid, Path(args.profile) / "restart-broker.txt", 90)]
     cluster.wait_ready(timeout=args.timeout)
     registered = time.monotonic() - restart
     wait_for("restarted broker back in full ISR", lambda: full(admin, topics, view.partitions),
              timeout=args.timeout, interval=1.0)
     back = time.monotonic() - restart
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
     load.phase = "after"
     time.sleep(args.warmup)
     load.finish()
@@ -365,7 +372,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--work-dir", default=None, help="keep the cluster (logs, data) here, not in a temp dir")
     p.add_argument("--profile", default=None, metavar="DIR",
-                   help="py-spy the stopping broker and the active controller for 30 s from the SIGTERM "
+                   help="py-spy the stopping broker and the active controller for 30 s from the SIGTERM, "
+                        "the restarted broker for up to 90 s from its start "
                         "(`.venv/bin/pip install py-spy`); collapsed stacks into DIR")
     return p.parse_args(argv)
 

@@ -87,7 +87,9 @@ def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
             "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
-def _meta(body: dict[str, Any], name: str, component: str, **extra: Any) -> dict[str, Any]:
+def object_meta(body: dict[str, Any], name: str, component: str, **extra: Any) -> dict[str, Any]:
+    """The metadata of an object the cluster owns (its labels and owner reference), for every
+    module that renders one (builders, cluster_security, the Secrets the reconciler writes)."""
     meta = body["metadata"]
     return {"name": name, "namespace": meta["namespace"], "labels": labels(meta["name"], component),
             "ownerReferences": [owner_reference(body)], **extra}
@@ -158,7 +160,7 @@ def _properties(props: dict[str, Any]) -> str:
 
 def _pdb(body: dict[str, Any], name: str, component: str) -> dict[str, Any]:
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": _meta(body, name, component),
+            "metadata": object_meta(body, name, component),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(body["metadata"]["name"], component)}}}
 
 
@@ -168,11 +170,11 @@ def _service(body: dict[str, Any], name: str, component: str, ports: list[tuple[
             "ports": [{"name": n, "port": p, "targetPort": p} for n, p in ports]}
     if headless:
         spec.update(clusterIP="None", publishNotReadyAddresses=True)
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(body, name, component), "spec": spec}
+    return {"apiVersion": "v1", "kind": "Service", "metadata": object_meta(body, name, component), "spec": spec}
 
 
 def _config_map(body: dict[str, Any], name: str, component: str, data: dict[str, str]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(body, name, component), "data": data}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": object_meta(body, name, component), "data": data}
 
 
 def _pod_env() -> list[dict[str, Any]]:
@@ -360,7 +362,7 @@ def zookeeper_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: in
                      "annotations": {CONFIG_HASH: config_hash(json.dumps([data, script], sort_keys=True), zk.image)}}
     expose_metrics(container, template_meta, spec, ZK_METRICS_PORT)
     sts = {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["zookeeper"], "zookeeper"),
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": object_meta(body, n["zookeeper"], "zookeeper"),
         "spec": {
             "serviceName": n["zookeeper_headless"], "replicas": zk.replicas,
             "podManagementPolicy": "Parallel",
@@ -437,7 +439,7 @@ def controller_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dic
                      "annotations": {CONFIG_HASH: config_hash(props, image(spec))}}
     expose_metrics(container, template_meta, spec)
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(body, n["controller"], "controller"),
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": object_meta(body, n["controller"], "controller"),
         "spec": {
             "replicas": spec.controller.replicas,
             "selector": {"matchLabels": selector(meta["name"], "controller")},
@@ -575,7 +577,7 @@ def broker_objects(body: dict[str, Any], spec: KafkaClusterSpec, replicas: int |
                      "annotations": {CONFIG_HASH: broker_config_hash(body, spec)}}
     expose_metrics(container, template_meta, spec)
     sts = {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(body, n["broker"], "broker"),
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": object_meta(body, n["broker"], "broker"),
         "spec": {
             "serviceName": n["broker_headless"],
             "replicas": spec.brokers.replicas if replicas is None else replicas,
@@ -638,6 +640,6 @@ def metrics_objects(body: dict[str, Any], spec: KafkaClusterSpec) -> list[dict[s
         return []
     name = body["metadata"]["name"]
     every_pod = {k: v for k, v in labels(name, "metrics").items() if k != "app.kubernetes.io/component"}
-    return [{"apiVersion": "v1", "kind": "Service", "metadata": _meta(body, f"{name}-metrics", "metrics"),
+    return [{"apiVersion": "v1", "kind": "Service", "metadata": object_meta(body, f"{name}-metrics", "metrics"),
              "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": every_pod,
                       "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]}}]

@@ -302,7 +302,7 @@ def _cluster_peers(cluster: str) -> list[dict[str, Any]]:
 
 def _policy(body: dict[str, Any], name: str, component: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": builders._meta(body, name, component),
+            "metadata": builders.object_meta(body, name, component),
             "spec": {"podSelector": {"matchLabels": builders.selector(body["metadata"]["name"], component)},
                      "policyTypes": ["Ingress"], "ingress": rules}}
 

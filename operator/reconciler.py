@@ -327,7 +327,7 @@ async def write_certificates(client: KubeClient, body: dict[str, Any], spec: Kaf
         if name in user_supplied or found.get(name) == data:
             continue
         secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                  "metadata": builders._meta(body, name, "certificates"),
+                  "metadata": builders.object_meta(body, name, "certificates"),
                   "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(data.items())}}
         await apply(client, secret)
     if plan.renewed:

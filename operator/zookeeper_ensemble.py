@@ -96,7 +96,7 @@ async def admin_password(client: KubeClient, body: dict[str, Any]) -> str:
         return base64.b64decode(data["password"]).decode()
     password = secrets.token_urlsafe(32)
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-              "metadata": builders._meta(body, name, "zookeeper"),
+              "metadata": builders.object_meta(body, name, "zookeeper"),
               "data": {k: base64.b64encode(v.encode()).decode()
                        for k, v in (("digest", super_digest(password)), ("password", password))}}
     await apply(client, secret)

@@ -39,7 +39,7 @@ from odradek.operator.status import Observation
 from odradek.operator.storage import plan_resize
 from odradek.operator.zookeeper_ensemble import MemberSource, admin_password, observe
 from odradek.operator.zookeeper_ensemble import reconfig as zookeeper_reconfig
-from odradek.operator.zookeeper_reconfig import MIN_SCALABLE, REFUSED, Ensemble, Member, Step, decide
+from odradek.operator.zookeeper_reconfig import MIN_SCALABLE, REFUSED, Ensemble, Member, Step, decide, settled_size
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,30 @@ class ZooKeeperPlan:
     reconfig: Step | None = None
     members: dict[int, Member] = field(default_factory=dict)
     serving: frozenset[int] = frozenset()
+    voters: int | None = None
+    """The committed voters 1..k as this pass knows them (ZOOKEEPER_VOTERS on the StatefulSet)."""
+    observed: bool = False
+    """The ensemble was asked this pass (no scale is known to be settled)."""
+
+
+ZOOKEEPER_VOTERS = f"{GROUP}/zookeeper-voters"
+"""The StatefulSet's annotation: the ensemble's voters were 1..k when the StatefulSet was last
+rendered. Written with the replica count in one apply, so it survives an operator restart at any
+point of a scale; a pass where it equals both the spec's and the StatefulSet's size asks the
+ensemble nothing (a reconfig since the render leaves it stale, so the next pass asks again)."""
+
+
+def recorded_voters(sts: dict[str, Any] | None) -> int | None:
+    value = (((sts or {}).get("metadata") or {}).get("annotations") or {}).get(ZOOKEEPER_VOTERS)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def with_voters(obj: dict[str, Any], voters: int | None) -> dict[str, Any]:
+    """The rendered ZooKeeper StatefulSet carrying ZOOKEEPER_VOTERS (dropped when unknown)."""
+    annotations = {k: v for k, v in (obj["metadata"].get("annotations") or {}).items() if k != ZOOKEEPER_VOTERS}
+    if voters is not None:
+        annotations[ZOOKEEPER_VOTERS] = str(voters)
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
 
 
 async def zookeeper_plan(body: dict[str, Any], spec: KafkaClusterSpec, live: dict[str, Any] | None,
@@ -146,7 +170,8 @@ async def zookeeper_plan(body: dict[str, Any], spec: KafkaClusterSpec, live: dic
 
     A managed ensemble scales one member at a time by dynamic reconfiguration (see
     zookeeper_reconfig): each pass observes the members (`srvr`, the leader's `conf`) and takes
-    one step, so the scale resumes after an operator restart. Brokers and controllers keep their
+    one step, so the scale resumes after an operator restart. A settled ensemble (ZOOKEEPER_VOTERS
+    equal to the spec's and the StatefulSet's size) is not asked: no connection per pass. Brokers and controllers keep their
     `zookeeper.connect`: it names the client Service, which follows the Ready members (a new
     member joins it once it serves; a removed one still answers until the next pass stops its
     pod, seen on a real ensemble, and a client session there moves on when it does), so no
@@ -161,11 +186,13 @@ async def zookeeper_plan(body: dict[str, Any], spec: KafkaClusterSpec, live: dic
         return ZooKeeperPlan(current, refused=(REFUSED, (
             f"zookeeper.replicas {current} → {desired}: an ensemble of fewer than {MIN_SCALABLE} members has "
             f"none to spare, so a scale through one would stop at the first failure; it stays at {current}")))
+    if current == desired == (recorded := recorded_voters(live)):
+        return ZooKeeperPlan(voters=recorded)
     members = member_source(body, max(current, desired))
     seen = await observe(members)
     d = decide(Ensemble(desired, current, seen.members, seen.serving))
     return ZooKeeperPlan(None if d.replicas == desired and current == desired else d.replicas,
-                         d.progress, d.refused, d.reconfig, members, seen.serving)
+                         d.progress, d.refused, d.reconfig, members, seen.serving, settled_size(seen.members), True)
 
 
 async def run_zookeeper_step(client: KubeClient, body: dict[str, Any], plan: ZooKeeperPlan) -> tuple[str, str] | None:
@@ -370,7 +397,10 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
     zk_plan = await zookeeper_plan(body, spec, live_sts["zookeeper"], zookeeper_members)
     zk_replicas = zk_plan.replicas
     stalled = [r for r in (switch_refused, zk_plan.refused) if r is not None]
-    if spec.zookeeper.managed:  # before the pods that read its digest
+    # Before the pods that read its digest: at creation, during a scale, and while a member's pod
+    # is not Ready (it may be waiting for a deleted Secret); a settled, Ready ensemble's is not read.
+    if spec.zookeeper.managed and (zk_plan.observed or live_sts["zookeeper"] is None or zk_plan.voters is None
+                                   or ready_replicas(live_sts["zookeeper"]) < zk_plan.voters):
         await admin_password(client, body)
     racks = None
     if spec.brokers.rack:  # nodes are cluster-scoped: the chart grants listing them
@@ -386,6 +416,8 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
     for obj in desired:
         live = live_sts.get("broker") if obj["metadata"]["name"] == n["broker"] else (
             live_sts.get("zookeeper") if obj["metadata"]["name"] == n["zookeeper"] else None)
+        if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == n["zookeeper"]:
+            obj = with_voters(obj, zk_plan.voters)
         outcome = await apply(client, keep_claim_templates(obj, live))
         if outcome != "unchanged":
             log.info("%s %s/%s %s", obj["kind"], namespace, obj["metadata"]["name"], outcome)

@@ -143,6 +143,15 @@ class Decision:
     """(reason, message) of a scale the operator will not make."""
 
 
+def settled_size(members: dict[int, str] | None) -> int | None:
+    """k when the committed voters are exactly 1..k (what the operator's steps leave); None when
+    unknown or changed outside the operator. The reconciler records it on the StatefulSet."""
+    if members is None:
+        return None
+    current = voters(members)
+    return len(current) if current and current == list(range(1, len(current) + 1)) else None
+
+
 def decide(e: Ensemble) -> Decision:
     """The next step of a scale, from what is observed now (never from memory, so a restarted
     operator resumes): one StatefulSet replica or one reconfig per pass.

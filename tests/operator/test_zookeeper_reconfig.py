@@ -138,14 +138,17 @@ def test_parse_conf_reads_the_membership_of_a_conf_answer():
     assert parse_conf(b"clientPort=2181\nserverId=1\n") is None  # not part of a quorum
 
 
-async def _four_letter_servers(answers: dict[int, dict[bytes, bytes]]):
-    """In-process stand-ins for members: each answers its words and closes, as ZooKeeper does."""
+async def _four_letter_servers(answers: dict[int, dict[bytes, bytes]], asked: list | None = None):
+    """In-process stand-ins for members: each answers its words and closes, as ZooKeeper does;
+    `asked` collects (member, word)."""
     import asyncio
 
     servers = {}
     for member, words in answers.items():
-        async def handle(reader, writer, words=words):
+        async def handle(reader, writer, words=words, member=member):
             word = await reader.read(4)
+            if asked is not None:
+                asked.append((member, word))
             writer.write(words.get(word, b""))
             await writer.drain()
             writer.close()
@@ -199,3 +202,76 @@ async def test_the_plan_refuses_small_ensembles_without_asking_and_keeps_a_silen
     assert asked == [3, 5]
     plan = await zookeeper_plan(body, parse_spec({"zookeeper": {"connect": "zk:2181/x"}}), live, nowhere)
     assert plan == type(plan)()  # an existing ensemble: never scaled
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_a_settled_ensemble_is_not_asked_and_its_secret_not_read_on_every_pass():
+    """Once a pass saw voters 1..3 and rendered 3 members, later passes neither ask the members
+    (`srvr`, `conf`) nor read the admin Secret; the StatefulSet's record of the voters is what
+    makes a pass ask again (here: dropped, as by an older operator version)."""
+    import kmock
+    from operator_harness import (
+        NS,
+        SECRETS,
+        STS,
+        Api,
+        Kubelet,
+        OperatorThread,
+        ScriptedView,
+        condition,
+        new_server,
+        wait_for,
+    )
+
+    from odradek.operator.reconciler import ZOOKEEPER_VOTERS
+
+    leader = {b"srvr": b"Zookeeper version: 3.8\nMode: leader\n", b"conf": CONF}
+    follower = {b"srvr": b"Zookeeper version: 3.8\nMode: follower\n"}
+    asked: list = []
+    servers = await _four_letter_servers({1: leader, 2: follower, 3: follower}, asked)
+    members = {i: Member(i, "127.0.0.1", 1, 1, s.sockets[0].getsockname()[1], client_host="127.0.0.1")
+               for i, s in servers.items()}
+
+    def source(_body, count):
+        return {i: members[i] for i in range(1, count + 1)}
+
+    def secret_reads(server) -> int:
+        return sum(1 for r in list(server) if r.action is not None and r.action.name == "FETCH"
+                   and r.resource is not None and r.resource.plural == "secrets" and r.name == "demo-zookeeper-admin")
+
+    def recorded():
+        return ((server.live(STS, NS, "demo-zookeeper") or {}).get("metadata", {}).get("annotations") or {}).get(
+            ZOOKEEPER_VOTERS)
+
+    server = new_server()
+    async with server, kmock.Server(server) as http:
+        view = ScriptedView()
+        kubelet = Kubelet(server, view)
+        kubelet.start()
+        api = Api(str(http.url))
+        operator = OperatorThread(str(http.url), view, zookeeper_members=source)
+        try:
+            await api.create_cluster({})
+            await wait_for(lambda: recorded() == "3", 20, "the voters recorded on the StatefulSet")
+            await view.passes(2)
+            before, reads = len(asked), secret_reads(server)
+            assert before > 0 and reads > 0 and server.live(SECRETS, NS, "demo-zookeeper-admin") is not None
+            await view.passes(4)
+            assert len(asked) == before, asked[before:]
+            assert secret_reads(server) == reads
+            assert condition(server.live("odradek.io/v1alpha1/kafkaclusters", NS, "demo"), "Progressing").get(
+                "reason") != "ZooKeeperScaling"
+            # without the record (an operator version before it) the next pass asks, and records
+            sts = server.live(STS, NS, "demo-zookeeper")
+            annotations = {k: v for k, v in sts["metadata"]["annotations"].items() if k != ZOOKEEPER_VOTERS}
+            server.put_raw(STS, NS, {**sts, "metadata": {**sts["metadata"], "annotations": annotations}})
+            await wait_for(lambda: recorded() == "3", 20, "the voters recorded again")
+            assert len(asked) > before
+        finally:
+            await operator.stop()
+            await kubelet.stop()
+            await api.close()
+            for s in servers.values():
+                s.close()
+                await s.wait_closed()

@@ -107,7 +107,7 @@ def build(config: BrokerConfig, zk: BrokerZkClient, dynamic_config: DynamicBroke
     if config.authorizer_class_name:
         acl_authorizer = AclAuthorizer.from_config(
             config.authorizer_class_name, config.super_users, config.allow_everyone_if_no_acl_found,
-            zk.current_calls, lambda: zk.session_id, clock)
+            zk.current_calls, lambda: zk.session_id, clock, zk.threads)
         zk.registration_listeners.append(acl_authorizer.on_registration)
     authorizer: Authorizer = acl_authorizer or ALLOW_ALL
 

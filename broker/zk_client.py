@@ -1,7 +1,8 @@
 """The broker's ZooKeeper access: kazoo underneath, an asyncio facade on top.
 
-kazoo calls block, so each runs in a worker thread (`asyncio.to_thread`) and never stalls the event
-loop; each waits at most zookeeper.connection.timeout.ms (common/zk_calls), and all of them give
+kazoo calls block, so each runs in one of the client's own worker threads (`threads`, never
+asyncio's shared default executor, where slow disk jobs could hold every thread) and never stalls
+the event loop; each waits at most zookeeper.connection.timeout.ms (common/zk_calls), and all of them give
 up once stop() is called, so no shutdown waits on an unreachable ZooKeeper. kazoo's state listener
 runs on kazoo's own thread; it only hands events to the loop. After a session loss kazoo silently
 opens a new session without our ephemeral znode, so the registration is redone here (Kafka's
@@ -26,7 +27,8 @@ from kio.schema.errors import ErrorCode
 from odradek.common import zk_data, zk_security
 from odradek.common.config import ZkClientConfig
 from odradek.common.errors import KafkaError
-from odradek.common.zk_calls import BoundedCalls
+from odradek.common.executors import BlockingExecutor
+from odradek.common.zk_calls import THREADS_STOP_S, ZOOKEEPER_THREADS, BoundedCalls
 from odradek.common.zk_connect import (
     CLOSE_TIMEOUT_S,
     close_client,
@@ -119,6 +121,9 @@ class BrokerZkClient:
         self.zk_security = zk_security.from_config(config)
         self.zk: KazooClient | None = None
         self.calls: BoundedCalls | None = None
+        self.threads = BlockingExecutor("zookeeper", ZOOKEEPER_THREADS)
+        """Where every blocking ZooKeeper call runs (this client's and its users': the ACL, quota
+        and credential stores); stopped by stop()."""
         self.broker_epoch: int = -1
         """czxid of our current registration; changes when we re-register after a session loss."""
         self.registered = False
@@ -148,7 +153,7 @@ class BrokerZkClient:
         """Connect (bounded by zookeeper.connection.timeout.ms), create the chroot and Kafka's
         persistent paths."""
         self._loop = asyncio.get_running_loop()
-        await asyncio.to_thread(self._start_blocking)
+        await self.threads.run(self._start_blocking)
 
     def _start_blocking(self) -> None:
         try:
@@ -173,8 +178,10 @@ class BrokerZkClient:
         if self._reregister_task is not None:
             self._reregister_task.cancel()
         zk, self.zk = self.zk, None
-        if zk is not None and not await asyncio.to_thread(close_client, zk):
+        if zk is not None and not await self.threads.run(close_client, zk):
             log.warning("ZooKeeper session not closed within %.0fs; it will expire", CLOSE_TIMEOUT_S)
+        if not await self.threads.aclose(THREADS_STOP_S):
+            log.warning("%d ZooKeeper worker threads still running after %.0fs", self.threads.alive(), THREADS_STOP_S)
 
     @property
     def session_id(self) -> int | None:
@@ -279,7 +286,7 @@ class BrokerZkClient:
         """
         self._registration = info
         losses = self._losses
-        epoch, session = await asyncio.to_thread(self._register_blocking, info)
+        epoch, session = await self.threads.run(self._register_blocking, info)
         if losses != self._losses or session != self.session_id:
             raise ConnectionError("the ZooKeeper session was lost while registering")
         self.broker_epoch = epoch
@@ -357,7 +364,7 @@ class BrokerZkClient:
         topics = list(topics)
         if not topics:
             return {}
-        return await asyncio.to_thread(self._entity_configs_blocking,
+        return await self.threads.run(self._entity_configs_blocking,
                                        {t: zk_data.topic_config_path(t) for t in topics})
 
     def _entity_configs_blocking(self, paths: dict[str, str]) -> dict[str, zk_data.EntityConfig]:
@@ -390,7 +397,7 @@ class BrokerZkClient:
                 return None
             return zk_data.decode_topic_assignment(data), stat.version
 
-        return await asyncio.to_thread(get)
+        return await self.threads.run(get)
 
     async def set_topic_assignment(self, topic: str, assignment: TopicAssignment, expected_version: int) -> None:
         """Replace the topic's assignment (Kafka's writeTopicPartitionAssignment with an update),
@@ -403,14 +410,14 @@ class BrokerZkClient:
             except (BadVersionError, NoNodeError) as e:
                 raise AssignmentChangedError(topic) from e
 
-        await asyncio.to_thread(set_)
+        await self.threads.run(set_)
 
     async def get_topic_ids(self, topics: list[str]) -> dict[str, str | None]:
         """topic → its topic_id (Kafka's base64 text) from the assignment znodes, fetched in one go;
         None for a topic without one or without a znode."""
         if not topics:
             return {}
-        return await asyncio.to_thread(self._topic_ids_blocking, list(topics))
+        return await self.threads.run(self._topic_ids_blocking, list(topics))
 
     def _topic_ids_blocking(self, topics: list[str]) -> dict[str, str | None]:
         calls = self._calls()
@@ -427,14 +434,14 @@ class BrokerZkClient:
     async def get_entity_config(self, entity_path: str) -> zk_data.EntityConfig:
         """The overrides of `topics/<t>` or `brokers/<b>`, with the znode's version."""
         key = entity_path
-        return (await asyncio.to_thread(self._entity_configs_blocking,
+        return (await self.threads.run(self._entity_configs_blocking,
                                         {key: zk_data.entity_config_path(entity_path)}))[key]
 
     async def change_entity_config(self, entity_path: str, config: dict[str, str], expected_version: int) -> None:
         """Write an entity's overrides (create when `expected_version` is -1, else compare-and-set)
         and announce the change (`/config/changes/config_change_N`) in one transaction, as Kafka's
         AdminZkClient does in two steps. ConfigChangedError when the znode changed meanwhile."""
-        await asyncio.to_thread(self._change_entity_config_blocking, entity_path, config, expected_version)
+        await self.threads.run(self._change_entity_config_blocking, entity_path, config, expected_version)
 
     def _change_entity_config_blocking(self, entity_path: str, config: dict[str, str], expected_version: int) -> None:
         calls = self._calls()
@@ -465,7 +472,7 @@ class BrokerZkClient:
             if on_change is not None and loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(on_change)
 
-        return await asyncio.to_thread(
+        return await self.threads.run(
             lambda: self._calls().get_children(zk_data.CONFIG_CHANGES, watch=watch if on_change else None))
 
     async def get_config_changes(self, names: list[str]) -> dict[str, tuple[bytes, int] | None]:
@@ -482,7 +489,7 @@ class BrokerZkClient:
                     out[name] = None
             return out
 
-        return await asyncio.to_thread(read)
+        return await self.threads.run(read)
 
     async def delete_config_changes(self, names: list[str]) -> None:
         """Delete notifications (already gone ones are fine: every broker purges)."""
@@ -495,7 +502,7 @@ class BrokerZkClient:
                 except NoNodeError:
                     pass
 
-        await asyncio.to_thread(delete)
+        await self.threads.run(delete)
 
     async def get_all_topics(self) -> list[str]:
         """The children of `/brokers/topics` (every topic, whatever this broker's cache knows)."""
@@ -506,13 +513,13 @@ class BrokerZkClient:
             except NoNodeError:
                 return []
 
-        return await asyncio.to_thread(children)
+        return await self.threads.run(children)
 
     async def topic_exists(self, topic: str) -> bool:
-        return await asyncio.to_thread(lambda: self._calls().exists(zk_data.topic_path(topic)) is not None)
+        return await self.threads.run(lambda: self._calls().exists(zk_data.topic_path(topic)) is not None)
 
     async def is_topic_marked_for_deletion(self, topic: str) -> bool:
-        return await asyncio.to_thread(
+        return await self.threads.run(
             lambda: self._calls().exists(zk_data.delete_topic_path(topic)) is not None
         )
 
@@ -536,7 +543,7 @@ class BrokerZkClient:
                 except NodeExistsError:
                     calls.set(path, str(offset).encode())
 
-        await asyncio.to_thread(write)
+        await self.threads.run(write)
 
     async def _get(self, path: str) -> bytes | None:
         def get() -> bytes | None:
@@ -545,7 +552,7 @@ class BrokerZkClient:
             except NoNodeError:
                 return None
 
-        return await asyncio.to_thread(get)
+        return await self.threads.run(get)
 
     # --- the active controller ------------------------------------------------------------------
 
@@ -561,7 +568,7 @@ class BrokerZkClient:
             except NoNodeError:
                 return None
 
-        data = await asyncio.to_thread(get)
+        data = await self.threads.run(get)
         if data is None:
             return None
         try:
@@ -590,7 +597,7 @@ class BrokerZkClient:
                 calls.exists(zk_data.CONTROLLER, watch=watch if on_change else None, timeout_s=timeout_s)
                 return None
 
-        data = await asyncio.to_thread(get)
+        data = await self.threads.run(get)
         if data is None:
             return None
         try:
@@ -603,7 +610,7 @@ class BrokerZkClient:
 
     async def get_cluster_id(self) -> str:
         """The cluster id from `/cluster/id`, created (Kafka's JSON) by whoever asks first."""
-        return await asyncio.to_thread(self._cluster_id_blocking)
+        return await self.threads.run(self._cluster_id_blocking)
 
     def _cluster_id_blocking(self) -> str:
         calls = self._calls()
@@ -642,7 +649,7 @@ class BrokerZkClient:
         topics = list(topics)
         if len({t for t, _, _ in topics}) != len(topics):
             raise ValueError("create_topics: topic names must be distinct")
-        return await asyncio.to_thread(self._create_topics_blocking, topics)
+        return await self.threads.run(self._create_topics_blocking, topics)
 
     def _create_topics_blocking(self, topics: list[tuple[str, TopicAssignment, dict[str, str]]]
                                 ) -> dict[str, Exception | None]:
@@ -694,7 +701,7 @@ class BrokerZkClient:
                     raise value
             return {t for t, stat in found.items() if stat is not None}
 
-        return await asyncio.to_thread(read) if topics else set()
+        return await self.threads.run(read) if topics else set()
 
     async def delete_topic(self, topic: str) -> None:
         """Mark the topic for deletion (`/admin/delete_topics/<t>`); the controller does the rest."""
@@ -705,7 +712,7 @@ class BrokerZkClient:
             except NodeExistsError:
                 pass  # already being deleted
 
-        await asyncio.to_thread(mark)
+        await self.threads.run(mark)
 
     # --- log directory failures ------------------------------------------------------------------
 
@@ -719,7 +726,7 @@ class BrokerZkClient:
         while not self._stopping:
             attempt += 1
             try:
-                path = await asyncio.to_thread(
+                path = await self.threads.run(
                     lambda: self._calls().create(zk_data.log_dir_event_path(), data, sequence=True, makepath=True))
                 log.info("log directory failure announced in %s", path)
                 return
@@ -738,7 +745,7 @@ class BrokerZkClient:
 
         Each ZooKeeper call waits at most zookeeper.connection.timeout.ms (TimeoutError), so a
         disconnected client fails the claim instead of hanging."""
-        return await asyncio.to_thread(self._claim_producer_id_block_blocking, next_block, max_attempts)
+        return await self.threads.run(self._claim_producer_id_block_blocking, next_block, max_attempts)
 
     def _claim_producer_id_block_blocking(self, next_block: Callable[[ProducerIdsBlock | None], ProducerIdsBlock],
                                           max_attempts: int) -> ProducerIdsBlock:

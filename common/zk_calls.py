@@ -26,6 +26,12 @@ Watch = Callable[[Any], None]
 POLL_S = 0.1
 """How often a waiting call looks at `abort`."""
 
+ZOOKEEPER_THREADS = 10
+"""Worker threads of a process's ZooKeeper client (common/executors), so blocking calls at once:
+Kafka's zookeeper.max.in.flight.requests default."""
+THREADS_STOP_S = 2.0
+"""How long a stopping client waits for calls still running (they give up within POLL_S of the abort)."""
+
 
 class ZooKeeperTimeoutError(TimeoutError):
     """ZooKeeper did not answer in time (disconnected, or the server is stopped)."""

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from odradek.common.clock import Clock, now_ms
+from odradek.common.executors import BlockingExecutor
 from odradek.common.network.request_context import ANONYMOUS, RequestContext
 from odradek.common.zk_calls import BoundedCalls
 
@@ -52,10 +54,13 @@ class AclAuthorizer:
     enabled = True
 
     def __init__(self, settings: Settings, calls: Callable[[], BoundedCalls],
-                 session_id: Callable[[], int | None] = lambda: None, clock: Clock = now_ms):
+                 session_id: Callable[[], int | None] = lambda: None, clock: Clock = now_ms,
+                 threads: BlockingExecutor | None = None):
+        """`threads`: the ZooKeeper client's worker threads (tests without one: asyncio's)."""
         self.settings = settings
         self.clock = clock
         self._calls = calls
+        self._run: Callable[..., Awaitable[Any]] = asyncio.to_thread if threads is None else threads.run
         self.snapshot = AclSnapshot()
         self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str | None], bool] = {}
         self._last_seen: dict[str, int] = dict.fromkeys(store.CHANGE_PATHS, -1)
@@ -67,11 +72,11 @@ class AclAuthorizer:
     @classmethod
     def from_config(cls, class_name: str, super_users: str | None, allow_everyone: bool,
                     calls: Callable[[], BoundedCalls], session_id: Callable[[], int | None],
-                    clock: Clock = now_ms) -> AclAuthorizer:
+                    clock: Clock = now_ms, threads: BlockingExecutor | None = None) -> AclAuthorizer:
         if class_name != ACL_AUTHORIZER:
             log.warning("authorizer.class.name=%s: using Odradek's AclAuthorizer (%s's rules)", class_name,
                         ACL_AUTHORIZER)
-        return cls(Settings(parse_super_users(super_users), allow_everyone), calls, session_id, clock)
+        return cls(Settings(parse_super_users(super_users), allow_everyone), calls, session_id, clock, threads)
 
     # --- decisions ------------------------------------------------------------------------------
 
@@ -136,7 +141,7 @@ class AclAuthorizer:
         changes = {p: adder(frozenset(bindings[i].entry for i in ix)) for p, ix in by_resource.items()}
         results: list[Exception | None] = [None] * len(bindings)
         async with self._write_lock:
-            done = await asyncio.to_thread(store.update_resources, self._calls(), changes)
+            done = await self._run(store.update_resources, self._calls(), changes)
             self._replace({p: acls for p, acls in done.items() if not isinstance(acls, Exception)})
         for pattern, outcome in done.items():
             if isinstance(outcome, Exception):
@@ -171,7 +176,7 @@ class AclAuthorizer:
                 matching = [(i, f) for i, f in enumerate(filters) if f.pattern.matches(pattern)]
                 if matching:
                     changes[pattern] = remover(pattern, matching)
-            done = await asyncio.to_thread(store.update_resources, self._calls(), changes) if changes else {}
+            done = await self._run(store.update_resources, self._calls(), changes) if changes else {}
             self._replace({p: acls for p, acls in done.items() if not isinstance(acls, Exception)})
         for pattern, outcome in done.items():
             error = outcome if isinstance(outcome, Exception) else None
@@ -185,7 +190,7 @@ class AclAuthorizer:
 
     async def start(self) -> None:
         """Create Kafka's ACL paths, arm the change watches, load every ACL, then follow changes."""
-        await asyncio.to_thread(store.ensure_paths, self._calls())
+        await self._run(store.ensure_paths, self._calls())
         await self._follower.start()
         log.info("authorizer loaded %d ACLs on %d resources (super users: %s, allow.everyone.if.no.acl.found=%s)",
                  sum(len(a) for a in self.snapshot.acls.values()), len(self.snapshot.acls),
@@ -198,7 +203,7 @@ class AclAuthorizer:
         self._follower.on_registration(broker_epoch)
 
     async def _sync(self, full: bool) -> None:
-        loaded, changed = await asyncio.to_thread(self._sync_blocking, full)
+        loaded, changed = await self._run(self._sync_blocking, full)
         if loaded is not None:
             self.snapshot = loaded
             self._decisions = {}

@@ -9,7 +9,6 @@ quota keys and loses nothing written meanwhile by AlterUserScramCredentials (whi
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -118,10 +117,13 @@ class ZkQuotaStore:
         self.zk = zk
 
     async def read_all(self) -> QuotaConfigs:
-        return await asyncio.to_thread(read_all_blocking, self.zk.calls)
+        found: QuotaConfigs = await self.zk.threads.run(read_all_blocking, self.zk.calls)
+        return found
 
     async def read(self, entity_paths: Iterable[str]) -> dict[str, tuple[dict[str, str], int] | None]:
-        return await asyncio.to_thread(read_entities_blocking, self.zk.calls, list(entity_paths))
+        found: dict[str, tuple[dict[str, str], int] | None] = await self.zk.threads.run(
+            read_entities_blocking, self.zk.calls, list(entity_paths))
+        return found
 
     async def alter(self, entity: QuotaEntity, ops: list[tuple[str, float, bool]], validate_only: bool) -> None:
         """Apply the ops to the entity's znode (compare-and-set, retried when someone else wrote
@@ -129,7 +131,7 @@ class ZkQuotaStore:
         apply_ops(entity, {}, ops)  # validate first: an invalid op writes nothing
         if validate_only:
             return
-        await asyncio.to_thread(_ensure_parents_blocking, self.zk.calls, entity)
+        await self.zk.threads.run(_ensure_parents_blocking, self.zk.calls, entity)
         for _ in range(WRITE_ATTEMPTS):
             got = (await self.read([entity.entity_path])).get(entity.entity_path)
             config, version = got if got is not None else ({}, -1)

@@ -11,7 +11,6 @@ credential is reported by user and mechanism only.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import secrets
@@ -148,11 +147,13 @@ class CredentialLoader:
         self.cache = cache
 
     async def _read(self, users: Iterable[str] | None) -> dict[str, tuple[dict[str, str], int] | None]:
-        return await asyncio.to_thread(read_user_configs_blocking, self.zk.calls, users)
+        found: dict[str, tuple[dict[str, str], int] | None] = await self.zk.threads.run(
+            read_user_configs_blocking, self.zk.calls, users)
+        return found
 
     async def load_all(self) -> None:
         try:
-            self.cache.decoy_secret = await asyncio.to_thread(decoy_secret_blocking, self.zk.calls)
+            self.cache.decoy_secret = await self.zk.threads.run(decoy_secret_blocking, self.zk.calls)
         except ValueError as e:
             log.warning("keeping this broker's own SCRAM decoy secret: %s", e)
         read = await self._read(None)

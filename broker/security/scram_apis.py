@@ -11,7 +11,6 @@ derived here (ScramFormatter.generateCredential), and nothing of them is logged 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -47,7 +46,9 @@ class ScramApis:
         }
 
     async def _read(self, users: list[str] | None) -> dict[str, tuple[dict[str, str], int] | None]:
-        return await asyncio.to_thread(read_user_configs_blocking, self.zk.calls, users)
+        found: dict[str, tuple[dict[str, str], int] | None] = await self.zk.threads.run(
+            read_user_configs_blocking, self.zk.calls, users)
+        return found
 
     # --- Describe -------------------------------------------------------------------------------
 

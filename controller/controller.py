@@ -25,11 +25,13 @@ from odradek.common import zk_data as z
 from odradek.common import zk_security
 from odradek.common.api_key import ApiKey
 from odradek.common.config import ControllerConfig, parse_listeners
+from odradek.common.executors import BlockingExecutor
 from odradek.common.messages import LeaderAndIsrResponse
 from odradek.common.network.socket_server import SocketServer
 from odradek.common.security.channel import ClientSecurity
 from odradek.common.security.listeners import listener_security, outgoing_security
 from odradek.common.security.reload import CertificateWatcher
+from odradek.common.zk_calls import THREADS_STOP_S, ZOOKEEPER_THREADS
 from odradek.common.zk_data import ControllerInfo, EndPoint
 from odradek.controller.metrics import ControllerStats, request_event_name
 
@@ -158,6 +160,9 @@ class KafkaController:
         self._stopping = asyncio.Event()
         self._stopping_threads = threading.Event()
         """The same, for blocking ZooKeeper calls in worker threads."""
+        self.zk_threads = BlockingExecutor("zookeeper", ZOOKEEPER_THREADS)
+        """Where the blocking ZooKeeper calls run (not asyncio's shared default executor);
+        stopped when run() ends."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._modified_topics: set[str] = set()
         self._connected = asyncio.Event()
@@ -311,6 +316,9 @@ class KafkaController:
             if self.listener is not None:
                 await self.listener.stop()
                 self.listener = None
+            if not await self.zk_threads.aclose(THREADS_STOP_S):
+                log.warning("controller %d: %d ZooKeeper worker threads still running after %.0fs",
+                            self.controller_id, self.zk_threads.alive(), THREADS_STOP_S)
 
     async def _run_sessions(self) -> None:
         backoff = 0.1
@@ -362,7 +370,7 @@ class KafkaController:
             security=self._zk_security,
         )
         try:
-            await asyncio.to_thread(zk.start, self._stopping_threads)
+            await self.zk_threads.run(zk.start, self._stopping_threads)
             self._connected.set()
             loop = self._running_loop()
 
@@ -371,11 +379,11 @@ class KafkaController:
 
             zk.add_listener(on_state)
             while not self._stopping.is_set() and self._deposed_reason is None:
-                won = await asyncio.to_thread(zk.elect, ControllerInfo(self.controller_id, self._listener_endpoint))
+                won = await self.zk_threads.run(zk.elect, ControllerInfo(self.controller_id, self._listener_endpoint))
                 if won is not None:
                     await self._run_active(zk, gen, *won)
                     return  # deposed or stopping: a fresh session either way
-                holder = await asyncio.to_thread(zk.controller, self._watch(gen, ControllerChange()))
+                holder = await self.zk_threads.run(zk.controller, self._watch(gen, ControllerChange()))
                 if holder is None:
                     continue
                 log.info("controller %d: standby (active: %d)", self.controller_id, holder[0].controller_id)
@@ -384,7 +392,7 @@ class KafkaController:
         finally:
             self._cancel_suspended_timer()
             self._generation += 1  # stale watches and listeners of this session are ignored
-            await asyncio.to_thread(zk.close)
+            await self.zk_threads.run(zk.close)
 
     # --- ZooKeeper callbacks (kazoo thread → loop) ------------------------------------------------
 
@@ -498,14 +506,14 @@ class KafkaController:
             self.context = None
             if self._stopping.is_set() and self._deposed_reason is None:
                 try:
-                    await asyncio.to_thread(zk.resign)
+                    await self.zk_threads.run(zk.resign)
                     log.info("controller %d: resigned", self.controller_id)
                 except (TimeoutError, ConnectionError) as e:
                     log.warning("controller %d: could not resign (%r); /controller goes when the session "
                                 "expires", self.controller_id, e)
 
     async def _act(self, zk: ControllerZkClient, gen: int, epoch: int, epoch_zk_version: int) -> None:
-        ctx = await asyncio.to_thread(
+        ctx = await self.zk_threads.run(
             zk.load_context, self.controller_id, epoch, epoch_zk_version,
             brokers_watch=self._watch(gen, BrokerChange()), topics_watch=self._watch(gen, TopicChange()),
             deletions_watch=self._watch(gen, TopicDeletion()), topic_watch=self._topic_watch(gen),
@@ -515,7 +523,7 @@ class KafkaController:
         self.context = ctx
         self._active_channels().update_brokers(ctx.live_brokers)
         await self._execute(zk, sm.on_controller_failover)
-        if await asyncio.to_thread(zk.controller, self._watch(gen, ControllerChange())) is None:
+        if await self.zk_threads.run(zk.controller, self._watch(gen, ControllerChange())) is None:
             raise Deposed("/controller vanished")
         self.active.set()
         log.info("controller %d: active with %d brokers, %d topics", self.controller_id,
@@ -598,38 +606,38 @@ class KafkaController:
         self.stats.event(type(event).__name__)
         match event:
             case ControllerChange():
-                holder = await asyncio.to_thread(zk.controller, self._watch(gen, event))
+                holder = await self.zk_threads.run(zk.controller, self._watch(gen, event))
                 if holder is None or holder[1] != zk.session_id:
                     raise Deposed("/controller is " + ("gone" if holder is None else f"held by {holder[0].controller_id}"))
             case BrokerChange():
-                live = await asyncio.to_thread(zk.live_brokers, self._watch(gen, event))
+                live = await self.zk_threads.run(zk.live_brokers, self._watch(gen, event))
                 log.info("broker change: live brokers %s", sorted(live))
                 await self._execute(zk, lambda ctx: sm.on_broker_change(ctx, live))
                 await self._reassignment_progress(zk)
             case TopicChange():
-                assignments = await asyncio.to_thread(zk.topic_assignments, self._watch(gen, event),
+                assignments = await self.zk_threads.run(zk.topic_assignments, self._watch(gen, event),
                                                       dict(self._active_context().assignments), self._topic_watch(gen))
                 await self._execute(zk, lambda ctx: sm.on_topic_change(ctx, assignments))
             case PartitionModification():
                 topics, self._modified_topics = self._modified_topics, set()
-                changed = await asyncio.to_thread(zk.assignments_of, sorted(topics), self._topic_watch(gen))
+                changed = await self.zk_threads.run(zk.assignments_of, sorted(topics), self._topic_watch(gen))
                 d = await self._execute(zk, lambda ctx: sm.on_partition_modification(ctx, changed))
                 for topic, assignment in d.updated_assignments.items():
                     log.info("topic %s: now %d partitions", topic, len(assignment.partitions))
             case TopicDeletion():
-                marked = await asyncio.to_thread(zk.delete_markers, self._watch(gen, event))
+                marked = await self.zk_threads.run(zk.delete_markers, self._watch(gen, event))
                 if marked - set(self._active_context().assignments):
                     # a topic created and marked at once: learn of it first, or its marker looks stray
                     await self._handle(zk, gen, TopicChange())
                 await self._execute(zk, lambda ctx: sm.on_topic_deletion(ctx, marked))
             case LogDirEvent():
-                children, brokers = await asyncio.to_thread(zk.log_dir_events, self._watch(gen, event))
+                children, brokers = await self.zk_threads.run(zk.log_dir_events, self._watch(gen, event))
                 if children:
                     log.warning("log directory failures announced by brokers %s", sorted(brokers))
                     await self._execute(zk, lambda ctx: sm.on_log_dir_event(ctx, brokers))
-                    await asyncio.to_thread(zk.delete_log_dir_events, children, self._active_context().epoch_zk_version)
+                    await self.zk_threads.run(zk.delete_log_dir_events, children, self._active_context().epoch_zk_version)
             case ZkReassignment():
-                data = await asyncio.to_thread(zk.reassign_partitions, self._watch(gen, event))
+                data = await self.zk_threads.run(zk.reassign_partitions, self._watch(gen, event))
                 try:
                     wanted = {} if data is None else ra.decode_reassign_partitions(data)
                 except ValueError as e:
@@ -656,9 +664,9 @@ class KafkaController:
             if d.deposed:
                 raise Deposed("a partition state was written by a newer controller")
             if d.assignment_writes:  # a started reassignment is recorded before anything else
-                await asyncio.to_thread(zk.write_assignments, d.assignment_writes, ctx.epoch_zk_version)
+                await self.zk_threads.run(zk.write_assignments, d.assignment_writes, ctx.epoch_zk_version)
             if d.state_writes:
-                result = await asyncio.to_thread(zk.write_states, d.state_writes, ctx.epoch_zk_version)
+                result = await self.zk_threads.run(zk.write_states, d.state_writes, ctx.epoch_zk_version)
                 for w in result.applied:
                     old = ctx.partition_states.get(w.tp)
                     if w.state.leader >= 0 and (old is None or old.leader != w.state.leader):
@@ -668,7 +676,7 @@ class KafkaController:
                     ctx.partition_states[w.tp] = w.state
                 if result.conflicts:
                     log.info("partition state conflicts on %s; re-reading", [str(tp) for tp in result.conflicts])
-                    fresh = await asyncio.to_thread(zk.partition_states, result.conflicts)
+                    fresh = await self.zk_threads.run(zk.partition_states, result.conflicts)
                     for tp in result.conflicts:
                         if tp in fresh:
                             ctx.partition_states[tp] = fresh[tp]
@@ -679,11 +687,11 @@ class KafkaController:
                 self._active_channels().update_brokers(d.live_brokers)
             self._send(d.requests)
             if d.final_assignment_writes:
-                await asyncio.to_thread(zk.write_assignments, d.final_assignment_writes, ctx.epoch_zk_version)
+                await self.zk_threads.run(zk.write_assignments, d.final_assignment_writes, ctx.epoch_zk_version)
             for path in d.zk_deletes:
-                await asyncio.to_thread(zk.delete_recursive, path, ctx.epoch_zk_version)
+                await self.zk_threads.run(zk.delete_recursive, path, ctx.epoch_zk_version)
             if d.reassign_znode is not None and d.reassign_znode != ctx.zk_reassignment:
-                await asyncio.to_thread(zk.write_reassign_partitions, ra.encode_reassign_partitions(d.reassign_znode)
+                await self.zk_threads.run(zk.write_reassign_partitions, ra.encode_reassign_partitions(d.reassign_znode)
                                         if d.reassign_znode else None, ctx.epoch_zk_version)
             self._send(d.final_requests)
             sm.apply_decisions(ctx, d)

@@ -1,6 +1,6 @@
 """The controller's ZooKeeper access (kazoo): election, epoch fencing, loading, watches, writes.
 
-Blocking calls, made from a worker thread (asyncio.to_thread) by controller/controller.py. Every
+Blocking calls, made from the controller's own ZooKeeper worker threads by controller/controller.py. Every
 write the active controller makes is a ZooKeeper transaction that first checks the version of
 /controller_epoch it set when it won (Kafka's controller-epoch zkVersion check): once another
 controller has incremented the epoch, a deposed controller's writes fail as a whole and it learns

@@ -14,6 +14,7 @@ accepting, close the ZooKeeper session (the registration goes at once), and shut
 import argparse
 import asyncio
 import faulthandler
+import gc
 import logging
 import signal
 import sys
@@ -559,6 +560,16 @@ def check_listeners(config: BrokerConfig) -> None:
                              "the controller connects to it as advertised")
 
 
+def freeze_startup_heap() -> None:
+    """Takes what start-up built (modules, classes, the loaded logs and their state: objects that
+    live as long as the process) out of the cyclic collector's reach (gc.freeze, as CPython
+    advises for long-running servers). A full collection walked all of it on the event loop
+    every few seconds under request load, 25-50 ms of CPU each time, a stall every answer waited
+    for; it now walks what came later."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -579,6 +590,7 @@ async def run(config: BrokerConfig) -> int:
         except (asyncio.CancelledError, Exception):
             pass
     else:
+        freeze_startup_heap()
         await stopper
     stopper.cancel()
     faulthandler.dump_traceback_later(SHUTDOWN_STACKS_AFTER_S)

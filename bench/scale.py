@@ -49,6 +49,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
@@ -268,6 +269,31 @@ def active_controller(cluster: LocalCluster, timeout: float) -> int:
         zk.close()
 
 
+SHUTDOWN_MARKS = (
+    ("first_line", r"shutting down"),
+    ("controller_answered", r"controlled shutdown (succeeded|attempt|did not|:)"),
+    ("replica_manager_stopped", r"replica manager stopped"),
+    ("zookeeper_closing", r"closing the ZooKeeper session"),
+    ("logs_closing", r"closing \d+ logs"),
+    ("stopped", r"broker \d+ stopped"),
+    ("exiting", r"broker \d+ exiting"),
+)
+"""The stopping broker's own lines, in the order it logs them (server.py's shutdown)."""
+
+
+def shutdown_phases(path: Path, broker: int, signalled: float, gone: float) -> dict:
+    """Seconds between consecutive marks from the SIGTERM (the bench's clock) through the broker's
+    own log lines to the process gone: what each step of the shutdown took, and what no line covers
+    (before the first: the event loop reaching the signal; after the last: the interpreter's exit)."""
+    marks = [("signal", signalled)]
+    for name, pattern in SHUTDOWN_MARKS:
+        t = log_time(path, pattern, signalled)
+        if t is not None and t >= marks[-1][1] - 0.001:
+            marks.append((name, t))
+    marks.append(("gone", gone))
+    return {f"{a}->{b}": round(tb - ta, 2) for (a, ta), (b, tb) in pairwise(marks)}
+
+
 def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[str], args) -> dict:
     view = cluster_view(admin, topics)
     victim, led = view.leaders.most_common(1)[0]
@@ -288,7 +314,7 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
         spies = [py_spy(popen.pid, out / "shutdown-broker.txt", 30),
                  py_spy(controller.pid, out / "shutdown-controller.txt", 30)]
         time.sleep(1)  # py-spy attaches
-    start = time.monotonic()
+    start, signalled = time.monotonic(), time.time()
     load.phase = "shutting down"
     popen.send_signal(signal.SIGTERM)
     try:
@@ -296,7 +322,8 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     except Exception:
         process.kill()
         raise
-    took = time.monotonic() - start
+    took, gone = time.monotonic() - start, time.time()
+    phases = shutdown_phases(process.log_path, victim, signalled, gone)
     for spy in spies:
         spy.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
         spy.wait(timeout=60)
@@ -319,7 +346,7 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     load.phase = "after"
     time.sleep(args.warmup)
     load.finish()
-    return {"broker": victim, "partitions_led": led, "sigterm_to_exit_s": round(took, 2),
+    return {"broker": victim, "partitions_led": led, "sigterm_to_exit_s": round(took, 2), "phases_s": phases,
             "produce_sent": load.sent, "produce_delivered": load.delivered, "produce_errors": dict(load.errors),
             "by_phase_sent_in": dict(load.outcomes),
             "returncode": popen.returncode, "restart_registered_s": round(registered, 1),

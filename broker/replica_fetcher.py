@@ -91,6 +91,8 @@ LEADERSHIP_PENDING = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unkn
 every replica at once, so a follower often asks first."""
 FIRST_RETRY_S = 0.05
 SWEEP_S = 1.0
+RETRY_NAMES_LOGGED = 3
+"""How many partitions a summary line of retries names."""
 """How often a fetcher looks at every partition it follows (see the module doc)."""
 SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch})
 """Answers that only mean "start a new fetch session": the next request is a full one."""
@@ -145,6 +147,8 @@ class ReplicaFetcher:
         self._truncating: set[Key] = set()
         """Partitions waiting for OffsetForLeaderEpoch (`PartitionFetchState.truncating`)."""
         self._delays: list[tuple[float, Key]] = []
+        self._retrying: dict[tuple[str, ErrorCode, float], list[Key]] = {}
+        """First retries of this round by (request, error, delay): one INFO line each (_log_retries)."""
         """Heap of backoffs (delayed_until, key); entries whose state moved on are skipped."""
         self._next_sweep = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -368,6 +372,7 @@ class ReplicaFetcher:
                              plog.log_end_offset, offset, self.source_id, r.leader_epoch, r.end_offset)
                     plog.truncate_to(offset)
                 self._end_truncation(key, state)
+        self._log_retries()
 
     # --- fetching -------------------------------------------------------------------------
 
@@ -441,6 +446,7 @@ class ReplicaFetcher:
             elif p.key in starting and self.replica_manager.get_partition(p.key) is p:
                 # not appended after all: its new epoch entries go (a rare synchronous write)
                 p.log.leader_epoch_cache.truncate_from_end(p.log.log_end_offset)
+        self._log_retries()
 
     async def _checkpoint_new_epochs(self, answered: list[tuple[Partition, PartitionFetchState, FetchedPartition]]
                                      ) -> set[Key]:
@@ -537,10 +543,22 @@ class ReplicaFetcher:
             state.retries += 1
         else:
             delay = self.backoff_s
-        level = logging.INFO if state.retries <= 1 else logging.DEBUG
-        log.log(level, "%s-%d: %s from %d answered %s; retrying in %.0f ms", *key, what, self.source_id,
-                code.name, delay * 1000)
+        log.debug("%s-%d: %s from %d answered %s; retrying in %.0f ms", *key, what, self.source_id,
+                  code.name, delay * 1000)
+        if state.retries <= 1:
+            self._retrying.setdefault((what, code, delay), []).append(key)
         self._delay(key, state, now + delay)
+
+    def _log_retries(self) -> None:
+        """One INFO line per kind of first retry in a response, not one per partition: a leadership
+        change moves thousands of partitions at once (Kafka 1.1 cut this logging too). Per
+        partition at DEBUG (retry_after)."""
+        retrying, self._retrying = self._retrying, {}
+        for (what, code, delay), keys in retrying.items():
+            names = ", ".join(f"{t}-{i}" for t, i in keys[:RETRY_NAMES_LOGGED])
+            more = f" and {len(keys) - RETRY_NAMES_LOGGED} more" if len(keys) > RETRY_NAMES_LOGGED else ""
+            log.info("%r: %s answered %s for %d partitions (%s%s); retrying in %.0f ms", self, what, code.name,
+                     len(keys), names, more, delay * 1000)
 
     def _handle_out_of_range(self, p: Partition, state: PartitionFetchState, r: FetchedPartition) -> None:
         """Our offset is outside the leader's log: below its start (retention) or past its end."""

@@ -63,6 +63,25 @@ DEBUGGING_REPLICA_ID = -2
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 DELETE_TO_HIGH_WATERMARK = -1
 """DeleteRecords offset meaning "everything below the high watermark" (Kafka's HIGH_WATERMARK)."""
+LEADERSHIP_NAMES_LOGGED = 3
+"""How many partitions a LeaderAndIsr's summary line names per leader."""
+
+
+def log_leadership_changes(leaders: list[Partition], followers: list[Partition]) -> None:
+    """One INFO line for the partitions a LeaderAndIsr made us lead and one per leader we now
+    follow, with counts and a few names: a controlled shutdown or a failover moves thousands at
+    once, and a line each cost seconds (Kafka 1.1 cut this logging too). Per partition at DEBUG."""
+    def names(ps: list[Partition]) -> str:
+        shown = ", ".join(f"{p.topic}-{p.partition} at epoch {p.leader_epoch}" for p in ps[:LEADERSHIP_NAMES_LOGGED])
+        return shown + (f" and {len(ps) - LEADERSHIP_NAMES_LOGGED} more" if len(ps) > LEADERSHIP_NAMES_LOGGED else "")
+
+    if leaders:
+        log.info("now leader of %d partitions (%s)", len(leaders), names(leaders))
+    by_leader: dict[int, list[Partition]] = {}
+    for p in followers:
+        by_leader.setdefault(p.leader_id, []).append(p)
+    for leader_id, ps in sorted(by_leader.items()):
+        log.info("now follower of %d for %d partitions (%s)", leader_id, len(ps), names(ps))
 
 
 # --- results --------------------------------------------------------------------------------------
@@ -570,6 +589,7 @@ class ReplicaManager:
             await self._assign_new_leader_epochs(
                 [(p, ps) for p, ps in changed if ps.leader == self.broker_id and not p.is_leader])
             new_followers = []
+            new_leaders = []
             for partition, ps in changed:
                 if partition.log.closed:  # its log dir failed meanwhile (or while writing the epoch)
                     errors[partition.key] = ErrorCode.kafka_storage_error
@@ -582,12 +602,16 @@ class ReplicaManager:
                         errors[partition.key] = ErrorCode.kafka_storage_error
                         continue
                     if became:
-                        log.info("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch, partition.isr)
+                        new_leaders.append(partition)
+                        log.debug("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch,
+                                  partition.isr)
                 else:
                     partition.make_follower(ps)
                     new_followers.append(partition)  # every new epoch: truncate, then fetch
-                    log.info("%s-%d: now follower of %d at epoch %d", *partition.key, partition.leader_id, partition.leader_epoch)
+                    log.debug("%s-%d: now follower of %d at epoch %d", *partition.key, partition.leader_id,
+                              partition.leader_epoch)
                 self.complete_delayed_requests(partition.key)
+            log_leadership_changes(new_leaders, new_followers)
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
             return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(

@@ -43,7 +43,7 @@ from odradek.broker.transaction.transaction_coordinator import TransactionCoordi
 from odradek.broker.transaction.transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common import messages, open_files, process_logging, zk_security
-from odradek.common.bounded_exit import end_leftover_tasks, within
+from odradek.common.bounded_exit import end_leftover_tasks, exit_after_clean_shutdown, within
 from odradek.common.clock import Clock, now_ms
 from odradek.common.config import BrokerConfig, load_properties, parse_listeners, parse_protocol_map
 from odradek.common.config_def import ConfigException
@@ -519,6 +519,7 @@ class KafkaServer:
         if self.metrics_server is not None:
             await within(self.metrics_server.stop(), 5, "closing the metrics endpoint", log)
         if parts is not None:
+            log.info("broker %d: closing %d logs", self.config.broker_id, len(parts.log_manager.all_logs()))
             await asyncio.to_thread(parts.log_manager.shutdown)
         log.info("broker %d stopped", self.config.broker_id)
 
@@ -623,7 +624,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     soft, _hard = open_files.raise_soft_limit()
     log.info("open files limit %d (one per hosted replica, plus connections)", soft)
-    return asyncio.run(run(config))
+    code = asyncio.run(run(config))
+    log.info("broker %d exiting (code %d)", config.broker_id, code)
+    if code == 0:
+        exit_after_clean_shutdown(code)
+    return code
 
 
 if __name__ == "__main__":

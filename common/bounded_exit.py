@@ -14,6 +14,8 @@ import asyncio
 import io
 import logging
 import os
+import sys
+import threading
 from collections.abc import Awaitable
 
 LEFTOVER_EXIT_CODE = 3
@@ -58,3 +60,24 @@ async def end_leftover_tasks(timeout_s: float, log: logging.Logger) -> None:
                   stack.getvalue())
     logging.shutdown()
     os._exit(LEFTOVER_EXIT_CODE)
+
+
+def exit_after_clean_shutdown(code: int) -> None:
+    """End the process once its shutdown has closed everything it wrote to (logs flushed and
+    closed, checkpoints written, ZooKeeper session closed, worker threads joined by asyncio.run):
+    flush the log handlers and the standard streams, then leave without the interpreter's
+    teardown, which only frees memory. With thousands of partitions that teardown (collecting
+    a heap of a few hundred MB, object by object) took 3 s after the broker's last line; the JVM
+    does not walk its heap at exit either. A non-daemon thread still alive may be writing: then
+    the interpreter's ordinary exit joins it (and this returns)."""
+    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    if busy:
+        logging.getLogger(__name__).info("exiting after threads %s end", ", ".join(busy))
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -96,3 +96,43 @@ def test_leader_epoch_starts_reads_the_new_epochs_of_whole_batches():
     assert leader_epoch_starts(buf, 6) == []
     assert leader_epoch_starts(buf[:-1], 5) == []  # a partial batch is not appended, so not counted
     assert leader_epoch_starts(b"", 0) == []
+
+
+def test_first_retries_of_a_response_are_one_summary_line(caplog):
+    """A leadership change answers NOT_LEADER for thousands of partitions at once: one INFO line
+    per kind of first retry (with a count and a few names), every partition at DEBUG."""
+    config = BrokerConfig.from_properties({"broker.id": "1", "zookeeper.connect": "x", "log.dirs": "/tmp/x"})
+    fetcher = ReplicaFetcher(SimpleNamespace(replica_manager=None, config=config, broker_id=1), 0, "127.0.0.1", 9)
+    states = {("t", i): PartitionFetchState(leader_epoch=0) for i in range(1000)}
+    with caplog.at_level("DEBUG", logger="odradek.broker.replica_fetcher"):
+        for key, state in states.items():
+            fetcher.retry_after(state, key, ErrorCode.not_leader_or_follower, now=0.0, what="fetch")
+        fetcher.retry_after(states[("t", 0)], ("t", 0), ErrorCode.not_leader_or_follower, now=0.0, what="fetch")
+        fetcher._log_retries()
+        fetcher._log_retries()  # nothing new: nothing logged
+    info = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert len(info) == 1, info
+    assert "fetch answered not_leader_or_follower for 1000 partitions (t-0, t-1, t-2 and 997 more)" in info[0]
+    assert sum(r.levelname == "DEBUG" for r in caplog.records) == 1001
+
+
+def test_epoch_checkpoints_are_written_in_parallel_and_failures_kept_apart(tmp_path):
+    """write_in_worker writes many checkpoints at once (each its own file) and reports exactly the
+    ones whose directory is gone."""
+    from odradek.broker.log.leader_epoch import LeaderEpochFileCache, read_checkpoint, write_in_worker
+
+    caches = []
+    for i in range(100):
+        d = tmp_path / f"p-{i}"
+        d.mkdir()
+        caches.append(LeaderEpochFileCache(d / "leader-epoch-checkpoint", lambda: 0))
+    for i, cache in enumerate(caches):
+        assert cache.assign(i + 1, 10 * i, flush=False)
+    for d in (tmp_path / "p-7", tmp_path / "p-70"):
+        d.rmdir()  # as a failed (or deleted) log dir
+    failed = asyncio.run(write_in_worker(caches))
+    assert set(failed) == {caches[7], caches[70]}
+    assert all(isinstance(e, OSError) for e in failed.values())
+    for i, cache in enumerate(caches):
+        if i not in (7, 70):
+            assert read_checkpoint(cache.path) == [[str(i + 1), str(10 * i)]]

@@ -211,18 +211,7 @@ async def test_a_settled_ensemble_is_not_asked_and_its_secret_not_read_on_every_
     (`srvr`, `conf`) nor read the admin Secret; the StatefulSet's record of the voters is what
     makes a pass ask again (here: dropped, as by an older operator version)."""
     import kmock
-    from operator_harness import (
-        NS,
-        SECRETS,
-        STS,
-        Api,
-        Kubelet,
-        OperatorThread,
-        ScriptedView,
-        condition,
-        new_server,
-        wait_for,
-    )
+    import operator_harness as h
 
     from odradek.operator.reconciler import ZOOKEEPER_VOTERS
 
@@ -241,32 +230,32 @@ async def test_a_settled_ensemble_is_not_asked_and_its_secret_not_read_on_every_
                    and r.resource is not None and r.resource.plural == "secrets" and r.name == "demo-zookeeper-admin")
 
     def recorded():
-        return ((server.live(STS, NS, "demo-zookeeper") or {}).get("metadata", {}).get("annotations") or {}).get(
+        return ((server.live(h.STS, h.NS, "demo-zookeeper") or {}).get("metadata", {}).get("annotations") or {}).get(
             ZOOKEEPER_VOTERS)
 
-    server = new_server()
+    server = h.new_server()
     async with server, kmock.Server(server) as http:
-        view = ScriptedView()
-        kubelet = Kubelet(server, view)
+        view = h.ScriptedView()
+        kubelet = h.Kubelet(server, view)
         kubelet.start()
-        api = Api(str(http.url))
-        operator = OperatorThread(str(http.url), view, zookeeper_members=source)
+        api = h.Api(str(http.url))
+        operator = h.OperatorThread(str(http.url), view, zookeeper_members=source)
         try:
             await api.create_cluster({})
-            await wait_for(lambda: recorded() == "3", 20, "the voters recorded on the StatefulSet")
+            await h.wait_for(lambda: recorded() == "3", 20, "the voters recorded on the StatefulSet")
             await view.passes(2)
             before, reads = len(asked), secret_reads(server)
-            assert before > 0 and reads > 0 and server.live(SECRETS, NS, "demo-zookeeper-admin") is not None
+            assert before > 0 and reads > 0 and server.live(h.SECRETS, h.NS, "demo-zookeeper-admin") is not None
             await view.passes(4)
             assert len(asked) == before, asked[before:]
             assert secret_reads(server) == reads
-            assert condition(server.live("odradek.io/v1alpha1/kafkaclusters", NS, "demo"), "Progressing").get(
+            assert h.condition(server.live("odradek.io/v1alpha1/kafkaclusters", h.NS, "demo"), "Progressing").get(
                 "reason") != "ZooKeeperScaling"
             # without the record (an operator version before it) the next pass asks, and records
-            sts = server.live(STS, NS, "demo-zookeeper")
+            sts = server.live(h.STS, h.NS, "demo-zookeeper")
             annotations = {k: v for k, v in sts["metadata"]["annotations"].items() if k != ZOOKEEPER_VOTERS}
-            server.put_raw(STS, NS, {**sts, "metadata": {**sts["metadata"], "annotations": annotations}})
-            await wait_for(lambda: recorded() == "3", 20, "the voters recorded again")
+            server.put_raw(h.STS, h.NS, {**sts, "metadata": {**sts["metadata"], "annotations": annotations}})
+            await h.wait_for(lambda: recorded() == "3", 20, "the voters recorded again")
             assert len(asked) > before
         finally:
             await operator.stop()

@@ -68,8 +68,9 @@ class LogLoader:
         segments = LogSegments([self._new_segment(b) for b in sorted(bases)] or [self._new_segment(0)])
         replay_at_most_from = None
         if self._had_clean_shutdown:
-            for seg in segments:
-                seg.load(is_active=seg is segments.active_segment)
+            for seg in segments.values()[:-1]:
+                seg.load_lazily()
+            segments.active_segment.load(is_active=True)
         else:
             replay_at_most_from = self._recover(segments)
         end = segments.active_segment.next_offset
@@ -113,7 +114,7 @@ class LogLoader:
         first_unflushed = segments.floor_index(self._recovery_point)
         values = segments.values()
         for seg in values[:first_unflushed]:
-            seg.load(is_active=False)
+            seg.load_lazily()
         for i in range(first_unflushed, len(values)):
             seg = values[i]
             truncated = seg.recover(self._leader_epoch_cache)

@@ -9,6 +9,7 @@ Log decides when to roll, truncate and delete.
 import logging
 import os
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 
 from crc32c import crc32c
@@ -38,6 +39,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 _SCAN_CHUNK = 16 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
+_LAZY = ("index", "time_index", "max_timestamp", "offset_of_max_timestamp")
+"""What `load_lazily` leaves for first use."""
 
 
 class TruncatedBatchError(CorruptRecordError):
@@ -54,11 +57,10 @@ class LogSegment:
         """`file_suffix` names a segment being written aside (the cleaner's `.cleaned`)."""
         self.base_offset = base_offset
         self.log_path = directory / (file_name(base_offset, LOG_SUFFIX) + file_suffix)
-        self.index = OffsetIndex(directory / (file_name(base_offset, INDEX_SUFFIX) + file_suffix), base_offset,
-                                 max_index_entries)
-        self.time_index = TimeIndex(
-            directory / (file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix), base_offset, max_index_entries
-        )
+        self._index_paths = (directory / (file_name(base_offset, INDEX_SUFFIX) + file_suffix),
+                             directory / (file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix))
+        self._max_index_entries = max_index_entries
+        self.index, self.time_index = self._new_indexes()
         self.txn_index = TransactionIndex(directory / (file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix))
         self.index_interval_bytes = index_interval_bytes
         fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -72,6 +74,11 @@ class LogSegment:
         self._rolling_timestamp: int | None = None
         self._bytes_since_index = 0
         self.closed = False
+
+    def _new_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        index_path, time_index_path = self._index_paths
+        return (OffsetIndex(index_path, self.base_offset, self._max_index_entries),
+                TimeIndex(time_index_path, self.base_offset, self._max_index_entries))
 
     # --- appending ------------------------------------------------------------------------
 
@@ -216,6 +223,64 @@ class LogSegment:
 
     # --- loading and recovery -------------------------------------------------------------
 
+    def load_lazily(self) -> None:
+        """An inactive segment after a clean stop (or below the recovery point): its indexes and
+        max timestamp are read on first use, not at start-up (Kafka's lazy indexes, KIP-263). A
+        log of many segments then costs one open and one stat per old segment to load."""
+        if self.size == 0:
+            self.load(is_active=False)
+            return
+        for name in _LAZY:
+            del self.__dict__[name]  # from now on the cached_property below reads them
+
+    @cached_property
+    def index(self) -> OffsetIndex:
+        self._load_indexes()
+        value: OffsetIndex = self.__dict__["index"]
+        return value
+
+    @cached_property
+    def time_index(self) -> TimeIndex:
+        self._load_indexes()
+        value: TimeIndex = self.__dict__["time_index"]
+        return value
+
+    @cached_property
+    def max_timestamp(self) -> int:
+        self._load_indexes()
+        value: int = self.__dict__["max_timestamp"]
+        return value
+
+    @cached_property
+    def offset_of_max_timestamp(self) -> int:
+        self._load_indexes()
+        value: int = self.__dict__["offset_of_max_timestamp"]
+        return value
+
+    def _load_indexes(self) -> None:
+        """The deferred part of `load` for an inactive segment, on first use. A failed check
+        rebuilds the indexes from the batches, but never truncates: data in the middle of a log
+        stays as it is (a corrupt batch is then the reader's error, not lost records)."""
+        index, time_index = self._new_indexes()
+        self.__dict__.update(index=index, time_index=time_index)
+        try:
+            index.load(self.size)
+            time_index.load(2**63 - 1)
+            self._restore_max_timestamp(scan_tail=False)
+            return
+        except IndexCorruptError as exc:
+            log.warning("%s: %s; rebuilding its indexes", self.log_path, exc)
+        index.reset()
+        time_index.reset()
+        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        self._bytes_since_index = 0
+        try:
+            for info in self.scan(0, self.size, chunk=_RECOVERY_CHUNK):
+                self._track(info.base_offset, info.position, info.size, info.max_timestamp)
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            log.error("%s: %s; indexed up to there", self.log_path, exc)
+        self.on_become_inactive()
+
     def load(self, is_active: bool) -> None:
         """Open existing index files after a clean shutdown; recover if any fails its check."""
         if self.size == 0:
@@ -307,6 +372,8 @@ class LogSegment:
         self.write_indexes()
 
     def write_indexes(self, fsync: bool = False) -> None:
+        if "index" not in self.__dict__:
+            return  # never read since a clean load: the files are as they were (see load_lazily)
         self.index.flush(fsync)
         self.time_index.flush(fsync)
         if fsync:
@@ -318,21 +385,24 @@ class LogSegment:
     def close(self) -> None:
         if self.closed:
             return
-        self.on_become_inactive()
+        if "index" in self.__dict__:  # else never read since a clean load: nothing to add
+            self.on_become_inactive()
         self.file.close()
         self.closed = True
 
     def rename_to_deleted(self) -> None:
         """Kafka's async delete, step one: a crash from here on removes the files at load."""
-        for holder in (self, self.index, self.time_index):
-            attr = "log_path" if holder is self else "path"
-            path: Path = getattr(holder, attr)
-            target = path.with_name(path.name + DELETED_SUFFIX)
+        paths = [self.log_path, *self._index_paths]
+        targets = [path.with_name(path.name + DELETED_SUFFIX) for path in paths]
+        for path, target in zip(paths, targets):
             try:
                 path.rename(target)
             except FileNotFoundError:
                 pass
-            setattr(holder, attr, target)
+        self.log_path = targets[0]
+        self._index_paths = (targets[1], targets[2])
+        if "index" in self.__dict__:  # loaded (else they are read from the new names, if ever)
+            self.index.path, self.time_index.path = self._index_paths
         self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
 
     def delete_files(self) -> None:
@@ -340,7 +410,7 @@ class LogSegment:
         if not self.closed:
             self.file.close()
             self.closed = True
-        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
+        for path in (self.log_path, *self._index_paths, self.txn_index.path):
             path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:

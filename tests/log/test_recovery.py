@@ -11,6 +11,7 @@ import pytest
 
 from odradek.broker.log import Log, LogConfig, LogManager
 from odradek.broker.log.log_manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
+from odradek.broker.log.offset_index import OffsetIndex
 from odradek.broker.log.segment import LogSegment
 from odradek.common.config import BrokerConfig
 
@@ -111,6 +112,65 @@ def test_damaged_indexes_are_rebuilt_even_after_a_clean_shutdown(tmp_path, damag
         assert_consistent(lg, 120)
         assert index.read_bytes() == good
         assert lg.fetch_offset_by_timestamp(0) == (0, 1000)
+    finally:
+        lg.close()
+
+
+def test_inactive_segments_indexes_are_read_on_first_use(tmp_path, monkeypatch):
+    """Kafka's lazy indexes: a load reads only the active segment's indexes; an old segment's
+    are read when something first needs them (a read, a time lookup, retention)."""
+    path = tmp_path / "t-0"
+    make_log(path, 60)
+    loaded = []
+    real_load = OffsetIndex.load
+    monkeypatch.setattr(OffsetIndex, "load", lambda self, size: loaded.append(self.base_offset) or real_load(self, size))
+    lg = Log(path, CONFIG, had_clean_shutdown=True)
+    try:
+        bases = [s.base_offset for s in lg.segments]
+        assert len(bases) >= 4 and loaded == [bases[-1]]
+        second = lg.segments[1]
+        assert "index" not in vars(second)
+        assert lg.fetch_offset_by_timestamp(0) == (0, 1000)  # the first segment's time index
+        assert loaded == [bases[-1], bases[0]]
+        assert batches_in(lg.read(bases[1] + 3, 1).read_bytes())[0].base_offset == bases[1] + 2
+        assert loaded == [bases[-1], bases[0], bases[1]]
+        assert second.max_timestamp == 1000
+        assert_consistent(lg, 120)
+    finally:
+        lg.close()
+    untouched = Log(path, CONFIG, had_clean_shutdown=True)
+    index_bytes = {p.name: p.read_bytes() for p in path.glob("*index")}
+    untouched.close()  # closing never reads (nor rewrites) what was not used
+    assert {p.name: p.read_bytes() for p in path.glob("*index")} == index_bytes
+
+
+def test_corrupt_index_first_used_after_start_is_rebuilt_never_truncated(tmp_path):
+    """An old segment's damage found on first use is not a torn tail: its index is rebuilt from
+    its batches, and even a corrupt batch there cuts nothing from the middle of the log."""
+    path = tmp_path / "t-0"
+    make_log(path, 60)
+    index = sorted(path.glob("*.index"))[1]
+    good = index.read_bytes()
+    index.write_bytes(good[8:16] + good[:8])  # not increasing
+    segment = index.with_suffix(".log")
+    size = segment.stat().st_size
+    lg = Log(path, CONFIG, had_clean_shutdown=True)
+    try:
+        assert_consistent(lg, 120)
+        assert index.read_bytes() == good and segment.stat().st_size == size
+    finally:
+        lg.close()
+    data = bytearray(segment.read_bytes())
+    one = len(batch([0, 1]))
+    data[2 * one + 8 : 2 * one + 12] = b"\xff\xff\xff\x7f"  # the 3rd batch's length: garbage
+    segment.write_bytes(bytes(data))
+    index.write_bytes(b"\x00")  # and its index fails the check on first use
+    lg = Log(path, CONFIG, had_clean_shutdown=True)
+    try:
+        base = int(segment.name[:-4])
+        assert lg.log_end_offset == 120
+        assert read_all(lg, base)[:4] == [(base + i, base + i) for i in range(4)]
+        assert segment.stat().st_size == size  # nothing cut from the middle of the log
     finally:
         lg.close()
 

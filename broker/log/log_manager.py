@@ -44,8 +44,10 @@ class DuplicateLogError(KafkaStorageError):
 
 _DELETE_DIR = re.compile(r"^(?P<name>.+-\d+)\.(?P<uuid>[0-9a-f]{32})-delete$")
 _MAX_TICK_MS = 1000
-SHUTDOWN_THREADS = 16
-"""Threads flushing and closing the logs at shutdown (their fsyncs overlap)."""
+SHUTDOWN_THREADS = 64
+"""Threads flushing and closing the logs at shutdown: their fsyncs overlap, and ext4 commits
+concurrent ones together (3,000 small writes and fsyncs here: 0.37-0.46 s on 16 threads,
+0.24-0.27 s on 64, no better on 128); 2 fsyncs a log, 9,000 logs took 2.3 s on 16."""
 _MIN_TICK_MS = 10
 
 

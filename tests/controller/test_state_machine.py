@@ -360,6 +360,17 @@ def test_i32_keeps_kios_bounds():
             _i32(bad)
 
 
+def test_i32s_checks_each_list_once_and_keeps_the_bounds():
+    from odradek.controller.state_machine import _i32s
+
+    first = _i32s((0, 1, 2))
+    assert first == (0, 1, 2) and _i32s([0, 1, 2]) is first and _i32s(x for x in (0, 1, 2)) is first
+    assert _i32s((1, 1)) == (1, 1) and type(_i32s((True, 1))[0]) is int  # an equal key: the checked ints
+    for bad in ((0, 2**31), (1.5,), ("1",)):
+        with pytest.raises(TypeError):
+            _i32s(bad)
+
+
 def test_a_controlled_shutdown_builds_each_partition_state_once_for_all_brokers():
     ctx = cluster_with_topic()
     d = on_controlled_shutdown(ctx, 1, ctx.live_brokers[1].epoch)

@@ -8,6 +8,7 @@ Log decides when to roll, truncate and delete.
 
 import logging
 import os
+from bisect import bisect_right
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -41,6 +42,8 @@ _SCAN_CHUNK = 16 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
 _LAZY = ("index", "time_index", "max_timestamp", "offset_of_max_timestamp")
 """What `load_lazily` leaves for first use."""
+_RECENT_BATCHES = 32
+"""Batch starts an active segment remembers (`LogSegment._recent`)."""
 
 
 class TruncatedBatchError(CorruptRecordError):
@@ -73,6 +76,10 @@ class LogSegment:
         self._next_offset: int | None = base_offset if self.size == 0 else None
         self._rolling_timestamp: int | None = None
         self._bytes_since_index = 0
+        self._recent: list[tuple[int, int]] = []
+        """(base offset, position) of the latest batches appended, ascending: a follower or
+        consumer at the log's end asks for an offset appended moments ago, which the sparse index
+        (an entry per index.interval.bytes) would leave a scan of dozens of headers away."""
         self.closed = False
 
     def _new_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
@@ -89,6 +96,10 @@ class LogSegment:
         start = self.size - position_base
         self._write_at(self.size, data)
         track = self._track
+        recent, tail = self._recent, -_RECENT_BATCHES
+        recent.extend(zip(base_offsets[tail:], [start + info.position for info in batches[tail:]]))
+        if len(recent) > 2 * _RECENT_BATCHES:
+            del recent[:tail]
         if append_time is None:
             for info, base in zip(batches, base_offsets):
                 track(base, start + info.position, info.size, info.max_timestamp)
@@ -159,6 +170,9 @@ class LogSegment:
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchInfo | None:
         """The first batch whose last offset is >= `offset` (None if the segment holds none)."""
         _, position = self.index.lookup(offset)
+        recent = self._recent
+        if recent and recent[0][0] <= offset:
+            position = max(position, recent[bisect_right(recent, (offset, self.size)) - 1][1])
         for info in self.scan(max(position, start_position)):
             if info.base_offset + info.last_offset_delta >= offset:
                 return info
@@ -327,6 +341,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self._fd, valid)
         self.size = valid
+        self._recent.clear()
         self._next_offset = next_offset
         self.write_indexes()
         return truncated
@@ -343,6 +358,7 @@ class LogSegment:
             return self.next_offset
         os.ftruncate(self._fd, info.position)
         self.size = info.position
+        self._recent.clear()
         self.index.truncate_to(info.base_offset)
         self.time_index.truncate_to(info.base_offset)
         self.txn_index.truncate_to(info.base_offset)

@@ -437,10 +437,8 @@ class ReplicaManager:
 
     def _high_watermarks_to_write(self, force: bool) -> dict[Path, dict[tuple[str, int], int]]:
         """{log dir: {(topic, partition): HW}} for the dirs whose HWs changed since written."""
-        by_dir: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_manager.online_dirs}
-        for plog in self.log_manager.all_logs():
-            if plog.dir.parent in by_dir:
-                by_dir[plog.dir.parent][(plog.topic, plog.partition)] = plog.high_watermark
+        by_dir = {d: {k: plog.high_watermark for k, plog in logs.items()}
+                  for d, logs in self.log_manager.logs_by_dir().items()}
         return {d: hws for d, hws in by_dir.items() if force or self._written_hw.get(d) != hws}
 
     def _write_high_watermarks(self, log_dir: Path, hws: dict[tuple[str, int], int]) -> None:

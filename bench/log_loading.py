@@ -11,11 +11,15 @@ per second for each, medians over the repeats.
 
 `--profile DIR` runs each load under py-spy (collapsed stacks into DIR, `clean.txt` and `crash.txt`).
 
-Run: .venv/bin/python bench/log_loading.py [--partitions 9000] [--repeat 3]
+`--baseline PYTHONPATH` loads each copy with other code too (a checkout of an older commit, with
+its C extensions built), alternating, for a before/after in the same minutes.
+
+Run: .venv/bin/python bench/log_loading.py [--partitions 9000] [--repeat 3] [--baseline DIR]
 """
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -69,7 +73,8 @@ def load_once(log_dir: Path) -> float:
     return took
 
 
-def run_child(log_dir: Path, crash: bool, profile: Path | None) -> float:
+def run_child(log_dir: Path, crash: bool, profile: Path | None, pythonpath: str | None) -> float:
+    """Load `log_dir` in a fresh process (with `pythonpath` first on its path: other code)."""
     if crash:
         (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--load-only", str(log_dir)]
@@ -78,7 +83,10 @@ def run_child(log_dir: Path, crash: bool, profile: Path | None) -> float:
         profile.mkdir(parents=True, exist_ok=True)
         out = profile / ("crash.txt" if crash else "clean.txt")
         cmd = [binary, "record", "--rate", "250", "--format", "raw", "--output", str(out), "--", *cmd]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800, env=env)
     return float(next(line for line in done.stdout.splitlines() if line.startswith("loaded in "))[10:])
 
 
@@ -90,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--segments", type=int, default=1, help="segments per log")
     p.add_argument("--epochs", type=int, default=2, help="leader epochs per log")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--baseline", default=None, metavar="PYTHONPATH",
+                   help="also load each copy with the code found there (a checkout of another commit), "
+                        "alternating with this code")
     p.add_argument("--profile", default=None, metavar="DIR")
     p.add_argument("--work-dir", default=None, help="use (and keep) this directory")
     p.add_argument("--json", action="store_true")
@@ -99,19 +110,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loaded in {load_once(Path(args.load_only))}")
         return 0
     with tempfile.TemporaryDirectory(prefix="odradek-loading-") as scratch:
-        log_dir = Path(args.work_dir or scratch) / "logs"
+        template = Path(args.work_dir or scratch) / "logs"
         started = time.perf_counter()
-        write_logs(log_dir, args.partitions, args.per_topic, args.batches, args.segments, args.epochs)
+        write_logs(template, args.partitions, args.per_topic, args.batches, args.segments, args.epochs)
         print(f"wrote {args.partitions} logs in {time.perf_counter() - started:.1f} s", flush=True)
         profile = Path(args.profile) if args.profile else None
-        times: dict[str, list[float]] = {"clean": [], "crash": []}
+        codes: dict[str, str | None] = {"this": None}
+        if args.baseline:
+            codes = {"baseline": args.baseline, **codes}
+        times: dict[str, list[float]] = {}
+        copy = template.with_name("copy")
         for i in range(args.repeat):
             for kind in ("clean", "crash"):
-                took = run_child(log_dir, kind == "crash", profile if i == 0 else None)
-                times[kind].append(took)
-                print(f"{kind} {i}: {took:.2f} s, {args.partitions / took:,.0f} logs/s", flush=True)
-        figures = {kind: {"median_s": round(statistics.median(ts), 3),
-                          "logs_per_s": round(args.partitions / statistics.median(ts))} for kind, ts in times.items()}
+                for code, pythonpath in codes.items():
+                    # every load starts from the same files: a load may rewrite some of them
+                    shutil.rmtree(copy, ignore_errors=True)
+                    shutil.copytree(template, copy)
+                    took = run_child(copy, kind == "crash", profile if i == 0 and code == "this" else None,
+                                     pythonpath)
+                    times.setdefault(f"{code} {kind}", []).append(took)
+                    print(f"{code} {kind} {i}: {took:.2f} s, {args.partitions / took:,.0f} logs/s", flush=True)
+        figures = {name: {"median_s": round(statistics.median(ts), 3),
+                          "logs_per_s": round(args.partitions / statistics.median(ts))} for name, ts in times.items()}
         print(json.dumps(figures) if args.json else figures)
     return 0
 

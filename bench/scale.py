@@ -25,9 +25,10 @@ hard limit below `--partitions` x 3 / `--brokers` (20,000 in this machine's cont
 reported before the cluster starts.
 
 `--profile DIR` runs py-spy on the stopping broker and the active controller during the shutdown,
-and on the restarted broker from its start until it is back in full ISR (collapsed stacks, one
-file each: summarize with `bench/profile_replication.py`'s `summarize`, or
-read the heaviest stacks with sort).
+on the restarted broker from its start until it is back in full ISR, and on the crashed
+broker's peers from before the SIGKILL until it is back (collapsed stacks, one file each:
+summarize with `bench/profile_replication.py`'s `summarize`, or read the heaviest stacks with
+sort).
 
 Run: .venv/bin/python bench/scale.py [--partitions 30000] (--partitions 3000 for a quick run).
 The integration test tests/integration/test_scale.py runs the controlled-shutdown part scaled down.
@@ -354,8 +355,13 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
 
 
 def crash_restart(cluster: LocalCluster, admin: AdminClient, topics: set[str], partitions: int, victim: int,
-                  timeout: float) -> dict:
+                  timeout: float, profile: str | None = None) -> dict:
     process = cluster.broker(victim)
+    spies = []
+    if profile:  # the peers, which take over the crashed broker's partitions and then give them back
+        spies = [py_spy(b.pid, Path(profile) / f"crash-peer-{i}.txt", 120)
+                 for i, b in enumerate(cluster.brokers) if i != victim and b.pid is not None]
+        time.sleep(1)
     process.kill()
     time.sleep(1)
     start = time.monotonic()
@@ -363,6 +369,9 @@ def crash_restart(cluster: LocalCluster, admin: AdminClient, topics: set[str], p
     cluster.wait_ready(timeout=timeout)
     registered = time.monotonic() - start
     wait_for("crashed broker back in full ISR", lambda: full(admin, topics, partitions), timeout=timeout, interval=1.0)
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
     return {"broker": victim, "registered_s": round(registered, 1), "full_isr_s": round(time.monotonic() - start, 1)}
 
 
@@ -432,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             if "crash" not in skip:
                 victim = (figures.get("controlled_shutdown", {}).get("broker", 0) + 1) % len(cluster.brokers)
                 figures["crash_restart"] = crash_restart(cluster, admin, topics, figures["create"]["partitions"],
-                                                         victim, args.timeout)
+                                                         victim, args.timeout, args.profile)
                 print("crash_restart", figures["crash_restart"], flush=True)
             if "failover" not in skip:
                 figures["controller_failover"] = failover(cluster, args.timeout)

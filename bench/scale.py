@@ -10,7 +10,8 @@ admin API (CreateTopics of `--batch` topics). Then, in this order, it measures:
   (`mntr`) and newest snapshot, and a Metadata answer for all topics (bytes, ms);
 - controlled shutdown: an acks=all producer writes to every partition at `--rate` records/s (it
   sleeps until each send is due); the broker leading the most partitions gets SIGTERM; the time to
-  its exit and the delivery errors the producer saw; then its restart back to a full ISR;
+  its exit (and each phase of it, from the broker's own log lines: `phases_s`) and the delivery
+  errors the producer saw; then its restart back to a full ISR;
 - a broker's crash and restart: SIGKILL, start, time until registered and until every partition
   is back in a full ISR;
 - controller failover: SIGKILL the active controller; time until the standby is elected (the dead

@@ -9,7 +9,10 @@ then reaches it on its loopback port like any broker. Run: .venv/bin/python benc
 Beside the rates it reports CPU-microseconds per record of the server (the broker process's, from
 /proc/PID/stat; the mock's: its one I/O thread `rdk:mock` in this process, from
 /proc/self/task/*/stat) and of kcat (its rusage): on two cores one-broker produce is partly a
-measure of how much CPU the server leaves the client.
+measure of how much CPU the server leaves the client. `--client-detail` adds, per produce run,
+kcat's Produce requests (records per request) and its peak resident memory: how the client
+batched and how many records it held, the first things to compare when kcat's CPU per record
+differs between the two servers (bench/RESULTS.md).
 
 Before the runs it writes and deletes a scratch file of twice the bytes the runs will store
 (`--no-warm` skips it). This machine is a VM whose memory costs about ten times more to write the
@@ -26,11 +29,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from procfs import children_cpu_seconds, cpu_seconds, thread_cpu_seconds  # bench/procfs.py, beside this file
+from procfs import children_cpu_seconds, cpu_seconds, thread_cpu_seconds, vm_hwm_mb  # bench/procfs.py, beside this file
 
 MOCK_BYTES_PER_PARTITION = 5 * 1024 * 1024
 RECORD_OVERHEAD = 12  # upper bound of a v2 record's framing around a 100..1024-byte value, no key
@@ -149,6 +153,10 @@ class Result:
     """CPU-seconds the broker (or the mock) used during the run."""
     client_cpu: float = 0.0
     """CPU-seconds kcat used."""
+    client_peak_mb: float = 0.0
+    """kcat's peak resident memory (--client-detail): the records it holds unsent or unanswered."""
+    requests: int = 0
+    """Produce requests kcat sent (--client-detail, from its `debug=protocol` log)."""
 
     @property
     def server_us(self) -> float:
@@ -192,13 +200,48 @@ class CpuMeter:
 
 
 def kcat_produce(target: "MockCluster | Odradek", topic: str, data: Path, records: int, size: int,
-                 opts: list[str]) -> Result:
+                 opts: list[str], detail: bool = False) -> Result:
+    argv = ["kcat", "-P", "-b", target.bootstrap, "-t", topic, "-l", *opts, str(data)]
+    if not detail:
+        with CpuMeter(target) as cpu:
+            start = time.perf_counter()
+            subprocess.run(argv, check=True, timeout=900, stdout=subprocess.DEVNULL)
+            elapsed = time.perf_counter() - start
+        return Result(records, records * size, elapsed, cpu.server, cpu.client)
     with CpuMeter(target) as cpu:
         start = time.perf_counter()
-        subprocess.run(["kcat", "-P", "-b", target.bootstrap, "-t", topic, "-l", *opts, str(data)],
-                       check=True, timeout=900, stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen([*argv, "-X", "debug=protocol"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        peak = PeakRss(proc.pid)
+        log = proc.communicate(timeout=900)[1]
         elapsed = time.perf_counter() - start
-    return Result(records, records * size, elapsed, cpu.server, cpu.client)
+        peak.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"kcat -P on {topic}: exit {proc.returncode}")
+    return Result(records, records * size, elapsed, cpu.server, cpu.client, peak.mb,
+                  log.count(b"Sent ProduceRequest"))
+
+
+class PeakRss:
+    """Samples a process's VmHWM every 10 ms until stopped (ru_maxrss of a child is no use here:
+    it counts the bench's own pages from before the exec)."""
+
+    def __init__(self, pid: int):
+        self.mb = 0.0
+        self._pid, self._done = pid, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.mb = max(self.mb, vm_hwm_mb(self._pid))
+            except (OSError, RuntimeError):  # gone, or a zombie without memory fields
+                return
+            self._done.wait(0.01)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
 
 
 def kcat_consume(target: "MockCluster | Odradek", topic: str, records: int, size: int) -> Result:
@@ -265,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", default=None, help="record files and Odradek's data (default: a temp dir)")
     parser.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
                         help="kcat's compression.codec for produce (both targets)")
+    parser.add_argument("--client-detail", action="store_true",
+                        help="also report kcat's Produce requests (records per request, from -X debug=protocol) and "
+                             "its peak resident memory per produce run")
     parser.add_argument("--no-warm", action="store_true",
                         help="skip writing and deleting twice the runs' bytes first (see the docstring)")
     args = parser.parse_args(argv)
@@ -303,13 +349,15 @@ def main(argv: list[str] | None = None) -> int:
                 for name, target in targets.items():
                     topic = f"bench-{size}-{rep}"
                     target.create_topic(topic, args.partitions)
-                    p = kcat_produce(target, topic, files[size], n, size, produce_opts)
+                    p = kcat_produce(target, topic, files[size], n, size, produce_opts, args.client_detail)
                     c = kcat_consume(target, topic, n, size)
                     results.setdefault((name, "produce", size), []).append(p)
                     results.setdefault((name, "consume", size), []).append(c)
                     print(f"  run {rep + 1} {name:8} {size:5} B  produce {p.rps:>11,.0f} rec/s "
                           f"({p.server_us:.2f} + kcat {p.client_us:.2f} us/rec)  consume {c.rps:>11,.0f} rec/s "
-                          f"({c.server_us:.2f} + kcat {c.client_us:.2f} us/rec)", flush=True)
+                          f"({c.server_us:.2f} + kcat {c.client_us:.2f} us/rec)"
+                          + (f"  kcat -P: {p.requests} requests ({n / max(p.requests, 1):,.0f} records each), "
+                             f"peak RSS {p.client_peak_mb:.0f} MiB" if args.client_detail else ""), flush=True)
     finally:
         for target in targets.values():
             target.close()
@@ -333,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
             verdicts.append(f"{op} {size} B: {ratio:.2f}x ({'meets' if ratio >= 1.0 else 'misses'} the 1.0x target; "
                             f"rounds {rounds})")
     print("(CPU: medians over the runs; the mock's is its rdk:mock thread, the broker's its whole process)")
+    if args.client_detail:
+        for size, n in cases:
+            runs = {name: results[(name, "produce", size)] for name in ("odradek", "mock")}
+            detail = [f"{name}: {median_of([n / max(r.requests, 1) for r in rs]):,.0f} records/request, "
+                      f"peak RSS {median_of([r.client_peak_mb for r in rs]):.0f} MiB" for name, rs in runs.items()]
+            print(f"kcat -P {size} B (medians): " + "; ".join(detail))
     print()
     for v in verdicts:
         print(v)

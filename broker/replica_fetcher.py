@@ -469,7 +469,8 @@ class ReplicaFetcher:
                 caches.append(cache)
                 starting.add(p.key)
                 logs[id(cache)] = p.log
-        for cache, error in (await write_in_worker(caches)).items():
+        threads = next((lg.io_threads for lg in logs.values()), None)  # the LogManager's
+        for cache, error in (await write_in_worker(caches, threads)).items():
             plog = logs[id(cache)]
             if plog.closed:
                 continue  # deleted meanwhile (StopReplica of a moved replica): its files are gone on purpose

@@ -454,7 +454,7 @@ class ReplicaManager:
         async with self._checkpoint_lock:
             for log_dir, hws in self._high_watermarks_to_write(force).items():
                 try:
-                    await asyncio.to_thread(self._write_high_watermarks, log_dir, hws)
+                    await self.log_manager.io_threads.run(self._write_high_watermarks, log_dir, hws)
                 except OSError as e:
                     log.error("cannot write %s in %s: %s", HIGH_WATERMARK_CHECKPOINT, log_dir, e)
                     self.log_manager.mark_offline(log_dir, e)
@@ -648,7 +648,7 @@ class ReplicaManager:
         logs = {id(p.log.leader_epoch_cache): p.log for p, _ in becoming_leader}
         caches = [p.log.leader_epoch_cache for p, ps in becoming_leader
                   if p.log.leader_epoch_cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False)]
-        for cache, error in (await write_in_worker(caches)).items():
+        for cache, error in (await write_in_worker(caches, self.log_manager.io_threads)).items():
             plog = logs[id(cache)]
             if plog.closed:
                 continue  # deleted meanwhile: its files are gone on purpose

@@ -72,6 +72,9 @@ LEADERSHIP_HANDOFF_WAIT_S = 3.0
 SHUTDOWN_STACKS_AFTER_S = 10.0
 """A shutdown still running after this dumps every thread's stack to stderr (the broker's log):
 a stop slower than test harnesses wait (15 s) then shows where it waits, even on a blocked loop."""
+LOG_IO_STOP_S = 5.0
+"""After the logs are closed, how long the stop waits for log disk jobs still running (a stuck
+fsync on a failing disk is left behind, said in the log, rather than holding the stop)."""
 DATA_PLANE_WAIT_LOG_S = 30.0
 """While the client listeners wait for the controller's first UpdateMetadata, a line this often."""
 
@@ -260,10 +263,10 @@ class KafkaServer:
     async def _load_logs(self, zk: BrokerZkClient, log_manager: LogManager) -> None:
         """Load the logs with their topics' configs from ZooKeeper (Kafka's LogManager does the
         same at start-up): a log loaded on the broker defaults would drop every topic override."""
-        topics = await asyncio.to_thread(log_manager.topics_on_disk)
+        topics = await log_manager.io_threads.run(log_manager.topics_on_disk)
         reads = await zk.get_topic_configs(topics)
         overrides = {t: (read.mzxid, read.config) for t, read in reads.items()}
-        await asyncio.to_thread(log_manager.startup, overrides)
+        await log_manager.io_threads.run(log_manager.startup, overrides)
 
     def _parts(self) -> BrokerComponents:
         """The broker's parts; the hooks below run only once start-up built them."""
@@ -520,7 +523,10 @@ class KafkaServer:
             await within(self.metrics_server.stop(), 5, "closing the metrics endpoint", log)
         if parts is not None:
             log.info("broker %d: closing %d logs", self.config.broker_id, len(parts.log_manager.all_logs()))
-            await asyncio.to_thread(parts.log_manager.shutdown)
+            await parts.log_manager.io_threads.run(parts.log_manager.shutdown)
+            if not await parts.log_manager.io_threads.aclose(LOG_IO_STOP_S):
+                log.warning("broker %d: %d log I/O threads still running after %.0fs", self.config.broker_id,
+                            parts.log_manager.io_threads.alive(), LOG_IO_STOP_S)
         log.info("broker %d stopped", self.config.broker_id)
 
 

@@ -66,3 +66,11 @@ class BlockingExecutor:
                 return False
             await asyncio.sleep(POLL_S)
         return True
+
+
+async def run_blocking(threads: BlockingExecutor | None, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn` on `threads`; without them (a part built on its own, as tests do) on asyncio's default
+    executor."""
+    if threads is None:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return await threads.run(fn, *args, **kwargs)

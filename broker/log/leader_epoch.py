@@ -8,7 +8,6 @@ many partitions leaders does not fsync each checkpoint on the event loop; writes
 and a snapshot older than what is already on disk is skipped.
 """
 
-import asyncio
 import bisect
 import logging
 import threading
@@ -16,6 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
+
+from odradek.common.executors import BlockingExecutor, run_blocking
 
 from .checkpoint import read_checkpoint, write_checkpoint
 
@@ -163,10 +164,11 @@ def write_snapshots(snapshots: list[Snapshot]) -> dict[LeaderEpochFileCache, OSE
     return {cache: e for (cache, _), e in zip(snapshots, errors) if e is not None}
 
 
-async def write_in_worker(caches: list[LeaderEpochFileCache]) -> dict[LeaderEpochFileCache, OSError]:
+async def write_in_worker(caches: list[LeaderEpochFileCache],
+                          io_threads: BlockingExecutor | None = None) -> dict[LeaderEpochFileCache, OSError]:
     """Write the caches' current snapshots (taken here, on the owner's thread) from a worker
-    thread: the fsyncs must not stall the event loop. Returns the failed ones, as
-    `write_snapshots`."""
+    thread (of `io_threads`, the logs' own): the fsyncs must not stall the event loop. Returns
+    the failed ones, as `write_snapshots`."""
     if not caches:
         return {}
-    return await asyncio.to_thread(write_snapshots, [(cache, cache.snapshot()) for cache in caches])
+    return await run_blocking(io_threads, write_snapshots, [(cache, cache.snapshot()) for cache in caches])

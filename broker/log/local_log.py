@@ -6,13 +6,14 @@ deleting segment files after file.delete.delay.ms and swapping cleaned segments 
 high watermark, log start offset or producer state.
 """
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+
+from odradek.common.executors import BlockingExecutor, run_blocking
 
 from .checkpoint import fsync_dir
 from .cleaner import SegmentStats
@@ -87,8 +88,10 @@ class LocalLog:
         log_end_offset: int,
         clock: Callable[[], int],
         on_storage_error: Callable[[BaseException], None],
+        io_threads: BlockingExecutor | None = None,
     ):
         self.dir = directory
+        self.io_threads = io_threads
         self.config = config
         self.segments = segments
         self.recovery_point = recovery_point
@@ -209,7 +212,7 @@ class LocalLog:
                     seg.write_indexes(fsync=True)
 
         try:
-            await asyncio.to_thread(fsync_all)
+            await run_blocking(self.io_threads, fsync_all)
         except ValueError as exc:  # a file closed meanwhile (the log deleted or closed)
             log.warning("%s: background flush failed: %s", self.dir.name, exc)
             return
@@ -304,7 +307,7 @@ class LocalLog:
             self.discard_cleaned(base)
             return False
         try:
-            swap_end = await asyncio.to_thread(self._decide_swap, self.dir, base, end)
+            swap_end = await run_blocking(self.io_threads, self._decide_swap, self.dir, base, end)
         except OSError as exc:
             raise self.storage_error(exc, "segment swap") from exc
         if self._swap_range(base, old_bases, old_sizes, end) is None:  # changed meanwhile: undo, durably
@@ -320,7 +323,7 @@ class LocalLog:
             return False
         self._finish_swap(base, old_bases, old_sizes, end)
         try:
-            await asyncio.to_thread(self._forget_swap, self.dir, swap_end)
+            await run_blocking(self.io_threads, self._forget_swap, self.dir, swap_end)
         except OSError as exc:
             raise self.storage_error(exc, "segment swap") from exc
         return True

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from odradek.common.clock import now_ms
+from odradek.common.executors import BlockingExecutor
 
 from .cleaner import SegmentStats
 from .config import LogConfig
@@ -96,8 +97,11 @@ class Log:
         had_clean_shutdown: bool = False,
         log_start_offset: int = 0,
         clock: Callable[[], int] = now_ms,
+        io_threads: BlockingExecutor | None = None,
     ):
+        """`io_threads`: where its blocking disk work runs (LogManager's), asyncio's default without."""
         self.clock = clock
+        self.io_threads = io_threads
         """Wall-clock milliseconds (injectable: tests move time by hand)."""
         self.dir = Path(directory)
         parsed = parse_dir_name(self.dir.name)
@@ -118,6 +122,7 @@ class Log:
         self._local = LocalLog(
             self.dir, config, loaded.segments, recovery_point=loaded.recovery_point,
             log_end_offset=loaded.log_end_offset, clock=clock, on_storage_error=self._report_storage_error,
+            io_threads=io_threads,
         )
         self.log_start_offset = loaded.log_start_offset
         self._high_watermark = loaded.log_end_offset

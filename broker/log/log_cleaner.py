@@ -23,6 +23,7 @@ from pathlib import Path
 from odradek.common.clock import monotonic_s, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.config_def import ConfigException
+from odradek.common.executors import BlockingExecutor, run_blocking
 
 from .checkpoint import read_offsets, write_offsets
 from .cleaner import LogToClean, grab_filthiest, log_to_clean, map_capacity
@@ -138,8 +139,9 @@ class LogCleaner:
 
     def __init__(self, logs: Callable[[], list[tuple[Path, Log]]], config: CleanerConfig,
                  on_dir_failure: Callable[[Path, BaseException], None] | None = None, *,
-                 clock: Callable[[], int] = now_ms):
+                 clock: Callable[[], int] = now_ms, io_threads: BlockingExecutor | None = None):
         self.clock = clock
+        self.io_threads = io_threads
         """Wall-clock milliseconds for the compaction lag (injectable for tests)."""
         self._logs = logs
         """(log dir, log) of every online log."""
@@ -175,7 +177,7 @@ class LogCleaner:
         offsets[key] = offset
         self._checkpoints[log_dir] = offsets
         try:
-            await asyncio.to_thread(write_offsets, log_dir / CLEANER_OFFSET_CHECKPOINT, dict(offsets))
+            await run_blocking(self.io_threads, write_offsets, log_dir / CLEANER_OFFSET_CHECKPOINT, dict(offsets))
         except OSError as exc:
             self._dir_failed(log_dir, exc)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from odradek.common.clock import monotonic_s, now_ms
 from odradek.common.config import BrokerConfig
+from odradek.common.executors import BlockingExecutor
 
 from .checkpoint import fsync_dir, read_offsets, write_offsets
 from .config import LogConfig
@@ -48,6 +49,9 @@ SHUTDOWN_THREADS = 64
 """Threads flushing and closing the logs at shutdown: their fsyncs overlap, and ext4 commits
 concurrent ones together (3,000 small writes and fsyncs here: 0.37-0.46 s on 16 threads,
 0.24-0.27 s on 64, no better on 128); 2 fsyncs a log, 9,000 logs took 2.3 s on 16."""
+LOG_IO_THREADS = 10
+"""The logs' own worker threads for blocking disk work (Kafka's background.threads default, the
+scheduler that runs its log flushes and checkpoints)."""
 _MIN_TICK_MS = 10
 
 
@@ -77,8 +81,12 @@ class LogManager:
         """Directories taken offline by an I/O error; they stay so until the broker restarts."""
         self._epoch_writes: list[tuple[Log, Snapshot]] = []
         """Leader-epoch checkpoints the load truncated in memory, written by the background task."""
+        self.io_threads = BlockingExecutor("log-io", LOG_IO_THREADS)
+        """The logs' blocking disk work (flush fsyncs, checkpoints, creation, cleaner swaps):
+        threads of their own, so it never holds the ones other work needs (closed by the owner
+        after shutdown)."""
         self.cleaner = LogCleaner(self.logs_with_dirs, CleanerConfig.from_broker(broker_config), self.mark_offline,
-                                  clock=self.clock)
+                                  clock=self.clock, io_threads=self.io_threads)
         """Compaction of the cleanup.policy=compact logs (run by `run_background`)."""
         self.log_dir_failure_listeners: list[Callable[[Path, list[tuple[str, int]]], None]] = []
         """Callables(log_dir, [(topic, partition)]) run (on the event loop) when a directory goes
@@ -140,7 +148,7 @@ class LogManager:
             started = monotonic_s()
             partition_log = Log(
                 path, self.log_config(key[0]), recovery_point=recovery_points.get(key, 0), had_clean_shutdown=clean,
-                log_start_offset=start_offsets.get(key, 0), clock=self.clock,
+                log_start_offset=start_offsets.get(key, 0), clock=self.clock, io_threads=self.io_threads,
             )
             self._add(key, log_dir, partition_log)
             if not clean:
@@ -296,7 +304,7 @@ class LogManager:
             return existing
         log_dir = self._least_loaded_dir()
         try:
-            created = await asyncio.to_thread(self._new_log, log_dir, topic, partition, config)
+            created = await self.io_threads.run(self._new_log, log_dir, topic, partition, config)
         except KafkaStorageError as exc:
             self.mark_offline(log_dir, exc)
             raise
@@ -326,7 +334,8 @@ class LogManager:
 
     def _new_log(self, log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
         try:
-            partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True, clock=self.clock)
+            partition_log = Log(log_dir / f"{topic}-{partition}", config, had_clean_shutdown=True, clock=self.clock,
+                                io_threads=self.io_threads)
         except OSError as exc:
             raise KafkaStorageError(f"cannot create log {topic}-{partition} in {log_dir}: {exc}") from exc
         log.info("created log %s-%d in %s", topic, partition, log_dir)
@@ -426,7 +435,7 @@ class LogManager:
         """The periodic checkpoint, its fsyncs in a worker thread so the event loop keeps serving."""
         for d, points in self._recovery_points_to_write(None, False).items():
             try:
-                await asyncio.to_thread(self._write_recovery_points, d, points)
+                await self.io_threads.run(self._write_recovery_points, d, points)
             except OSError as exc:
                 self.mark_offline(d, exc)
 
@@ -470,7 +479,7 @@ class LogManager:
         log.flush.start.offset.checkpoint.interval.ms, a minute; a DeleteRecords is rare)."""
         for d, offsets in self._log_start_offsets_to_write(None, False).items():
             try:
-                await asyncio.to_thread(self._write_log_start_offsets, d, offsets)
+                await self.io_threads.run(self._write_log_start_offsets, d, offsets)
             except OSError as exc:
                 self.mark_offline(d, exc)
 
@@ -494,7 +503,7 @@ class LogManager:
         if not pending:
             return
         logs = {id(cache): lg for lg, (cache, _) in pending}
-        failed = await asyncio.to_thread(write_snapshots, [snapshot for _, snapshot in pending])
+        failed = await self.io_threads.run(write_snapshots, [snapshot for _, snapshot in pending])
         for cache, error in failed.items():
             lg = logs[id(cache)]
             key = (lg.topic, lg.partition)

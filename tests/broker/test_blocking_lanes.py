@@ -65,3 +65,32 @@ async def test_zookeeper_calls_and_the_session_close_do_not_wait_behind_log_disk
     finally:
         disk.set()
         assert all(not failed for failed in await asyncio.gather(*writes))
+
+
+async def test_log_disk_jobs_on_the_log_managers_threads_leave_the_default_executor_free(tmp_path, monkeypatch):
+    from odradek.broker.log.log_manager import LOG_IO_THREADS, LogManager
+
+    disk = threading.Event()
+    loop, busy = asyncio.get_running_loop(), asyncio.Event()
+
+    def slow_checkpoint(path, lines):
+        loop.call_soon_threadsafe(busy.set)
+        disk.wait(30)
+
+    monkeypatch.setattr(leader_epoch, "write_checkpoint", slow_checkpoint)
+    manager = LogManager([tmp_path / "logs"], BrokerConfig.from_properties({"broker.id": "0",
+                                                                           "zookeeper.connect": "127.0.0.1:1"}))
+    caches = []
+    for i in range(2 * LOG_IO_THREADS):
+        (tmp_path / f"p{i}").mkdir()
+        cache = leader_epoch.LeaderEpochFileCache(tmp_path / f"p{i}" / "leader-epoch-checkpoint", lambda: 0)
+        cache.assign(1, 0, flush=False)
+        caches.append(cache)
+    writes = [asyncio.create_task(leader_epoch.write_in_worker([c], manager.io_threads)) for c in caches]
+    try:
+        await asyncio.wait_for(busy.wait(), 5)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 5) == "free"
+    finally:
+        disk.set()
+        await asyncio.gather(*writes)
+        assert await manager.io_threads.aclose(5)

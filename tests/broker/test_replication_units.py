@@ -3,6 +3,7 @@ the HW checkpoint round trip."""
 
 import asyncio
 import struct
+import time
 from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
@@ -136,3 +137,46 @@ def test_epoch_checkpoints_are_written_in_parallel_and_failures_kept_apart(tmp_p
     for i, cache in enumerate(caches):
         if i not in (7, 70):
             assert read_checkpoint(cache.path) == [[str(i + 1), str(10 * i)]]
+
+
+def test_a_large_leader_and_isr_lets_the_event_loop_answer_meanwhile(tmp_path):
+    """A peer taking over thousands of partitions must keep answering (Metadata, Fetch): the
+    apply loop yields every APPLY_BATCH partitions, and every partition ends up led."""
+    from odradek.broker.replica_manager import APPLY_BATCH
+    from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    count = 3 * APPLY_BATCH
+    for p in range(count):
+        manager.get_or_create_log("t", p, manager.default_config)
+    states = tuple(LeaderAndIsrPartitionState(partition_index=p, controller_epoch=1, leader=0, leader_epoch=1,
+                                              isr=(0,), zk_version=0, replicas=(0,), is_new=False)
+                   for p in range(count))
+    request = LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
+                                  topic_states=(LeaderAndIsrTopicState(topic_name="t", partition_states=states),))
+
+    async def run():
+        rm = ReplicaManager(config, manager, None, None)
+        turns = []
+
+        async def other_requests():  # until cancelled (bounded: the apply takes seconds at most)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                turns.append(sum(1 for p in range(count) if (rm.get_partition(("t", p)) or SimpleNamespace(
+                    is_leader=False)).is_leader))
+                await asyncio.sleep(0)
+
+        other = asyncio.get_running_loop().create_task(other_requests())
+        response = await rm.become_leader_or_follower(request)
+        other.cancel()
+        return rm, response, turns
+
+    rm, response, turns = asyncio.run(run())
+    try:
+        assert all(e.error_code == 0 for e in response.partition_errors)
+        assert all(rm.get_partition(("t", p)).is_leader for p in range(count))
+        assert any(0 < led < count for led in turns), "no other task ran while the partitions were applied"
+    finally:
+        manager.shutdown()

@@ -111,10 +111,13 @@ def kafka(zookeeper, tmp_path):
         restarter.stop()
 
 
-def describe(bootstrap: str, resource: ConfigResource, key: str) -> tuple[str | None, int]:
+def describe(bootstrap: str, resource: ConfigResource, key: str) -> tuple[str | None, int] | None:
+    """`key`'s value and source, or None while it is not described: a listener's key (Kafka's
+    too) is listed only once it is set, and each broker's own configs arrive one by one."""
     client = AdminClient({"bootstrap.servers": bootstrap})
     entries = client.describe_configs([resource])[resource].result(timeout=10)
-    return entries[key].value, entries[key].source
+    entry = entries.get(key)
+    return None if entry is None else (entry.value, entry.source)
 
 
 @pytest_asyncio.fixture

@@ -53,6 +53,7 @@ from odradek.broker.replica_fetch_codec import (
 )
 from odradek.broker.replication_quota import ReplicationQuota, is_throttled
 from odradek.common.config import BrokerConfig
+from odradek.common.log_summary import a_few
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 
@@ -91,8 +92,6 @@ LEADERSHIP_PENDING = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unkn
 every replica at once, so a follower often asks first."""
 FIRST_RETRY_S = 0.05
 SWEEP_S = 1.0
-RETRY_NAMES_LOGGED = 3
-"""How many partitions a summary line of retries names."""
 """How often a fetcher looks at every partition it follows (see the module doc)."""
 SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch})
 """Answers that only mean "start a new fetch session": the next request is a full one."""
@@ -147,9 +146,9 @@ class ReplicaFetcher:
         self._truncating: set[Key] = set()
         """Partitions waiting for OffsetForLeaderEpoch (`PartitionFetchState.truncating`)."""
         self._delays: list[tuple[float, Key]] = []
+        """Heap of backoffs (delayed_until, key); entries whose state moved on are skipped."""
         self._retrying: dict[tuple[str, ErrorCode, float], list[Key]] = {}
         """First retries of this round by (request, error, delay): one INFO line each (_log_retries)."""
-        """Heap of backoffs (delayed_until, key); entries whose state moved on are skipped."""
         self._next_sweep = 0.0
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -556,10 +555,8 @@ class ReplicaFetcher:
         partition at DEBUG (retry_after)."""
         retrying, self._retrying = self._retrying, {}
         for (what, code, delay), keys in retrying.items():
-            names = ", ".join(f"{t}-{i}" for t, i in keys[:RETRY_NAMES_LOGGED])
-            more = f" and {len(keys) - RETRY_NAMES_LOGGED} more" if len(keys) > RETRY_NAMES_LOGGED else ""
-            log.info("%r: %s answered %s for %d partitions (%s%s); retrying in %.0f ms", self, what, code.name,
-                     len(keys), names, more, delay * 1000)
+            log.info("%r: %s answered %s for %d partitions (%s); retrying in %.0f ms", self, what, code.name,
+                     len(keys), a_few(keys, lambda k: f"{k[0]}-{k[1]}"), delay * 1000)
 
     def _handle_out_of_range(self, p: Partition, state: PartitionFetchState, r: FetchedPartition) -> None:
         """Our offset is outside the leader's log: below its start (retention) or past its end."""

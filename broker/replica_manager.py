@@ -38,6 +38,7 @@ from odradek.broker.replication_quota import ReplicationQuota, is_throttled
 from odradek.broker.zk_client import BrokerZkClient
 from odradek.common.clock import now_ms
 from odradek.common.config import BrokerConfig
+from odradek.common.log_summary import a_few
 from odradek.common.messages import (
     LeaderAndIsrLiveLeader,
     LeaderAndIsrPartitionError,
@@ -63,8 +64,6 @@ DEBUGGING_REPLICA_ID = -2
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 DELETE_TO_HIGH_WATERMARK = -1
 """DeleteRecords offset meaning "everything below the high watermark" (Kafka's HIGH_WATERMARK)."""
-LEADERSHIP_NAMES_LOGGED = 3
-"""How many partitions a LeaderAndIsr's summary line names per leader."""
 APPLY_BATCH = 256
 """Partitions of a LeaderAndIsr applied between two turns of the event loop."""
 
@@ -74,8 +73,7 @@ def log_leadership_changes(leaders: list[Partition], followers: list[Partition])
     follow, with counts and a few names: a controlled shutdown or a failover moves thousands at
     once, and a line each cost seconds (Kafka 1.1 cut this logging too). Per partition at DEBUG."""
     def names(ps: list[Partition]) -> str:
-        shown = ", ".join(f"{p.topic}-{p.partition} at epoch {p.leader_epoch}" for p in ps[:LEADERSHIP_NAMES_LOGGED])
-        return shown + (f" and {len(ps) - LEADERSHIP_NAMES_LOGGED} more" if len(ps) > LEADERSHIP_NAMES_LOGGED else "")
+        return a_few(ps, lambda p: f"{p.topic}-{p.partition} at epoch {p.leader_epoch}")
 
     if leaders:
         log.info("now leader of %d partitions (%s)", len(leaders), names(leaders))

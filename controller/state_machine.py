@@ -224,6 +224,10 @@ class RequestBatch:
         self._lai_states: dict[TopicPartition, tuple[LeaderAndIsrEntry, m.LeaderAndIsrPartitionState]] = {}
         """Each partition's request state, built once for every broker that gets the same entry
         (a decision about thousands of partitions tells each replica, or every broker, the same)."""
+        self._checked_i32s: dict[tuple[int, ...], tuple[i32, ...]] = {}
+        """Replica lists and ISRs already checked, each mapped to its checked copy: a cluster has
+        few distinct ones, and a decision about thousands of partitions checks each tens of
+        thousands of times (a third of a 9,000-partition controlled shutdown's time)."""
 
     def add_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition, state: LeaderIsrAndControllerEpoch,
                            replicas: tuple[int, ...], is_new: bool = False) -> None:
@@ -259,6 +263,13 @@ class RequestBatch:
                     out.append((b, self._stop_replica(b, self.stop_replica[(b, delete)], delete)))
         return out
 
+    def _i32s(self, values: Iterable[int]) -> tuple[i32, ...]:
+        key = values if type(values) is tuple else tuple(values)
+        checked = self._checked_i32s.get(key)
+        if checked is None:
+            checked = self._checked_i32s[key] = tuple(_i32(v) for v in key)
+        return checked
+
     def _broker_epoch(self, b: int) -> int:
         return self.live[b].epoch
 
@@ -275,8 +286,8 @@ class RequestBatch:
             else:
                 ps = m.LeaderAndIsrPartitionState(
                     partition_index=_i32(tp.partition), controller_epoch=_i32(state.controller_epoch),
-                    leader=_i32(state.leader), leader_epoch=_i32(state.leader_epoch), isr=_i32s(state.isr),
-                    zk_version=_i32(state.zk_version), replicas=_i32s(replicas), is_new=is_new,
+                    leader=_i32(state.leader), leader_epoch=_i32(state.leader_epoch), isr=self._i32s(state.isr),
+                    zk_version=_i32(state.zk_version), replicas=self._i32s(replicas), is_new=is_new,
                 )
                 built[tp] = (entry, ps)
             topics.setdefault(tp.topic, []).append(ps)
@@ -306,9 +317,9 @@ class RequestBatch:
             online = self.ctx.online_replicas(tp, self.live)
             ps = m.UpdateMetadataPartitionState(
                 partition_index=_i32(tp.partition), controller_epoch=_i32(state.controller_epoch),
-                leader=_i32(state.leader), leader_epoch=_i32(state.leader_epoch), isr=_i32s(state.isr),
-                zk_version=_i32(state.zk_version), replicas=_i32s(replicas),
-                offline_replicas=_i32s(r for r in replicas if r not in online),
+                leader=_i32(state.leader), leader_epoch=_i32(state.leader_epoch), isr=self._i32s(state.isr),
+                zk_version=_i32(state.zk_version), replicas=self._i32s(replicas),
+                offline_replicas=self._i32s(r for r in replicas if r not in online),
             )
             built[tp] = (entry, ps)
             topics.setdefault(tp.topic, []).append(ps)
@@ -338,7 +349,7 @@ class RequestBatch:
         return m.StopReplicaRequest(
             controller_id=i32(self.ctx.controller_id), controller_epoch=i32(self.ctx.epoch),
             broker_epoch=i64(self._broker_epoch(b)), delete_partitions=delete,
-            topics=tuple(m.StopReplicaTopic(name=t, partition_indexes=_i32s(ps)) for t, ps in topics.items()),
+            topics=tuple(m.StopReplicaTopic(name=t, partition_indexes=self._i32s(ps)) for t, ps in topics.items()),
         )
 
 
@@ -353,21 +364,6 @@ def _i32(v: int) -> i32:
     return cast(i32, v)
 
 
-_CHECKED_I32S: dict[tuple[int, ...], tuple[i32, ...]] = {}
-"""Replica lists and ISRs already checked, each mapped to its checked copy: a cluster has few
-distinct ones, and a decision about thousands of partitions checks each tens of thousands of
-times (a third of a 9,000-partition controlled shutdown's time)."""
-_CHECKED_I32S_MAX = 65_536
-
-
-def _i32s(values: Iterable[int]) -> tuple[i32, ...]:
-    key = values if type(values) is tuple else tuple(values)
-    checked = _CHECKED_I32S.get(key)
-    if checked is None:
-        checked = tuple(_i32(v) for v in key)
-        if len(_CHECKED_I32S) < _CHECKED_I32S_MAX:
-            _CHECKED_I32S[checked] = checked
-    return checked
 
 
 # --- shared steps ---------------------------------------------------------------------------------

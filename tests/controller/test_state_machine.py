@@ -18,6 +18,7 @@ from odradek.common.zk_data import (
 from odradek.controller.context import ControllerContext
 from odradek.controller.context import TopicPartition as TP
 from odradek.controller.state_machine import (
+    RequestBatch,
     apply_decisions,
     initial_leader_and_isr,
     on_broker_change,
@@ -360,8 +361,9 @@ def test_i32_keeps_kios_bounds():
             _i32(bad)
 
 
-def test_i32s_checks_each_list_once_and_keeps_the_bounds():
-    from odradek.controller.state_machine import _i32s
+def test_i32s_checks_each_list_once_per_batch_and_keeps_the_bounds():
+    ctx = cluster_with_topic()
+    _i32s = RequestBatch(ctx, ctx.live_brokers)._i32s
 
     first = _i32s((0, 1, 2))
     assert first == (0, 1, 2) and _i32s([0, 1, 2]) is first and _i32s(x for x in (0, 1, 2)) is first
@@ -369,6 +371,7 @@ def test_i32s_checks_each_list_once_and_keeps_the_bounds():
     for bad in ((0, 2**31), (1.5,), ("1",)):
         with pytest.raises(TypeError):
             _i32s(bad)
+    assert RequestBatch(ctx, ctx.live_brokers)._i32s((0, 1, 2)) is not first  # nothing outlives its batch
 
 
 def test_a_controlled_shutdown_builds_each_partition_state_once_for_all_brokers():

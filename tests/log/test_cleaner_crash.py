@@ -146,7 +146,9 @@ def test_sigkill_at_spread_out_moments_of_a_cleaning(tmp_path):
     kills = 0
     for i in range(8):
         directory = shutil.copytree(template, tmp_path / f"kill{i}" / "t-0")
-        _, finished = _run_cleaner(directory, duration * (i + 0.5) / 8)
+        ran, finished = _run_cleaner(directory, duration * (i + 0.5) / 8)
         kills += not finished
+        if finished:  # the machine got quieter since the runs above: the later moments come sooner
+            duration = min(duration, ran)
         check_recovered(directory, before).close()
     assert kills >= 4, "the kills came too late to test anything"

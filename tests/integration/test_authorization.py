@@ -305,7 +305,7 @@ def test_admin_apis_and_acls_through_one_broker_enforced_by_all(cluster, acls):
     (refused,) = ask(cluster.broker_ports[0], [create])
     assert [r.error_code for r in refused.results] == [ErrorCode.cluster_authorization_failed]
     acls.add(acl(RT.CLUSTER, "kafka-cluster", OP.ALTER))
-    time.sleep(1)  # ALTER reaching broker 0 is not what is measured
+    settle(cluster, acls)  # ALTER reaching broker 0 is not what is measured
 
     def metadata_error(port: int) -> ErrorCode:
         mod = request_module(METADATA, 12)

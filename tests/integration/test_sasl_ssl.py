@@ -17,9 +17,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 from odradek.common.config import parse_properties
 from odradek.dev.cluster import LocalCluster, secure_cluster
+from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import free_ports
 
 from .test_sasl import Raw, raw_scram_login
@@ -105,7 +107,7 @@ def test_kafka_python_and_aiokafka_scram_256_and_512(secure):
     topic_all = AclBinding(ResourceType.TOPIC, "py-ssl", ResourcePatternType.LITERAL, "User:sha256-user", "*",
                            AclOperation.ALL, AclPermissionType.ALLOW)
     admin.create_acls([topic_all])[topic_all].result(15)
-    time.sleep(0.5)  # the credential and the ACL reach both brokers through the change notifications
+    wait_known_everywhere(secure, "sha256-user", "pw-256", "SCRAM-SHA-256", topic="py-ssl")
     kw256 = python_client_kwargs(secure, "SCRAM-SHA-256", "sha256-user", "pw-256")
     producer = KafkaProducer(**kw256, acks="all", max_block_ms=30_000)
     for i in range(5):
@@ -152,10 +154,30 @@ class TlsRaw(Raw):
         self.correlation = 0
 
 
-def login_everywhere(cluster, user: str, password: str) -> list[bool]:
+def login_everywhere(cluster, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> list[bool]:
     ca = str(cluster.security.ca_path)
-    return [raw_scram_login(port, user, password, "SCRAM-SHA-512", raw=TlsRaw(port, ca))[0] == ErrorCode.none
+    return [raw_scram_login(port, user, password, mechanism, raw=TlsRaw(port, ca))[0] == ErrorCode.none
             for port in cluster.broker_ports]
+
+
+def wait_known_everywhere(cluster, user: str, password: str, mechanism: str = "SCRAM-SHA-512",
+                          topic: str | None = None, timeout: float = 30.0) -> None:
+    """Until `user` logs in on every broker (its credential arrived through the change
+    notifications) and, with `topic`, may describe the topic there (its ACL arrived too)."""
+    ca = str(cluster.security.ca_path)
+    request = MetadataRequest(topics=None if topic is None else (MetadataRequestTopic(name=topic, topic_id=None),),
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
+    def known(port: int) -> bool:
+        code, _, raw = raw_scram_login(port, user, password, mechanism, raw=TlsRaw(port, ca))
+        try:
+            return code == ErrorCode.none and all(
+                t.error_code != ErrorCode.topic_authorization_failed for t in raw.call(request).topics)
+        finally:
+            raw.close()
+
+    wait_until(lambda: all(known(port) for port in cluster.broker_ports),
+               f"{user}'s credential{' and ACL' if topic else ''} on every broker", timeout, 0.1)
 
 
 def test_password_change_applies_on_every_broker(secure):
@@ -219,7 +241,7 @@ def test_the_sasl_user_is_the_principal_the_authorizer_checks(secure):
     admin = AdminClient(client_conf(secure))
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
         "nobody-special", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"np")])["nobody-special"].result(15)
-    time.sleep(0.5)
+    wait_known_everywhere(secure, "nobody-special", "np")
     limited = client_conf(secure, **{"sasl.username": "nobody-special", "sasl.password": "np"})
     limited_admin = AdminClient(limited)  # kept: the futures fail once their client is gone
     futures = limited_admin.alter_user_scram_credentials([UserScramCredentialUpsertion(

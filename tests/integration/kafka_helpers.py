@@ -17,6 +17,7 @@ from kio.static.primitive import i16, i32, i32Timedelta
 
 from odradek.broker.log.record_batch import build_batch
 from odradek.common.network.client import NetworkClient
+from odradek.dev.waiting import wait_until
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _FILLER = (b"the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. " * 3)
@@ -288,6 +289,20 @@ def wait_isr_full(bootstrap: str, topic: str, partitions: int, timeout: float = 
         lambda v: len(v) == partitions and all(x.leader >= 0 and set(x.isr) == set(x.replicas) for x in v.values()),
         "full ISR on every partition", timeout,
     )
+
+
+QUOTAS_LOADED = "client quotas loaded: "
+
+
+def wait_quotas_loaded(broker, expected: str, timeout: float = 30.0) -> None:
+    """Until `broker` (a LocalCluster process) has applied a client quota change: the last
+    "client quotas loaded" line of its log names `expected` (e.g. "1 produce"). The change reaches
+    it through a ZooKeeper notification, well within a second on a quiet machine, not on a busy one."""
+    def loaded() -> bool:
+        lines = [ln for ln in broker.log_path.read_text(errors="replace").splitlines() if QUOTAS_LOADED in ln]
+        return bool(lines) and expected in lines[-1].partition(QUOTAS_LOADED)[2].split(", ")
+
+    wait_until(loaded, f"{broker.name} loads client quotas with {expected}", timeout, 0.05)
 
 
 def leader_of(bootstrap: str, topic: str, partition: int, timeout: float = 30.0) -> int:

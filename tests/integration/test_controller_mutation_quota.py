@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from odradek.common import wire
 from odradek.common.api_key import ApiKey
 
-from .kafka_helpers import ask
+from .kafka_helpers import ask, wait_quotas_loaded
 from .test_client_quotas import alter_request
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def test_strict_and_permissive_controller_mutation_quota(cluster_factory):
     port = cluster.broker_ports[0]
     (answer,) = ask(port, [alter_request([([("client-id", None)], [("controller_mutation_rate", 2.0, False)])])])
     assert answer.entries[0].error_code == 0
-    time.sleep(1.0)
+    wait_quotas_loaded(cluster.broker(0), "1 controller mutation")
 
     (created,) = ask(port, [create_topics(7, [("m1", 4), ("m2", 4), ("m3", 1)])])
     codes = {t.name: t.error_code for t in created.topics}
@@ -79,7 +79,7 @@ def test_a_muted_connection_waits_for_its_throttle(cluster_factory):
     port = cluster.broker_ports[0]
     (answer,) = ask(port, [alter_request([([("client-id", None)], [("controller_mutation_rate", 1.0, False)])])])
     assert answer.entries[0].error_code == 0
-    time.sleep(1.0)
+    wait_quotas_loaded(cluster.broker(0), "1 controller mutation")
     start = time.monotonic()
     first, second = ask(port, [create_topics(5, [("w1", 4)]), create_topics(5, [("w2", 1)])])
     waited = time.monotonic() - start

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, Producer
 from kio.schema.list_offsets.v1.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.static.primitive import i32, i64
 
-from .kafka_helpers import create_topic, wait_isr_full
+from .kafka_helpers import create_topic, wait_isr_full, wait_quotas_loaded
 from .test_client_quotas import alter_request, ask
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ def test_producer_quota_holds_a_flood_and_spares_others(cluster_factory):
     create_topic(bootstrap, "steady", 1)
     (answer,) = ask(port, [alter_request([([("client-id", "flooder")], [("producer_byte_rate", QUOTA, False)])])])
     assert answer.entries[0].error_code == 0
-    time.sleep(1.0)  # the broker applies the change notification (within a second)
+    wait_quotas_loaded(cluster.broker(0), "1 produce")
 
     flood = Client(bootstrap, "flood", "flooder", None)
     steady = Client(bootstrap, "steady", "steady", STEADY_RATE)
@@ -147,7 +147,8 @@ def test_replication_is_not_throttled_by_client_quotas(cluster_factory):
         (answer,) = ask(port, [alter_request([([("client-id", None)], [("consumer_byte_rate", 1024, False)])],
                                              validate_only=port != cluster.broker_ports[0])])
         assert answer.entries[0].error_code == 0
-    time.sleep(1.0)
+    for broker in cluster.brokers:
+        wait_quotas_loaded(broker, "1 fetch")
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "client.id": "rf2"})
     done: list = []
     start = time.monotonic()
@@ -177,7 +178,7 @@ def test_consumer_quota_holds_a_consumer(cluster_factory):
     producer = None
     (answer,) = ask(port, [alter_request([([("client-id", "reader")], [("consumer_byte_rate", quota, False)])])])
     assert answer.entries[0].error_code == 0
-    time.sleep(1.0)
+    wait_quotas_loaded(cluster.broker(0), "1 fetch")
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "client.id": "reader",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "queued.max.messages.kbytes": 256,  # little read-ahead: poll() follows the fetches

@@ -125,16 +125,22 @@ class ScriptedView:
 async def wait_for(predicate, timeout: float, what: str, step: float | None = None):
     """`predicate()` once it is true: checked now and again on every `changed()`; `step`
     (seconds) also re-checks that often, for a predicate on state outside the harness (a real
-    broker's answer)."""
+    broker's answer). A predicate that raises is not true yet (a status key not written yet);
+    a timeout names its last error."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+            failed = None
+        except Exception as e:  # as in _check: a state the predicate does not expect yet (a key not written)
+            value, failed = None, e
         if value:
             return value
         remaining = deadline - loop.time()
         if remaining <= 0:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}"
+                                 + ("" if failed is None else f" (last check raised {failed!r})")) from failed
         waiter = loop.create_future()
         _waiters[waiter] = predicate
         try:

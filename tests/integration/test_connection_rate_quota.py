@@ -12,6 +12,7 @@ from odradek.common import wire
 from odradek.common.api_key import ApiKey
 
 from .conftest import new_cluster
+from .kafka_helpers import wait_quotas_loaded
 from .test_client_quotas import alter_request, ask
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,8 @@ def test_connection_creation_rate_per_ip(cluster_factory):
     finally:
         zk.stop()
         zk.close()
-    time.sleep(1.5)  # applied, and the alter's own connection out of the rate
+    wait_quotas_loaded(cluster.broker(0), "1 ip")
+    time.sleep(1.5)  # the alter's own connection out of the rate
     start = time.monotonic()
     results = [served(port) for _ in range(8)]
     elapsed = time.monotonic() - start
@@ -55,7 +57,7 @@ def test_connection_creation_rate_per_ip(cluster_factory):
     # a removed quota stops applying (the default entity has none)
     (answer,) = ask(port, [alter_request([([("ip", "127.0.0.1")], [("connection_creation_rate", 0, True)])])])
     assert answer.entries[0].error_code == 0
-    time.sleep(1.5)
+    wait_quotas_loaded(cluster.broker(0), "0 ip")
     assert all(served(port) for _ in range(8))
 
 

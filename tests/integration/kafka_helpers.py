@@ -294,15 +294,22 @@ def wait_isr_full(bootstrap: str, topic: str, partitions: int, timeout: float = 
 QUOTAS_LOADED = "client quotas loaded: "
 
 
-def wait_quotas_loaded(broker, expected: str, timeout: float = 30.0) -> None:
-    """Until `broker` (a LocalCluster process) has applied a client quota change: the last
-    "client quotas loaded" line of its log names `expected` (e.g. "1 produce"). The change reaches
-    it through a ZooKeeper notification, well within a second on a quiet machine, not on a busy one."""
-    def loaded() -> bool:
-        lines = [ln for ln in broker.log_path.read_text(errors="replace").splitlines() if QUOTAS_LOADED in ln]
-        return bool(lines) and expected in lines[-1].partition(QUOTAS_LOADED)[2].split(", ")
+def quota_loads(broker) -> list[str]:
+    """What each "client quotas loaded" line of a broker's log (a LocalCluster process) counts,
+    e.g. ["1 produce", "0 fetch", ...]: one line at start-up and one for each change it applied."""
+    return [line.partition(QUOTAS_LOADED)[2].split(", ")
+            for line in broker.log_path.read_text(errors="replace").splitlines() if QUOTAS_LOADED in line]
 
-    wait_until(loaded, f"{broker.name} loads client quotas with {expected}", timeout, 0.05)
+
+def wait_quotas_loaded(broker, expected: str | None = None, after: int = 0, timeout: float = 30.0) -> None:
+    """Until `broker` has applied a client quota change: more than `after` loads, the last naming
+    `expected` (e.g. "1 produce"). The change reaches it through a ZooKeeper notification, well
+    within a second on a quiet machine, not on a busy one."""
+    def loaded() -> bool:
+        loads = quota_loads(broker)
+        return len(loads) > after and (expected is None or expected in loads[-1])
+
+    wait_until(loaded, f"{broker.name} loads client quotas ({expected or f'load {after + 1}'})", timeout, 0.05)
 
 
 def leader_of(bootstrap: str, topic: str, partition: int, timeout: float = 30.0) -> int:

@@ -18,7 +18,7 @@ from odradek.common.api_key import ApiKey
 from odradek.common.network.client import NetworkClient
 
 from .conftest import new_cluster
-from .kafka_helpers import ask, create_topic
+from .kafka_helpers import ask, create_topic, quota_loads, wait_quotas_loaded
 from .test_client_quotas import alter_request
 
 pytestmark = pytest.mark.integration
@@ -50,10 +50,12 @@ def fill(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
-def set_quota(port: int, client_id: str, key: str, value: float) -> None:
-    (answer,) = ask(port, [alter_request([([("client-id", client_id)], [(key, value, False)])])])
+def set_quota(cluster, client_id: str, key: str, value: float) -> None:
+    """Set a quota and wait until the broker applied it (through the change notification)."""
+    loads = len(quota_loads(cluster.broker(0)))
+    (answer,) = ask(cluster.broker_ports[0], [alter_request([([("client-id", client_id)], [(key, value, False)])])])
     assert answer.entries[0].error_code == 0
-    time.sleep(1.0)  # the broker applies the change notification
+    wait_quotas_loaded(cluster.broker(0), after=loads)
 
 
 def least_time_s() -> float:
@@ -62,9 +64,9 @@ def least_time_s() -> float:
 
 
 def test_throttled_fetches_lose_nothing_confluent(cluster):
-    bootstrap, port = cluster.bootstrap, cluster.broker_ports[0]
+    bootstrap = cluster.bootstrap
     fill(bootstrap, "held")
-    set_quota(port, "reader", "consumer_byte_rate", QUOTA)
+    set_quota(cluster, "reader", "consumer_byte_rate", QUOTA)
     throttles: list[float] = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "held", "client.id": "reader",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -93,9 +95,9 @@ def test_throttled_fetches_lose_nothing_confluent(cluster):
 def test_throttled_fetches_lose_nothing_kafka_python(cluster):
     from kafka import KafkaConsumer
 
-    bootstrap, port = cluster.bootstrap, cluster.broker_ports[0]
+    bootstrap = cluster.bootstrap
     fill(bootstrap, "held2")
-    set_quota(port, "reader2", "consumer_byte_rate", QUOTA)
+    set_quota(cluster, "reader2", "consumer_byte_rate", QUOTA)
     consumer = KafkaConsumer("held2", bootstrap_servers=bootstrap, group_id="held2", client_id="reader2",
                              auto_offset_reset="earliest", enable_auto_commit=False)
     seen: list[int] = []
@@ -147,7 +149,7 @@ def busy_client(port: int, client_id: str, seconds: float) -> tuple[int, list[in
 def test_request_percentage_throttles_a_busy_client_only(cluster):
     port = cluster.broker_ports[0]
     create_topic(cluster.bootstrap, "some", 8)
-    set_quota(port, "busy", "request_percentage", 0.5)  # 5 ms of handler time per second
+    set_quota(cluster, "busy", "request_percentage", 0.5)  # 5 ms of handler time per second
     answers, throttles, longest = busy_client(port, "busy", 4.0)
     thrown = [t for t in throttles if t > 0]
     print(f"busy: {answers} answers, {len(thrown)} throttled (max {max(thrown, default=0)} ms), "

@@ -4,6 +4,11 @@ As Kafka's: requests to a broker go out one at a time, in the order the controll
 (a LeaderAndIsr must not overtake the UpdateMetadata before it); a failed send is retried with
 backoff for as long as the broker is registered; when it dies (or re-registers with a new epoch)
 its queue is dropped, because the controller sends it everything again when it comes back.
+
+Requests are encoded on a thread of the manager's own, not on the event loop: a decision about
+thousands of partitions makes requests that take a second or more to encode, and the loop must
+answer the broker that asked meanwhile (a controlled shutdown's answer waited for every channel's
+first request to be encoded). A request is encoded once, whatever the retries.
 """
 
 from __future__ import annotations
@@ -12,11 +17,17 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from odradek.common import wire
+from odradek.common.executors import BlockingExecutor
 from odradek.common.network.client import NetworkClient
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 from odradek.common.zk_data import BrokerInfo, EndPoint
 
 log = logging.getLogger(__name__)
+
+ENCODE_THREADS = 1
+"""Encoding holds the GIL: more threads would not encode faster, only take turns."""
+ENCODE_STOP_S = 5.0
 
 ResponseHook = Callable[[int, object, object], None]
 """(broker_id, request, response) → None; called for every response (for deletion tracking and tests)."""
@@ -39,13 +50,20 @@ class _BrokerChannel:
         m = self.manager
         while True:
             payload = await self.queue.get()
+            try:
+                frame = await m.encoder.run(wire.encode_request, payload, 0, self.client.client_id)
+            except ConnectionError:
+                return  # the manager is closing
+            except Exception:
+                log.exception("broker %d: cannot encode %s; dropped", self.info.id, type(payload).__name__)
+                continue
             backoff = m.backoff_ms / 1000
             failures = 0
             while True:
                 if m.gate is not None:
                     await m.gate.wait()
                 try:
-                    response = await self.client.send(payload, m.request_timeout)
+                    response = await self.client.send_encoded(frame, type(payload), m.request_timeout)
                     break
                 except (ConnectionError, TimeoutError, OSError) as e:
                     failures += 1
@@ -101,6 +119,8 @@ class ControllerChannelManager:
         self.gate = gate
         self.on_response = on_response
         self.channels: dict[int, _BrokerChannel] = {}
+        self.encoder = BlockingExecutor("controller-encode", ENCODE_THREADS)
+        """Where requests are encoded (off the event loop); stopped by `close`."""
 
     def update_brokers(self, live: dict[int, BrokerInfo]) -> None:
         """Open channels to new brokers, drop those of dead or re-registered ones."""
@@ -142,3 +162,5 @@ class ControllerChannelManager:
                 await ch_task
             except (asyncio.CancelledError, Exception):
                 pass
+        if not await self.encoder.aclose(ENCODE_STOP_S):
+            log.warning("%d request encoding threads still running after %.0fs", self.encoder.alive(), ENCODE_STOP_S)

@@ -209,6 +209,12 @@ class NetworkClient:
             type(payload), timeout, expect_response,
         )
 
+    async def send_encoded(self, frame: bytes, schema: type, timeout: float = 30.0) -> Any:
+        """`send` of a request encoded ahead of time (`wire.encode_request`, any correlation id):
+        the frame goes out with this connection's next correlation id."""
+        return await self._send(lambda correlation_id: wire.with_correlation_id(frame, correlation_id),
+                                schema, timeout, True)
+
     async def send_frame(self, encode: Callable[[int], bytes], what: str, timeout: float = 30.0) -> Any:
         """Send a request frame the caller encodes (`encode(correlation_id) -> bytes`, size
         prefix included) and return the response frame body undecoded, from its correlation id

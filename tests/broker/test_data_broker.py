@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.broker.log.record_batch import build_batch
 from odradek.common import wire, zk_data
+from odradek.dev.waiting import wait_until
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -484,8 +485,8 @@ def test_clients_are_refused_until_registered_with_the_controllers_metadata(zk_c
             assert time.monotonic() < deadline and b.alive(), b.stderr_tail()
             time.sleep(0.05)
         assert _refused(b.port)
-        time.sleep(1.0)
-        assert "waiting for the previous registration" in b.stderr_tail()
+        wait_until(lambda: "waiting for the previous registration" in b.stderr_path.read_text(errors="replace"),
+                   "the broker waiting for the previous registration", 30, 0.05)
         assert _refused(b.port)
         zk.delete(zk_data.broker_path(b.broker_id))  # the old session expires
         b.wait_registered(30)

@@ -244,8 +244,10 @@ def alter(client, resource: ConfigResource, key: str, value: str | None) -> None
 
 
 def broker_config(client, resource: ConfigResource, key: str) -> str | None:
-    """The value `key` has on the broker itself (DescribeConfigs of a broker is answered by it)."""
-    return client.describe_configs([resource])[resource].result(timeout=30)[key].value
+    """The value `key` has on the broker itself (DescribeConfigs of a broker is answered by it);
+    None while it does not list the key (a dynamic key may be listed only once it is set)."""
+    entry = client.describe_configs([resource])[resource].result(timeout=30).get(key)
+    return None if entry is None else entry.value
 
 
 def test_follower_throttle_holds_the_move_back_until_lifted(cluster, kadmin):

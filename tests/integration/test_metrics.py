@@ -95,7 +95,8 @@ def test_metrics_follow_the_load(zookeeper, tmp_path):
         def every_led_partition_under_replicated():
             s = scrape(brokers[0])
             led = value(s, "kafka_server_replicamanager_leadercount")
-            return led >= PARTITIONS and value(s, "kafka_server_replicamanager_underreplicatedpartitions") == led
+            return (led >= PARTITIONS and value(s, "kafka_server_replicamanager_underreplicatedpartitions") == led
+                    and value(s, "kafka_cluster_partition_underreplicated", topic=TOPIC) == PARTITIONS)
         wait_until(every_led_partition_under_replicated, 60, "under-replicated partitions on broker 0")
         samples = scrape(brokers[0])
         assert value(samples, "kafka_server_replicamanager_underminisrpartitioncount") == PARTITIONS

@@ -122,8 +122,9 @@ def test_delete_topic_removes_it_and_its_files(shared_cluster):
 
     client = admin(bootstrap)
     client.delete_topics(["to-delete"], operation_timeout=30)["to-delete"].result(timeout=35)
-    md = client.list_topics(timeout=10)
-    assert "to-delete" not in md.topics
+    # as for kp-admin above: the broker list_topics asks may learn of the deletion a moment later
+    wait_until(lambda: "to-delete" not in client.list_topics(timeout=10).topics, "every broker forgot to-delete",
+               timeout=15)
     deadline = time.monotonic() + 10
     while leftovers(live_only=True):
         assert time.monotonic() < deadline, f"partition directories still live 10s after DeleteTopics: {leftovers(True)}"

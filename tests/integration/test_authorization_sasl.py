@@ -14,6 +14,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 from odradek.common.security import jaas
 from odradek.common.zk_connect import ensure_chroot
@@ -21,6 +22,7 @@ from odradek.dev.waiting import wait_until
 from odradek.dev.zookeeper import free_ports
 
 from .conftest import new_cluster
+from .test_authorization import _metadata_error
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "mallory": "mallory-secret",
          "broker": "broker-secret", "controller": "controller-secret"}
@@ -94,6 +96,20 @@ def acls_tool(c, tmp_path, user: str, *args: str) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=60)
 
 
+def settle(c, tmp_path) -> None:
+    """Until every broker applied the ACL changes made so far: a barrier ACL written after them
+    (User:ANONYMOUS, the harness's PLAINTEXT listener, may describe a topic that never exists) is
+    visible on a broker only once the earlier notifications were applied (read in order). It stays:
+    it grants nothing on any topic there is."""
+    barrier = f"barrier-{uuid.uuid4().hex[:6]}"
+    done = acls_tool(c, tmp_path, "admin", "--add", "--allow-principal", "User:ANONYMOUS", "--operation", "Describe",
+                     "--topic", barrier)
+    assert done.returncode == 0, done
+    for port in c.broker_ports:
+        wait_until(lambda port=port: _metadata_error(port, barrier) == ErrorCode.unknown_topic_or_partition,
+                   f"broker on port {port} applies the ACL changes", 30, 0.05)
+
+
 def produce(c, user: str, topic: str, n: int, **extra) -> list:
     p = Producer({**conf(c, user), "message.timeout.ms": 8000, **extra})
     errors: list = []
@@ -146,6 +162,7 @@ def test_each_user_gets_exactly_its_acls(cluster, tmp_path):
     granted = acls_tool(cluster, tmp_path, "admin", "--add", "--allow-principal", "User:bob", "--consumer",
                         "--topic", topic, "--group", group)
     assert granted.returncode == 0, granted
+    settle(cluster, tmp_path)
 
     # alice: an idempotent producer with WRITE on the topic only (KIP-679); no READ
     assert produce(cluster, "alice", topic, 10, **{"enable.idempotence": True}) == [None] * 10
@@ -187,6 +204,7 @@ def test_transactions_replicate_and_commit_with_least_privilege(cluster, tmp_pat
                  ("--consumer", "--topic", topic, "--group", group)):
         done = acls_tool(cluster, tmp_path, "admin", "--add", "--allow-principal", "User:alice", *args)
         assert done.returncode == 0, done
+    settle(cluster, tmp_path)
     p = Producer({**conf(cluster, "alice"), "transactional.id": txn, "transaction.timeout.ms": 10000})
     p.init_transactions(20)
     p.begin_transaction()

@@ -344,6 +344,8 @@ class ReplicaManager:
         self.fenced = False
         """Set while the broker's ZooKeeper registration is lost (see set_fenced)."""
         self.offline_partitions: set[tuple[str, int]] = set()
+        self.stopping = False
+        """Set when the broker's shutdown begins: it starts no more fetchers (`add_fetchers`)."""
         """Partitions whose log directory failed: KAFKA_STORAGE_ERROR until the broker restarts."""
         self.log_dir_failure_listeners: list[Callable[[Path, list[tuple[str, int]]], None]] = []
         """Callables(log_dir, [(topic, partition)]) run after a failed directory's partitions are
@@ -695,7 +697,15 @@ class ReplicaManager:
 
         A partition without a leader (-1: its ISR is down, as while a cluster restarts) has nothing
         to fetch until the controller elects one and says so; that is normal and logged at DEBUG.
-        A named leader missing from live_leaders is the controller contradicting itself: a warning."""
+        A named leader missing from live_leaders is the controller contradicting itself: a warning.
+
+        A stopping broker starts none: its controlled shutdown makes it follower of every partition
+        it led (thousands), and those fetchers would only take the event loop from the handover
+        (the first OffsetForLeaderEpoch of each, truncation) until the shutdown stops them. It is
+        out of their ISRs already, so no leader waits for it; it catches up when it starts again."""
+        if self.stopping:
+            self.fetcher_manager.remove_fetchers([p.key for p in partitions])
+            return
         endpoints = {int(b.broker_id): (b.host_name, int(b.port)) for b in live_leaders}
         targets = {}
         leaderless = []

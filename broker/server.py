@@ -481,6 +481,8 @@ class KafkaServer:
         log.info("broker %d shutting down", self.config.broker_id)
         if self._data_plane is not None:
             self._data_plane.cancel()
+        if self.components is not None:
+            self.components.replica_manager.stopping = True
         if self.socket_servers:
             try:
                 await self.controlled_shutdown()

@@ -195,3 +195,44 @@ def test_a_large_leader_and_isr_lets_the_event_loop_answer_meanwhile(tmp_path):
         assert (True, False) in turns, "no other task ran while the partitions were applied"
     finally:
         manager.shutdown()
+
+
+def test_a_stopping_broker_follows_without_fetching(tmp_path):
+    """In its controlled shutdown a broker is made follower of every partition it led: it applies
+    the LeaderAndIsr (no longer leader: produce gets NOT_LEADER_OR_FOLLOWER) but starts no
+    fetcher, which would only compete with the handover until the shutdown stops it."""
+    from odradek.common.messages import (
+        LeaderAndIsrLiveLeader,
+        LeaderAndIsrPartitionState,
+        LeaderAndIsrRequest,
+        LeaderAndIsrTopicState,
+    )
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    for p in range(2):
+        manager.get_or_create_log("t", p, manager.default_config)
+
+    def request(leader: int, epoch: int) -> LeaderAndIsrRequest:
+        states = tuple(LeaderAndIsrPartitionState(partition_index=p, controller_epoch=1, leader=leader,
+                                                  leader_epoch=epoch, isr=(leader,), zk_version=epoch,
+                                                  replicas=(0, 1), is_new=False) for p in range(2))
+        return LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1,
+                                   live_leaders=(LeaderAndIsrLiveLeader(broker_id=1, host_name="127.0.0.1", port=9),),
+                                   topic_states=(LeaderAndIsrTopicState(topic_name="t", partition_states=states),))
+
+    async def run(stopping: bool) -> tuple[list, list]:
+        rm = ReplicaManager(config, manager, None, None)
+        added: list = []
+        rm.fetcher_manager.add_fetchers = lambda targets: added.extend(targets)
+        await rm.become_leader_or_follower(request(leader=0, epoch=1))
+        rm.stopping = stopping
+        await rm.become_leader_or_follower(request(leader=1, epoch=2))
+        return [rm.get_partition(("t", p)).is_leader for p in range(2)], added
+
+    try:
+        assert asyncio.run(run(stopping=False)) == ([False, False], [("t", 0), ("t", 1)])
+        assert asyncio.run(run(stopping=True)) == ([False, False], [])
+    finally:
+        manager.shutdown()

@@ -83,3 +83,42 @@ def test_load_context_reads_brokers_topics_states_and_markers(clients, zk_connec
     assert ctx.assignments["t"].partitions == {0: (3,)}
     assert ctx.partition_states == {TP("t", 0): State(3, 2, (3,), 1, 0)}
     assert ctx.topics_to_delete == {"gone"} and (ctx.epoch, ctx.epoch_zk_version) == (epoch, version)
+
+
+def test_many_transactions_are_pipelined_each_standing_alone(clients, monkeypatch):
+    """Transactions go out together (Kafka 1.1's async writes); a conflict fails only its own
+    transaction, the others apply; a newer epoch fails them all."""
+    from odradek.controller import zk_client
+
+    monkeypatch.setattr(zk_client, "TRANSACTION_OPS", 3)
+    a = clients()
+    epoch, version = a.elect(z.ControllerInfo(1000))
+    n = 10  # transactions of 3, 3, 3, 1
+    a.zk.create(z.topic_path("t"), z.encode_topic_assignment(z.TopicAssignment({p: (0,) for p in range(n)})),
+                makepath=True)
+    created = [StateWrite(TP("t", p), State(0, 0, (0,), epoch, 0), None) for p in range(n)]
+    assert a.write_states(created, version).applied == created
+    commits = []
+    real = a.calls.settle
+
+    def settle(pending):
+        commits.append(len(pending))
+        return real(pending)
+
+    monkeypatch.setattr(a.calls, "settle", settle)
+    a.zk.set(z.partition_state_path("t", 4), z.encode_partition_state(State(0, 0, (0,), epoch)))
+    moved = [StateWrite(TP("t", p), State(0, 1, (0,), epoch, 1), 0) for p in range(n)]
+    result = a.write_states(moved, version)
+    assert commits == [4]
+    assert result.conflicts == [TP("t", 4)]
+    assert result.applied == moved[:3] + moved[6:]
+    states = a.partition_states([TP("t", p) for p in range(n)])
+    assert [states[TP("t", p)].leader_epoch for p in range(n)] == [1, 1, 1, 0, 0, 0, 1, 1, 1, 1]
+
+    b = clients()
+    a.zk.delete(z.CONTROLLER)
+    assert b.elect(z.ControllerInfo(1001)) == (epoch + 1, version + 1)
+    again = [StateWrite(TP("t", p), State(0, 2, (0,), epoch, 2), 1) for p in range(3)]
+    with pytest.raises(ControllerMovedError):
+        a.write_states(again + again, version)
+    assert b.partition_states([TP("t", 0)])[TP("t", 0)].leader_epoch == 1

@@ -94,7 +94,7 @@ def test_many_transactions_are_pipelined_each_standing_alone(clients, monkeypatc
     a = clients()
     epoch, version = a.elect(z.ControllerInfo(1000))
     n = 10  # transactions of 3, 3, 3, 1
-    a.zk.create(z.topic_path("t"), z.encode_topic_assignment(z.TopicAssignment({p: (0,) for p in range(n)})),
+    a.zk.create(z.topic_path("t"), z.encode_topic_assignment(z.TopicAssignment(dict.fromkeys(range(n), (0,)))),
                 makepath=True)
     created = [StateWrite(TP("t", p), State(0, 0, (0,), epoch, 0), None) for p in range(n)]
     assert a.write_states(created, version).applied == created

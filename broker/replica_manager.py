@@ -588,41 +588,80 @@ class ReplicaManager:
 
             await self._assign_new_leader_epochs(
                 [(p, ps) for p, ps in changed if ps.leader == self.broker_id and not p.is_leader])
-            new_followers = []
-            new_leaders = []
-            for n, (partition, ps) in enumerate(changed, 1):
-                if n % APPLY_BATCH == 0:
-                    # Let the loop answer meanwhile: a peer taking over a dead broker's ~9,000
-                    # partitions at 18,000 applied them in one 30 s pass and answered no
-                    # Metadata or Fetch until done. Each partition is whole before and after its
-                    # turn, as when Kafka's request threads serve beside a LeaderAndIsr.
-                    await asyncio.sleep(0)
-                if partition.log.closed:  # its log dir failed meanwhile (or while writing the epoch)
-                    errors[partition.key] = ErrorCode.kafka_storage_error
-                    continue
-                if ps.leader == self.broker_id:
-                    try:
-                        became = partition.make_leader(ps, self.clock())
-                    except OSError as e:  # the leader epoch checkpoint could not be written
-                        partition.log.storage_error(e, "leader epoch checkpoint")
-                        errors[partition.key] = ErrorCode.kafka_storage_error
-                        continue
-                    if became:
-                        new_leaders.append(partition)
-                        log.debug("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch,
-                                  partition.isr)
-                else:
-                    partition.make_follower(ps)
-                    new_followers.append(partition)  # every new epoch: truncate, then fetch
-                    log.debug("%s-%d: now follower of %d at epoch %d", *partition.key, partition.leader_id,
-                              partition.leader_epoch)
-                self.complete_delayed_requests(partition.key)
+            new_followers: list[Partition] = []
+            new_leaders: list[Partition] = []
+            held: list[Partition] = []
+            try:
+                await self._apply_leader_and_isr(changed, errors, new_leaders, new_followers, held)
+                await self._write_sitting_leaders_epochs(held, errors)
+            finally:
+                for partition in held:
+                    partition.epoch_write.release()
             log_leadership_changes(new_leaders, new_followers)
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
             return LeaderAndIsrResponse(error_code=ErrorCode.none, partition_errors=tuple(
                 LeaderAndIsrPartitionError(topic_name=t, partition_index=i32(i), error_code=code)
                 for (t, i), code in errors.items()))
+
+    async def _apply_leader_and_isr(self, changed: list[tuple[Partition, LeaderAndIsrPartitionState]],
+                                    errors: dict[tuple[str, int], ErrorCode], new_leaders: list[Partition],
+                                    new_followers: list[Partition], held: list[Partition]) -> None:
+        """Apply each partition's new state; `held`: the sitting leaders whose new epoch is in
+        their cache only, their appends held (`epoch_write`) until it is on disk."""
+        for n, (partition, ps) in enumerate(changed, 1):
+            if n % APPLY_BATCH == 0:
+                # Let the loop answer meanwhile: a peer taking over a dead broker's ~9,000
+                # partitions at 18,000 applied them in one 30 s pass and answered no Metadata or
+                # Fetch until done. Each partition is whole before and after its turn, as when
+                # Kafka's request threads serve beside a LeaderAndIsr.
+                await asyncio.sleep(0)
+            if partition.log.closed:  # its log dir failed meanwhile (or while writing the epoch)
+                errors[partition.key] = ErrorCode.kafka_storage_error
+                continue
+            if ps.leader == self.broker_id:
+                if partition.is_leader and await self._hold_for_new_epoch(partition, int(ps.leader_epoch)):
+                    held.append(partition)
+                try:
+                    became = partition.make_leader(ps, self.clock())
+                except OSError as e:  # the leader epoch checkpoint could not be written
+                    partition.log.storage_error(e, "leader epoch checkpoint")
+                    errors[partition.key] = ErrorCode.kafka_storage_error
+                    continue
+                if became:
+                    new_leaders.append(partition)
+                    log.debug("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch,
+                              partition.isr)
+            else:
+                partition.make_follower(ps)
+                new_followers.append(partition)  # every new epoch: truncate, then fetch
+                log.debug("%s-%d: now follower of %d at epoch %d", *partition.key, partition.leader_id,
+                          partition.leader_epoch)
+            self.complete_delayed_requests(partition.key)
+
+    @staticmethod
+    async def _hold_for_new_epoch(partition: Partition, epoch: int) -> bool:
+        """A sitting leader's new epoch (the controller shrank its ISR: a follower died) enters its
+        cache at the log end, unwritten, and its appends wait (`epoch_write`) until the checkpoint
+        is on disk: written on the event loop, ~3,000 of them held a peer of a dead broker for
+        seconds (two fsyncs each). True when held; the caller releases."""
+        await partition.epoch_write.acquire()  # free here: only an apply holds it across a wait
+        if partition.log.leader_epoch_cache.assign(epoch, partition.log.log_end_offset, flush=False):
+            return True
+        partition.epoch_write.release()
+        return False
+
+    async def _write_sitting_leaders_epochs(self, held: list[Partition], errors: dict[tuple[str, int], ErrorCode]) -> None:
+        """Write the held leaders' epoch checkpoints in the logs' threads; a failed write takes its
+        log dir offline (the held appends then fail as on any closed log)."""
+        logs = {id(p.log.leader_epoch_cache): p for p in held}
+        failed = await write_in_worker([p.log.leader_epoch_cache for p in held], self.log_manager.io_threads)
+        for cache, error in failed.items():
+            partition = logs[id(cache)]
+            if partition.log.closed:
+                continue  # deleted meanwhile: its files are gone on purpose
+            partition.log.storage_error(error, "leader epoch checkpoint")
+            errors[partition.key] = ErrorCode.kafka_storage_error
 
     async def _read_topic_configs(self, request: LeaderAndIsrRequest) -> set[str]:
         """Read (in one go) the config of every topic of `request` whose log this broker is about
@@ -742,6 +781,21 @@ class ReplicaManager:
 
     # --- produce --------------------------------------------------------------------------------
 
+    @staticmethod
+    async def _wait_for_epoch_write(partition: Partition, timeout_ms: int) -> bool:
+        """Wait (at most the request's timeout, at least a second) until the partition's new
+        epoch is on disk and the appends queued before this one went. False on timeout. The
+        caller appends before its next await, so the next queued append cannot pass it."""
+        partition.appends_waiting += 1
+        try:
+            await asyncio.wait_for(partition.epoch_write.acquire(), max(timeout_ms, 1000) / 1000)
+        except TimeoutError:
+            return False
+        finally:
+            partition.appends_waiting -= 1
+        partition.epoch_write.release()
+        return True
+
     async def append_records(self, timeout_ms: int, required_acks: int,
                              entries: Iterable[tuple[str, int, Buffer | None]],
                              origin: AppendOrigin = AppendOrigin.CLIENT,
@@ -765,6 +819,14 @@ class ReplicaManager:
             if not records:
                 results[key] = ProduceResult(error=ErrorCode.invalid_record)
                 continue
+            if partition.epoch_write.locked() or partition.appends_waiting:
+                if not await self._wait_for_epoch_write(partition, timeout_ms):
+                    results[key] = ProduceResult(error=ErrorCode.request_timed_out)
+                    continue
+                partition, error = self.leader_partition(topic, index)  # as it is now
+                if partition is None:
+                    results[key] = ProduceResult(error=error)
+                    continue
             if verified and key in verified:
                 producer_id, guard = verified[key]
                 entry = partition.log.producer_state.last_entry(producer_id)

@@ -3,13 +3,14 @@ the HW checkpoint round trip."""
 
 import asyncio
 import struct
+import threading
 import time
 from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.log import LogManager
-from odradek.broker.log.record_batch import build_batch
+from odradek.broker.log.record_batch import build_batch, leader_epoch_starts
 from odradek.broker.replica_fetcher import PartitionFetchState, ReplicaFetcher, truncation_offset
 from odradek.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
 from odradek.common.config import BrokerConfig
@@ -234,5 +235,108 @@ def test_a_stopping_broker_follows_without_fetching(tmp_path):
     try:
         assert asyncio.run(run(stopping=False)) == ([False, False], [("t", 0), ("t", 1)])
         assert asyncio.run(run(stopping=True)) == ([False, False], [])
+    finally:
+        manager.shutdown()
+
+
+def leader_and_isr(epoch: int, isr: tuple[int, ...]):
+    """Broker 0 leads t-0 (replicas 0, 1) at `epoch` with `isr`."""
+    from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
+
+    state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=0, leader_epoch=epoch,
+                                       isr=isr, zk_version=epoch, replicas=(0, 1), is_new=False)
+    return LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
+                               topic_states=(LeaderAndIsrTopicState(topic_name="t", partition_states=(state,)),))
+
+def test_a_sitting_leaders_new_epoch_is_written_off_the_loop_and_holds_appends_until_on_disk(tmp_path, monkeypatch):
+    """A follower died: the controller shrinks the ISR of a partition we already lead, with a new
+    epoch. Its checkpoint is written in a worker thread (not on the event loop, which a peer of a
+    dead broker needs for thousands of them), and no append goes in under the new epoch before
+    the checkpoint is on disk; the held appends then go in their order."""
+    from odradek.broker.log import leader_epoch
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    plog = manager.get_or_create_log("t", 0, manager.default_config)
+
+    async def run():
+        rm = ReplicaManager(config, manager, None, None)
+        loop = asyncio.get_running_loop()
+        assert (await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))).partition_errors[0].error_code == 0
+        first = await rm.append_records(1000, 1, [("t", 0, build_batch([b"before"]))])
+        assert first[("t", 0)].error == ErrorCode.none and plog.log_end_offset == 1
+
+        disk, writing = threading.Event(), asyncio.Event()
+        loop_thread = threading.get_ident()
+        writers = []
+        real_write = leader_epoch.write_checkpoint
+
+        def slow_write(path, lines):
+            writers.append(threading.get_ident())
+            assert threading.get_ident() != loop_thread, "an epoch checkpoint written on the event loop"
+            loop.call_soon_threadsafe(writing.set)
+            assert disk.wait(30)
+            real_write(path, lines)
+
+        monkeypatch.setattr(leader_epoch, "write_checkpoint", slow_write)
+        shrink = loop.create_task(rm.become_leader_or_follower(leader_and_isr(2, (0,))))
+        await asyncio.wait_for(writing.wait(), 10)
+        appends = [loop.create_task(rm.append_records(1000, 1, [("t", 0, build_batch([v]))])) for v in (b"a", b"b")]
+        for _ in range(100):  # the loop runs on; the appends wait for the disk
+            await asyncio.sleep(0)
+        assert not any(a.done() for a in appends) and plog.log_end_offset == 1
+        assert rm.get_partition(("t", 0)).leader_epoch == 2  # the state is applied, the appends held
+        disk.set()
+        assert (await asyncio.wait_for(shrink, 10)).partition_errors[0].error_code == 0
+        offsets = [(await asyncio.wait_for(a, 10))[("t", 0)].base_offset for a in appends]
+        return writers, offsets
+
+    writers, offsets = asyncio.run(run())
+    try:
+        assert writers
+        assert offsets == [1, 2]
+        assert (plog.dir / "leader-epoch-checkpoint").read_text().splitlines()[2:] == ["1 0", "2 1"]
+        # every batch carries the epoch it went in under: "before" epoch 1, the held ones epoch 2
+        assert leader_epoch_starts(plog.read(0, 1 << 20).read_bytes(), -1) == [(1, 0), (2, 1)]
+    finally:
+        manager.shutdown()
+
+
+def test_a_sitting_leaders_failed_epoch_write_fails_its_held_appends(tmp_path, monkeypatch):
+    """The checkpoint of the new epoch cannot be written: the partition answers
+    KAFKA_STORAGE_ERROR to the LeaderAndIsr and the appends held meanwhile are not written."""
+    from odradek.broker.log import leader_epoch
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    plog = manager.get_or_create_log("t", 0, manager.default_config)
+
+    async def run():
+        rm = ReplicaManager(config, manager, None, None)
+        loop = asyncio.get_running_loop()
+        await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))
+        disk, writing = threading.Event(), asyncio.Event()
+
+        def failing_write(path, lines):
+            loop.call_soon_threadsafe(writing.set)
+            assert disk.wait(30)
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(leader_epoch, "write_checkpoint", failing_write)
+        shrink = loop.create_task(rm.become_leader_or_follower(leader_and_isr(2, (0,))))
+        await asyncio.wait_for(writing.wait(), 10)
+        held = loop.create_task(rm.append_records(1000, 1, [("t", 0, build_batch([b"held"]))]))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        disk.set()
+        answer = await asyncio.wait_for(shrink, 10)
+        return answer.partition_errors[0].error_code, (await asyncio.wait_for(held, 10))[("t", 0)].error
+
+    answered, appended = asyncio.run(run())
+    try:
+        assert answered == ErrorCode.kafka_storage_error
+        assert appended != ErrorCode.none and plog.log_end_offset == 0
     finally:
         manager.shutdown()

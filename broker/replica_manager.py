@@ -344,9 +344,9 @@ class ReplicaManager:
         self.fenced = False
         """Set while the broker's ZooKeeper registration is lost (see set_fenced)."""
         self.offline_partitions: set[tuple[str, int]] = set()
+        """Partitions whose log directory failed: KAFKA_STORAGE_ERROR until the broker restarts."""
         self.stopping = False
         """Set when the broker's shutdown begins: it starts no more fetchers (`add_fetchers`)."""
-        """Partitions whose log directory failed: KAFKA_STORAGE_ERROR until the broker restarts."""
         self.log_dir_failure_listeners: list[Callable[[Path, list[tuple[str, int]]], None]] = []
         """Callables(log_dir, [(topic, partition)]) run after a failed directory's partitions are
         taken offline (the server tells the controller, the group coordinator resigns)."""

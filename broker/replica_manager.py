@@ -335,6 +335,9 @@ class ReplicaManager:
         """Called with a partition's key whenever something a fetch could report about it may have
         changed (records, high watermark, log start, leadership): the fetch sessions' notice."""
         self._state_change_lock = asyncio.Lock()
+        self._produce_queue = asyncio.Lock()
+        """Produces in arrival order while a sitting leader's new epoch is written (fair lock)."""
+        self._produce_queue_waiting = 0
         self.fetcher_manager = ReplicaFetcherManager(self, config, inter_broker_security)
         self._written_hw: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = asyncio.Lock()
@@ -781,6 +784,25 @@ class ReplicaManager:
 
     # --- produce --------------------------------------------------------------------------------
 
+    async def _queue_behind_epoch_writes(self, keys: list[tuple[str, int]], timeout_ms: int) -> bool:
+        """Queue this produce in `_produce_queue` while a new leader epoch is written or produces
+        are queued: one waiting for a held partition may carry others, and a later (pipelined)
+        request to one of those must not pass it. True: in the queue, the caller releases it
+        after its appends (its own waits for held partitions happen inside). Bounded by the
+        request's timeout (at least a second)."""
+        if not (self._produce_queue.locked() or self._produce_queue_waiting or any(
+                (p := self._partitions.get(k)) is not None and (p.epoch_write.locked() or p.appends_waiting)
+                for k in keys)):
+            return False
+        self._produce_queue_waiting += 1
+        try:
+            await asyncio.wait_for(self._produce_queue.acquire(), max(timeout_ms, 1000) / 1000)
+        except TimeoutError:
+            return False  # the held partitions' own waits (bounded) still order their appends
+        finally:
+            self._produce_queue_waiting -= 1
+        return True
+
     @staticmethod
     async def _wait_for_epoch_write(partition: Partition, timeout_ms: int) -> bool:
         """Wait (at most the request's timeout, at least a second) until the partition's new
@@ -810,63 +832,69 @@ class ReplicaManager:
         """
         results: dict[tuple[str, int], ProduceResult] = {}
         any_pending = False
-        for topic, index, records in entries:
-            key = (topic, index)
-            partition, error = self.leader_partition(topic, index)
-            if partition is None:
-                results[key] = ProduceResult(error=error)
-                continue
-            if not records:
-                results[key] = ProduceResult(error=ErrorCode.invalid_record)
-                continue
-            if partition.epoch_write.locked() or partition.appends_waiting:
-                if not await self._wait_for_epoch_write(partition, timeout_ms):
-                    results[key] = ProduceResult(error=ErrorCode.request_timed_out)
-                    continue
-                partition, error = self.leader_partition(topic, index)  # as it is now
+        entries = list(entries)
+        queued = await self._queue_behind_epoch_writes([(t, i) for t, i, _ in entries], timeout_ms)
+        try:
+            for topic, index, records in entries:
+                key = (topic, index)
+                partition, error = self.leader_partition(topic, index)
                 if partition is None:
                     results[key] = ProduceResult(error=error)
                     continue
-            if verified and key in verified:
-                producer_id, guard = verified[key]
-                entry = partition.log.producer_state.last_entry(producer_id)
-                opened = entry is not None and entry.current_txn_first_offset >= 0
-                if not opened and (entry.last_marker_offset if entry is not None else -1) != guard:
-                    results[key] = ProduceResult(error=ErrorCode.invalid_txn_state)
+                if not records:
+                    results[key] = ProduceResult(error=ErrorCode.invalid_record)
                     continue
-            try:
-                info = partition.append_records_to_leader(records, required_acks, origin)
-            except LogError as e:
-                log.debug("append to %s-%d rejected: %s", topic, index, e)
-                results[key] = ProduceResult(
-                    error=e.error_code, error_message=str(e),
-                    record_errors=tuple(getattr(e, "record_errors", ())),  # KIP-467's per-record errors
+                if partition.epoch_write.locked() or partition.appends_waiting:
+                    if not await self._wait_for_epoch_write(partition, timeout_ms):  # (in the produce queue)
+                        results[key] = ProduceResult(error=ErrorCode.request_timed_out)
+                        continue
+                    partition, error = self.leader_partition(topic, index)  # as it is now
+                    if partition is None:
+                        results[key] = ProduceResult(error=error)
+                        continue
+                if verified and key in verified:
+                    producer_id, guard = verified[key]
+                    entry = partition.log.producer_state.last_entry(producer_id)
+                    opened = entry is not None and entry.current_txn_first_offset >= 0
+                    if not opened and (entry.last_marker_offset if entry is not None else -1) != guard:
+                        results[key] = ProduceResult(error=ErrorCode.invalid_txn_state)
+                        continue
+                try:
+                    info = partition.append_records_to_leader(records, required_acks, origin)
+                except LogError as e:
+                    log.debug("append to %s-%d rejected: %s", topic, index, e)
+                    results[key] = ProduceResult(
+                        error=e.error_code, error_message=str(e),
+                        record_errors=tuple(getattr(e, "record_errors", ())),  # KIP-467's per-record errors
+                    )
+                    continue
+                except Exception:
+                    log.exception("append to %s-%d failed", topic, index)
+                    results[key] = ProduceResult(error=ErrorCode.unknown_server_error)
+                    continue
+                if isinstance(info, ErrorCode):
+                    results[key] = ProduceResult(error=info)
+                    continue
+                if not info.duplicate:
+                    self.stats.record_in(topic, info.num_records, info.valid_bytes)
+                plog = partition.log
+                result = ProduceResult(
+                    base_offset=info.first_offset,
+                    log_append_time=info.log_append_time,
+                    log_start_offset=plog.log_start_offset,
+                    required_offset=info.last_offset + 1,
+                    pending=required_acks == -1,
                 )
-                continue
-            except Exception:
-                log.exception("append to %s-%d failed", topic, index)
-                results[key] = ProduceResult(error=ErrorCode.unknown_server_error)
-                continue
-            if isinstance(info, ErrorCode):
-                results[key] = ProduceResult(error=info)
-                continue
-            if not info.duplicate:
-                self.stats.record_in(topic, info.num_records, info.valid_bytes)
-            plog = partition.log
-            result = ProduceResult(
-                base_offset=info.first_offset,
-                log_append_time=info.log_append_time,
-                log_start_offset=plog.log_start_offset,
-                required_offset=info.last_offset + 1,
-                pending=required_acks == -1,
-            )
-            results[key] = result
-            any_pending |= result.pending
-            hw_moved = partition.maybe_increment_high_watermark()
-            self._partition_changed(key)
-            self.fetch_purgatory.check_and_complete(key)
-            if hw_moved:
-                self.produce_purgatory.check_and_complete(key)
+                results[key] = result
+                any_pending |= result.pending
+                hw_moved = partition.maybe_increment_high_watermark()
+                self._partition_changed(key)
+                self.fetch_purgatory.check_and_complete(key)
+                if hw_moved:
+                    self.produce_purgatory.check_and_complete(key)
+        finally:
+            if queued:
+                self._produce_queue.release()
         if any_pending:
             op = DelayedProduce(timeout_ms, self, results)
             keys = [k for k, r in results.items() if r.pending]

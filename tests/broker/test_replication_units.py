@@ -340,3 +340,74 @@ def test_a_sitting_leaders_failed_epoch_write_fails_its_held_appends(tmp_path, m
         assert appended != ErrorCode.none and plog.log_end_offset == 0
     finally:
         manager.shutdown()
+
+
+def sitting_leader(tmp_path):
+    """A LogManager with t-0 (one record) and two LeaderAndIsr for broker 0: leader at epoch 1 with
+    ISR (0, 1), then still leader at epoch 2 with ISR (0,) (broker 1 died)."""
+    from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
+
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    manager.get_or_create_log("t", 0, manager.default_config)
+
+    def request(epoch: int, isr: tuple[int, ...]) -> LeaderAndIsrRequest:
+        state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=0, leader_epoch=epoch,
+                                           isr=isr, zk_version=epoch, replicas=(0, 1), is_new=False)
+        return LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
+                                   topic_states=(LeaderAndIsrTopicState(topic_name="t", partition_states=(state,)),))
+
+    return config, manager, request(1, (0, 1)), request(2, (0,))
+
+
+def test_held_produces_keep_their_order_per_partition(tmp_path, monkeypatch):
+    """Produce is pipelined per connection: a request held for t-0's epoch write that also writes
+    t-1 must not be overtaken on t-1 by a later request (a producer's sequences would break)."""
+    import threading
+
+    from odradek.broker.log import leader_epoch
+    from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
+
+    config, manager, lead, shrink = sitting_leader(tmp_path)
+    disk = threading.Event()
+    write = leader_epoch.write_checkpoint
+
+    async def run():
+        loop, writing = asyncio.get_running_loop(), asyncio.Event()
+
+        def slow_write(path, lines):
+            loop.call_soon_threadsafe(writing.set)
+            disk.wait(5)
+            write(path, lines)
+
+        rm = ReplicaManager(config, manager, None, None)
+        await rm.become_leader_or_follower(lead)
+        manager.get_or_create_log("u", 0, manager.default_config)
+        state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=0, leader_epoch=1,
+                                           isr=(0,), zk_version=1, replicas=(0,), is_new=False)
+        await rm.become_leader_or_follower(LeaderAndIsrRequest(
+            controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
+            topic_states=(LeaderAndIsrTopicState(topic_name="u", partition_states=(state,)),)))
+        monkeypatch.setattr(leader_epoch, "write_checkpoint", slow_write)
+        apply = loop.create_task(rm.become_leader_or_follower(shrink))
+        await asyncio.wait_for(writing.wait(), 5)
+        first = loop.create_task(rm.append_records(1000, 1, [("t", 0, build_batch([(None, b"a")])),
+                                                             ("u", 0, build_batch([(None, b"first")]))]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        second = loop.create_task(rm.append_records(1000, 1, [("u", 0, build_batch([(None, b"second")]))]))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        held = not first.done() and not second.done()
+        disk.set()
+        await asyncio.wait_for(apply, 10)
+        return held, (await first)[("u", 0)], (await second)[("u", 0)]
+
+    try:
+        held, first, second = asyncio.run(run())
+        assert held
+        assert (first.base_offset, second.base_offset) == (0, 1)
+    finally:
+        disk.set()
+        manager.shutdown()

@@ -41,8 +41,8 @@ from kio.static.primitive import i32
 
 from odradek.broker.fetch_session_handler import FetchSessionHandler
 from odradek.broker.log.errors import LogError
-from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache, write_in_worker
-from odradek.broker.log.log import Log
+from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH
+from odradek.broker.log.log import Log, write_epoch_checkpoints
 from odradek.broker.log.record_batch import leader_epoch_starts
 from odradek.broker.partition import Partition
 from odradek.broker.replica_fetch_codec import (
@@ -454,9 +454,8 @@ class ReplicaFetcher:
         fsync can take hundreds of milliseconds after heavy writes; done in the append it stalled
         every partition of the broker. Here the entries go into the caches, their files are
         written in a worker thread, and the appends follow. Returns the keys concerned."""
-        caches: list[LeaderEpochFileCache] = []
         starting: set[Key] = set()
-        logs: dict[int, Log] = {}
+        logs: list[Log] = []
         for p, _, r in answered:
             if r.error_code != ErrorCode.none or not r.records:
                 continue
@@ -465,15 +464,9 @@ class ReplicaFetcher:
             if new:
                 for epoch, start_offset in new:
                     cache.assign(epoch, start_offset, flush=False)
-                caches.append(cache)
                 starting.add(p.key)
-                logs[id(cache)] = p.log
-        threads = next((lg.io_threads for lg in logs.values()), None)  # the LogManager's
-        for cache, error in (await write_in_worker(caches, threads)).items():
-            plog = logs[id(cache)]
-            if plog.closed:
-                continue  # deleted meanwhile (StopReplica of a moved replica): its files are gone on purpose
-            plog.storage_error(error, "leader epoch checkpoint")  # its dir goes offline: the append fails
+                logs.append(p.log)
+        await write_epoch_checkpoints(logs)  # a failed one's dir goes offline: its append fails
         return starting
 
     async def _long_poll(self, encode: Callable[[int], bytes], timeout_s: float) -> Any:

@@ -30,7 +30,7 @@ from .errors import (
     UnexpectedAppendOffsetError,
 )
 from .leader_epoch import FILE_NAME as EPOCH_FILE
-from .leader_epoch import LeaderEpochFileCache
+from .leader_epoch import LeaderEpochFileCache, write_in_worker
 from .local_log import FetchDataInfo, LocalLog, open_segment
 from .log_loader import LogLoader
 from .log_validator import validate_client_batch
@@ -763,6 +763,23 @@ class Log:
         if self.on_storage_error is not None:
             self.on_storage_error(self, exc)
 
+
+async def write_epoch_checkpoints(logs: Sequence[Log]) -> list[Log]:
+    """Write the leader-epoch checkpoints of `logs` (entries assigned with flush=False, written
+    before anything is appended under them) on the logs' own threads. A failed write takes its
+    log's directory offline, unless the log was closed meanwhile (deleted: its files are gone on
+    purpose). Returns the logs whose write failed and were taken offline."""
+    if not logs:
+        return []
+    by_cache = {id(lg.leader_epoch_cache): lg for lg in logs}
+    failed = await write_in_worker([lg.leader_epoch_cache for lg in logs], logs[0].io_threads)
+    offline = []
+    for cache, error in failed.items():
+        lg = by_cache[id(cache)]
+        if not lg.closed:
+            lg.storage_error(error, "leader epoch checkpoint")
+            offline.append(lg)
+    return offline
 
 def _segment_chunks(batches: list[BatchInfo], segment_bytes: int) -> list[list[BatchInfo]]:
     """Consecutive batches grouped so that each group fits one segment: a follower's fetch may

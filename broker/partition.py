@@ -12,7 +12,6 @@ flight. A LeaderAndIsr always wins over a pending change. The decisions here are
 the time as an argument and return what to send; the ReplicaManager does the sending.
 """
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,12 +96,6 @@ class Partition:
     fenced: bool = False
     """The broker lost its ZooKeeper registration: whatever it leads, the controller may have given
     to another replica, so it appends nothing, moves no high watermark and proposes no ISR change."""
-    epoch_write: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
-    """Held while a sitting leader's new epoch is written to its checkpoint (ReplicaManager); an
-    append as leader waits for it: nothing is appended under an epoch not yet on disk, and the
-    held appends go in the order they arrived (the lock is fair)."""
-    appends_waiting: int = 0
-    """Appends queued on `epoch_write`: a newcomer queues behind them even once it is released."""
 
     @property
     def key(self) -> tuple[str, int]:

@@ -24,9 +24,8 @@ from odradek.broker.fetch_session import PartitionFetch, SessionWatch, Unchanged
 from odradek.broker.log import LogManager
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.errors import KafkaStorageError, LogError
-from odradek.broker.log.leader_epoch import write_in_worker
 from odradek.broker.log.local_log import FileRegion
-from odradek.broker.log.log import Log
+from odradek.broker.log.log import Log, write_epoch_checkpoints
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.log.record_batch import Buffer
 from odradek.broker.log.transaction_index import AbortedTxn
@@ -335,9 +334,17 @@ class ReplicaManager:
         """Called with a partition's key whenever something a fetch could report about it may have
         changed (records, high watermark, log start, leadership): the fetch sessions' notice."""
         self._state_change_lock = asyncio.Lock()
+        self._unwritten_epochs: set[tuple[str, int]] = set()
+        """Sitting leaders whose new leader epoch is in their cache, not yet on disk: appends to
+        them wait (`_wait_for_epoch_writes`)."""
+        self._epochs_written = asyncio.Event()
+        """Set when `_unwritten_epochs` empties."""
         self._produce_queue = asyncio.Lock()
-        """Produces in arrival order while a sitting leader's new epoch is written (fair lock)."""
+        """Produces in arrival order while one waits for an unwritten epoch (a fair lock): a
+        request held for one partition may carry others, and a later pipelined request to one of
+        those must not pass it (a producer's sequences would break)."""
         self._produce_queue_waiting = 0
+        """Produces waiting for `_produce_queue`: a newcomer queues behind them even once it is free."""
         self.fetcher_manager = ReplicaFetcherManager(self, config, inter_broker_security)
         self._written_hw: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = asyncio.Lock()
@@ -596,10 +603,12 @@ class ReplicaManager:
             held: list[Partition] = []
             try:
                 await self._apply_leader_and_isr(changed, errors, new_leaders, new_followers, held)
-                await self._write_sitting_leaders_epochs(held, errors)
+                for plog in await write_epoch_checkpoints([p.log for p in held]):  # their dirs went offline
+                    errors[(plog.topic, plog.partition)] = ErrorCode.kafka_storage_error
             finally:
-                for partition in held:
-                    partition.epoch_write.release()
+                if held:
+                    self._unwritten_epochs.difference_update(p.key for p in held)
+                    self._epochs_written.set()
             log_leadership_changes(new_leaders, new_followers)
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
@@ -611,7 +620,7 @@ class ReplicaManager:
                                     errors: dict[tuple[str, int], ErrorCode], new_leaders: list[Partition],
                                     new_followers: list[Partition], held: list[Partition]) -> None:
         """Apply each partition's new state; `held`: the sitting leaders whose new epoch is in
-        their cache only, their appends held (`epoch_write`) until it is on disk."""
+        their cache only, their appends held until it is on disk (`_hold_for_new_epoch`)."""
         for n, (partition, ps) in enumerate(changed, 1):
             if n % APPLY_BATCH == 0:
                 # Let the loop answer meanwhile: a peer taking over a dead broker's ~9,000
@@ -623,7 +632,7 @@ class ReplicaManager:
                 errors[partition.key] = ErrorCode.kafka_storage_error
                 continue
             if ps.leader == self.broker_id:
-                if partition.is_leader and await self._hold_for_new_epoch(partition, int(ps.leader_epoch)):
+                if partition.is_leader and self._hold_for_new_epoch(partition, int(ps.leader_epoch)):
                     held.append(partition)
                 try:
                     became = partition.make_leader(ps, self.clock())
@@ -642,29 +651,16 @@ class ReplicaManager:
                           partition.leader_epoch)
             self.complete_delayed_requests(partition.key)
 
-    @staticmethod
-    async def _hold_for_new_epoch(partition: Partition, epoch: int) -> bool:
+    def _hold_for_new_epoch(self, partition: Partition, epoch: int) -> bool:
         """A sitting leader's new epoch (the controller shrank its ISR: a follower died) enters its
-        cache at the log end, unwritten, and its appends wait (`epoch_write`) until the checkpoint
-        is on disk: written on the event loop, ~3,000 of them held a peer of a dead broker for
-        seconds (two fsyncs each). True when held; the caller releases."""
-        await partition.epoch_write.acquire()  # free here: only an apply holds it across a wait
-        if partition.log.leader_epoch_cache.assign(epoch, partition.log.log_end_offset, flush=False):
-            return True
-        partition.epoch_write.release()
-        return False
-
-    async def _write_sitting_leaders_epochs(self, held: list[Partition], errors: dict[tuple[str, int], ErrorCode]) -> None:
-        """Write the held leaders' epoch checkpoints in the logs' threads; a failed write takes its
-        log dir offline (the held appends then fail as on any closed log)."""
-        logs = {id(p.log.leader_epoch_cache): p for p in held}
-        failed = await write_in_worker([p.log.leader_epoch_cache for p in held], self.log_manager.io_threads)
-        for cache, error in failed.items():
-            partition = logs[id(cache)]
-            if partition.log.closed:
-                continue  # deleted meanwhile: its files are gone on purpose
-            partition.log.storage_error(error, "leader epoch checkpoint")
-            errors[partition.key] = ErrorCode.kafka_storage_error
+        cache at the log end, unwritten, and its appends wait until the checkpoint is on disk:
+        written on the event loop, ~3,000 of them held a peer of a dead broker for seconds (two
+        fsyncs each). True when held; the caller writes and lets go."""
+        if not partition.log.leader_epoch_cache.assign(epoch, partition.log.log_end_offset, flush=False):
+            return False
+        self._unwritten_epochs.add(partition.key)
+        self._epochs_written.clear()
+        return True
 
     async def _read_topic_configs(self, request: LeaderAndIsrRequest) -> set[str]:
         """Read (in one go) the config of every topic of `request` whose log this broker is about
@@ -695,14 +691,9 @@ class ReplicaManager:
         epoch is on disk before anything is written under it (make_leader's assign is then a
         no-op)."""
         self.remove_fetchers([p.key for p, _ in becoming_leader])
-        logs = {id(p.log.leader_epoch_cache): p.log for p, _ in becoming_leader}
-        caches = [p.log.leader_epoch_cache for p, ps in becoming_leader
-                  if p.log.leader_epoch_cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False)]
-        for cache, error in (await write_in_worker(caches, self.log_manager.io_threads)).items():
-            plog = logs[id(cache)]
-            if plog.closed:
-                continue  # deleted meanwhile: its files are gone on purpose
-            plog.storage_error(error, "leader epoch checkpoint")  # its log dir goes offline; answered below
+        await write_epoch_checkpoints([  # a failed one's log dir goes offline; answered below
+            p.log for p, ps in becoming_leader
+            if p.log.leader_epoch_cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False)])
 
     async def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
         async with self._state_change_lock:
@@ -784,38 +775,26 @@ class ReplicaManager:
 
     # --- produce --------------------------------------------------------------------------------
 
-    async def _queue_behind_epoch_writes(self, keys: list[tuple[str, int]], timeout_ms: int) -> bool:
-        """Queue this produce in `_produce_queue` while a new leader epoch is written or produces
-        are queued: one waiting for a held partition may carry others, and a later (pipelined)
-        request to one of those must not pass it. True: in the queue, the caller releases it
-        after its appends (its own waits for held partitions happen inside). Bounded by the
-        request's timeout (at least a second)."""
-        if not (self._produce_queue.locked() or self._produce_queue_waiting or any(
-                (p := self._partitions.get(k)) is not None and (p.epoch_write.locked() or p.appends_waiting)
-                for k in keys)):
-            return False
-        self._produce_queue_waiting += 1
+    async def _wait_for_epoch_writes(self, keys: set[tuple[str, int]], timeout_ms: int) -> bool:
+        """Take a place in the produce queue, then wait until none of `keys` has an unwritten
+        leader epoch; at most the request's timeout (at least a second). True: holding the queue
+        (the caller appends, then releases it); False: timed out, not holding it."""
+        queue = self._produce_queue
         try:
-            await asyncio.wait_for(self._produce_queue.acquire(), max(timeout_ms, 1000) / 1000)
-        except TimeoutError:
-            return False  # the held partitions' own waits (bounded) still order their appends
-        finally:
-            self._produce_queue_waiting -= 1
-        return True
-
-    @staticmethod
-    async def _wait_for_epoch_write(partition: Partition, timeout_ms: int) -> bool:
-        """Wait (at most the request's timeout, at least a second) until the partition's new
-        epoch is on disk and the appends queued before this one went. False on timeout. The
-        caller appends before its next await, so the next queued append cannot pass it."""
-        partition.appends_waiting += 1
-        try:
-            await asyncio.wait_for(partition.epoch_write.acquire(), max(timeout_ms, 1000) / 1000)
+            async with asyncio.timeout(max(timeout_ms, 1000) / 1000):
+                self._produce_queue_waiting += 1
+                try:
+                    await queue.acquire()
+                finally:
+                    self._produce_queue_waiting -= 1
+                try:
+                    while not self._unwritten_epochs.isdisjoint(keys):
+                        await self._epochs_written.wait()
+                except BaseException:
+                    queue.release()
+                    raise
         except TimeoutError:
             return False
-        finally:
-            partition.appends_waiting -= 1
-        partition.epoch_write.release()
         return True
 
     async def append_records(self, timeout_ms: int, required_acks: int,
@@ -833,7 +812,13 @@ class ReplicaManager:
         results: dict[tuple[str, int], ProduceResult] = {}
         any_pending = False
         entries = list(entries)
-        queued = await self._queue_behind_epoch_writes([(t, i) for t, i, _ in entries], timeout_ms)
+        queued = False
+        unwritten = self._unwritten_epochs  # empty but for a moment after a follower died
+        if self._produce_queue.locked() or self._produce_queue_waiting or (
+                unwritten and not unwritten.isdisjoint((t, i) for t, i, _ in entries)):
+            queued = await self._wait_for_epoch_writes({(t, i) for t, i, _ in entries}, timeout_ms)
+            if not queued:
+                return {(t, i): ProduceResult(error=ErrorCode.request_timed_out) for t, i, _ in entries}
         try:
             for topic, index, records in entries:
                 key = (topic, index)
@@ -844,14 +829,6 @@ class ReplicaManager:
                 if not records:
                     results[key] = ProduceResult(error=ErrorCode.invalid_record)
                     continue
-                if partition.epoch_write.locked() or partition.appends_waiting:
-                    if not await self._wait_for_epoch_write(partition, timeout_ms):  # (in the produce queue)
-                        results[key] = ProduceResult(error=ErrorCode.request_timed_out)
-                        continue
-                    partition, error = self.leader_partition(topic, index)  # as it is now
-                    if partition is None:
-                        results[key] = ProduceResult(error=error)
-                        continue
                 if verified and key in verified:
                     producer_id, guard = verified[key]
                     entry = partition.log.producer_state.last_entry(producer_id)

@@ -26,6 +26,14 @@ def local_epochs(entries):
     return end_for
 
 
+def log_manager_with_t0(tmp_path):
+    """Broker 0's config, a started LogManager in `tmp_path` and its empty log t-0."""
+    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
+    manager = LogManager([tmp_path], config)
+    manager.startup()
+    return config, manager, manager.get_or_create_log("t", 0, manager.default_config)
+
+
 def test_truncates_to_the_leaders_end_of_our_epoch():
     # We wrote epoch 1 up to 100; the leader's epoch 1 ended at 60: offsets 60.. diverged.
     assert truncation_offset(local_epochs([(1, 0)]), 1, 60, log_end_offset=100, high_watermark=50) == 60
@@ -45,10 +53,7 @@ def test_undefined_answer_falls_back_to_the_high_watermark():
 
 
 def test_high_watermark_checkpoint_round_trip(tmp_path):
-    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
-    manager = LogManager([tmp_path], config)
-    manager.startup()
-    plog = manager.get_or_create_log("t", 0, manager.default_config)
+    config, manager, plog = log_manager_with_t0(tmp_path)
     for i in range(5):
         plog.append_as_leader(build_batch([(None, b"v%d" % i)]), 0)
     plog.high_watermark = 3
@@ -239,14 +244,14 @@ def test_a_stopping_broker_follows_without_fetching(tmp_path):
         manager.shutdown()
 
 
-def leader_and_isr(epoch: int, isr: tuple[int, ...]):
-    """Broker 0 leads t-0 (replicas 0, 1) at `epoch` with `isr`."""
+def leader_and_isr(epoch: int, isr: tuple[int, ...], topic: str = "t", replicas: tuple[int, ...] = (0, 1)):
+    """Broker 0 leads `topic`-0 at `epoch` with `isr`."""
     from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
 
     state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=0, leader_epoch=epoch,
-                                       isr=isr, zk_version=epoch, replicas=(0, 1), is_new=False)
+                                       isr=isr, zk_version=epoch, replicas=replicas, is_new=False)
     return LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
-                               topic_states=(LeaderAndIsrTopicState(topic_name="t", partition_states=(state,)),))
+                               topic_states=(LeaderAndIsrTopicState(topic_name=topic, partition_states=(state,)),))
 
 def test_a_sitting_leaders_new_epoch_is_written_off_the_loop_and_holds_appends_until_on_disk(tmp_path, monkeypatch):
     """A follower died: the controller shrinks the ISR of a partition we already lead, with a new
@@ -255,10 +260,7 @@ def test_a_sitting_leaders_new_epoch_is_written_off_the_loop_and_holds_appends_u
     the checkpoint is on disk; the held appends then go in their order."""
     from odradek.broker.log import leader_epoch
 
-    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
-    manager = LogManager([tmp_path], config)
-    manager.startup()
-    plog = manager.get_or_create_log("t", 0, manager.default_config)
+    config, manager, plog = log_manager_with_t0(tmp_path)
 
     async def run():
         rm = ReplicaManager(config, manager, None, None)
@@ -308,10 +310,7 @@ def test_a_sitting_leaders_failed_epoch_write_fails_its_held_appends(tmp_path, m
     KAFKA_STORAGE_ERROR to the LeaderAndIsr and the appends held meanwhile are not written."""
     from odradek.broker.log import leader_epoch
 
-    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
-    manager = LogManager([tmp_path], config)
-    manager.startup()
-    plog = manager.get_or_create_log("t", 0, manager.default_config)
+    config, manager, plog = log_manager_with_t0(tmp_path)
 
     async def run():
         rm = ReplicaManager(config, manager, None, None)
@@ -342,34 +341,12 @@ def test_a_sitting_leaders_failed_epoch_write_fails_its_held_appends(tmp_path, m
         manager.shutdown()
 
 
-def sitting_leader(tmp_path):
-    """A LogManager with t-0 (one record) and two LeaderAndIsr for broker 0: leader at epoch 1 with
-    ISR (0, 1), then still leader at epoch 2 with ISR (0,) (broker 1 died)."""
-    from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
-
-    config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
-    manager = LogManager([tmp_path], config)
-    manager.startup()
-    manager.get_or_create_log("t", 0, manager.default_config)
-
-    def request(epoch: int, isr: tuple[int, ...]) -> LeaderAndIsrRequest:
-        state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=0, leader_epoch=epoch,
-                                           isr=isr, zk_version=epoch, replicas=(0, 1), is_new=False)
-        return LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
-                                   topic_states=(LeaderAndIsrTopicState(topic_name="t", partition_states=(state,)),))
-
-    return config, manager, request(1, (0, 1)), request(2, (0,))
-
-
 def test_held_produces_keep_their_order_per_partition(tmp_path, monkeypatch):
     """Produce is pipelined per connection: a request held for t-0's epoch write that also writes
-    t-1 must not be overtaken on t-1 by a later request (a producer's sequences would break)."""
-    import threading
-
+    u-0 must not be overtaken on u-0 by a later request (a producer's sequences would break)."""
     from odradek.broker.log import leader_epoch
-    from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
 
-    config, manager, lead, shrink = sitting_leader(tmp_path)
+    config, manager, _ = log_manager_with_t0(tmp_path)
     disk = threading.Event()
     write = leader_epoch.write_checkpoint
 
@@ -382,15 +359,11 @@ def test_held_produces_keep_their_order_per_partition(tmp_path, monkeypatch):
             write(path, lines)
 
         rm = ReplicaManager(config, manager, None, None)
-        await rm.become_leader_or_follower(lead)
+        await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))
         manager.get_or_create_log("u", 0, manager.default_config)
-        state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=0, leader_epoch=1,
-                                           isr=(0,), zk_version=1, replicas=(0,), is_new=False)
-        await rm.become_leader_or_follower(LeaderAndIsrRequest(
-            controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
-            topic_states=(LeaderAndIsrTopicState(topic_name="u", partition_states=(state,)),)))
+        await rm.become_leader_or_follower(leader_and_isr(1, (0,), topic="u", replicas=(0,)))
         monkeypatch.setattr(leader_epoch, "write_checkpoint", slow_write)
-        apply = loop.create_task(rm.become_leader_or_follower(shrink))
+        apply = loop.create_task(rm.become_leader_or_follower(leader_and_isr(2, (0,))))
         await asyncio.wait_for(writing.wait(), 5)
         first = loop.create_task(rm.append_records(1000, 1, [("t", 0, build_batch([(None, b"a")])),
                                                              ("u", 0, build_batch([(None, b"first")]))]))

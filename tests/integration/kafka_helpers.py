@@ -294,7 +294,7 @@ def wait_isr_full(bootstrap: str, topic: str, partitions: int, timeout: float = 
 QUOTAS_LOADED = "client quotas loaded: "
 
 
-def quota_loads(broker) -> list[str]:
+def quota_loads(broker) -> list[list[str]]:
     """What each "client quotas loaded" line of a broker's log (a LocalCluster process) counts,
     e.g. ["1 produce", "0 fetch", ...]: one line at start-up and one for each change it applied."""
     return [line.partition(QUOTAS_LOADED)[2].split(", ")

@@ -9,8 +9,9 @@ admin API (CreateTopics of `--batch` topics). Then, in this order, it measures:
 - footprint: each broker's RSS per hosted replica and open file descriptors, ZooKeeper's data size
   (`mntr`) and newest snapshot, and a Metadata answer for all topics (bytes, ms);
 - controlled shutdown: an acks=all producer writes to every partition at `--rate` records/s (it
-  sleeps until each send is due); the broker leading the most partitions gets SIGTERM; the time to
-  its exit (and each phase of it, from the broker's own log lines: `phases_s`) and the delivery
+  sleeps until each send is due); the broker leading the most partitions gets SIGTERM (broker 0
+  with `--stopped-leads N`, whose replica assignments make it lead N partitions); the time to its
+  exit (and each phase of it, from the broker's own log lines: `phases_s`) and the delivery
   errors the producer saw; then its restart back to a full ISR;
 - a broker's crash and restart: SIGKILL, start, time until registered and until every partition
   is back in a full ISR;
@@ -212,13 +213,36 @@ class Load(threading.Thread):
 
 # --- phases ---------------------------------------------------------------------------------------
 
+def assignment(partition: int, brokers: int, stopped_leads: int) -> list[int]:
+    """The replicas, preferred leader first, of the `partition`-th partition of the whole run: broker
+    0 first in the first `stopped_leads` of them (followed by the others in turn, so that their
+    leadership falls evenly on the rest when 0 stops), the other brokers first in turn after that."""
+    others = list(range(1, brokers))
+    if partition < stopped_leads:
+        turn = partition % len(others)
+        return [0, *(others[turn:] + others[:turn])][:REPLICAS]
+    lead = others[partition % len(others)]
+    return [lead, *[b for b in range(brokers) if b != lead]][:REPLICAS]
+
+
+def new_topic(name: str, index: int, args) -> NewTopic:
+    """`--stopped-leads N`: explicit assignments that make broker 0 the leader of N partitions (the
+    broker the shutdown phase stops); otherwise the controller's own assignment."""
+    if args.stopped_leads is None:
+        return NewTopic(name, args.per_topic, REPLICAS)
+    first = index * args.per_topic
+    return NewTopic(name, args.per_topic,  # confluent-kafka 2.16 wants the count beside an assignment
+                    replica_assignment=[assignment(first + p, args.brokers, args.stopped_leads)
+                                        for p in range(args.per_topic)])
+
+
 def create(cluster: LocalCluster, admin: AdminClient, args) -> tuple[set[str], dict]:
     names = [f"scale-{i:05d}" for i in range(args.partitions // args.per_topic)]
     pids = [p.pid for p in cluster.controllers + cluster.brokers]
     cpu0 = [cpu_seconds(pid) for pid in pids]
     start = time.monotonic()
     for i in range(0, len(names), args.batch):
-        futures = admin.create_topics([NewTopic(n, args.per_topic, REPLICAS) for n in names[i:i + args.batch]],
+        futures = admin.create_topics([new_topic(n, t, args) for t, n in enumerate(names[i:i + args.batch], i)],
                                       request_timeout=300)
         for f in futures.values():
             f.result(timeout=300)
@@ -299,6 +323,8 @@ def shutdown_phases(path: Path, broker: int, signalled: float, gone: float) -> d
 def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[str], args) -> dict:
     view = cluster_view(admin, topics)
     victim, led = view.leaders.most_common(1)[0]
+    if args.stopped_leads is not None:
+        victim, led = 0, view.leaders[0]
     targets = [(t, p) for t in sorted(topics) for p in range(args.per_topic)]
     load = Load(cluster.bootstrap, targets, args.rate)
     load.start()
@@ -405,6 +431,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=2000.0, help="acks=all records/s during the shutdown")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before and after the shutdown")
     p.add_argument("--timeout", type=float, default=300.0, help="bound on every wait, seconds")
+    p.add_argument("--stopped-leads", type=int, default=None, metavar="N",
+                   help="assign replicas so that the broker the shutdown stops (broker 0) leads N partitions "
+                        "(default: the controller's even spread, about partitions / brokers each)")
     p.add_argument("--skip", default="", help="comma-separated phases to skip: shutdown,crash,failover")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--work-dir", default=None, help="keep the cluster (logs, data) here, not in a temp dir")
@@ -419,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.partitions % args.per_topic:
         raise SystemExit("--partitions must be a multiple of --per-topic")
+    if args.stopped_leads is not None and not (0 <= args.stopped_leads <= args.partitions and args.brokers >= REPLICAS):
+        raise SystemExit(f"--stopped-leads needs 0..--partitions and at least {REPLICAS} brokers")
     skip = set(filter(None, args.skip.split(",")))
     hosted = args.partitions * REPLICAS // args.brokers
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

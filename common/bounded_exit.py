@@ -16,21 +16,28 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Awaitable
 
 LEFTOVER_EXIT_CODE = 3
 """Exit code of a process whose tasks would not end: a bug, made visible."""
+SLOW_STEP_S = 1.0
+"""A step of `within` that takes this long is logged with its time: where a slow stop went."""
 
 
 async def within(awaitable: Awaitable[object], timeout_s: float, what: str, log: logging.Logger) -> bool:
     """Await `awaitable` for at most `timeout_s` seconds; on timeout cancel it and go on without
     waiting for it to end (logged). False when it did not finish, or failed (logged)."""
     task = asyncio.ensure_future(awaitable)
+    started = time.monotonic()
     done, _ = await asyncio.wait({task}, timeout=timeout_s)
     if not done:
         task.cancel()
         log.warning("%s did not finish within %.0fs; going on without it", what, timeout_s)
         return False
+    took = time.monotonic() - started
+    if took >= SLOW_STEP_S:
+        log.info("%s took %.1fs", what, took)
     if task.cancelled():
         return False
     error = task.exception()

@@ -54,6 +54,16 @@ def read_offsets(path: Path) -> dict[tuple[str, int], int]:
 
 
 def fsync_dir(path: Path) -> None:
+    """Make the directory's entries (files created, renamed or removed in it) durable."""
+    _fsync_path(path)
+
+
+def fsync_file(path: Path) -> None:
+    """Make a file written earlier (without its own fsync) durable."""
+    _fsync_path(path)
+
+
+def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from odradek.common.clock import now_ms
 from odradek.common.executors import BlockingExecutor
 
+from .checkpoint import fsync_file
 from .cleaner import SegmentStats
 from .config import LogConfig
 from .control_batch import TRANSACTIONAL_MASK, read_marker
@@ -43,6 +44,7 @@ from .producer_state import (
     ProducerStateManager,
     delete_snapshots,
     load_latest_snapshot,
+    snapshot_path,
     write_snapshot,
 )
 from .record_batch import (
@@ -732,6 +734,14 @@ class Log:
         if state.map_end_offset != offset or (offset <= self.log_start_offset and not len(state)):
             return  # stale, or nothing a load could skip (Kafka: only when the state moved)
         try:
+            existing = snapshot_path(self.dir, offset)
+            if existing.exists():
+                # Kafka's rule: a snapshot only past the last one. The same offset is the same
+                # batches applied: closing a log that took nothing since its last snapshot (a
+                # rolling restart's idle partitions) rewrites nothing, at most makes it durable.
+                if fsync:
+                    fsync_file(existing)
+                return
             write_snapshot(self.dir, state, fsync=fsync)
         except OSError as exc:
             log.warning("%s: cannot write a producer snapshot: %s", self.dir.name, exc)

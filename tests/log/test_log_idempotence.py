@@ -102,6 +102,35 @@ def test_state_is_rebuilt_after_a_clean_reopen_from_a_snapshot(tmp_path):
         lg.close()
 
 
+def test_a_close_with_nothing_new_since_the_last_snapshot_rewrites_nothing(tmp_path, monkeypatch):
+    import odradek.broker.log.log as log_module
+
+    lg = Log(tmp_path / "t-0", SMALL)
+    _fill(lg, 5)
+    lg.close()
+    written = []
+    real_write = log_module.write_snapshot
+
+    def write(directory, state, fsync=False):
+        written.append(state.map_end_offset)
+        return real_write(directory, state, fsync=fsync)
+
+    monkeypatch.setattr(log_module, "write_snapshot", write)
+    lg = Log(tmp_path / "t-0", SMALL, had_clean_shutdown=True)
+    lg.close()  # a rolling restart's idle partition: the snapshot at 5 stands
+    assert written == []
+    lg = Log(tmp_path / "t-0", SMALL, had_clean_shutdown=True)
+    _assert_rebuilt(lg, last_seq=4, retried=4)
+    lg.append_as_leader(pbatch([5], seq=5), leader_epoch=0)
+    lg.close()
+    assert written == [6] and list_snapshots(lg.dir)[-1][0] == 6
+    lg = Log(tmp_path / "t-0", SMALL, had_clean_shutdown=True)
+    try:
+        _assert_rebuilt(lg, last_seq=5, retried=5)
+    finally:
+        lg.close()
+
+
 def test_state_is_rebuilt_by_a_scan_without_snapshots(tmp_path):
     lg = Log(tmp_path / "t-0", SMALL)
     _fill(lg, 30)

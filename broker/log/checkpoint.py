@@ -22,7 +22,7 @@ def write_checkpoint(path: Path, lines: list[str]) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def read_checkpoint(path: Path) -> list[list[str]] | None:
@@ -53,17 +53,9 @@ def read_offsets(path: Path) -> dict[tuple[str, int], int]:
     return {(topic, int(p)): int(offset) for topic, p, offset in read_checkpoint(path) or []}
 
 
-def fsync_dir(path: Path) -> None:
-    """Make the directory's entries (files created, renamed or removed in it) durable."""
-    _fsync_path(path)
-
-
-def fsync_file(path: Path) -> None:
-    """Make a file written earlier (without its own fsync) durable."""
-    _fsync_path(path)
-
-
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Make a file written earlier durable, or a directory's entries (files created, renamed or
+    removed in it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

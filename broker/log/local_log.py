@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from odradek.common.executors import BlockingExecutor, run_blocking
 
-from .checkpoint import fsync_dir
+from .checkpoint import fsync_path
 from .cleaner import SegmentStats
 from .config import LogConfig
 from .errors import KafkaStorageError
@@ -316,7 +316,7 @@ class LocalLog:
             try:
                 for suffix in _SEGMENT_SUFFIXES:
                     (self.dir / (file_name(base, suffix) + SWAP_SUFFIX)).unlink(missing_ok=True)
-                fsync_dir(self.dir)
+                fsync_path(self.dir)
                 swap_end.unlink(missing_ok=True)
             except OSError as exc:
                 raise self.storage_error(exc, "segment swap") from exc
@@ -348,7 +348,7 @@ class LocalLog:
         """Steps 1-2 of segment_swap: from here on a crash completes the swap."""
         swap_end = write_swap_end(directory, base, end)
         rename_suffix(directory, base, CLEANED_SUFFIX, SWAP_SUFFIX)
-        fsync_dir(directory)
+        fsync_path(directory)
         return swap_end
 
     def _finish_swap(self, base: int, old_bases: list[int], old_sizes: list[int], end: int) -> None:
@@ -371,7 +371,7 @@ class LocalLog:
 
     @staticmethod
     def _forget_swap(directory: Path, swap_end: Path) -> None:
-        fsync_dir(directory)
+        fsync_path(directory)
         swap_end.unlink()
 
     # --- closing and errors ---------------------------------------------------------------

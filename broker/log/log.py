@@ -18,7 +18,7 @@ from typing import NamedTuple
 from odradek.common.clock import now_ms
 from odradek.common.executors import BlockingExecutor
 
-from .checkpoint import fsync_file
+from .checkpoint import fsync_path
 from .cleaner import SegmentStats
 from .config import LogConfig
 from .control_batch import TRANSACTIONAL_MASK, read_marker
@@ -740,7 +740,7 @@ class Log:
                 # batches applied: closing a log that took nothing since its last snapshot (a
                 # rolling restart's idle partitions) rewrites nothing, at most makes it durable.
                 if fsync:
-                    fsync_file(existing)
+                    fsync_path(existing)
                 return
             write_snapshot(self.dir, state, fsync=fsync)
         except OSError as exc:

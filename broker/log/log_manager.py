@@ -24,7 +24,7 @@ from odradek.common.clock import monotonic_s, now_ms
 from odradek.common.config import BrokerConfig
 from odradek.common.executors import BlockingExecutor
 
-from .checkpoint import fsync_dir, read_offsets, write_offsets
+from .checkpoint import fsync_path, read_offsets, write_offsets
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .leader_epoch import Snapshot, write_snapshots_in_workers
@@ -156,7 +156,7 @@ class LogManager:
                 log.info("recovered %r in %.3f s", partition_log, monotonic_s() - started)
         if clean:
             marker.unlink()
-            fsync_dir(log_dir)
+            fsync_path(log_dir)
         self._write_recovery_points(log_dir, self._recovery_points_to_write(log_dir, True)[log_dir])
         self.checkpoint_log_start_offsets(log_dir, force=True)
 
@@ -218,7 +218,7 @@ class LogManager:
                 self.checkpoint_recovery_points(log_dir, force=True)
                 self.checkpoint_log_start_offsets(log_dir, force=True)
                 (log_dir / CLEAN_SHUTDOWN_FILE).touch()
-                fsync_dir(log_dir)
+                fsync_path(log_dir)
             except OSError:
                 log.exception("could not mark %s cleanly shut down", log_dir)
 
@@ -356,7 +356,7 @@ class LogManager:
         target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}-delete"
         try:
             partition_log.dir.rename(target)
-            fsync_dir(log_dir)
+            fsync_path(log_dir)
         except OSError as exc:
             raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
         due = self.clock() + partition_log.config.file_delete_delay_ms

@@ -21,7 +21,7 @@ import logging
 import os
 from pathlib import Path
 
-from .checkpoint import fsync_dir
+from .checkpoint import fsync_path
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def complete_swaps(directory: Path) -> int:
         if name.endswith(CLEANED_SUFFIX):  # a cleaning that never reached its swap
             (directory / name).unlink(missing_ok=True)
     if bases or any(n.endswith(CLEANED_SUFFIX) for n in names):
-        fsync_dir(directory)
+        fsync_path(directory)
     return completed
 
 

@@ -93,6 +93,32 @@ def test_timeout_disconnects_and_the_next_send_reconnects():
     run(main())
 
 
+def test_an_answer_wakes_its_request_on_the_next_turn():
+    """The answer completes the request's own future, so the waiting task resumes on the loop's
+    next turn (wait_for(shield()) took three more: a replica fetch per follower per produce)."""
+    async def main():
+        server = await EchoServer(silent={9}).start()
+        client = NetworkClient("127.0.0.1", server.port)
+        try:
+            await client.connect()
+            request = asyncio.ensure_future(client.send(update_metadata(9), timeout=5))
+            await until(lambda: server.received == 1, "the request read")
+            protocol = client._protocol
+            (correlation_id,) = protocol.pending
+            answer = wire.encode_response(m.UpdateMetadataResponse(error_code=ErrorCode(9)), correlation_id,
+                                          flexible_header=False)
+            protocol.get_buffer(len(answer))[: len(answer)] = answer  # as the socket would fill it
+            protocol.buffer_updated(len(answer))
+            await asyncio.sleep(0)
+            assert request.done() and int(request.result().error_code) == 9
+            assert not protocol.pending
+        finally:
+            await client.close()
+            await server.stop()
+
+    run(main())
+
+
 def test_connection_closed_by_peer_fails_the_request():
     async def main():
         server = await EchoServer(close_on={3}).start()

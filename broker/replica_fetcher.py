@@ -42,8 +42,6 @@ from kio.static.primitive import i32
 from odradek.broker.fetch_session_handler import FetchSessionHandler
 from odradek.broker.log.errors import LogError
 from odradek.broker.log.leader_epoch import UNDEFINED_EPOCH
-from odradek.broker.log.log import Log, write_epoch_checkpoints
-from odradek.broker.log.record_batch import leader_epoch_starts
 from odradek.broker.partition import Partition
 from odradek.broker.replica_fetch_codec import (
     FetchedPartition,
@@ -416,7 +414,7 @@ class ReplicaFetcher:
 
     async def _apply(self, frame: Any, ready: dict[Key, PartitionFetchState], sent: dict[Key, PartitionFetch]) -> None:
         """Appends what a Fetch response brought to the partitions still ours, still at the offset
-        it was asked for (a partition may change while a fetch, or an epoch checkpoint, is in flight)."""
+        it was asked for (a partition may change while a fetch is in flight)."""
         response = decode_fetch_response(frame)
         self.session.handle_response(response.error_code, response.session_id)
         if response.error_code in SESSION_ERRORS:
@@ -428,46 +426,16 @@ class ReplicaFetcher:
         def still_ours(p: Partition, state: PartitionFetchState) -> bool:
             return self._follower(p.key, state) is p and p.log.log_end_offset == sent[p.key].fetch_offset
 
-        answered: list[tuple[Partition, PartitionFetchState, FetchedPartition]] = []
         changed = self._changed
+        now = asyncio.get_running_loop().time()
         for r in response.partitions:
             key = (r.topic, r.partition)
             changed.add(key)  # data or an error: its fetch data is looked at again next round
             state = ready.get(key)
             p = None if state is None else self.replica_manager.get_partition(key)
             if state is not None and p is not None and still_ours(p, state):
-                answered.append((p, state, r))
-        starting = await self._checkpoint_new_epochs(answered)
-        now = asyncio.get_running_loop().time()
-        for p, state, r in answered:
-            if not starting or still_ours(p, state):
                 self._process(p, state, r, now)
-            elif p.key in starting and self.replica_manager.get_partition(p.key) is p:
-                # not appended after all: its new epoch entries go (a rare synchronous write)
-                p.log.leader_epoch_cache.truncate_from_end(p.log.log_end_offset)
         self._log_retries()
-
-    async def _checkpoint_new_epochs(self, answered: list[tuple[Partition, PartitionFetchState, FetchedPartition]]
-                                     ) -> set[Key]:
-        """Records that start a new leader epoch (a new topic, a new leader) add an entry to the
-        partition's leader-epoch checkpoint, which must be on disk before they are appended. Its
-        fsync can take hundreds of milliseconds after heavy writes; done in the append it stalled
-        every partition of the broker. Here the entries go into the caches, their files are
-        written in a worker thread, and the appends follow. Returns the keys concerned."""
-        starting: set[Key] = set()
-        logs: list[Log] = []
-        for p, _, r in answered:
-            if r.error_code != ErrorCode.none or not r.records:
-                continue
-            cache = p.log.leader_epoch_cache
-            new = leader_epoch_starts(r.records, cache.latest_epoch)
-            if new:
-                for epoch, start_offset in new:
-                    cache.assign(epoch, start_offset, flush=False)
-                starting.add(p.key)
-                logs.append(p.log)
-        await write_epoch_checkpoints(logs)  # a failed one's dir goes offline: its append fails
-        return starting
 
     async def _long_poll(self, encode: Callable[[int], bytes], timeout_s: float) -> Any:
         """Sends a Fetch; its response frame, or None if partitions were added while it waited.

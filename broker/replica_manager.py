@@ -25,7 +25,7 @@ from odradek.broker.log import LogManager
 from odradek.broker.log.checkpoint import read_offsets, write_offsets
 from odradek.broker.log.errors import KafkaStorageError, LogError
 from odradek.broker.log.local_log import FileRegion
-from odradek.broker.log.log import Log, write_epoch_checkpoints
+from odradek.broker.log.log import Log
 from odradek.broker.log.producer_state import AppendOrigin
 from odradek.broker.log.record_batch import Buffer
 from odradek.broker.log.transaction_index import AbortedTxn
@@ -334,17 +334,6 @@ class ReplicaManager:
         """Called with a partition's key whenever something a fetch could report about it may have
         changed (records, high watermark, log start, leadership): the fetch sessions' notice."""
         self._state_change_lock = asyncio.Lock()
-        self._unwritten_epochs: set[tuple[str, int]] = set()
-        """Sitting leaders whose new leader epoch is in their cache, not yet on disk: appends to
-        them wait (`_wait_for_epoch_writes`)."""
-        self._epochs_written = asyncio.Event()
-        """Set when `_unwritten_epochs` empties."""
-        self._produce_queue = asyncio.Lock()
-        """Produces in arrival order while one waits for an unwritten epoch (a fair lock): a
-        request held for one partition may carry others, and a later pipelined request to one of
-        those must not pass it (a producer's sequences would break)."""
-        self._produce_queue_waiting = 0
-        """Produces waiting for `_produce_queue`: a newcomer queues behind them even once it is free."""
         self.fetcher_manager = ReplicaFetcherManager(self, config, inter_broker_security)
         self._written_hw: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = asyncio.Lock()
@@ -596,19 +585,11 @@ class ReplicaManager:
                     changed.append((partition, ps))
                     answer(topic, index, ErrorCode.none)
 
-            await self._assign_new_leader_epochs(
-                [(p, ps) for p, ps in changed if ps.leader == self.broker_id and not p.is_leader])
+            # no fetch of theirs may append once they lead
+            self.remove_fetchers([p.key for p, ps in changed if ps.leader == self.broker_id and not p.is_leader])
             new_followers: list[Partition] = []
             new_leaders: list[Partition] = []
-            held: list[Partition] = []
-            try:
-                await self._apply_leader_and_isr(changed, errors, new_leaders, new_followers, held)
-                for plog in await write_epoch_checkpoints([p.log for p in held]):  # their dirs went offline
-                    errors[(plog.topic, plog.partition)] = ErrorCode.kafka_storage_error
-            finally:
-                if held:
-                    self._unwritten_epochs.difference_update(p.key for p in held)
-                    self._epochs_written.set()
+            await self._apply_leader_and_isr(changed, errors, new_leaders, new_followers)
             log_leadership_changes(new_leaders, new_followers)
             if new_followers:
                 self.add_fetchers(new_followers, request.live_leaders)
@@ -618,9 +599,9 @@ class ReplicaManager:
 
     async def _apply_leader_and_isr(self, changed: list[tuple[Partition, LeaderAndIsrPartitionState]],
                                     errors: dict[tuple[str, int], ErrorCode], new_leaders: list[Partition],
-                                    new_followers: list[Partition], held: list[Partition]) -> None:
-        """Apply each partition's new state; `held`: the sitting leaders whose new epoch is in
-        their cache only, their appends held until it is on disk (`_hold_for_new_epoch`)."""
+                                    new_followers: list[Partition]) -> None:
+        """Apply each partition's new state. A new leader epoch enters the log's cache in memory,
+        and appends go on at once: the checkpoint follows (leader_epoch)."""
         for n, (partition, ps) in enumerate(changed, 1):
             if n % APPLY_BATCH == 0:
                 # Let the loop answer meanwhile: a peer taking over a dead broker's ~9,000
@@ -628,19 +609,11 @@ class ReplicaManager:
                 # Fetch until done. Each partition is whole before and after its turn, as when
                 # Kafka's request threads serve beside a LeaderAndIsr.
                 await asyncio.sleep(0)
-            if partition.log.closed:  # its log dir failed meanwhile (or while writing the epoch)
+            if partition.log.closed:  # its log dir failed meanwhile
                 errors[partition.key] = ErrorCode.kafka_storage_error
                 continue
             if ps.leader == self.broker_id:
-                if partition.is_leader and self._hold_for_new_epoch(partition, int(ps.leader_epoch)):
-                    held.append(partition)
-                try:
-                    became = partition.make_leader(ps, self.clock())
-                except OSError as e:  # the leader epoch checkpoint could not be written
-                    partition.log.storage_error(e, "leader epoch checkpoint")
-                    errors[partition.key] = ErrorCode.kafka_storage_error
-                    continue
-                if became:
+                if partition.make_leader(ps, self.clock()):
                     new_leaders.append(partition)
                     log.debug("%s-%d: now leader at epoch %d, ISR %s", *partition.key, partition.leader_epoch,
                               partition.isr)
@@ -650,17 +623,6 @@ class ReplicaManager:
                 log.debug("%s-%d: now follower of %d at epoch %d", *partition.key, partition.leader_id,
                           partition.leader_epoch)
             self.complete_delayed_requests(partition.key)
-
-    def _hold_for_new_epoch(self, partition: Partition, epoch: int) -> bool:
-        """A sitting leader's new epoch (the controller shrank its ISR: a follower died) enters its
-        cache at the log end, unwritten, and its appends wait until the checkpoint is on disk:
-        written on the event loop, ~3,000 of them held a peer of a dead broker for seconds (two
-        fsyncs each). True when held; the caller writes and lets go."""
-        if not partition.log.leader_epoch_cache.assign(epoch, partition.log.log_end_offset, flush=False):
-            return False
-        self._unwritten_epochs.add(partition.key)
-        self._epochs_written.clear()
-        return True
 
     async def _read_topic_configs(self, request: LeaderAndIsrRequest) -> set[str]:
         """Read (in one go) the config of every topic of `request` whose log this broker is about
@@ -681,19 +643,6 @@ class ReplicaManager:
         for topic, read in reads.items():
             lm.update_topic_config(topic, read.config, read.mzxid)
         return set()
-
-    async def _assign_new_leader_epochs(self, becoming_leader: list[tuple[Partition, LeaderAndIsrPartitionState]]) -> None:
-        """Checkpoint the new leader epochs of partitions about to lead, in a worker thread.
-
-        Each checkpoint is two fsyncs; a LeaderAndIsr moving many leaderships (a failover, a
-        topic with many partitions) would otherwise stall the event loop for all of them. Their
-        fetchers stop first and they do not lead yet, so nothing is appended meanwhile, and the
-        epoch is on disk before anything is written under it (make_leader's assign is then a
-        no-op)."""
-        self.remove_fetchers([p.key for p, _ in becoming_leader])
-        await write_epoch_checkpoints([  # a failed one's log dir goes offline; answered below
-            p.log for p, ps in becoming_leader
-            if p.log.leader_epoch_cache.assign(int(ps.leader_epoch), p.log.log_end_offset, flush=False)])
 
     async def stop_replicas(self, request: StopReplicaRequest) -> StopReplicaResponse:
         async with self._state_change_lock:
@@ -775,28 +724,6 @@ class ReplicaManager:
 
     # --- produce --------------------------------------------------------------------------------
 
-    async def _wait_for_epoch_writes(self, keys: set[tuple[str, int]], timeout_ms: int) -> bool:
-        """Take a place in the produce queue, then wait until none of `keys` has an unwritten
-        leader epoch; at most the request's timeout (at least a second). True: holding the queue
-        (the caller appends, then releases it); False: timed out, not holding it."""
-        queue = self._produce_queue
-        try:
-            async with asyncio.timeout(max(timeout_ms, 1000) / 1000):
-                self._produce_queue_waiting += 1
-                try:
-                    await queue.acquire()
-                finally:
-                    self._produce_queue_waiting -= 1
-                try:
-                    while not self._unwritten_epochs.isdisjoint(keys):
-                        await self._epochs_written.wait()
-                except BaseException:
-                    queue.release()
-                    raise
-        except TimeoutError:
-            return False
-        return True
-
     async def append_records(self, timeout_ms: int, required_acks: int,
                              entries: Iterable[tuple[str, int, Buffer | None]],
                              origin: AppendOrigin = AppendOrigin.CLIENT,
@@ -811,67 +738,55 @@ class ReplicaManager:
         """
         results: dict[tuple[str, int], ProduceResult] = {}
         any_pending = False
-        entries = list(entries)
-        queued = False
-        unwritten = self._unwritten_epochs  # empty but for a moment after a follower died
-        if self._produce_queue.locked() or self._produce_queue_waiting or (
-                unwritten and not unwritten.isdisjoint((t, i) for t, i, _ in entries)):
-            queued = await self._wait_for_epoch_writes({(t, i) for t, i, _ in entries}, timeout_ms)
-            if not queued:
-                return {(t, i): ProduceResult(error=ErrorCode.request_timed_out) for t, i, _ in entries}
-        try:
-            for topic, index, records in entries:
-                key = (topic, index)
-                partition, error = self.leader_partition(topic, index)
-                if partition is None:
-                    results[key] = ProduceResult(error=error)
+        for topic, index, records in entries:
+            key = (topic, index)
+            partition, error = self.leader_partition(topic, index)
+            if partition is None:
+                results[key] = ProduceResult(error=error)
+                continue
+            if not records:
+                results[key] = ProduceResult(error=ErrorCode.invalid_record)
+                continue
+            if verified and key in verified:
+                producer_id, guard = verified[key]
+                entry = partition.log.producer_state.last_entry(producer_id)
+                opened = entry is not None and entry.current_txn_first_offset >= 0
+                if not opened and (entry.last_marker_offset if entry is not None else -1) != guard:
+                    results[key] = ProduceResult(error=ErrorCode.invalid_txn_state)
                     continue
-                if not records:
-                    results[key] = ProduceResult(error=ErrorCode.invalid_record)
-                    continue
-                if verified and key in verified:
-                    producer_id, guard = verified[key]
-                    entry = partition.log.producer_state.last_entry(producer_id)
-                    opened = entry is not None and entry.current_txn_first_offset >= 0
-                    if not opened and (entry.last_marker_offset if entry is not None else -1) != guard:
-                        results[key] = ProduceResult(error=ErrorCode.invalid_txn_state)
-                        continue
-                try:
-                    info = partition.append_records_to_leader(records, required_acks, origin)
-                except LogError as e:
-                    log.debug("append to %s-%d rejected: %s", topic, index, e)
-                    results[key] = ProduceResult(
-                        error=e.error_code, error_message=str(e),
-                        record_errors=tuple(getattr(e, "record_errors", ())),  # KIP-467's per-record errors
-                    )
-                    continue
-                except Exception:
-                    log.exception("append to %s-%d failed", topic, index)
-                    results[key] = ProduceResult(error=ErrorCode.unknown_server_error)
-                    continue
-                if isinstance(info, ErrorCode):
-                    results[key] = ProduceResult(error=info)
-                    continue
-                if not info.duplicate:
-                    self.stats.record_in(topic, info.num_records, info.valid_bytes)
-                plog = partition.log
-                result = ProduceResult(
-                    base_offset=info.first_offset,
-                    log_append_time=info.log_append_time,
-                    log_start_offset=plog.log_start_offset,
-                    required_offset=info.last_offset + 1,
-                    pending=required_acks == -1,
+            try:
+                info = partition.append_records_to_leader(records, required_acks, origin)
+            except LogError as e:
+                log.debug("append to %s-%d rejected: %s", topic, index, e)
+                results[key] = ProduceResult(
+                    error=e.error_code, error_message=str(e),
+                    record_errors=tuple(getattr(e, "record_errors", ())),  # KIP-467's per-record errors
                 )
-                results[key] = result
-                any_pending |= result.pending
-                hw_moved = partition.maybe_increment_high_watermark()
-                self._partition_changed(key)
-                self.fetch_purgatory.check_and_complete(key)
-                if hw_moved:
-                    self.produce_purgatory.check_and_complete(key)
-        finally:
-            if queued:
-                self._produce_queue.release()
+                continue
+            except Exception:
+                log.exception("append to %s-%d failed", topic, index)
+                results[key] = ProduceResult(error=ErrorCode.unknown_server_error)
+                continue
+            if isinstance(info, ErrorCode):
+                results[key] = ProduceResult(error=info)
+                continue
+            if not info.duplicate:
+                self.stats.record_in(topic, info.num_records, info.valid_bytes)
+            plog = partition.log
+            result = ProduceResult(
+                base_offset=info.first_offset,
+                log_append_time=info.log_append_time,
+                log_start_offset=plog.log_start_offset,
+                required_offset=info.last_offset + 1,
+                pending=required_acks == -1,
+            )
+            results[key] = result
+            any_pending |= result.pending
+            hw_moved = partition.maybe_increment_high_watermark()
+            self._partition_changed(key)
+            self.fetch_purgatory.check_and_complete(key)
+            if hw_moved:
+                self.produce_purgatory.check_and_complete(key)
         if any_pending:
             op = DelayedProduce(timeout_ms, self, results)
             keys = [k for k, r in results.items() if r.pending]

@@ -1,11 +1,18 @@
 """LeaderEpochFileCache: which leader epoch started at which offset, for truncation by epoch.
 
 A follower asks its new leader for the end offset of its own latest epoch (OffsetForLeaderEpoch)
-and truncates there; this cache answers that question on the leader and is persisted in the
-partition's `leader-epoch-checkpoint` on every change. A change can also be written later, from a
-worker thread (`assign(..., flush=False)`, then `write(snapshot())`), so that a LeaderAndIsr making
-many partitions leaders does not fsync each checkpoint on the event loop; writes are serialized
-and a snapshot older than what is already on disk is skipped.
+and truncates there; this cache answers that question (from memory) and is persisted in the
+partition's `leader-epoch-checkpoint`.
+
+Changes are made in memory only, and the file may lag them: it is written before the log's
+recovery point moves (`Log.flush`), when the log closes, and by the LogManager's background pass
+soon after any change. That is enough, because every batch carries its leader epoch: a load after
+a crash drops the entries at or after the first segment it recovers and rebuilds them from the
+batches there (LogLoader), and what lies below the recovery point had its entries written first.
+So no leadership change or append waits for a file: a broker taking over 9,000 leaderships wrote
+9,000 checkpoints (a new file, two fsyncs and a rename each) before leading any of them. Only
+entries with no batch after them can be lost in a crash (a leader's epoch begun at the log end with
+nothing appended under it); no answer depends on them after a restart, which brings a newer epoch.
 """
 
 import asyncio
@@ -56,18 +63,17 @@ class LeaderEpochFileCache:
     def earliest_entry(self) -> EpochEntry | None:
         return self.entries[0] if self.entries else None
 
-    def assign(self, epoch: int, start_offset: int, flush: bool = True) -> bool:
+    def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset`; only a newer epoch adds an entry (True).
 
         Entries starting at or after `start_offset` conflict with the new one and are dropped.
-        With flush=False the caller writes `snapshot()` before anything is appended under it.
         """
         if epoch < 0 or epoch <= self.latest_epoch:
             return False
         while self.entries and self.entries[-1].start_offset >= start_offset:
             self.entries.pop()
         self.entries.append(EpochEntry(epoch, start_offset))
-        self._changed(flush)
+        self._version += 1
         return True
 
     def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
@@ -84,19 +90,14 @@ class LeaderEpochFileCache:
             return requested_epoch, self.entries[0].start_offset
         return self.entries[i - 1].epoch, self.entries[i].start_offset
 
-    def truncate_from_end(self, end_offset: int, flush: bool = True) -> None:
-        """Drop entries starting at or after `end_offset` (the log was truncated there).
-
-        flush=False leaves the file as it was until the next write (`dirty`): safe because every
-        load truncates again what the file still holds past the log end, and every new entry
-        (`assign`) writes the whole cache (Kafka's truncateFromEndAsyncFlush)."""
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or after `end_offset` (the log was truncated there)."""
         if self.entries and self.entries[-1].start_offset >= end_offset:
             self.entries = [e for e in self.entries if e.start_offset < end_offset]
-            self._changed(flush)
+            self._version += 1
 
-    def truncate_from_start(self, start_offset: int, flush: bool = True) -> None:
-        """The log now starts at `start_offset`: older entries go, the one covering it is moved up.
-        flush=False as for `truncate_from_end` (a load moves the start again)."""
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at `start_offset`: older entries go, the one covering it is moved up."""
         keep = [e for e in self.entries if e.start_offset >= start_offset]
         older = [e for e in self.entries if e.start_offset < start_offset]
         if not older:
@@ -104,7 +105,7 @@ class LeaderEpochFileCache:
         if not keep or keep[0].start_offset > start_offset:
             keep.insert(0, EpochEntry(older[-1].epoch, start_offset))
         self.entries = keep
-        self._changed(flush)
+        self._version += 1
 
     @property
     def dirty(self) -> bool:
@@ -114,11 +115,11 @@ class LeaderEpochFileCache:
     def clear(self) -> None:
         if self.entries:
             self.entries = []
-            self._changed()
+            self._version += 1
 
-    def _changed(self, flush: bool = True) -> None:
-        self._version += 1
-        if flush:
+    def flush(self) -> None:
+        """Write the file now if it lags the entries (blocks: two fsyncs)."""
+        if self.dirty:
             self.write(self.snapshot())
 
     def snapshot(self) -> tuple[int, list[str]]:
@@ -136,10 +137,10 @@ class LeaderEpochFileCache:
 
 
 WRITE_JOBS = 16
-"""Parallel jobs writing many checkpoints at once (a LeaderAndIsr or a fetch round over thousands
-of partitions, the truncations a start-up found): each write is two fsyncs that release the GIL,
-6.5 ms each in sequence on a busy disk here and 0.33 ms each with 16 threads. The jobs run on the
-logs' own threads (LogManager.io_threads), which has more, so other log work is not shut out."""
+"""Parallel jobs writing many checkpoints at once (the LogManager's background pass after a
+LeaderAndIsr or a load changed thousands): each write is two fsyncs that release the GIL, 6.5 ms
+each in sequence on a busy disk here and 0.33 ms each with 16 threads. The jobs run on the logs'
+own threads (LogManager.io_threads), which has more, so other log work is not shut out."""
 
 Snapshot = tuple[LeaderEpochFileCache, tuple[int, list[str]]]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from odradek.common.clock import now_ms
-from odradek.common.executors import BlockingExecutor
+from odradek.common.executors import BlockingExecutor, run_blocking
 
 from .checkpoint import fsync_path
 from .cleaner import SegmentStats
@@ -31,7 +31,7 @@ from .errors import (
     UnexpectedAppendOffsetError,
 )
 from .leader_epoch import FILE_NAME as EPOCH_FILE
-from .leader_epoch import LeaderEpochFileCache, write_in_worker
+from .leader_epoch import LeaderEpochFileCache
 from .local_log import FetchDataInfo, LocalLog, open_segment
 from .log_loader import LogLoader
 from .log_validator import validate_client_batch
@@ -353,7 +353,7 @@ class Log:
     def _after_append(self) -> None:
         local = self._local
         if local.log_end_offset - local.recovery_point >= local.config.flush_messages:
-            local.flush()
+            self.flush()
 
     def _maybe_roll(self, size: int, max_timestamp: int, first_offset: int, last_offset: int, now: int) -> LogSegment:
         seg = self._segments.values()[-1]
@@ -517,12 +517,35 @@ class Log:
     # --- flushing -------------------------------------------------------------------------
 
     def flush(self, offset: int | None = None) -> None:
-        """fsync everything below `offset` (default: all) and move the recovery point there."""
+        """fsync everything below `offset` (default: all) and move the recovery point there. The
+        leader-epoch checkpoint is written first: a load recovers (and rebuilds the epochs of)
+        only what lies past the recovery point."""
+        self._flush_epochs()
         self._local.flush(offset)
 
     async def flush_async(self, offset: int | None = None) -> None:
         """`flush` with the fsyncs in a worker thread, so the event loop keeps serving."""
-        await self._local.flush_async(offset)
+        local, cache = self._local, self.leader_epoch_cache
+        if cache.dirty and not local.closed:
+            # Entries assigned while the snapshot is written start at or past this end: the flush
+            # stops there. A truncation meanwhile may have rewritten what lies below: next pass.
+            offset = local.log_end_offset if offset is None else min(offset, local.log_end_offset)
+            generation = local.truncations
+            try:
+                await run_blocking(self.io_threads, cache.write, cache.snapshot())
+            except OSError as exc:
+                if local.closed:
+                    return
+                raise self.storage_error(exc, "leader epoch checkpoint") from exc
+            if generation != local.truncations:
+                return
+        await local.flush_async(offset)
+
+    def _flush_epochs(self) -> None:
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as exc:
+            raise self.storage_error(exc, "leader epoch checkpoint") from exc
 
     def needs_time_flush(self, now: int) -> bool:
         return self._local.needs_time_flush(now)
@@ -757,10 +780,11 @@ class Log:
     # --- closing --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write out the indexes and a producer snapshot, close the files (no fsync of the log:
-        see `flush`)."""
+        """Write out the indexes, the leader-epoch checkpoint and a producer snapshot, close the
+        files (no fsync of the log: see `flush`)."""
         if self._local.closed:
             return
+        self._flush_epochs()
         self._take_producer_snapshot(self.log_end_offset, fsync=True)
         self._local.close()
 
@@ -773,23 +797,6 @@ class Log:
         if self.on_storage_error is not None:
             self.on_storage_error(self, exc)
 
-
-async def write_epoch_checkpoints(logs: Sequence[Log]) -> list[Log]:
-    """Write the leader-epoch checkpoints of `logs` (entries assigned with flush=False, written
-    before anything is appended under them) on the logs' own threads. A failed write takes its
-    log's directory offline, unless the log was closed meanwhile (deleted: its files are gone on
-    purpose). Returns the logs whose write failed and were taken offline."""
-    if not logs:
-        return []
-    by_cache = {id(lg.leader_epoch_cache): lg for lg in logs}
-    failed = await write_in_worker([lg.leader_epoch_cache for lg in logs], logs[0].io_threads)
-    offline = []
-    for cache, error in failed.items():
-        lg = by_cache[id(cache)]
-        if not lg.closed:
-            lg.storage_error(error, "leader epoch checkpoint")
-            offline.append(lg)
-    return offline
 
 def _segment_chunks(batches: list[BatchInfo], segment_bytes: int) -> list[list[BatchInfo]]:
     """Consecutive batches grouped so that each group fits one segment: a follower's fetch may

@@ -77,10 +77,10 @@ class LogLoader:
         # The checkpointed start (DeleteRecords) may lie inside the first segment; past the end
         # (records lost in a crash) every record is gone.
         start = min(max(self._log_start_offset, segments.first_segment.base_offset), end)
-        # In memory only: the file is rewritten later (LogManager), or by the next new epoch; a
+        # In memory only, as every change (leader_epoch): the LogManager writes the file soon, a
         # load truncates again whatever it still holds (thousands of fsyncs at start-up otherwise).
-        self._leader_epoch_cache.truncate_from_end(end, flush=False)
-        self._leader_epoch_cache.truncate_from_start(start, flush=False)
+        self._leader_epoch_cache.truncate_from_end(end)
+        self._leader_epoch_cache.truncate_from_start(start)
         return LoadedLogOffsets(segments, start, min(self._recovery_point, end), end, replay_at_most_from,
                                 snapshots)
 
@@ -115,6 +115,10 @@ class LogLoader:
         values = segments.values()
         for seg in values[:first_unflushed]:
             seg.load_lazily()
+        # The checkpoint may lag the log here, or hold entries of records truncated and replaced
+        # since (it is written before the recovery point moves, not with each change): the
+        # batches checked below are the truth for these offsets, and rebuild their entries.
+        self._leader_epoch_cache.truncate_from_end(values[first_unflushed].base_offset)
         for i in range(first_unflushed, len(values)):
             seg = values[i]
             truncated = seg.recover(self._leader_epoch_cache)

@@ -27,7 +27,7 @@ from odradek.common.executors import BlockingExecutor
 from .checkpoint import fsync_path, read_offsets, write_offsets
 from .config import LogConfig
 from .errors import KafkaStorageError
-from .leader_epoch import Snapshot, write_snapshots_in_workers
+from .leader_epoch import write_in_worker
 from .log import Log, parse_dir_name
 from .log_cleaner import CleanerConfig, LogCleaner
 
@@ -80,8 +80,6 @@ class LogManager:
         while a deletion or truncation may write from the event loop (they share a temp file)."""
         self.offline_dirs: set[Path] = set()
         """Directories taken offline by an I/O error; they stay so until the broker restarts."""
-        self._epoch_writes: list[tuple[Log, Snapshot]] = []
-        """Leader-epoch checkpoints the load truncated in memory, written by the background task."""
         self.io_threads = BlockingExecutor("log-io", LOG_IO_THREADS)
         """The logs' blocking disk work (flush fsyncs, checkpoints, creation, cleaner swaps):
         threads of their own, so it never holds the ones other work needs (closed by the owner
@@ -124,8 +122,6 @@ class LogManager:
         if not self.online_dirs:
             raise KafkaStorageError(f"no log directory could be loaded ({', '.join(map(str, self.log_dirs))})")
         self.cleaner.load_checkpoints(self.online_dirs)
-        self._epoch_writes = [(lg, (lg.leader_epoch_cache, lg.leader_epoch_cache.snapshot()))
-                              for lg in self._logs.values() if lg.leader_epoch_cache.dirty]
         log.info("loaded %d logs from %s", len(self._logs), ", ".join(map(str, self.online_dirs)))
 
     def _load_dir(self, log_dir: Path) -> None:
@@ -496,23 +492,20 @@ class LogManager:
             stop.set()
             await cleaner
 
-    async def write_loaded_epoch_checkpoints(self) -> None:
-        """Write the leader-epoch checkpoints that loading truncated (entries past a torn tail, or
-        an epoch begun with no record after it), in threads (Kafka flushes them asynchronously
-        too). A log deleted meanwhile is skipped; a failed write takes its directory offline."""
-        pending, self._epoch_writes = self._epoch_writes, []
+    async def write_epoch_checkpoints(self) -> None:
+        """Write the leader-epoch checkpoints that lag their cache (a LeaderAndIsr, a follower's
+        fetch or a load changed them: see leader_epoch), in threads, many at once. A log deleted
+        meanwhile is skipped; a failed write takes its directory offline."""
+        pending = [(key, lg) for key, lg in self._logs.items() if lg.leader_epoch_cache.dirty and not lg.closed]
         if not pending:
             return
-        logs = {id(cache): lg for lg, (cache, _) in pending}
-        failed = await write_snapshots_in_workers([snapshot for _, snapshot in pending], self.io_threads)
-        for cache, error in failed.items():
-            lg = logs[id(cache)]
-            key = (lg.topic, lg.partition)
-            if not lg.closed and self._logs.get(key) is lg:
+        failed = await write_in_worker([lg.leader_epoch_cache for _, lg in pending], self.io_threads)
+        for key, lg in pending:
+            error = failed.get(lg.leader_epoch_cache)
+            if error is not None and not lg.closed and self._logs.get(key) is lg:
                 self.mark_offline(self._dir_of[key], error)
 
     async def _run_background(self, stop: asyncio.Event) -> None:
-        await self.write_loaded_epoch_checkpoints()
         retention_interval = self.broker_config.log_retention_check_interval_ms
         next_retention = self.clock() + retention_interval
         expiry_interval = self.broker_config.producer_id_expiration_check_interval_ms
@@ -543,6 +536,7 @@ class LogManager:
 
     async def _background_pass(self, now: int, run_retention: bool) -> None:
         self._remove_doomed_dirs(now)
+        await self.write_epoch_checkpoints()
         for partition_log in list(self._logs.values()):
             if partition_log.closed:
                 continue

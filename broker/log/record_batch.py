@@ -94,26 +94,6 @@ class BatchInfo(NamedTuple):
         return bool(self.attributes & TIMESTAMP_TYPE_MASK)
 
 
-_EPOCH_HEAD = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
-
-
-def leader_epoch_starts(buf: Buffer, after_epoch: int) -> list[tuple[int, int]]:
-    """(epoch, base offset) of each whole batch in `buf` that starts a leader epoch newer than
-    `after_epoch` and the batches before it: the entries a follower's epoch cache gains by
-    appending `buf`. Headers only; append_as_follower checks the batches themselves."""
-    out = []
-    latest, pos, end = after_epoch, 0, len(buf)
-    while end - pos >= _EPOCH_HEAD.size:
-        base_offset, length, epoch = _EPOCH_HEAD.unpack_from(buf, pos)
-        if length < MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > end:
-            break
-        if epoch > latest:
-            out.append((epoch, base_offset))
-            latest = epoch
-        pos += LOG_OVERHEAD + length
-    return out
-
-
 def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True) -> BatchInfo | None:
     """Parse and check the batch at `pos` in `buf[:end]`.
 

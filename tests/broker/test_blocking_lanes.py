@@ -52,7 +52,7 @@ async def test_zookeeper_calls_and_the_session_close_do_not_wait_behind_log_disk
               for i in range(jobs)]
     for i, cache in enumerate(caches):
         (tmp_path / f"p{i}").mkdir()
-        cache.assign(1, 0, flush=False)
+        cache.assign(1, 0)
     writes = [asyncio.create_task(leader_epoch.write_in_worker([c])) for c in caches]
     zk = zk_client()
     try:
@@ -84,7 +84,7 @@ async def test_log_disk_jobs_on_the_log_managers_threads_leave_the_default_execu
     for i in range(2 * LOG_IO_THREADS):
         (tmp_path / f"p{i}").mkdir()
         cache = leader_epoch.LeaderEpochFileCache(tmp_path / f"p{i}" / "leader-epoch-checkpoint", lambda: 0)
-        cache.assign(1, 0, flush=False)
+        cache.assign(1, 0)
         caches.append(cache)
     writes = [asyncio.create_task(leader_epoch.write_in_worker([c], manager.io_threads)) for c in caches]
     try:

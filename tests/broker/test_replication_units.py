@@ -2,7 +2,6 @@
 the HW checkpoint round trip."""
 
 import asyncio
-import struct
 import threading
 import time
 from types import SimpleNamespace
@@ -10,7 +9,7 @@ from types import SimpleNamespace
 from kio.schema.errors import ErrorCode
 
 from odradek.broker.log import LogManager
-from odradek.broker.log.record_batch import build_batch, leader_epoch_starts
+from odradek.broker.log.record_batch import build_batch
 from odradek.broker.replica_fetcher import PartitionFetchState, ReplicaFetcher, truncation_offset
 from odradek.broker.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
 from odradek.common.config import BrokerConfig
@@ -91,20 +90,6 @@ def test_a_leader_not_there_yet_is_retried_fast_then_at_the_backoff():
     assert fresh.delayed_until == 1.0
 
 
-def test_leader_epoch_starts_reads_the_new_epochs_of_whole_batches():
-    from odradek.broker.log.record_batch import leader_epoch_starts
-
-    def batch(base: int, epoch: int, length: int = 49) -> bytes:
-        return struct.pack(">qii", base, length, epoch) + bytes(length - 4)
-
-    buf = batch(10, 3) + batch(11, 3) + batch(12, 5) + batch(20, 5) + batch(30, 6)
-    assert leader_epoch_starts(buf, 2) == [(3, 10), (5, 12), (6, 30)]
-    assert leader_epoch_starts(buf, 5) == [(6, 30)]
-    assert leader_epoch_starts(buf, 6) == []
-    assert leader_epoch_starts(buf[:-1], 5) == []  # a partial batch is not appended, so not counted
-    assert leader_epoch_starts(b"", 0) == []
-
-
 def test_first_retries_of_a_response_are_one_summary_line(caplog):
     """A leadership change answers NOT_LEADER for thousands of partitions at once: one INFO line
     per kind of first retry (with a count and a few names), every partition at DEBUG."""
@@ -134,7 +119,7 @@ def test_epoch_checkpoints_are_written_in_parallel_and_failures_kept_apart(tmp_p
         d.mkdir()
         caches.append(LeaderEpochFileCache(d / "leader-epoch-checkpoint", lambda: 0))
     for i, cache in enumerate(caches):
-        assert cache.assign(i + 1, 10 * i, flush=False)
+        assert cache.assign(i + 1, 10 * i)
     for d in (tmp_path / "p-7", tmp_path / "p-70"):
         d.rmdir()  # as a failed (or deleted) log dir
     failed = asyncio.run(write_in_worker(caches))
@@ -171,19 +156,7 @@ def test_a_large_leader_and_isr_lets_the_event_loop_answer_meanwhile(tmp_path):
             partition = rm.get_partition(("t", p))
             return partition is not None and partition.is_leader
 
-        # Look only once the epochs are written: a task spinning on the loop meanwhile holds the
-        # GIL and starved the epoch-writing threads (the apply then took a minute).
-        written = asyncio.Event()
-        assign = rm._assign_new_leader_epochs
-
-        async def assign_then_signal(becoming):
-            await assign(becoming)
-            written.set()
-
-        rm._assign_new_leader_epochs = assign_then_signal
-
         async def other_requests():  # until cancelled (bounded: the apply takes seconds at most)
-            await written.wait()
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 turns.append((leads(0), leads(count - 1)))
@@ -253,134 +226,70 @@ def leader_and_isr(epoch: int, isr: tuple[int, ...], topic: str = "t", replicas:
     return LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
                                topic_states=(LeaderAndIsrTopicState(topic_name=topic, partition_states=(state,)),))
 
-def test_a_sitting_leaders_new_epoch_is_written_off_the_loop_and_holds_appends_until_on_disk(tmp_path, monkeypatch):
+def test_a_sitting_leaders_new_epoch_holds_no_append_and_is_written_off_the_loop(tmp_path, monkeypatch):
     """A follower died: the controller shrinks the ISR of a partition we already lead, with a new
-    epoch. Its checkpoint is written in a worker thread (not on the event loop, which a peer of a
-    dead broker needs for thousands of them), and no append goes in under the new epoch before
-    the checkpoint is on disk; the held appends then go in their order."""
+    epoch. Appends go in under it at once, with no file written meanwhile (a peer of a dead broker
+    takes thousands of these); the LogManager's background pass writes the checkpoint, in a
+    worker thread, not on the event loop."""
     from odradek.broker.log import leader_epoch
+    from odradek.broker.log.record_batch import iter_batches
 
     config, manager, plog = log_manager_with_t0(tmp_path)
 
     async def run():
         rm = ReplicaManager(config, manager, None, None)
-        loop = asyncio.get_running_loop()
-        assert (await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))).partition_errors[0].error_code == 0
-        first = await rm.append_records(1000, 1, [("t", 0, build_batch([b"before"]))])
-        assert first[("t", 0)].error == ErrorCode.none and plog.log_end_offset == 1
-
-        disk, writing = threading.Event(), asyncio.Event()
         loop_thread = threading.get_ident()
         writers = []
         real_write = leader_epoch.write_checkpoint
 
-        def slow_write(path, lines):
+        def recorded_write(path, lines):
             writers.append(threading.get_ident())
-            assert threading.get_ident() != loop_thread, "an epoch checkpoint written on the event loop"
-            loop.call_soon_threadsafe(writing.set)
-            assert disk.wait(30)
             real_write(path, lines)
 
-        monkeypatch.setattr(leader_epoch, "write_checkpoint", slow_write)
-        shrink = loop.create_task(rm.become_leader_or_follower(leader_and_isr(2, (0,))))
-        await asyncio.wait_for(writing.wait(), 10)
-        appends = [loop.create_task(rm.append_records(1000, 1, [("t", 0, build_batch([v]))])) for v in (b"a", b"b")]
-        for _ in range(100):  # the loop runs on; the appends wait for the disk
-            await asyncio.sleep(0)
-        assert not any(a.done() for a in appends) and plog.log_end_offset == 1
-        assert rm.get_partition(("t", 0)).leader_epoch == 2  # the state is applied, the appends held
-        disk.set()
-        assert (await asyncio.wait_for(shrink, 10)).partition_errors[0].error_code == 0
-        offsets = [(await asyncio.wait_for(a, 10))[("t", 0)].base_offset for a in appends]
-        return writers, offsets
+        monkeypatch.setattr(leader_epoch, "write_checkpoint", recorded_write)
+        assert (await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))).partition_errors[0].error_code == 0
+        first = await rm.append_records(1000, 1, [("t", 0, build_batch([b"before"]))])
+        assert first[("t", 0)].error == ErrorCode.none and plog.log_end_offset == 1
+        assert (await rm.become_leader_or_follower(leader_and_isr(2, (0,)))).partition_errors[0].error_code == 0
+        offsets = [(await rm.append_records(1000, 1, [("t", 0, build_batch([v]))]))[("t", 0)].base_offset
+                   for v in (b"a", b"b")]
+        unwritten = list(writers)
+        await manager.write_epoch_checkpoints()
+        return offsets, unwritten, writers, loop_thread
 
-    writers, offsets = asyncio.run(run())
+    offsets, unwritten, writers, loop_thread = asyncio.run(run())
     try:
-        assert writers
         assert offsets == [1, 2]
+        assert unwritten == []  # nothing written before the appends
+        assert writers and loop_thread not in writers
         assert (plog.dir / "leader-epoch-checkpoint").read_text().splitlines()[2:] == ["1 0", "2 1"]
-        # every batch carries the epoch it went in under: "before" epoch 1, the held ones epoch 2
-        assert leader_epoch_starts(plog.read(0, 1 << 20).read_bytes(), -1) == [(1, 0), (2, 1)]
+        # every batch carries the epoch it went in under: "before" epoch 1, the others epoch 2
+        epochs = [b.partition_leader_epoch for b in iter_batches(plog.read(0, 1 << 20).read_bytes())]
+        assert epochs == [1, 2, 2]
     finally:
         manager.shutdown()
 
 
-def test_a_sitting_leaders_failed_epoch_write_fails_its_held_appends(tmp_path, monkeypatch):
-    """The checkpoint of the new epoch cannot be written: the partition answers
-    KAFKA_STORAGE_ERROR to the LeaderAndIsr and the appends held meanwhile are not written."""
+def test_a_failed_epoch_checkpoint_write_takes_its_log_dir_offline(tmp_path, monkeypatch):
+    """The background pass cannot write a lagging checkpoint: the directory goes offline (Kafka's
+    LogDirFailureChannel), its logs close, and its partitions answer KAFKA_STORAGE_ERROR."""
     from odradek.broker.log import leader_epoch
 
     config, manager, plog = log_manager_with_t0(tmp_path)
 
+    def failing_write(path, lines):
+        raise OSError(5, "Input/output error")
+
     async def run():
         rm = ReplicaManager(config, manager, None, None)
-        loop = asyncio.get_running_loop()
         await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))
-        disk, writing = threading.Event(), asyncio.Event()
-
-        def failing_write(path, lines):
-            loop.call_soon_threadsafe(writing.set)
-            assert disk.wait(30)
-            raise OSError(5, "Input/output error")
-
         monkeypatch.setattr(leader_epoch, "write_checkpoint", failing_write)
-        shrink = loop.create_task(rm.become_leader_or_follower(leader_and_isr(2, (0,))))
-        await asyncio.wait_for(writing.wait(), 10)
-        held = loop.create_task(rm.append_records(1000, 1, [("t", 0, build_batch([b"held"]))]))
-        for _ in range(20):
-            await asyncio.sleep(0)
-        disk.set()
-        answer = await asyncio.wait_for(shrink, 10)
-        return answer.partition_errors[0].error_code, (await asyncio.wait_for(held, 10))[("t", 0)].error
-
-    answered, appended = asyncio.run(run())
-    try:
-        assert answered == ErrorCode.kafka_storage_error
-        assert appended != ErrorCode.none and plog.log_end_offset == 0
-    finally:
-        manager.shutdown()
-
-
-def test_held_produces_keep_their_order_per_partition(tmp_path, monkeypatch):
-    """Produce is pipelined per connection: a request held for t-0's epoch write that also writes
-    u-0 must not be overtaken on u-0 by a later request (a producer's sequences would break)."""
-    from odradek.broker.log import leader_epoch
-
-    config, manager, _ = log_manager_with_t0(tmp_path)
-    disk = threading.Event()
-    write = leader_epoch.write_checkpoint
-
-    async def run():
-        loop, writing = asyncio.get_running_loop(), asyncio.Event()
-
-        def slow_write(path, lines):
-            loop.call_soon_threadsafe(writing.set)
-            disk.wait(5)
-            write(path, lines)
-
-        rm = ReplicaManager(config, manager, None, None)
-        await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))
-        manager.get_or_create_log("u", 0, manager.default_config)
-        await rm.become_leader_or_follower(leader_and_isr(1, (0,), topic="u", replicas=(0,)))
-        monkeypatch.setattr(leader_epoch, "write_checkpoint", slow_write)
-        apply = loop.create_task(rm.become_leader_or_follower(leader_and_isr(2, (0,))))
-        await asyncio.wait_for(writing.wait(), 5)
-        first = loop.create_task(rm.append_records(1000, 1, [("t", 0, build_batch([(None, b"a")])),
-                                                             ("u", 0, build_batch([(None, b"first")]))]))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        second = loop.create_task(rm.append_records(1000, 1, [("u", 0, build_batch([(None, b"second")]))]))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        held = not first.done() and not second.done()
-        disk.set()
-        await asyncio.wait_for(apply, 10)
-        return held, (await first)[("u", 0)], (await second)[("u", 0)]
+        await manager.write_epoch_checkpoints()
+        return (await rm.append_records(1000, 1, [("t", 0, build_batch([b"x"]))]))[("t", 0)].error
 
     try:
-        held, first, second = asyncio.run(run())
-        assert held
-        assert (first.base_offset, second.base_offset) == (0, 1)
+        error = asyncio.run(run())
+        assert manager.offline_dirs == {tmp_path} and plog.closed
+        assert error == ErrorCode.kafka_storage_error
     finally:
-        disk.set()
         manager.shutdown()

@@ -68,7 +68,10 @@ def test_leader_epoch_cache_assign_and_end_offsets(tmp_path):
     assert cache.end_offset_for(0) == (0, 0)
     assert cache.end_offset_for(9) == (-1, -1)
     assert cache.end_offset_for(-1) == (-1, -1)
-    # the checkpoint is Kafka's format and survives a reload
+    # changes are made in memory; a flush writes Kafka's format, which survives a reload
+    assert not (tmp_path / "leader-epoch-checkpoint").exists() and cache.dirty
+    cache.flush()
+    assert not cache.dirty
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n1 0\n3 20\n5 60\n"
     again = LeaderEpochFileCache(tmp_path / "leader-epoch-checkpoint", lambda: 0)
     assert again.entries == cache.entries
@@ -84,20 +87,24 @@ def test_leader_epoch_cache_truncation(tmp_path):
     assert cache.entries == [(2, 15)]
     cache.assign(6, 12)  # a newer epoch starting below existing entries replaces them
     assert cache.entries == [(6, 12)]
+    cache.flush()
+    assert LeaderEpochFileCache(tmp_path / "c", lambda: 0).entries == [(6, 12)]
     cache.clear()
+    cache.flush()
     assert LeaderEpochFileCache(tmp_path / "c", lambda: 0).entries == []
 
 
-def test_leader_epoch_deferred_write_and_stale_snapshots(tmp_path):
+def test_leader_epoch_stale_snapshots_never_undo_a_newer_write(tmp_path):
     path = tmp_path / "c"
     cache = LeaderEpochFileCache(path, lambda: 0)
-    assert cache.assign(1, 0, flush=False) and not path.exists()  # written later, by the caller
+    assert cache.assign(1, 0) and not path.exists()  # written later (leader_epoch's docstring)
     old = cache.snapshot()
-    cache.assign(2, 10)  # a synchronous change writes everything so far
-    cache.write(old)  # an older snapshot arriving late must not undo it
+    cache.assign(2, 10)
+    cache.flush()
+    cache.write(old)  # an older snapshot arriving late (a worker thread) must not undo it
     assert LeaderEpochFileCache(path, lambda: 0).entries == [(1, 0), (2, 10)]
-    assert not cache.assign(2, 20, flush=False)  # not newer: nothing to write
-    cache.assign(3, 20, flush=False)
+    assert not cache.assign(2, 20) and not cache.dirty  # not newer: nothing to write
+    cache.assign(3, 20)
     cache.write(cache.snapshot())
     assert LeaderEpochFileCache(path, lambda: 0).entries == [(1, 0), (2, 10), (3, 20)]
 

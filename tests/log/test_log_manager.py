@@ -221,28 +221,27 @@ def test_shutdown_closes_logs_in_parallel_and_marks_only_sound_dirs_clean(tmp_pa
     assert (sound / CLEAN_SHUTDOWN_FILE).exists()
 
 
-def test_epochs_truncated_at_load_are_written_by_the_background(tmp_path):
-    """An epoch begun with no record after it is dropped at load (Kafka's truncateFromEnd) in
-    memory only; the background task writes the file, and a restart before that drops it again."""
+def test_epoch_checkpoints_lag_until_the_background_pass_writes_them(tmp_path):
+    """Epoch changes are made in memory; the background pass writes the lagging checkpoints, a
+    clean close writes what is left, and an epoch begun with no record after it is dropped at load
+    (Kafka's truncateFromEnd) in memory, the file following at the next pass."""
     manager = LogManager([tmp_path], broker_config())
     manager.startup()
     lg = manager.get_or_create_log("t", 0, LogConfig())
     append(lg, 2)
     lg.leader_epoch_cache.assign(3, lg.log_end_offset)  # became leader, nothing appended since
-    manager.shutdown()
     checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
-    written = checkpoint.read_text()
-    assert written.endswith("3 4\n")
-
-    for _ in range(2):  # the file keeps the stale entry until written; each load drops it again
-        manager = LogManager([tmp_path], broker_config())
-        manager.startup()
-        assert manager.get_log("t", 0).leader_epoch_cache.entries == [(0, 0)]
-        assert checkpoint.read_text() == written
-        manager.shutdown()
+    assert not checkpoint.exists()
+    asyncio.run(manager.write_epoch_checkpoints())
+    assert checkpoint.read_text() == "0\n2\n0 0\n3 4\n"
+    lg.leader_epoch_cache.assign(4, lg.log_end_offset)  # replaces epoch 3, begun at the same offset
+    manager.shutdown()
+    assert checkpoint.read_text() == "0\n2\n0 0\n4 4\n"  # written at close
 
     manager = LogManager([tmp_path], broker_config())
     manager.startup()
-    asyncio.run(manager.write_loaded_epoch_checkpoints())
+    assert manager.get_log("t", 0).leader_epoch_cache.entries == [(0, 0)]
+    assert checkpoint.read_text().endswith("4 4\n")  # the file follows at the next pass
+    asyncio.run(manager.write_epoch_checkpoints())
     assert checkpoint.read_text() == "0\n1\n0 0\n"
     manager.shutdown()

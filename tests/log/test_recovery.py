@@ -77,6 +77,75 @@ def test_flipped_byte_truncates_there_and_drops_later_segments(tmp_path):
         lg.close()
 
 
+def append_epochs(lg: Log, epochs) -> None:
+    """One 2-record batch per epoch in `epochs`, each appended as leader under it."""
+    for epoch in epochs:
+        start = lg.log_end_offset
+        lg.append_as_leader(batch([start, start + 1]), leader_epoch=epoch)
+
+
+def epoch_file(path) -> list[str]:
+    return (path / "leader-epoch-checkpoint").read_text().splitlines()[2:]
+
+
+def test_the_recovery_point_never_passes_an_epoch_not_on_disk(tmp_path):
+    """Epoch changes are made in memory (leader_epoch); a flush, in the loop's thread or a
+    worker's, writes the checkpoint before it moves the recovery point."""
+    import asyncio
+
+    path = tmp_path / "t-0"
+    lg = Log(path, CONFIG)
+    try:
+        append_epochs(lg, [1, 1, 2])
+        assert not (path / "leader-epoch-checkpoint").exists() and lg.recovery_point == 0
+        lg.flush()
+        assert epoch_file(path) == ["1 0", "2 4"] and lg.recovery_point == 6
+        append_epochs(lg, [3])
+        asyncio.run(lg.flush_async())
+        assert epoch_file(path) == ["1 0", "2 4", "3 6"] and lg.recovery_point == 8
+    finally:
+        lg.close()
+
+
+def test_a_crash_rebuilds_the_epochs_the_checkpoint_lagged(tmp_path):
+    """After a crash the load rebuilds, from the batches, the epochs begun past the recovery
+    point that the checkpoint did not hold yet."""
+    path = tmp_path / "t-0"
+    lg = Log(path, CONFIG)
+    append_epochs(lg, [1, 2])
+    lg.flush()
+    append_epochs(lg, [3, 3, 5])
+    before, recovery_point = list(lg.leader_epoch_cache.entries), lg.recovery_point
+    assert epoch_file(path) == ["1 0", "2 2"]  # no close: a crash
+    again = Log(path, CONFIG, recovery_point=recovery_point, had_clean_shutdown=False)
+    try:
+        assert again.leader_epoch_cache.entries == before == [(1, 0), (2, 2), (3, 4), (5, 8)]
+    finally:
+        again.close()
+        lg.closed = True
+
+
+def test_a_crash_after_a_truncation_drops_the_epochs_it_made_stale(tmp_path):
+    """A follower truncated records of epoch 5 (they diverged from its new leader) and appended
+    epoch 4's in their place; the checkpoint on disk still names epoch 5 at those offsets. The
+    load after a crash goes by the batches there, not by the file."""
+    path = tmp_path / "t-0"
+    lg = Log(path, CONFIG)
+    append_epochs(lg, [1, 1, 5, 5])
+    lg.flush()
+    assert epoch_file(path) == ["1 0", "5 4"]
+    lg.truncate_to(4)
+    append_epochs(lg, [4, 4])
+    before, recovery_point = list(lg.leader_epoch_cache.entries), lg.recovery_point
+    assert before == [(1, 0), (4, 4)] and recovery_point == 4
+    again = Log(path, CONFIG, recovery_point=recovery_point, had_clean_shutdown=False)
+    try:
+        assert again.leader_epoch_cache.entries == before
+    finally:
+        again.close()
+        lg.closed = True
+
+
 def test_garbage_length_at_the_tail_is_truncated(tmp_path):
     path = tmp_path / "t-0"
     make_log(path, 5)

@@ -130,16 +130,19 @@ def test_epoch_checkpoints_are_written_in_parallel_and_failures_kept_apart(tmp_p
             assert read_checkpoint(cache.path) == [[str(i + 1), str(10 * i)]]
 
 
-def test_a_large_leader_and_isr_lets_the_event_loop_answer_meanwhile(tmp_path):
+def test_a_large_leader_and_isr_lets_the_event_loop_answer_meanwhile(tmp_path, monkeypatch):
     """A peer taking over thousands of partitions must keep answering (Metadata, Fetch): the
-    apply loop yields every APPLY_BATCH partitions, and every partition ends up led."""
-    from odradek.broker.replica_manager import APPLY_BATCH
+    apply loop yields once it has run APPLY_SLICE_S (here 0: at every check), and every
+    partition ends up led."""
+    from odradek.broker import replica_manager
+    from odradek.broker.replica_manager import APPLY_CHECK
     from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
 
     config = BrokerConfig.from_properties({"broker.id": "0", "zookeeper.connect": "x", "log.dirs": str(tmp_path)})
     manager = LogManager([tmp_path], config)
     manager.startup()
-    count = 3 * APPLY_BATCH
+    monkeypatch.setattr(replica_manager, "APPLY_SLICE_S", 0.0)
+    count = 3 * APPLY_CHECK
     for p in range(count):
         manager.get_or_create_log("t", p, manager.default_config)
     states = tuple(LeaderAndIsrPartitionState(partition_index=p, controller_epoch=1, leader=0, leader_epoch=1,

@@ -81,6 +81,14 @@ def checkpointed_hws(cluster, topic: str, partition: int) -> list[int | None]:
     return out
 
 
+def epoch_checkpoint(cluster, broker: int, topic: str, partition: int) -> list[str] | None:
+    """The words of a replica's leader-epoch checkpoint; None while it is not written."""
+    try:
+        return (cluster.partition_dir(broker, topic, partition) / "leader-epoch-checkpoint").read_text().split()
+    except FileNotFoundError:
+        return None
+
+
 def wait_logs_identical(cluster, topic: str, partition: int, timeout: float = 30.0) -> None:
     """Every broker holds the same log for the partition, and it is not empty."""
     assert cluster.wait_logs_identical(topic, partition, timeout=timeout), f"{topic}-{partition} is empty"
@@ -96,11 +104,12 @@ def test_acks_all_to_rf3_leaves_byte_identical_replicas_and_checkpointed_hws(clu
         # Every replica learns the HW (the leader's own, followers' from fetch responses).
         wait_until(lambda p=p: checkpointed_hws(cluster, topic, p) == [acked.get(p, 0)] * BROKERS,
                    f"{topic}-{p} HW {acked.get(p, 0)} checkpointed everywhere")
-        # ... and every replica's leader-epoch checkpoint says where the records' epoch starts
-        # (followers write theirs in a worker thread before appending).
-        epochs = [(cluster.partition_dir(i, topic, p) / "leader-epoch-checkpoint").read_text().split()
-                  for i in range(BROKERS)]
-        assert epochs == [["0", "1", "0", "0"]] * BROKERS, epochs  # version 0, one entry: epoch 0 from offset 0
+        # ... and every replica's leader-epoch checkpoint comes to say where the records' epoch
+        # starts (written by the log manager's background pass, after the change in memory):
+        # version 0, one entry, epoch 0 from offset 0.
+        wait_until(lambda p=p: all(epoch_checkpoint(cluster, i, topic, p) == ["0", "1", "0", "0"]
+                                   for i in range(BROKERS)),
+                   f"{topic}-{p} leader-epoch checkpoint written everywhere")
 
 
 def test_restarted_follower_catches_up_byte_identical(cluster):

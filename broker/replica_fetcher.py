@@ -405,14 +405,14 @@ class ReplicaFetcher:
             self.session.handle_error()
             return
         try:
-            await self._apply(frame, self._fetch_states, partitions)
+            self._apply(frame, self._fetch_states, partitions)
         except BaseException:
             self.session.handle_error()  # a response not (wholly) applied: start the session over
             raise
         finally:
             self.client.recycle(frame)  # appends are done: nothing refers to the frame any more
 
-    async def _apply(self, frame: Any, ready: dict[Key, PartitionFetchState], sent: dict[Key, PartitionFetch]) -> None:
+    def _apply(self, frame: Any, ready: dict[Key, PartitionFetchState], sent: dict[Key, PartitionFetch]) -> None:
         """Appends what a Fetch response brought to the partitions still ours, still at the offset
         it was asked for (a partition may change while a fetch is in flight)."""
         response = decode_fetch_response(frame)

@@ -157,19 +157,14 @@ def write_snapshots(snapshots: list[Snapshot]) -> dict[LeaderEpochFileCache, OSE
     return failed
 
 
-async def write_snapshots_in_workers(snapshots: list[Snapshot],
-                                     io_threads: BlockingExecutor | None) -> dict[LeaderEpochFileCache, OSError]:
-    """`write_snapshots` split into up to WRITE_JOBS jobs on `io_threads` (asyncio's default
-    executor without): the fsyncs run side by side and never on the event loop."""
+async def write_in_worker(caches: list[LeaderEpochFileCache],
+                          io_threads: BlockingExecutor | None = None) -> dict[LeaderEpochFileCache, OSError]:
+    """Write the caches' current snapshots (taken here, on the owner's thread) in up to
+    WRITE_JOBS jobs on `io_threads` (the logs' own; asyncio's default executor without): the
+    fsyncs run side by side, never on the event loop. Returns the failed ones, as `write_snapshots`."""
+    snapshots = [(cache, cache.snapshot()) for cache in caches]
     jobs = [snapshots[i::WRITE_JOBS] for i in range(min(WRITE_JOBS, len(snapshots)))]
     failed: dict[LeaderEpochFileCache, OSError] = {}
     for result in await asyncio.gather(*(run_blocking(io_threads, write_snapshots, job) for job in jobs)):
         failed.update(result)
     return failed
-
-
-async def write_in_worker(caches: list[LeaderEpochFileCache],
-                          io_threads: BlockingExecutor | None = None) -> dict[LeaderEpochFileCache, OSError]:
-    """Write the caches' current snapshots (taken here, on the owner's thread) in worker threads
-    (`io_threads`, the logs' own). Returns the failed ones, as `write_snapshots`."""
-    return await write_snapshots_in_workers([(cache, cache.snapshot()) for cache in caches], io_threads)

@@ -443,10 +443,9 @@ def snapshot_path(directory: Path, offset: int) -> Path:
 def list_snapshots(directory: Path) -> list[tuple[int, Path]]:
     """(offset, path) of every snapshot file, oldest first."""
     out = []
-    for path in directory.iterdir():
-        name = path.name
+    for name in os.listdir(directory):  # names, not Paths: a close lists every log's directory
         if name.endswith(SNAPSHOT_SUFFIX) and name[: -len(SNAPSHOT_SUFFIX)].isdigit():
-            out.append((int(name[: -len(SNAPSHOT_SUFFIX)]), path))
+            out.append((int(name[: -len(SNAPSHOT_SUFFIX)]), directory / name))
     return sorted(out)
 
 

@@ -4,6 +4,7 @@ reopening, truncation and a change of leader."""
 import pytest
 
 from odradek.broker.log import Log, LogConfig
+from odradek.broker.log.log import CLOSE_SNAPSHOT_MIN_RECORDS
 from odradek.broker.log.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
@@ -85,7 +86,8 @@ def _assert_rebuilt(log, last_seq: int, retried: int) -> None:
     assert log.append_as_leader(pbatch([retried], seq=retried), leader_epoch=0).duplicate
 
 
-def test_state_is_rebuilt_after_a_clean_reopen_from_a_snapshot(tmp_path):
+def test_state_is_rebuilt_after_a_clean_reopen_from_a_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setattr("odradek.broker.log.log.CLOSE_SNAPSHOT_MIN_RECORDS", 0)  # a snapshot at any close
     lg = Log(tmp_path / "t-0", SMALL)
     _fill(lg, 30)
     assert len(lg.segments) > 2
@@ -102,12 +104,11 @@ def test_state_is_rebuilt_after_a_clean_reopen_from_a_snapshot(tmp_path):
         lg.close()
 
 
-def test_a_close_with_nothing_new_since_the_last_snapshot_rewrites_nothing(tmp_path, monkeypatch):
+def test_a_close_after_few_records_writes_no_snapshot_and_the_load_replays_them(tmp_path, monkeypatch):
+    """A quiet partition (a few records since its last snapshot, or none) closes without creating
+    a snapshot file, the slow part of closing thousands of logs; its load replays the few."""
     import odradek.broker.log.log as log_module
 
-    lg = Log(tmp_path / "t-0", SMALL)
-    _fill(lg, 5)
-    lg.close()
     written = []
     real_write = log_module.write_snapshot
 
@@ -116,19 +117,36 @@ def test_a_close_with_nothing_new_since_the_last_snapshot_rewrites_nothing(tmp_p
         return real_write(directory, state, fsync=fsync)
 
     monkeypatch.setattr(log_module, "write_snapshot", write)
-    lg = Log(tmp_path / "t-0", SMALL, had_clean_shutdown=True)
-    lg.close()  # a rolling restart's idle partition: the snapshot at 5 stands
-    assert written == []
-    lg = Log(tmp_path / "t-0", SMALL, had_clean_shutdown=True)
-    _assert_rebuilt(lg, last_seq=4, retried=4)
-    lg.append_as_leader(pbatch([5], seq=5), leader_epoch=0)
+    big = LogConfig()  # no roll: every snapshot here would be a close's
+    lg = Log(tmp_path / "t-0", big)
+    _fill(lg, 5)
     lg.close()
-    assert written == [6] and list_snapshots(lg.dir)[-1][0] == 6
-    lg = Log(tmp_path / "t-0", SMALL, had_clean_shutdown=True)
+    assert written == [] and list_snapshots(lg.dir) == []
+    lg = Log(tmp_path / "t-0", big, had_clean_shutdown=True)
+    _assert_rebuilt(lg, last_seq=4, retried=4)
+    _fill_from(lg, 5, CLOSE_SNAPSHOT_MIN_RECORDS)  # 5 + 16 records since the start: one too many
+    lg.close()
+    assert written == [21] and [o for o, _ in list_snapshots(lg.dir)] == [21]
+    lg = Log(tmp_path / "t-0", big, had_clean_shutdown=True)
+    lg.close()  # a rolling restart's idle partition: the snapshot at 21 stands
+    assert written == [21]
+    lg = Log(tmp_path / "t-0", big, had_clean_shutdown=True)
     try:
-        _assert_rebuilt(lg, last_seq=5, retried=5)
+        _assert_rebuilt(lg, last_seq=20, retried=20)
+        _fill_from(lg, 21, CLOSE_SNAPSHOT_MIN_RECORDS)  # exactly the bound since the snapshot at 21
     finally:
         lg.close()
+    assert written == [21]
+    lg = Log(tmp_path / "t-0", big, had_clean_shutdown=True)
+    try:
+        _assert_rebuilt(lg, last_seq=36, retried=36)
+    finally:
+        lg.close()
+
+
+def _fill_from(log, first_seq, n, pid=PID):
+    for seq in range(first_seq, first_seq + n):
+        log.append_as_leader(pbatch([seq], seq=seq, pid=pid), leader_epoch=0)
 
 
 def test_state_is_rebuilt_by_a_scan_without_snapshots(tmp_path):

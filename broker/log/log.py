@@ -778,15 +778,15 @@ class Log:
 
     # --- closing --------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, fsync: bool = True) -> None:
         """Write out the indexes, the leader-epoch checkpoint and a producer snapshot unless few
         records follow the last one (CLOSE_SNAPSHOT_MIN_RECORDS), close the files (no fsync of
-        the log: see `flush`)."""
+        the log: see `flush`; none of the snapshot either without `fsync`: the caller syncs)."""
         if self._local.closed:
             return
         self._flush_epochs()
         if self._records_since_snapshot() > CLOSE_SNAPSHOT_MIN_RECORDS:
-            self._take_producer_snapshot(self.log_end_offset, fsync=True)
+            self._take_producer_snapshot(self.log_end_offset, fsync=fsync)
         self._local.close()
 
     def _records_since_snapshot(self) -> int:

@@ -210,15 +210,99 @@ def test_shutdown_closes_logs_in_parallel_and_marks_only_sound_dirs_clean(tmp_pa
         append(lg, 1)
     broken = logs[0]
 
-    def fail(offset=None):
+    def fail(*args, **kwargs):
         raise OSError("disk gone")
 
-    broken.flush = fail
+    broken.close = fail
     manager.shutdown()
     assert all(lg.closed for lg in logs[1:])
     assert not (broken.dir.parent / CLEAN_SHUTDOWN_FILE).exists()
     (sound,) = [d for d in dirs if d != broken.dir.parent]
     assert (sound / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def _shut_down_with(tmp_path, monkeypatch, sync):
+    """Two dirs of logs written and shut down with `sync` as the syncfs (None: none on this
+    system); returns the dirs and each log's end offset."""
+    import odradek.broker.log.log_manager as lm
+
+    if sync is None:
+        monkeypatch.setattr(lm, "can_sync_filesystem", lambda: False)
+    else:
+        monkeypatch.setattr(lm, "sync_filesystem", sync)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, broker_config())
+    manager.startup()
+    logs = {p: manager.get_or_create_log("orders", p, LogConfig()) for p in range(12)}
+    for p, lg in logs.items():
+        append(lg, p + 1)
+    manager.shutdown()
+    assert all(lg.closed for lg in logs.values())
+    return dirs, {p: lg.log_end_offset for p, lg in logs.items()}
+
+
+def _reload(dirs, ends):
+    manager = LogManager(dirs, broker_config())
+    manager.startup()
+    try:
+        for p, end in ends.items():
+            lg = manager.get_log("orders", p)
+            assert lg.log_end_offset == end and len(read_all(lg)) == end
+        return {p: manager.get_log("orders", p).recovery_point for p in ends}
+    finally:
+        manager.shutdown()
+
+
+def test_shutdown_makes_each_dir_durable_with_one_syncfs_not_an_fsync_a_log(tmp_path, monkeypatch):
+    from odradek.broker.log.checkpoint import can_sync_filesystem, sync_filesystem
+    from odradek.broker.log.log_manager import CLEAN_SHUTDOWN_FILE
+
+    assert can_sync_filesystem()  # Linux's C library has it (the fallback is tested below)
+    synced = []
+
+    def sync(fd):
+        synced.append(fd)
+        sync_filesystem(fd)
+
+    flushed = []
+    monkeypatch.setattr("odradek.broker.log.log.Log.flush", lambda self, offset=None: flushed.append(self))
+    dirs, ends = _shut_down_with(tmp_path, monkeypatch, sync)
+    assert len(synced) == 2 and not flushed
+    assert all((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    monkeypatch.undo()
+    assert _reload(dirs, ends) == ends  # recovery points at the ends: everything was on disk
+
+
+def test_a_failed_syncfs_leaves_its_dir_to_recovery(tmp_path, monkeypatch):
+    from odradek.broker.log.log_manager import CLEAN_SHUTDOWN_FILE
+
+    def sync(fd):
+        raise OSError(5, "Input/output error")
+
+    dirs, ends = _shut_down_with(tmp_path, monkeypatch, sync)
+    assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    monkeypatch.undo()
+    # nothing was known durable: recovered from the start (the data was in the page cache all along)
+    assert _reload(dirs, ends) == dict.fromkeys(ends, 0)
+
+
+def test_without_syncfs_each_log_is_flushed_at_shutdown(tmp_path, monkeypatch):
+    from odradek.broker.log.log import Log
+    from odradek.broker.log.log_manager import CLEAN_SHUTDOWN_FILE
+
+    flushed = []
+    real_flush = Log.flush
+
+    def flush(self, offset=None):
+        flushed.append(self)
+        real_flush(self, offset)
+
+    monkeypatch.setattr(Log, "flush", flush)
+    dirs, ends = _shut_down_with(tmp_path, monkeypatch, None)
+    assert len(flushed) == len(ends)
+    assert all((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    monkeypatch.undo()
+    assert _reload(dirs, ends) == ends
 
 
 def test_epoch_checkpoints_lag_until_the_background_pass_writes_them(tmp_path):

@@ -793,6 +793,8 @@ class Log:
         """Offsets a load would replay: from the newest snapshot it would use (at or below the
         end, not below the log start) or from the log start."""
         end, start = self.log_end_offset, self.log_start_offset
+        if end - start <= CLOSE_SNAPSHOT_MIN_RECORDS:
+            return end - start  # no snapshot could matter: no listing (most logs of a big broker)
         try:
             newest = max((o for o, _ in list_snapshots(self.dir) if start <= o <= end), default=start)
         except OSError:

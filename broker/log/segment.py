@@ -399,10 +399,12 @@ class LogSegment:
         os.fsync(self._fd)
 
     def close(self) -> None:
+        """Write out the index entries (an inactive segment has its final time-index entry from
+        its roll; the active one needs none: a load scans its tail for the max timestamp, and
+        leaving it out spares a write for each quiet log of a big broker) and close the file."""
         if self.closed:
             return
-        if "index" in self.__dict__:  # else never read since a clean load: nothing to add
-            self.on_become_inactive()
+        self.write_indexes()
         self.file.close()
         self.closed = True
 

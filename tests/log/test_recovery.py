@@ -343,3 +343,26 @@ def test_sigkill_mid_write_loses_nothing_flushed(tmp_path):
         assert lg.fetch_offset_by_timestamp(0)[0] == 0
     finally:
         manager.shutdown()
+
+
+def test_a_quiet_active_segment_closes_without_a_time_index_write_and_reloads_its_max(tmp_path):
+    """A close writes no final time-index entry for the active segment (one file write fewer per
+    quiet log of a big broker): the load scans the active tail for the max timestamp, and a
+    lookup by time still finds the batch."""
+    path = tmp_path / "t-0"
+    lg = Log(path, LogConfig())
+    for i, ts in enumerate((5_000, 9_000, 7_000)):
+        lg.append_as_leader(batch([i], ts=ts), leader_epoch=0)
+    time_index = path / f"{0:020d}.timeindex"
+    before = time_index.read_bytes() if time_index.exists() else b""
+    lg.close()
+    assert (time_index.read_bytes() if time_index.exists() else b"") == before  # nothing appended
+    lg = Log(path, LogConfig(), had_clean_shutdown=True)
+    try:
+        active = lg.segments[-1]
+        assert (active.max_timestamp, active.offset_of_max_timestamp) == (9_000, 1)
+        assert lg.fetch_offset_by_timestamp(8_000) == (1, 9_000)
+        lg.roll()  # at the roll the entry is written, as Kafka's onBecomeInactiveSegment
+        assert time_index.read_bytes() != before
+    finally:
+        lg.close()

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 MAX_DECISION_ATTEMPTS = 10
 """Compare-and-set conflicts tolerated per event before giving up the controllership (reload)."""
+SLOW_DECISION_S = 1.0
+"""A decision and its ZooKeeper writes taking this long are logged with both parts' times (a
+controlled shutdown at thousands of partitions: which of them to cut)."""
 
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 
@@ -659,14 +662,20 @@ class KafkaController:
         """Decide, write with compare-and-set, re-read and re-decide on conflicts, then apply the
         decisions to the context and queue the requests (the order the Decisions define)."""
         ctx = self._active_context()
+        loop = asyncio.get_running_loop()
         for _ in range(MAX_DECISION_ATTEMPTS):
+            started = loop.time()
             d = decide(ctx)
+            decided = loop.time()
             if d.deposed:
                 raise Deposed("a partition state was written by a newer controller")
             if d.assignment_writes:  # a started reassignment is recorded before anything else
                 await self.zk_threads.run(zk.write_assignments, d.assignment_writes, ctx.epoch_zk_version)
             if d.state_writes:
                 result = await self.zk_threads.run(zk.write_states, d.state_writes, ctx.epoch_zk_version)
+                if loop.time() - started >= SLOW_DECISION_S:
+                    log.info("a decision took %.2fs to make and %.2fs to write %d partition states",
+                             decided - started, loop.time() - decided, len(d.state_writes))
                 for w in result.applied:
                     old = ctx.partition_states.get(w.tp)
                     if w.state.leader >= 0 and (old is None or old.leader != w.state.leader):

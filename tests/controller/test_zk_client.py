@@ -122,3 +122,35 @@ def test_many_transactions_are_pipelined_each_standing_alone(clients, monkeypatc
     with pytest.raises(ControllerMovedError):
         a.write_states(again + again, version)
     assert b.partition_states([TP("t", 0)])[TP("t", 0)].leader_epoch == 1
+
+
+def test_new_partitions_parents_are_created_in_two_pipelined_rounds(clients, monkeypatch):
+    """New state znodes need `/partitions` and `/partitions/<p>`: created all at once per level
+    (two round trips a partition one after another made topic creation slow at thousands of
+    partitions); existing ones are fine, and a topic deleted meanwhile makes its states conflicts."""
+    a = clients()
+    epoch, version = a.elect(z.ControllerInfo(1000))
+    for topic in ("t", "u"):
+        a.zk.create(z.topic_path(topic), z.encode_topic_assignment(z.TopicAssignment(dict.fromkeys(range(6), (0,)))),
+                    makepath=True)
+    a.zk.create(f"{z.partitions_path('t')}/0", makepath=True)  # left by an earlier attempt
+    rounds = []
+    real = a.calls.settle
+
+    def settle(pending):
+        rounds.append(len(pending))
+        return real(pending)
+
+    monkeypatch.setattr(a.calls, "settle", settle)
+    created = [StateWrite(TP(topic, p), State(0, 0, (0,), epoch, 0), None) for topic in ("t", "u") for p in range(6)]
+    assert a.write_states(created, version).applied == created
+    assert rounds == [2, 12, 1]  # the topics' /partitions, each partition's znode, the transaction
+    assert set(a.partition_states([w.tp for w in created])) == {w.tp for w in created}
+
+    rounds.clear()
+    a.zk.create(z.topic_path("gone"), b"{}")
+    a.zk.delete(z.topic_path("gone"))
+    orphan = StateWrite(TP("gone", 0), State(0, 0, (0,), epoch, 0), None)
+    result = a.write_states([orphan], version)
+    assert result.applied == [] and result.conflicts == [orphan.tp]
+    assert a.zk.exists(z.topic_path("gone")) is None

@@ -278,10 +278,13 @@ def footprint(cluster: LocalCluster, partitions: int) -> dict:
             "metadata_all_topics_kb": round(size / 1024), "metadata_all_topics_ms": round(seconds * 1000)}
 
 
+def py_spy_binary() -> str:
+    return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+
 def py_spy(pid: int, out: Path, seconds: float) -> subprocess.Popen:
     """py-spy sampling `pid` (GIL holders, with idle frames off) into a collapsed-stack file."""
-    binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    return subprocess.Popen([binary, "record", "--pid", str(pid), "--rate", "250", "--duration", str(int(seconds)),
+    return subprocess.Popen([py_spy_binary(), "record", "--pid", str(pid), "--rate", "250", "--duration", str(int(seconds)),
                              "--format", "raw", "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -448,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.partitions % args.per_topic:
         raise SystemExit("--partitions must be a multiple of --per-topic")
+    if args.profile and not Path(py_spy_binary()).exists():  # found out after minutes of creation otherwise
+        raise SystemExit("--profile needs py-spy (not a project dependency): .venv/bin/pip install py-spy")
     if args.stopped_leads is not None and not (0 <= args.stopped_leads <= args.partitions and args.brokers >= REPLICAS):
         raise SystemExit(f"--stopped-leads needs 0..--partitions and at least {REPLICAS} brokers")
     skip = set(filter(None, args.skip.split(",")))

@@ -98,14 +98,7 @@ def test_many_transactions_are_pipelined_each_standing_alone(clients, monkeypatc
                 makepath=True)
     created = [StateWrite(TP("t", p), State(0, 0, (0,), epoch, 0), None) for p in range(n)]
     assert a.write_states(created, version).applied == created
-    commits = []
-    real = a.calls.settle
-
-    def settle(pending):
-        commits.append(len(pending))
-        return real(pending)
-
-    monkeypatch.setattr(a.calls, "settle", settle)
+    commits = _count_settles(a, monkeypatch)
     a.zk.set(z.partition_state_path("t", 4), z.encode_partition_state(State(0, 0, (0,), epoch)))
     moved = [StateWrite(TP("t", p), State(0, 1, (0,), epoch, 1), 0) for p in range(n)]
     result = a.write_states(moved, version)
@@ -134,14 +127,7 @@ def test_new_partitions_parents_are_created_in_two_pipelined_rounds(clients, mon
         a.zk.create(z.topic_path(topic), z.encode_topic_assignment(z.TopicAssignment(dict.fromkeys(range(6), (0,)))),
                     makepath=True)
     a.zk.create(f"{z.partitions_path('t')}/0", makepath=True)  # left by an earlier attempt
-    rounds = []
-    real = a.calls.settle
-
-    def settle(pending):
-        rounds.append(len(pending))
-        return real(pending)
-
-    monkeypatch.setattr(a.calls, "settle", settle)
+    rounds = _count_settles(a, monkeypatch)
     created = [StateWrite(TP(topic, p), State(0, 0, (0,), epoch, 0), None) for topic in ("t", "u") for p in range(6)]
     assert a.write_states(created, version).applied == created
     assert rounds == [2, 12, 1]  # the topics' /partitions, each partition's znode, the transaction
@@ -154,3 +140,16 @@ def test_new_partitions_parents_are_created_in_two_pipelined_rounds(clients, mon
     result = a.write_states([orphan], version)
     assert result.applied == [] and result.conflicts == [orphan.tp]
     assert a.zk.exists(z.topic_path("gone")) is None
+
+
+def _count_settles(client, monkeypatch) -> list[int]:
+    """The number of requests in each pipelined round `client` awaits from now on."""
+    rounds: list[int] = []
+    real = client.calls.settle
+
+    def settle(pending):
+        rounds.append(len(pending))
+        return real(pending)
+
+    monkeypatch.setattr(client.calls, "settle", settle)
+    return rounds

@@ -8,6 +8,7 @@ either the old or the new file, never a torn one.
 
 import ctypes
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,3 +90,53 @@ def sync_filesystem(fd: int) -> None:
     if _SYNCFS(fd) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
+
+
+class OffsetsCheckpoints:
+    """One "topic partition offset" file in each log directory (recovery points, log start
+    offsets): a copy of what each file should say, kept current entry by entry as the logs
+    report changes, and written only when it differs from what was written last. A broker with
+    tens of thousands of logs then builds no dict over all of them to find that nothing changed."""
+
+    def __init__(self, file_name: str):
+        self.file_name = file_name
+        self._copies: dict[Path, dict[tuple[str, int], int]] = {}
+        self._unwritten: set[Path] = set()
+        self._taken: dict[Path, int] = {}
+        """Per directory, the number of copies taken to write: each write knows its place."""
+        self._written: dict[Path, int] = {}
+        self._lock = threading.Lock()
+        """Writes come from worker threads and the event loop; they share a temp file."""
+
+    def set(self, log_dir: Path, key: tuple[str, int], offset: int | None) -> None:
+        """The file's entry for `key` (None: no entry)."""
+        copy = self._copies.setdefault(log_dir, {})
+        if offset is None:
+            if copy.pop(key, None) is not None:
+                self._unwritten.add(log_dir)
+        elif copy.get(key) != offset:
+            copy[key] = offset
+            self._unwritten.add(log_dir)
+
+    def forget(self, log_dir: Path) -> None:
+        """An offline directory: nothing is written there any more."""
+        self._copies.pop(log_dir, None)
+        self._unwritten.discard(log_dir)
+
+    def to_write(self, dirs: list[Path], force: bool) -> list[tuple[Path, int, dict[tuple[str, int], int]]]:
+        """(dir, ticket, entries) of each of `dirs` whose file lags its copy (all with `force`)."""
+        out = []
+        for log_dir in dirs:
+            if force or log_dir in self._unwritten:
+                self._unwritten.discard(log_dir)
+                ticket = self._taken[log_dir] = self._taken.get(log_dir, 0) + 1
+                out.append((log_dir, ticket, dict(self._copies.get(log_dir, {}))))
+        return out
+
+    def write(self, log_dir: Path, ticket: int, offsets: dict[tuple[str, int], int]) -> None:
+        """Write a copy from `to_write` unless a later one is on disk already (any thread)."""
+        with self._lock:
+            if ticket <= self._written.get(log_dir, 0):
+                return
+            write_offsets(log_dir / self.file_name, offsets)
+            self._written[log_dir] = ticket

@@ -48,6 +48,8 @@ class LeaderEpochFileCache:
         """Bumped by every change; `_written` is the version the file holds."""
         self._written = 0
         self._write_lock = threading.Lock()
+        self.on_change: Callable[[], None] | None = None
+        """Told when the entries change (the log's owner then writes the file in the background)."""
         try:
             rows = read_checkpoint(path) or []
             self.entries = [EpochEntry(int(e), int(o)) for e, o in rows]
@@ -73,7 +75,7 @@ class LeaderEpochFileCache:
         while self.entries and self.entries[-1].start_offset >= start_offset:
             self.entries.pop()
         self.entries.append(EpochEntry(epoch, start_offset))
-        self._version += 1
+        self._bump()
         return True
 
     def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
@@ -94,7 +96,7 @@ class LeaderEpochFileCache:
         """Drop entries starting at or after `end_offset` (the log was truncated there)."""
         if self.entries and self.entries[-1].start_offset >= end_offset:
             self.entries = [e for e in self.entries if e.start_offset < end_offset]
-            self._version += 1
+            self._bump()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: older entries go, the one covering it is moved up."""
@@ -105,7 +107,12 @@ class LeaderEpochFileCache:
         if not keep or keep[0].start_offset > start_offset:
             keep.insert(0, EpochEntry(older[-1].epoch, start_offset))
         self.entries = keep
+        self._bump()
+
+    def _bump(self) -> None:
         self._version += 1
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def dirty(self) -> bool:
@@ -115,7 +122,7 @@ class LeaderEpochFileCache:
     def clear(self) -> None:
         if self.entries:
             self.entries = []
-            self._version += 1
+            self._bump()
 
     def flush(self) -> None:
         """Write the file now if it lags the entries (blocks: two fsyncs)."""

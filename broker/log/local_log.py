@@ -88,13 +88,17 @@ class LocalLog:
         log_end_offset: int,
         clock: Callable[[], int],
         on_storage_error: Callable[[BaseException], None],
+        on_change: Callable[[], None] = lambda: None,
         io_threads: BlockingExecutor | None = None,
     ):
         self.dir = directory
         self.io_threads = io_threads
         self.config = config
         self.segments = segments
-        self.recovery_point = recovery_point
+        self._on_change = on_change
+        """Told of work for the background pass: a roll to flush, files to delete, a moved
+        recovery point to checkpoint (it then visits only the logs that told it)."""
+        self._recovery_point = recovery_point
         self.log_end_offset = log_end_offset
         self.clock = clock
         self._on_storage_error = on_storage_error
@@ -103,6 +107,16 @@ class LocalLog:
         self.truncations = 0
         """Truncations so far: a flush or cleaning planned before one is thrown away."""
         self.closed = False
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @recovery_point.setter
+    def recovery_point(self, offset: int) -> None:
+        if offset != self._recovery_point:
+            self._recovery_point = offset
+            self._on_change()
 
     def new_segment(self, base_offset: int) -> LogSegment:
         return open_segment(self.dir, base_offset, self.config, self.clock)
@@ -168,6 +182,7 @@ class LocalLog:
             (self.dir / file_name(new_base, suffix)).unlink(missing_ok=True)  # stale leftovers above the end
         seg = self.new_segment(new_base)
         self.segments.add(seg)
+        self._on_change()  # the rolled segment is flushed by the background pass
         return seg
 
     # --- flushing -------------------------------------------------------------------------
@@ -261,6 +276,11 @@ class LocalLog:
         seg.rename_to_deleted()
         due = (self.clock() if now is None else now) + self.config.file_delete_delay_ms
         self._pending_deletes.append((due, seg))
+        self._on_change()
+
+    @property
+    def has_pending_deletes(self) -> bool:
+        return bool(self._pending_deletes)
 
     def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:
         """Close and unlink segments whose file.delete.delay.ms has passed (all with `force`)."""

@@ -119,6 +119,9 @@ class Log:
         """Called after a truncation lowered the recovery point (LogManager checkpoints it)."""
         self.on_storage_error: Callable[[Log, BaseException], None] | None = None
         """Called when an I/O error hits this log's files (LogManager: the directory goes offline)."""
+        self.on_change: Callable[[Log], None] | None = None
+        """Called when the background pass has work here: a segment rolled (to flush), files to
+        delete, a recovery point or log start offset moved (to checkpoint)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE, lambda: self.log_end_offset)
         loaded = LogLoader(
@@ -129,9 +132,10 @@ class Log:
         self._local = LocalLog(
             self.dir, config, loaded.segments, recovery_point=loaded.recovery_point,
             log_end_offset=loaded.log_end_offset, clock=clock, on_storage_error=self._report_storage_error,
-            io_threads=io_threads,
+            on_change=self._report_change, io_threads=io_threads,
         )
-        self.log_start_offset = loaded.log_start_offset
+        self._log_start_offset = loaded.log_start_offset
+        self.leader_epoch_cache.on_change = self._report_change
         self._high_watermark = loaded.log_end_offset
         self.producer_state = ProducerStateManager(self.log_start_offset)
         self._load_producer_state(loaded.replay_at_most_from, loaded.snapshots)
@@ -158,6 +162,16 @@ class Log:
     @recovery_point.setter
     def recovery_point(self, offset: int) -> None:
         self._local.recovery_point = offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @log_start_offset.setter
+    def log_start_offset(self, offset: int) -> None:
+        if offset != self._log_start_offset:
+            self._log_start_offset = offset
+            self._report_change()
 
     @property
     def high_watermark(self) -> int:
@@ -630,6 +644,10 @@ class Log:
         log.info("%s: deleted %d old segment(s), log start offset %d", self.dir.name, len(doomed), self.log_start_offset)
         return len(doomed)
 
+    @property
+    def has_pending_deletes(self) -> bool:
+        return self._local.has_pending_deletes
+
     def delete_pending_files(self, now: int | None = None, force: bool = False) -> int:
         """Close and unlink segments whose file.delete.delay.ms has passed (all with `force`)."""
         return self._local.delete_pending_files(now, force)
@@ -805,6 +823,10 @@ class Log:
         """An I/O error on this log's disk: tell `on_storage_error` (the LogManager takes the whole
         log directory offline, as Kafka does) and return the error to raise."""
         return self._local.storage_error(exc, what)
+
+    def _report_change(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
 
     def _report_storage_error(self, exc: BaseException) -> None:
         if self.on_storage_error is not None:

@@ -17,15 +17,16 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from odradek.common.clock import monotonic_s, now_ms
 from odradek.common.config import BrokerConfig
+from odradek.common.config_def import LONG_MAX
 from odradek.common.executors import BlockingExecutor
 
-from .checkpoint import can_sync_filesystem, fsync_path, read_offsets, sync_filesystem, write_offsets
+from .checkpoint import OffsetsCheckpoints, can_sync_filesystem, fsync_path, read_offsets, sync_filesystem
 from .config import LogConfig
 from .errors import KafkaStorageError
 from .leader_epoch import write_in_worker
@@ -77,12 +78,21 @@ class LogManager:
         """topic → its LogConfig (broker defaults + overrides), computed once per change."""
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}
+        self._logs_in_dir: dict[Path, int] = {}
+        self._logs_of_topic: dict[str, int] = {}
         self._doomed_dirs: list[tuple[int, Path, Log | None]] = []
-        self._written_checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
-        self._written_start_offsets: dict[Path, dict[tuple[str, int], int]] = {}
-        self._checkpoint_lock = threading.Lock()
-        """One recovery-point write at a time: the background pass writes from a worker thread
-        while a deletion or truncation may write from the event loop (they share a temp file)."""
+        self._changed: set[tuple[str, int]] = set()
+        """Logs that told of background work (Log.on_change) since the pass last visited them:
+        the pass visits these, not every log (a scan of 18,000 logs every second was a sixth of a
+        stopping broker's event loop)."""
+        self._moved: set[tuple[str, int]] = set()
+        """Logs that told of a change since the checkpoint copies below last read them."""
+        self._recovery_points = OffsetsCheckpoints(RECOVERY_POINT_CHECKPOINT)
+        self._start_offsets = OffsetsCheckpoints(LOG_START_OFFSET_CHECKPOINT)
+        """Each directory's recovery points, and log starts inside a first segment (the others need
+        no entry: Kafka's rule), brought up to date from `_moved` before a write."""
+        self._timed_flush: dict[tuple[str, int], Log] = {}
+        """Logs with a finite flush.ms (none by default): the only ones a pass checks for it."""
         self._offline_lock = threading.Lock()
         self._dir_fds: dict[Path, int] = {}
         """A descriptor of each loaded directory, opened at load where `sync_filesystem` exists:
@@ -164,8 +174,10 @@ class LogManager:
         if clean:
             marker.unlink()
             fsync_path(log_dir)
-        self._write_recovery_points(log_dir, self._recovery_points_to_write(log_dir, True)[log_dir])
-        self.checkpoint_log_start_offsets(log_dir, force=True)
+        self._note_moved()
+        for checkpoints in (self._recovery_points, self._start_offsets):
+            for d, ticket, offsets in checkpoints.to_write([log_dir], force=True):
+                checkpoints.write(d, ticket, offsets)  # an error takes the directory offline (startup)
 
     @property
     def online_dirs(self) -> list[Path]:
@@ -183,9 +195,9 @@ class LogManager:
             self.offline_dirs.add(log_dir)
             keys = sorted(k for k, d in self._dir_of.items() if d == log_dir)
             for key in keys:
-                self._dir_of.pop(key)
-                self._logs.pop(key).closed = True  # its files stay as they are for recovery at restart
-            self._written_checkpoints.pop(log_dir, None)
+                self._forget(key).closed = True  # its files stay as they are for recovery at restart
+            self._recovery_points.forget(log_dir)
+            self._start_offsets.forget(log_dir)
         log.error("log directory %s is offline after an I/O error (%s); %d partitions with it%s",
                   log_dir, cause, len(keys), "" if self.online_dirs else "; no log directory is left online")
         for listener in list(self.log_dir_failure_listeners):
@@ -263,9 +275,9 @@ class LogManager:
             return False
         self._topic_overrides[topic] = (zxid, dict(overrides))
         config = self._topic_configs[topic] = LogConfig.from_broker(self.broker_config, overrides)
-        for (t, _), partition_log in self._logs.items():
-            if t == topic:
-                partition_log.config = config
+        for key, partition_log in self._logs.items():
+            if key[0] == topic:
+                self._set_config(key, partition_log, config)
         return True
 
     def topics_with_overrides(self) -> set[str]:
@@ -279,8 +291,15 @@ class LogManager:
         self.cleaner.reconfigure(CleanerConfig.from_broker(broker_config))
         self.default_config = LogConfig.from_broker(broker_config, {})
         self._topic_configs = {t: LogConfig.from_broker(broker_config, o) for t, (_, o) in self._topic_overrides.items()}
-        for (topic, _), partition_log in self._logs.items():
-            partition_log.config = self.log_config(topic)
+        for key, partition_log in self._logs.items():
+            self._set_config(key, partition_log, self.log_config(key[0]))
+
+    def _set_config(self, key: tuple[str, int], partition_log: Log, config: LogConfig) -> None:
+        partition_log.config = config
+        if config.flush_ms < LONG_MAX:
+            self._timed_flush[key] = partition_log
+        else:
+            self._timed_flush.pop(key, None)
 
     # --- logs -----------------------------------------------------------------------------
 
@@ -346,17 +365,14 @@ class LogManager:
     def _existing(self, topic: str, partition: int, config: LogConfig) -> Log | None:
         existing = self._logs.get((topic, partition))
         if existing is not None:
-            existing.config = config
+            self._set_config((topic, partition), existing, config)
         return existing
 
     def _least_loaded_dir(self) -> Path:
         online = self.online_dirs
         if not online:
             raise KafkaStorageError("every log directory is offline")
-        counts = dict.fromkeys(online, 0)
-        for d in self._dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        return min(online, key=lambda d: counts[d])
+        return min(online, key=lambda d: self._logs_in_dir.get(d, 0))
 
     def _new_log(self, log_dir: Path, topic: str, partition: int, config: LogConfig) -> Log:
         try:
@@ -373,11 +389,13 @@ class LogManager:
         Fetches in flight keep their file regions readable until file.delete.delay.ms passes.
         """
         key = (topic, partition)
-        partition_log = self._logs.pop(key, None)
-        if partition_log is None:
+        log_dir = self._dir_of.get(key)
+        if log_dir is None:
             return
-        log_dir = self._dir_of.pop(key)
+        partition_log = self._forget(key)
         partition_log.closed = True  # no more appends or reads through the API
+        self._recovery_points.set(log_dir, key, None)
+        self._start_offsets.set(log_dir, key, None)
         target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}-delete"
         try:
             partition_log.dir.rename(target)
@@ -386,20 +404,42 @@ class LogManager:
             raise KafkaStorageError(f"cannot delete log {topic}-{partition}: {exc}") from exc
         due = self.clock() + partition_log.config.file_delete_delay_ms
         self._doomed_dirs.append((due, target, partition_log))
-        if not any(t == topic for t, _ in self._logs):
+        if topic not in self._logs_of_topic:
             self._topic_overrides.pop(topic, None)
             self._topic_configs.pop(topic, None)
         self.checkpoint_recovery_points(log_dir)
         log.info("scheduled deletion of log %s-%d (%s)", topic, partition, target.name)
 
     def _add(self, key: tuple[str, int], log_dir: Path, partition_log: Log) -> Log:
-        if key[0] in self._topic_configs:  # a change applied while the log was being made
-            partition_log.config = self._topic_configs[key[0]]
+        config = self._topic_configs.get(key[0], partition_log.config)  # a change applied meanwhile
+        self._set_config(key, partition_log, config)
         self._logs[key] = partition_log
         self._dir_of[key] = log_dir
+        self._logs_in_dir[log_dir] = self._logs_in_dir.get(log_dir, 0) + 1
+        self._logs_of_topic[key[0]] = self._logs_of_topic.get(key[0], 0) + 1
         partition_log.on_truncate = lambda lg, d=log_dir: self._on_truncate(d, lg)
         partition_log.on_storage_error = lambda _log, exc, d=log_dir: self.mark_offline(d, exc)
+        partition_log.on_change = lambda _log, k=key: self._on_change(k)
+        self._on_change(key)  # a load may have left work (an epoch cache to write)
         return partition_log
+
+    def _forget(self, key: tuple[str, int]) -> Log:
+        """Take a log out of the manager's books (deleted, or its directory offline)."""
+        partition_log = self._logs.pop(key)
+        log_dir = self._dir_of.pop(key)
+        self._logs_in_dir[log_dir] -= 1
+        left = self._logs_of_topic[key[0]] - 1
+        if left:
+            self._logs_of_topic[key[0]] = left
+        else:
+            del self._logs_of_topic[key[0]]
+        self._timed_flush.pop(key, None)
+        partition_log.on_change = None
+        return partition_log
+
+    def _on_change(self, key: tuple[str, int]) -> None:
+        self._changed.add(key)
+        self._moved.add(key)
 
     def _on_truncate(self, log_dir: Path, partition_log: Log) -> None:
         self.cleaner.truncate_checkpoint(log_dir, (partition_log.topic, partition_log.partition),
@@ -421,7 +461,7 @@ class LogManager:
             log.info("removed %s", path)
         self._doomed_dirs = keep
 
-    # --- recovery points ------------------------------------------------------------------
+    # --- recovery points and log start offsets ----------------------------------------------
 
     @staticmethod
     def _read_recovery_points(log_dir: Path) -> dict[tuple[str, int], int]:
@@ -430,42 +470,6 @@ class LogManager:
         except (ValueError, OSError) as exc:
             log.warning("%s: unreadable %s (%s): recovering every log", log_dir, RECOVERY_POINT_CHECKPOINT, exc)
             return {}
-
-    def _recovery_points_to_write(self, log_dir: Path | None, force: bool) -> dict[Path, dict[tuple[str, int], int]]:
-        """{dir: {(topic, partition): recovery point}} for the dirs whose points changed."""
-        out = {}
-        by_dir = self.logs_by_dir()
-        for d in [log_dir] if log_dir is not None else self.online_dirs:
-            if d in self.offline_dirs:
-                continue
-            points = {k: lg.recovery_point for k, lg in by_dir.get(d, {}).items()}
-            if force or self._written_checkpoints.get(d) != points:
-                out[d] = points
-        return out
-
-    def _write_recovery_points(self, log_dir: Path, points: dict[tuple[str, int], int]) -> None:
-        with self._checkpoint_lock:
-            write_offsets(log_dir / RECOVERY_POINT_CHECKPOINT, points)
-            self._written_checkpoints[log_dir] = points
-
-    def checkpoint_recovery_points(self, log_dir: Path | None = None, force: bool = False) -> None:
-        """Write each dir's recovery points when they changed (all dirs if `log_dir` is None); a
-        dir whose write fails goes offline."""
-        for d, points in self._recovery_points_to_write(log_dir, force).items():
-            try:
-                self._write_recovery_points(d, points)
-            except OSError as exc:
-                self.mark_offline(d, exc)
-
-    async def checkpoint_recovery_points_async(self) -> None:
-        """The periodic checkpoint, its fsyncs in a worker thread so the event loop keeps serving."""
-        for d, points in self._recovery_points_to_write(None, False).items():
-            try:
-                await self.io_threads.run(self._write_recovery_points, d, points)
-            except OSError as exc:
-                self.mark_offline(d, exc)
-
-    # --- log start offsets ----------------------------------------------------------------
 
     @staticmethod
     def _read_log_start_offsets(log_dir: Path) -> dict[tuple[str, int], int]:
@@ -476,38 +480,48 @@ class LogManager:
                         LOG_START_OFFSET_CHECKPOINT, exc)
             return {}
 
-    def _log_start_offsets_to_write(self, log_dir: Path | None, force: bool) -> dict[Path, dict[tuple[str, int], int]]:
-        """{dir: {(topic, partition): log start offset}} for the dirs whose offsets changed; only
-        starts inside a log's first segment are kept (Kafka's rule: the others need no file)."""
-        out = {}
-        by_dir = self.logs_by_dir()
-        for d in [log_dir] if log_dir is not None else self.online_dirs:
-            offsets = {k: lg.log_start_offset for k, lg in by_dir.get(d, {}).items()
-                       if lg.log_start_offset > lg.segments[0].base_offset}
-            if force or self._written_start_offsets.get(d) != offsets:
-                out[d] = offsets
-        return out
+    def _note_moved(self) -> None:
+        """Bring the checkpoint copies up to date with the logs that reported a change."""
+        moved, self._moved = self._moved, set()
+        for key in moved:
+            partition_log = self._logs.get(key)
+            if partition_log is None:
+                continue  # deleted or offline: its entries went with it
+            log_dir = self._dir_of[key]
+            self._recovery_points.set(log_dir, key, partition_log.recovery_point)
+            start = partition_log.log_start_offset
+            self._start_offsets.set(log_dir, key, start if start > partition_log.segments[0].base_offset else None)
 
-    def _write_log_start_offsets(self, log_dir: Path, offsets: dict[tuple[str, int], int]) -> None:
-        with self._checkpoint_lock:
-            write_offsets(log_dir / LOG_START_OFFSET_CHECKPOINT, offsets)
-            self._written_start_offsets[log_dir] = offsets
+    def _checkpoint(self, checkpoints: OffsetsCheckpoints, log_dir: Path | None, force: bool) -> None:
+        self._note_moved()
+        for d, ticket, offsets in checkpoints.to_write(self._checkpoint_dirs(log_dir), force):
+            try:
+                checkpoints.write(d, ticket, offsets)
+            except OSError as exc:
+                self.mark_offline(d, exc)
+
+    async def _checkpoint_async(self, checkpoints: OffsetsCheckpoints) -> None:
+        """The periodic checkpoint, its fsyncs in a worker thread so the event loop keeps serving."""
+        self._note_moved()
+        for d, ticket, offsets in checkpoints.to_write(self._checkpoint_dirs(None), False):
+            try:
+                await self.io_threads.run(checkpoints.write, d, ticket, offsets)
+            except OSError as exc:
+                self.mark_offline(d, exc)
+
+    def _checkpoint_dirs(self, log_dir: Path | None) -> list[Path]:
+        return [d for d in ([log_dir] if log_dir is not None else self.log_dirs) if d not in self.offline_dirs]
+
+    def checkpoint_recovery_points(self, log_dir: Path | None = None, force: bool = False) -> None:
+        """Write each dir's recovery points when they changed (all dirs if `log_dir` is None); a
+        dir whose write fails goes offline."""
+        self._checkpoint(self._recovery_points, log_dir, force)
 
     def checkpoint_log_start_offsets(self, log_dir: Path | None = None, force: bool = False) -> None:
-        for d, offsets in self._log_start_offsets_to_write(log_dir, force).items():
-            try:
-                self._write_log_start_offsets(d, offsets)
-            except OSError as exc:
-                self.mark_offline(d, exc)
-
-    async def checkpoint_log_start_offsets_async(self) -> None:
-        """Written at every background pass when changed (Kafka waits for
-        log.flush.start.offset.checkpoint.interval.ms, a minute; a DeleteRecords is rare)."""
-        for d, offsets in self._log_start_offsets_to_write(None, False).items():
-            try:
-                await self.io_threads.run(self._write_log_start_offsets, d, offsets)
-            except OSError as exc:
-                self.mark_offline(d, exc)
+        """The same for the log start offsets (Kafka waits for
+        log.flush.start.offset.checkpoint.interval.ms, a minute; the background pass writes them
+        when changed: a DeleteRecords is rare)."""
+        self._checkpoint(self._start_offsets, log_dir, force)
 
     # --- background -----------------------------------------------------------------------
 
@@ -521,11 +535,16 @@ class LogManager:
             stop.set()
             await cleaner
 
-    async def write_epoch_checkpoints(self) -> None:
+    async def write_epoch_checkpoints(self, keys: Iterable[tuple[str, int]] | None = None) -> None:
         """Write the leader-epoch checkpoints that lag their cache (a LeaderAndIsr, a follower's
-        fetch or a load changed them: see leader_epoch), in threads, many at once. A log deleted
-        meanwhile is skipped; a failed write takes its directory offline."""
-        pending = [(key, lg) for key, lg in self._logs.items() if lg.leader_epoch_cache.dirty and not lg.closed]
+        fetch or a load changed them: see leader_epoch) among the logs of `keys` (default: those
+        that reported a change), in threads, many at once. A log deleted meanwhile is skipped; a
+        failed write takes its directory offline."""
+        pending = []
+        for key in self._changed if keys is None else keys:
+            partition_log = self._logs.get(key)
+            if partition_log is not None and partition_log.leader_epoch_cache.dirty and not partition_log.closed:
+                pending.append((key, partition_log))
         if not pending:
             return
         failed = await write_in_worker([lg.leader_epoch_cache for _, lg in pending], self.io_threads)
@@ -550,11 +569,23 @@ class LogManager:
             if now >= next_expiry:
                 self.remove_expired_producers(now)
                 next_expiry = now + expiry_interval
-            tick = min([_MAX_TICK_MS, retention_interval] + [lg.config.flush_ms for lg in self._logs.values()])
+            tick = min([_MAX_TICK_MS, retention_interval] + [lg.config.flush_ms for lg in self._timed_flush.values()])
             try:
                 await asyncio.wait_for(stop.wait(), max(tick, _MIN_TICK_MS) / 1000)
             except TimeoutError:
                 pass
+
+    async def _visit(self, key: tuple[str, int], now: int) -> None:
+        partition_log = self._logs.get(key)
+        if partition_log is None or partition_log.closed:
+            return
+        partition_log.delete_pending_files(now)
+        active_base = partition_log.active_segment.base_offset
+        if partition_log.recovery_point < active_base:
+            await partition_log.flush_async(active_base)  # segments rolled since the last flush
+        if (partition_log.has_pending_deletes or partition_log.leader_epoch_cache.dirty
+                or partition_log.recovery_point < partition_log.active_segment.base_offset):
+            self._changed.add(key)  # not due yet, changed meanwhile, or a flush that failed
 
     def remove_expired_producers(self, now: int) -> None:
         """Kafka's producer-id expiration task (every producer.id.expiration.check.interval.ms)."""
@@ -564,18 +595,24 @@ class LogManager:
                 partition_log.remove_expired_producers(now, expiration_ms)
 
     async def _background_pass(self, now: int, run_retention: bool) -> None:
+        """The delayed deletions, the flushes after a roll and the epoch checkpoints of the logs
+        that reported a change since the last pass; the flush.ms flushes of the logs that have
+        one; retention over every log when due; then the offsets checkpoints that changed."""
         self._remove_doomed_dirs(now)
-        await self.write_epoch_checkpoints()
-        for partition_log in list(self._logs.values()):
-            if partition_log.closed:
-                continue
-            partition_log.delete_pending_files(now)
-            active_base = partition_log.active_segment.base_offset
-            if partition_log.recovery_point < active_base:
-                await partition_log.flush_async(active_base)  # segments rolled since the last flush
-            if partition_log.needs_time_flush(now):
+        changed, self._changed = list(self._changed), set()
+        await self.write_epoch_checkpoints(changed)
+        for i, key in enumerate(changed):
+            try:
+                await self._visit(key, now)
+            except BaseException:
+                self._changed.update(changed[i:])  # the next pass takes them up again
+                raise
+        for partition_log in list(self._timed_flush.values()):
+            if not partition_log.closed and partition_log.needs_time_flush(now):
                 await partition_log.flush_async()
-            if run_retention:
-                partition_log.delete_old_segments(now)
-        await self.checkpoint_recovery_points_async()
-        await self.checkpoint_log_start_offsets_async()
+        if run_retention:
+            for partition_log in list(self._logs.values()):
+                if not partition_log.closed:
+                    partition_log.delete_old_segments(now)
+        await self._checkpoint_async(self._recovery_points)
+        await self._checkpoint_async(self._start_offsets)

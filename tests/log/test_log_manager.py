@@ -4,6 +4,7 @@ import time
 import pytest
 
 from odradek.broker.log import LogConfig, LogManager
+from odradek.broker.log.checkpoint import OffsetsCheckpoints, read_offsets
 from odradek.broker.log.errors import KafkaStorageError
 from odradek.common.clock import ManualClock
 from odradek.common.config import BrokerConfig
@@ -329,3 +330,92 @@ def test_epoch_checkpoints_lag_until_the_background_pass_writes_them(tmp_path):
     asyncio.run(manager.write_epoch_checkpoints())
     assert checkpoint.read_text() == "0\n1\n0 0\n"
     manager.shutdown()
+
+
+def test_a_pass_visits_only_the_logs_that_reported_work(tmp_path):
+    """A broker of thousands of quiet logs: the background pass touches none of them; a roll, a
+    file to delete later, a moved log start or an epoch change brings one log into the next pass."""
+    clock = ManualClock(int(time.time() * 1000))
+    manager = LogManager([tmp_path], broker_config(), clock=clock)
+    manager.startup()
+    config = LogConfig(segment_bytes=500, file_delete_delay_ms=100)
+    logs = [manager.get_or_create_log("t", p, config) for p in range(4)]
+    for lg in logs:
+        append(lg, 1)
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    visited = []
+    for lg in logs:
+        lg.delete_pending_files = lambda now=None, force=False, lg=lg: visited.append(lg.partition) or 0
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    assert visited == []
+
+    append(logs[1], 20)  # rolls
+    logs[2].leader_epoch_cache.assign(5, logs[2].log_end_offset)
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    assert sorted(visited) == [1, 2]
+    assert logs[1].recovery_point == logs[1].active_segment.base_offset > 0
+    assert not logs[2].leader_epoch_cache.dirty
+    assert f"t 1 {logs[1].recovery_point}" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    for lg in logs:
+        del lg.delete_pending_files
+
+
+def test_files_deleted_later_stay_in_the_passes_until_due(tmp_path):
+    clock = ManualClock(int(time.time() * 1000))
+    manager = LogManager([tmp_path], broker_config(), clock=clock)
+    manager.startup()
+    lg = manager.get_or_create_log("t", 0, LogConfig(segment_bytes=500, file_delete_delay_ms=1_000))
+    append(lg, 20)
+    lg.high_watermark = lg.log_end_offset
+    assert lg.maybe_increment_log_start_offset(lg.segments[1].base_offset + 1)
+    assert lg.has_pending_deletes
+    for _ in range(3):
+        asyncio.run(manager._background_pass(clock(), run_retention=False))
+        clock.advance(200)
+    assert lg.has_pending_deletes and list(lg.dir.glob("*.deleted"))
+    clock.advance(400)
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    assert not lg.has_pending_deletes and not list(lg.dir.glob("*.deleted"))
+    text = (tmp_path / "log-start-offset-checkpoint").read_text()
+    assert f"t 0 {lg.log_start_offset}" in text
+    # DeleteRecords up to a segment's base: the log starts at its first segment, no entry needed
+    lg.high_watermark = lg.log_end_offset
+    lg.maybe_increment_log_start_offset(lg.active_segment.base_offset)
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    assert lg.log_start_offset == lg.segments[0].base_offset
+    assert "t 0" not in (tmp_path / "log-start-offset-checkpoint").read_text()
+    manager.shutdown()
+
+
+def test_flush_ms_set_and_unset_by_a_topic_config_change(tmp_path):
+    clock = ManualClock(int(time.time() * 1000))
+    manager = LogManager([tmp_path], broker_config(), clock=clock)
+    manager.startup()
+    lg = manager.get_or_create_log("t", 0, manager.log_config("t"))
+    append(lg, 2)
+    clock.advance(10_000)
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    assert lg.recovery_point == 0  # flush.ms is unlimited by default
+    manager.update_topic_config("t", {"flush.ms": "1000"}, zxid=1)
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    assert lg.recovery_point == 4
+    manager.update_topic_config("t", {}, zxid=2)
+    append(lg, 1)
+    clock.advance(10_000)
+    asyncio.run(manager._background_pass(clock(), run_retention=False))
+    assert lg.recovery_point == 4
+    manager.shutdown()
+
+
+def test_a_checkpoint_written_late_never_replaces_a_newer_one(tmp_path):
+    """The background pass writes a copy in a worker thread while a truncation may write a newer
+    one from the event loop: whichever lands last, the file keeps the newer."""
+    checkpoints = OffsetsCheckpoints("offsets")
+    checkpoints.set(tmp_path, ("t", 0), 5)
+    [(_, older, offsets_then)] = checkpoints.to_write([tmp_path], force=False)
+    checkpoints.set(tmp_path, ("t", 0), 3)
+    [(_, newer, offsets_now)] = checkpoints.to_write([tmp_path], force=False)
+    assert checkpoints.to_write([tmp_path], force=False) == []  # nothing lags
+    checkpoints.write(tmp_path, newer, offsets_now)
+    checkpoints.write(tmp_path, older, offsets_then)
+    assert read_offsets(tmp_path / "offsets") == {("t", 0): 3}

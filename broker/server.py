@@ -474,8 +474,11 @@ class KafkaServer:
         def multi(p: Partition) -> bool:
             return p.is_leader and len(p.replicas) > 1  # single replicas cannot move
 
-        while loop.time() < deadline and any(multi(p) for p in rm.all_partitions()):
+        started = loop.time()
+        while (leading := any(multi(p) for p in rm.all_partitions())) and loop.time() < deadline:
             await asyncio.sleep(0.05)
+        log.info("controlled shutdown: %s after %.2f s", "still leading partitions" if leading
+                 else "our LeaderAndIsr has landed", loop.time() - started)
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)

@@ -301,7 +301,7 @@ def active_controller(cluster: LocalCluster, timeout: float) -> int:
 SHUTDOWN_MARKS = (
     ("first_line", r"shutting down"),
     ("controller_answered", r"controlled shutdown (succeeded|attempt|did not|:)"),
-    ("leaderships_moved", r"controlled shutdown: (still leading|our LeaderAndIsr)"),
+    ("leaderships_given_up", r"controlled shutdown: (still leading|our LeaderAndIsr|gave up leading)"),
     ("replica_manager_stopped", r"replica manager stopped"),
     ("zookeeper_closing", r"closing the ZooKeeper session"),
     ("logs_closing", r"closing \d+ logs"),

@@ -1080,6 +1080,27 @@ class ReplicaManager:
 
     # --- shutdown -------------------------------------------------------------------------------
 
+    async def relinquish_leaderships(self) -> int:
+        """The controller answered our controlled shutdown: every leadership of ours that can move
+        has moved (its new leader is in ZooKeeper). Stop leading those partitions now, as the
+        LeaderAndIsr saying so will (it comes after the answer, thousands of partitions long,
+        perhaps not before we stop): produce and fetch answer NOT_LEADER_OR_FOLLOWER, clients
+        go to the new leaders, and no write is taken here that the new leader would not have.
+        A single-replica partition cannot move and stays. Returns how many were given up."""
+        async with self._state_change_lock:
+            keys = [p.key for p in self._partitions.values() if p.is_leader and len(p.replicas) > 1]
+            loop = asyncio.get_running_loop()
+            due = loop.time() + APPLY_SLICE_S
+            for n, key in enumerate(keys, 1):
+                if n % APPLY_CHECK == 0 and loop.time() >= due:
+                    await asyncio.sleep(0)
+                    due = loop.time() + APPLY_SLICE_S
+                partition = self._partitions.get(key)
+                if partition is not None and partition.is_leader:
+                    partition.make_offline()
+                    self.complete_delayed_requests(key)
+        return len(keys)
+
     async def shutdown_async(self) -> None:
         """Stop the fetchers and the purgatories, then checkpoint the HWs (logs are still open)."""
         await self.fetcher_manager.shutdown()

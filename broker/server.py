@@ -33,7 +33,6 @@ from odradek.broker.group.offsets_topic import GROUP_METADATA_TOPIC_NAME
 from odradek.broker.log import LogManager
 from odradek.broker.metadata_cache import MetadataCache
 from odradek.broker.metrics import RequestStats, metered, state_families
-from odradek.broker.partition import Partition
 from odradek.broker.quota.quota_managers import QuotaManagers
 from odradek.broker.replica_manager import ReplicaManager
 from odradek.broker.security.credential_cache import CredentialCache
@@ -67,8 +66,6 @@ CONTROLLED_SHUTDOWN_MAX_S = 25.0
 """However the retries are configured, SIGTERM never waits longer than this for the controller."""
 NO_CONTROLLER_WAIT_S = 2.0
 """With no controller registered at all, how long a controlled shutdown waits for one."""
-LEADERSHIP_HANDOFF_WAIT_S = 3.0
-"""After the controller moved our leaderships, how long we wait for its LeaderAndIsr to arrive."""
 SHUTDOWN_STACKS_AFTER_S = 10.0
 """A shutdown still running after this dumps every thread's stack to stderr (the broker's log):
 a stop slower than test harnesses wait (15 s) then shows where it waits, even on a blocked loop."""
@@ -402,7 +399,8 @@ class KafkaServer:
             else:
                 if response.error_code == ErrorCode.none and not response.remaining_partitions:
                     log.info("controlled shutdown succeeded (attempt %d)", attempt)
-                    await self._wait_leaderships_moved(min(LEADERSHIP_HANDOFF_WAIT_S, deadline - loop.time()))
+                    given_up = await rm.relinquish_leaderships()
+                    log.info("controlled shutdown: gave up leading %d partitions", given_up)
                     return True
                 log.info("controlled shutdown attempt %d/%d: %s, %d partitions remaining", attempt, attempts,
                          response.error_code.name, len(response.remaining_partitions))
@@ -464,21 +462,6 @@ class KafkaServer:
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(0.05)
-
-    async def _wait_leaderships_moved(self, timeout_s: float) -> None:
-        """The controller queued LeaderAndIsr for us before answering; let it land (bounded)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, timeout_s)
-        rm = self._parts().replica_manager
-
-        def multi(p: Partition) -> bool:
-            return p.is_leader and len(p.replicas) > 1  # single replicas cannot move
-
-        started = loop.time()
-        while (leading := any(multi(p) for p in rm.all_partitions())) and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        log.info("controlled shutdown: %s after %.2f s", "still leading partitions" if leading
-                 else "our LeaderAndIsr has landed", loop.time() - started)
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)

@@ -220,11 +220,12 @@ def test_a_stopping_broker_follows_without_fetching(tmp_path):
         manager.shutdown()
 
 
-def leader_and_isr(epoch: int, isr: tuple[int, ...], topic: str = "t", replicas: tuple[int, ...] = (0, 1)):
-    """Broker 0 leads `topic`-0 at `epoch` with `isr`."""
+def leader_and_isr(epoch: int, isr: tuple[int, ...], topic: str = "t", replicas: tuple[int, ...] = (0, 1),
+                   leader: int = 0):
+    """`leader` (broker 0 by default) leads `topic`-0 at `epoch` with `isr`."""
     from odradek.common.messages import LeaderAndIsrPartitionState, LeaderAndIsrRequest, LeaderAndIsrTopicState
 
-    state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=0, leader_epoch=epoch,
+    state = LeaderAndIsrPartitionState(partition_index=0, controller_epoch=1, leader=leader, leader_epoch=epoch,
                                        isr=isr, zk_version=epoch, replicas=replicas, is_new=False)
     return LeaderAndIsrRequest(controller_id=1000, controller_epoch=1, broker_epoch=-1, live_leaders=(),
                                topic_states=(LeaderAndIsrTopicState(topic_name=topic, partition_states=(state,)),))
@@ -294,5 +295,40 @@ def test_a_failed_epoch_checkpoint_write_takes_its_log_dir_offline(tmp_path, mon
         error = asyncio.run(run())
         assert manager.offline_dirs == {tmp_path} and plog.closed
         assert error == ErrorCode.kafka_storage_error
+    finally:
+        manager.shutdown()
+
+
+def test_after_the_controllers_answer_a_stopping_broker_leads_nothing_that_could_move(tmp_path):
+    """The controller answered our controlled shutdown: the leaderships it moved are given up at
+    once, before its LeaderAndIsr comes. A write waiting for its followers and every new write
+    get NOT_LEADER_OR_FOLLOWER (the client retries at the new leader); a single-replica partition,
+    which cannot move, is still led; the LeaderAndIsr that comes later still applies."""
+    config, manager, _ = log_manager_with_t0(tmp_path)
+    manager.get_or_create_log("single", 0, manager.default_config)
+
+    async def run():
+        rm = ReplicaManager(config, manager, None, None)
+        rm.fetcher_manager.add_fetchers = lambda targets: None
+        await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))
+        await rm.become_leader_or_follower(leader_and_isr(1, (0,), topic="single", replicas=(0,)))
+        waiting = asyncio.create_task(rm.append_records(30_000, -1, [("t", 0, build_batch([b"w"]))]))
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert not waiting.done()  # follower 1 never fetches: the write waits for it
+        given_up = await rm.relinquish_leaderships()
+        answer = await asyncio.wait_for(waiting, 5)
+        later = await rm.append_records(1000, 1, [("t", 0, build_batch([b"x"])), ("single", 0, build_batch([b"y"]))])
+        applied = await rm.become_leader_or_follower(leader_and_isr(2, (1,), leader=1))
+        return given_up, answer, later, applied, rm
+
+    given_up, answer, later, applied, rm = asyncio.run(run())
+    try:
+        assert given_up == 1
+        assert answer[("t", 0)].error == ErrorCode.not_leader_or_follower
+        assert later[("t", 0)].error == ErrorCode.not_leader_or_follower
+        assert later[("single", 0)].error == ErrorCode.none
+        assert applied.partition_errors[0].error_code == ErrorCode.none
+        assert rm.get_partition(("t", 0)).leader_id == 1
     finally:
         manager.shutdown()

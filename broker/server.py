@@ -399,8 +399,8 @@ class KafkaServer:
             else:
                 if response.error_code == ErrorCode.none and not response.remaining_partitions:
                     log.info("controlled shutdown succeeded (attempt %d)", attempt)
-                    given_up = await rm.relinquish_leaderships()
-                    log.info("controlled shutdown: gave up leading %d partitions", given_up)
+                    given_up = await rm.finish_handover()
+                    log.info("controlled shutdown: gave up leading %d partitions, stopped fetching", given_up)
                     return True
                 log.info("controlled shutdown attempt %d/%d: %s, %d partitions remaining", attempt, attempts,
                          response.error_code.name, len(response.remaining_partitions))
@@ -467,8 +467,11 @@ class KafkaServer:
         log.info("broker %d shutting down", self.config.broker_id)
         if self._data_plane is not None:
             self._data_plane.cancel()
+        write_back = None
         if self.components is not None:
             self.components.replica_manager.stopping = True
+            log_manager = self.components.log_manager
+            write_back = asyncio.ensure_future(log_manager.io_threads.run(log_manager.write_back))
         if self.socket_servers:
             try:
                 await self.controlled_shutdown()
@@ -510,6 +513,8 @@ class KafkaServer:
         if self.metrics_server is not None:
             await within(self.metrics_server.stop(), 5, "closing the metrics endpoint", log)
         if parts is not None:
+            if write_back is not None:
+                await within(write_back, 30, "the early write-back of the log directories", log)
             log.info("broker %d: closing %d logs", self.config.broker_id, len(parts.log_manager.all_logs()))
             await parts.log_manager.io_threads.run(parts.log_manager.shutdown)
             if not await parts.log_manager.io_threads.aclose(LOG_IO_STOP_S):

@@ -209,6 +209,23 @@ class LogManager:
     def dir_of(self, topic: str, partition: int) -> Path | None:
         return self._dir_of.get((topic, partition))
 
+    def write_back(self) -> None:
+        """Early in a shutdown (while the partitions are handed over): a syncfs of each online
+        directory, so that the one after the closes finds little left to write (0.6 s of an
+        18,000-log shutdown here). Through a descriptor of its own: the one opened at load keeps
+        its report of write-back errors for that final syncfs, which alone decides."""
+        for log_dir in self.online_dirs:
+            if log_dir not in self._dir_fds:
+                continue
+            try:
+                fd = os.open(log_dir, os.O_RDONLY)
+                try:
+                    sync_filesystem(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                log.info("%s: early write-back failed (%s); the shutdown's syncfs decides", log_dir, exc)
+
     def shutdown(self) -> None:
         """Close every log, make the directories durable, checkpoint, then mark each online
         directory cleanly shut down (an offline one is left as it is: its logs are recovered at

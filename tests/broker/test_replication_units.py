@@ -303,20 +303,24 @@ def test_after_the_controllers_answer_a_stopping_broker_leads_nothing_that_could
     """The controller answered our controlled shutdown: the leaderships it moved are given up at
     once, before its LeaderAndIsr comes. A write waiting for its followers and every new write
     get NOT_LEADER_OR_FOLLOWER (the client retries at the new leader); a single-replica partition,
-    which cannot move, is still led; the LeaderAndIsr that comes later still applies."""
+    which cannot move, is still led; the fetchers stop; the LeaderAndIsr that comes later still
+    applies."""
     config, manager, _ = log_manager_with_t0(tmp_path)
     manager.get_or_create_log("single", 0, manager.default_config)
+    stopped: list[bool] = []
 
     async def run():
         rm = ReplicaManager(config, manager, None, None)
         rm.fetcher_manager.add_fetchers = lambda targets: None
+        fetchers_stop = rm.fetcher_manager.shutdown
+        rm.fetcher_manager.shutdown = lambda: stopped.append(True) or fetchers_stop()
         await rm.become_leader_or_follower(leader_and_isr(1, (0, 1)))
         await rm.become_leader_or_follower(leader_and_isr(1, (0,), topic="single", replicas=(0,)))
         waiting = asyncio.create_task(rm.append_records(30_000, -1, [("t", 0, build_batch([b"w"]))]))
         for _ in range(100):
             await asyncio.sleep(0)
         assert not waiting.done()  # follower 1 never fetches: the write waits for it
-        given_up = await rm.relinquish_leaderships()
+        given_up = await rm.finish_handover()
         answer = await asyncio.wait_for(waiting, 5)
         later = await rm.append_records(1000, 1, [("t", 0, build_batch([b"x"])), ("single", 0, build_batch([b"y"]))])
         applied = await rm.become_leader_or_follower(leader_and_isr(2, (1,), leader=1))
@@ -324,7 +328,7 @@ def test_after_the_controllers_answer_a_stopping_broker_leads_nothing_that_could
 
     given_up, answer, later, applied, rm = asyncio.run(run())
     try:
-        assert given_up == 1
+        assert given_up == 1 and stopped  # and it fetches no more: no leader waits for it
         assert answer[("t", 0)].error == ErrorCode.not_leader_or_follower
         assert later[("t", 0)].error == ErrorCode.not_leader_or_follower
         assert later[("single", 0)].error == ErrorCode.none

@@ -419,3 +419,27 @@ def test_a_checkpoint_written_late_never_replaces_a_newer_one(tmp_path):
     checkpoints.write(tmp_path, newer, offsets_now)
     checkpoints.write(tmp_path, older, offsets_then)
     assert read_offsets(tmp_path / "offsets") == {("t", 0): 3}
+
+
+def test_the_early_write_back_neither_fails_the_shutdown_nor_takes_its_error_report(tmp_path, monkeypatch):
+    """The syncfs early in a shutdown goes through descriptors of its own, so the load-time ones
+    still report any write-back error to the final syncfs; its own failure only logs."""
+    from odradek.broker.log import log_manager as lm
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, broker_config())
+    manager.startup()
+    append(manager.get_or_create_log("t", 0, LogConfig()), 2)
+    synced = []
+
+    def sync(fd):
+        synced.append(fd)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(lm, "sync_filesystem", sync)
+    manager.write_back()
+    assert len(synced) == 2 and not set(synced) & set(manager._dir_fds.values())
+    assert manager.online_dirs == dirs
+    monkeypatch.undo()
+    manager.shutdown()
+    assert all((d / lm.CLEAN_SHUTDOWN_FILE).exists() for d in dirs)

@@ -477,6 +477,11 @@ class KafkaServer:
                 await self.controlled_shutdown()
             except Exception:
                 log.exception("controlled shutdown failed")
+        # Nothing is served after the handover (Kafka's stopProcessingRequests): clients go to the
+        # new leaders, and the controller's requests for us (LeaderAndIsr and UpdateMetadata of
+        # every partition here, 2 s of the loop at 18,000) would only delay the stop.
+        for server in self.socket_servers:
+            await within(server.stop(), 5, f"closing the connections of port {server.port}", log)
         parts = self.components
         if parts is not None:
             await within(parts.alter_partition_manager.shutdown(), 5, "stopping the AlterPartition sender", log)
@@ -484,8 +489,6 @@ class KafkaServer:
             if parts.acl_authorizer is not None:
                 await within(parts.acl_authorizer.stop(), 5, "stopping the ACL change listener", log)
         await self.cert_watcher.stop()
-        for server in self.socket_servers:
-            server.stop_accepting()
         if parts is not None:
             parts.group_coordinator.shutdown()  # waiting joins/syncs answer NOT_COORDINATOR
             await within(parts.transaction_coordinator.shutdown(), 5, "stopping the transaction coordinator", log)
@@ -494,9 +497,7 @@ class KafkaServer:
         self._stop_background.set()
         if parts is not None:
             await within(parts.replica_manager.shutdown_async(), 20, "stopping the replica manager", log)
-        log.info("broker %d: replica manager stopped; closing connections", self.config.broker_id)
-        for server in self.socket_servers:
-            await within(server.stop(), 5, f"closing the connections of port {server.port}", log)
+        log.info("broker %d: replica manager stopped", self.config.broker_id)
         if parts is not None:
             for channel in (parts.controller_channel, parts.forwarding_channel, parts.shutdown_channel):
                 await within(channel.close(), 5, f"closing the {channel.purpose} channel", log)

@@ -672,9 +672,15 @@ class KafkaController:
             if d.assignment_writes:  # a started reassignment is recorded before anything else
                 await self.zk_threads.run(zk.write_assignments, d.assignment_writes, ctx.epoch_zk_version)
             if d.state_writes:
-                result = await self.zk_threads.run(zk.write_states, d.state_writes, ctx.epoch_zk_version)
+                writing = asyncio.ensure_future(self.zk_threads.run(zk.write_states, d.state_writes,
+                                                                    ctx.epoch_zk_version))
+                try:
+                    await asyncio.sleep(0)  # the writes start on their thread ...
+                    d.requests  # noqa: B018 ... while the requests are built here
+                finally:
+                    result = await writing
                 if loop.time() - started >= SLOW_DECISION_S:
-                    log.info("a decision took %.2fs to make and %.2fs to write %d partition states",
+                    log.info("a decision took %.2fs to make and %.2fs to write %d partition states (and build its requests)",
                              decided - started, loop.time() - decided, len(d.state_writes))
                 for w in result.applied:
                     old = ctx.partition_states.get(w.tp)

@@ -82,6 +82,6 @@ def on_elect_leaders(ctx: ControllerContext, election_type: int, partitions: Ite
         _record_change(d, batch, updates, tp, state, next_state(state, leader, isr, ctx.epoch), replicas, replicas)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
-        d.requests = batch.build()
+        d.batch = batch
     d.answer = results
     return d

@@ -228,7 +228,7 @@ def on_reassign(ctx: ControllerContext,
     d.reassign_znode = _zk_reassignment_after(ctx, [tp for tp, r in results.items() if r.error] + finished)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
-    d.requests = batch.build()
+    d.batch = batch
     d.answer = results
     return d
 
@@ -248,7 +248,7 @@ def on_reassignment_progress(ctx: ControllerContext, tps: Iterable[TopicPartitio
     updates: dict[TopicPartition, MetadataEntry] = {}
     done = [tp for tp, ra in sorted(moving.items()) if _complete(ctx, tp, ra, d, batch, updates)]
     d.reassign_znode = _zk_reassignment_after(ctx, done)
-    d.requests = batch.build()
+    d.batch = batch
     if updates:
         final = RequestBatch(ctx, ctx.live_brokers)
         final.add_update_metadata(ctx.live_brokers, updates)

@@ -64,7 +64,9 @@ class Decisions:
     (paths, each deleted recursively), `final_requests`; then the context changes below."""
 
     state_writes: list[StateWrite] = field(default_factory=list)
-    requests: list[Request] = field(default_factory=list)
+    batch: RequestBatch | None = None
+    """The requests to send, built when `requests` is first read: the controller reads it while
+    the state writes are in flight (a decision about 18,000 partitions builds for 0.4 s)."""
     zk_deletes: list[str] = field(default_factory=list)
     final_requests: list[Request] = field(default_factory=list)
     live_brokers: dict[int, BrokerInfo] | None = None
@@ -87,6 +89,19 @@ class Decisions:
     reassign_znode: dict[TopicPartition, tuple[int, ...]] | None = None
     """The new content of /admin/reassign_partitions, written before `final_requests` (empty:
     deleted); None leaves it alone."""
+
+    _requests: list[Request] | None = field(default=None, repr=False)
+
+    @property
+    def requests(self) -> list[Request]:
+        """Sent once the state writes succeeded (built from `batch` at the first read)."""
+        if self._requests is None:
+            self._requests = self.batch.build() if self.batch is not None else []
+        return self._requests
+
+    @requests.setter
+    def requests(self, requests: list[Request]) -> None:
+        self._requests = requests
 
     def requests_to(self, broker_id: int, kind: type | None = None) -> list[object]:
         """The requests (both phases) for one broker, optionally of one type; for tests and logs."""
@@ -476,7 +491,7 @@ def on_controller_failover(ctx: ControllerContext) -> Decisions:
     batch.add_update_metadata(ctx.live_brokers, full)
     # pending deletions restart from the top: brokers may not have heard of them
     _progress_deletions(ctx, marked, marked, ctx.live_brokers, batch, d)
-    d.requests = batch.build()
+    d.batch = batch
     return d
 
 
@@ -534,7 +549,7 @@ def on_broker_change(ctx: ControllerContext, live_brokers: dict[int, BrokerInfo]
     if any(b in ctx.stray_replicas for b in born):
         d.stray_replicas = {b: gone for b, gone in ctx.stray_replicas.items() if b not in born}
     d.live_brokers = dict(live_brokers)
-    d.requests = batch.build()
+    d.batch = batch
     return d
 
 
@@ -565,7 +580,7 @@ def on_topic_change(ctx: ControllerContext, assignments: dict[str, TopicAssignme
             parts[tp] = (states[tp], replicas)
     parts.update(_deleting_partitions(ctx, removed))
     batch.add_update_metadata(ctx.live_brokers, parts)
-    d.requests = batch.build()
+    d.batch = batch
     return d
 
 
@@ -611,7 +626,7 @@ def on_partition_modification(ctx: ControllerContext, assignments: dict[str, Top
             batch.add_leader_and_isr(replicas, tp, states[tp], replicas, is_new=True)
             parts[tp] = (states[tp], replicas)
     batch.add_update_metadata(ctx.live_brokers, parts)
-    d.requests = batch.build()
+    d.batch = batch
     return d
 
 
@@ -624,7 +639,7 @@ def on_topic_deletion(ctx: ControllerContext, marked: set[str]) -> Decisions:
         return Decisions()
     batch = RequestBatch(ctx, ctx.live_brokers)
     _progress_deletions(ctx, set(marked) | ctx.topics_to_delete, newly, ctx.live_brokers, batch, d)
-    d.requests = batch.build()
+    d.batch = batch
     return d
 
 
@@ -708,7 +723,7 @@ def on_alter_partition(ctx: ControllerContext, broker_id: int, broker_epoch: int
     if updates:
         batch = RequestBatch(ctx, ctx.live_brokers)
         batch.add_update_metadata(ctx.live_brokers, updates)
-        d.requests = batch.build()
+        d.batch = batch
     d.answer = AlterPartitionAnswer(ErrorCode.none, results)
     return d
 
@@ -765,7 +780,7 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
             _record_change(d, batch, updates, tp, state, new, recipients, replicas)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
-    d.requests = batch.build()
+    d.batch = batch
     d.answer = ControlledShutdownAnswer(ErrorCode.none, tuple(remaining))
     return d
 
@@ -815,7 +830,7 @@ def on_preferred_replica_election(ctx: ControllerContext, partitions: Iterable[T
                        replicas, replicas)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
-        d.requests = batch.build()
+        d.batch = batch
     return d
 
 
@@ -845,7 +860,7 @@ def on_log_dir_event(ctx: ControllerContext, broker_ids: Iterable[int]) -> Decis
         if state is None or tp.topic in ctx.topics_to_delete:
             continue
         batch.add_leader_and_isr([b for b in brokers if b in replicas], tp, state, replicas)
-    d.requests = batch.build()
+    d.batch = batch
     return d
 
 
@@ -887,5 +902,5 @@ def on_leader_and_isr_response(ctx: ControllerContext, broker_id: int, broker_ep
         batch.add_stop_replica((broker_id,), tp, delete=False)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
-    d.requests = batch.build()
+    d.batch = batch
     return d

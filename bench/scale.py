@@ -38,6 +38,7 @@ The integration test tests/integration/test_scale.py runs the controlled-shutdow
 
 import argparse
 import json
+import os
 import re
 import resource
 import shutil
@@ -324,6 +325,20 @@ def shutdown_phases(path: Path, broker: int, signalled: float, gone: float) -> d
     return {f"{a}->{b}": round(tb - ta, 2) for (a, ta), (b, tb) in pairwise(marks)}
 
 
+def steady_cpu(cluster: LocalCluster, seconds: float) -> dict:
+    """Cores each kind of process uses over `seconds` of the load before the shutdown: what the
+    cluster's partitions cost at rest, and what is left of the machine for the shutdown's work."""
+    zk = cluster.zookeeper
+    kinds = {"controllers": [c.pid for c in cluster.controllers], "brokers": [b.pid for b in cluster.brokers],
+             "zookeeper": [zk.process.pid if zk is not None and zk.process is not None else None],
+             "bench": [os.getpid()]}
+    before = {k: sum(cpu_seconds(pid) for pid in pids) for k, pids in kinds.items()}
+    start = time.monotonic()
+    time.sleep(seconds)
+    took = time.monotonic() - start
+    return {k: round((sum(cpu_seconds(pid) for pid in pids) - before[k]) / took, 2) for k, pids in kinds.items()}
+
+
 def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[str], args) -> dict:
     view = cluster_view(admin, topics)
     victim, led = view.leaders.most_common(1)[0]
@@ -332,7 +347,7 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     targets = [(t, p) for t in sorted(topics) for p in range(args.per_topic)]
     load = Load(cluster.bootstrap, targets, args.rate)
     load.start()
-    time.sleep(args.warmup)
+    steady = steady_cpu(cluster, args.warmup)
     process = cluster.broker(victim)
     popen = process._running()
     assert popen is not None
@@ -378,7 +393,8 @@ def controlled_shutdown(cluster: LocalCluster, admin: AdminClient, topics: set[s
     load.phase = "after"
     time.sleep(args.warmup)
     load.finish()
-    return {"broker": victim, "partitions_led": led, "sigterm_to_exit_s": round(took, 2), "phases_s": phases,
+    return {"broker": victim, "partitions_led": led, "steady_cores": steady, "sigterm_to_exit_s": round(took, 2),
+            "phases_s": phases,
             "produce_sent": load.sent, "produce_delivered": load.delivered, "produce_errors": dict(load.errors),
             "by_phase_sent_in": dict(load.outcomes),
             "returncode": popen.returncode, "restart_registered_s": round(registered, 1),

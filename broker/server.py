@@ -399,8 +399,6 @@ class KafkaServer:
             else:
                 if response.error_code == ErrorCode.none and not response.remaining_partitions:
                     log.info("controlled shutdown succeeded (attempt %d)", attempt)
-                    given_up = await rm.finish_handover()
-                    log.info("controlled shutdown: gave up leading %d partitions, stopped fetching", given_up)
                     return True
                 log.info("controlled shutdown attempt %d/%d: %s, %d partitions remaining", attempt, attempts,
                          response.error_code.name, len(response.remaining_partitions))
@@ -472,9 +470,10 @@ class KafkaServer:
             self.components.replica_manager.stopping = True
             log_manager = self.components.log_manager
             write_back = asyncio.ensure_future(log_manager.io_threads.run(log_manager.write_back))
+        handed_over = False
         if self.socket_servers:
             try:
-                await self.controlled_shutdown()
+                handed_over = await self.controlled_shutdown()
             except Exception:
                 log.exception("controlled shutdown failed")
         # Nothing is served after the handover (Kafka's stopProcessingRequests): clients go to the
@@ -483,6 +482,9 @@ class KafkaServer:
         for server in self.socket_servers:
             await within(server.stop(), 5, f"closing the connections of port {server.port}", log)
         parts = self.components
+        if parts is not None and handed_over:
+            given_up = await parts.replica_manager.finish_handover()
+            log.info("controlled shutdown: gave up leading %d partitions, stopped fetching", given_up)
         if parts is not None:
             await within(parts.alter_partition_manager.shutdown(), 5, "stopping the AlterPartition sender", log)
             await within(parts.config_manager.stop(), 5, "stopping the config change listener", log)

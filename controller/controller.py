@@ -11,6 +11,7 @@ over with a fresh one as a candidate.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -135,6 +136,9 @@ class BrokerResponse:
 WatchEvent = (ControllerChange | BrokerChange | TopicChange | PartitionModification | TopicDeletion | LogDirEvent
               | ZkReassignment | AutoRebalance)
 Event = WatchEvent | Stop | SessionLost | BrokerRequest[Any] | BrokerResponse
+
+_answer_now: contextvars.ContextVar[Callable[[Any], object] | None] = contextvars.ContextVar("answer_now", default=None)
+"""While a broker's request is decided: answers it at once (`_execute`, once its writes are in)."""
 EVENT_ORDER: tuple[WatchEvent, ...] = (
     ControllerChange(), BrokerChange(), TopicChange(), PartitionModification(), TopicDeletion(), LogDirEvent(),
     ZkReassignment(), AutoRebalance(),
@@ -166,6 +170,8 @@ class KafkaController:
         self.zk_threads = BlockingExecutor("zookeeper", ZOOKEEPER_THREADS)
         """Where the blocking ZooKeeper calls run (not asyncio's shared default executor);
         stopped when run() ends."""
+        self.build_threads = BlockingExecutor("controller-build", 1)
+        """Where a decision's requests are built, off the event loop (stopped when run() ends)."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._modified_topics: set[str] = set()
         self._connected = asyncio.Event()
@@ -255,7 +261,7 @@ class KafkaController:
         async def decide(zk: ControllerZkClient) -> sm.ControlledShutdownAnswer | None:
             log.info("controlled shutdown of broker %d", request.broker_id)
             d = await self._execute(zk, lambda ctx: sm.on_controlled_shutdown(
-                ctx, request.broker_id, request.broker_epoch))
+                ctx, request.broker_id, request.broker_epoch), answer_when_written=True)
             if d.answer is not None and d.answer.remaining:
                 log.info("broker %d still leads %s", request.broker_id, [str(tp) for tp in d.answer.remaining])
             return d.answer
@@ -322,6 +328,7 @@ class KafkaController:
             if not await self.zk_threads.aclose(THREADS_STOP_S):
                 log.warning("controller %d: %d ZooKeeper worker threads still running after %.0fs",
                             self.controller_id, self.zk_threads.alive(), THREADS_STOP_S)
+            await self.build_threads.aclose(THREADS_STOP_S)
 
     async def _run_sessions(self) -> None:
         backoff = 0.1
@@ -585,9 +592,16 @@ class KafkaController:
         if request.future.done():  # the broker gave up waiting
             return
         self.stats.event(request_event_name(request.api_key))
-        answer = await request.decide(zk)
-        if not request.future.done():
-            request.future.set_result(answer)
+
+        def answer_now(answer: A | None) -> None:
+            if not request.future.done():
+                request.future.set_result(answer)
+
+        token = _answer_now.set(answer_now)
+        try:
+            answer_now(await request.decide(zk))
+        finally:
+            _answer_now.reset(token)
 
     async def _reassignment_progress(self, zk: ControllerZkClient, tps: list[TopicPartition] | None = None) -> None:
         """Complete the reassignments (of `tps`, default all) whose targets are all in sync."""
@@ -658,9 +672,13 @@ class KafkaController:
                 if d.state_writes:
                     log.info("preferred leader election: moved %s", [str(w.tp) for w in d.state_writes])
 
-    async def _execute(self, zk: ControllerZkClient, decide: Callable[[ControllerContext], D]) -> D:
+    async def _execute(self, zk: ControllerZkClient, decide: Callable[[ControllerContext], D],
+                       answer_when_written: bool = False) -> D:
         """Decide, write with compare-and-set, re-read and re-decide on conflicts, then apply the
-        decisions to the context and queue the requests (the order the Decisions define)."""
+        decisions to the context and queue the requests (the order the Decisions define). The
+        requests are built on a thread of their own (0.4-0.8 s at 18,000 partitions), the loop
+        meanwhile free; with `answer_when_written` the broker that asked is answered before that
+        (the controlled shutdown: it waits for nothing the requests carry)."""
         ctx = self._active_context()
         loop = asyncio.get_running_loop()
         for _ in range(MAX_DECISION_ATTEMPTS):
@@ -672,15 +690,9 @@ class KafkaController:
             if d.assignment_writes:  # a started reassignment is recorded before anything else
                 await self.zk_threads.run(zk.write_assignments, d.assignment_writes, ctx.epoch_zk_version)
             if d.state_writes:
-                writing = asyncio.ensure_future(self.zk_threads.run(zk.write_states, d.state_writes,
-                                                                    ctx.epoch_zk_version))
-                try:
-                    await asyncio.sleep(0)  # the writes start on their thread ...
-                    d.requests  # noqa: B018 ... while the requests are built here
-                finally:
-                    result = await writing
+                result = await self.zk_threads.run(zk.write_states, d.state_writes, ctx.epoch_zk_version)
                 if loop.time() - started >= SLOW_DECISION_S:
-                    log.info("a decision took %.2fs to make and %.2fs to write %d partition states (and build its requests)",
+                    log.info("a decision took %.2fs to make and %.2fs to write %d partition states",
                              decided - started, loop.time() - decided, len(d.state_writes))
                 for w in result.applied:
                     old = ctx.partition_states.get(w.tp)
@@ -698,6 +710,12 @@ class KafkaController:
                         else:
                             ctx.partition_states.pop(tp, None)
                     continue
+            answer = _answer_now.get()
+            if answer_when_written and answer is not None and isinstance(d, sm.Answering):
+                answer(d.answer)
+            if d.batch is not None:
+                # the context stays as decided meanwhile: only this task changes it
+                await self.build_threads.run(d.build_requests)
             if d.live_brokers is not None:
                 self._active_channels().update_brokers(d.live_brokers)
             self._send(d.requests)

@@ -760,28 +760,38 @@ def on_controlled_shutdown(ctx: ControllerContext, broker_id: int, broker_epoch:
     batch = RequestBatch(ctx, ctx.live_brokers)
     updates: dict[TopicPartition, MetadataEntry] = {}
     remaining = []
-    for tp in ctx.all_partitions():
-        replicas = ctx.replicas(tp)
-        state = ctx.partition_states.get(tp)
-        if broker_id not in replicas or state is None or tp.topic in ctx.topics_to_delete:
+    states = ctx.partition_states
+    # with no failed log directory (the usual case) every live broker's replicas are online: one
+    # set for all partitions, which this loop visits every one of (18,000 at scale)
+    all_online = None if ctx.replicas_on_offline_dirs else set(ctx.live_brokers)
+    for topic in sorted(ctx.assignments):
+        if topic in ctx.topics_to_delete:
             continue
-        new = None
-        recipients = replicas
-        shrunk_isr = tuple(b for b in state.isr if b != broker_id)
-        if state.leader == broker_id:
-            online = ctx.online_replicas(tp, ctx.live_brokers)
-            candidates = [r for r in replicas if r in state.isr and r in online and r not in shutting]
-            if candidates:
-                new = next_state(state, candidates[0], shrunk_isr, ctx.epoch)
-            elif len(replicas) > 1:
-                remaining.append(tp)
-        else:
-            batch.add_stop_replica((broker_id,), tp, delete=False)
-            recipients = tuple(r for r in replicas if r != broker_id)
-            if broker_id in state.isr and len(state.isr) > 1:
-                new = next_state(state, state.leader, shrunk_isr, ctx.epoch)
-        if new is not None:
-            _record_change(d, batch, updates, tp, state, new, recipients, replicas)
+        assigned = ctx.assignments[topic].partitions
+        for p in sorted(assigned):
+            replicas = assigned[p]
+            if broker_id not in replicas:
+                continue
+            tp = TopicPartition(topic, p)
+            state = states.get(tp)
+            if state is None:
+                continue
+            new = None
+            recipients = replicas
+            if state.leader == broker_id:
+                online = all_online if all_online is not None else ctx.online_replicas(tp, ctx.live_brokers)
+                candidates = [r for r in replicas if r in state.isr and r in online and r not in shutting]
+                if candidates:
+                    new = next_state(state, candidates[0], tuple(b for b in state.isr if b != broker_id), ctx.epoch)
+                elif len(replicas) > 1:
+                    remaining.append(tp)
+            else:
+                batch.add_stop_replica((broker_id,), tp, delete=False)
+                recipients = tuple(r for r in replicas if r != broker_id)
+                if broker_id in state.isr and len(state.isr) > 1:
+                    new = next_state(state, state.leader, tuple(b for b in state.isr if b != broker_id), ctx.epoch)
+            if new is not None:
+                _record_change(d, batch, updates, tp, state, new, recipients, replicas)
     if updates:
         batch.add_update_metadata(ctx.live_brokers, updates)
     d.batch = batch

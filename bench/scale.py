@@ -10,9 +10,10 @@ admin API (CreateTopics of `--batch` topics). Then, in this order, it measures:
   (`mntr`) and newest snapshot, and a Metadata answer for all topics (bytes, ms);
 - controlled shutdown: an acks=all producer writes to every partition at `--rate` records/s (it
   sleeps until each send is due); the broker leading the most partitions gets SIGTERM (broker 0
-  with `--stopped-leads N`, whose replica assignments make it lead N partitions); the time to its
-  exit (and each phase of it, from the broker's own log lines: `phases_s`) and the delivery
-  errors the producer saw; then its restart back to a full ISR;
+  with `--stopped-leads N`, whose replica assignments make it lead N partitions); the cores each
+  kind of process used under that load before the signal (`steady_cores`), the time to its exit
+  (and each phase of it, from the broker's own log lines: `phases_s`) and the delivery errors
+  the producer saw; then its restart back to a full ISR;
 - a broker's crash and restart: SIGKILL, start, time until registered and until every partition
   is back in a full ISR;
 - controller failover: SIGKILL the active controller; time until the standby is elected (the dead

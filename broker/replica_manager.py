@@ -1083,12 +1083,12 @@ class ReplicaManager:
     async def finish_handover(self) -> int:
         """The controller answered our controlled shutdown: every leadership of ours that can move
         has moved (its new leader is in ZooKeeper), and we are out of every ISR. Stop leading
-        those partitions now, as the LeaderAndIsr saying so will (it comes after the answer,
-        thousands of partitions long, perhaps not before we stop): produce and fetch answer
-        NOT_LEADER_OR_FOLLOWER, clients go to the new leaders, and no write is taken here that
-        the new leader would not have. A single-replica partition cannot move and stays. And
-        stop fetching: no leader waits for us (the StopReplica saying so comes later too).
-        Returns how many leaderships were given up."""
+        those partitions now, as the LeaderAndIsr saying so would (it comes after the answer,
+        thousands of partitions long, perhaps not before we stop): a request still in flight or
+        a coordinator's own write gets NOT_LEADER_OR_FOLLOWER, a write waiting for its followers
+        is answered so, and nothing is appended here that the new leader would not have. A
+        single-replica partition cannot move and stays. And stop fetching: no leader waits for
+        us (the StopReplica saying so comes later too). Returns how many leaderships were given up."""
         await self.fetcher_manager.shutdown()
         async with self._state_change_lock:
             keys = [p.key for p in self._partitions.values() if p.is_leader and len(p.replicas) > 1]

@@ -492,7 +492,7 @@ class KafkaServer:
                 await within(parts.acl_authorizer.stop(), 5, "stopping the ACL change listener", log)
         await self.cert_watcher.stop()
         if parts is not None:
-            parts.group_coordinator.shutdown()  # waiting joins/syncs answer NOT_COORDINATOR
+            parts.group_coordinator.shutdown()  # waiting joins/syncs end (their clients are gone already)
             await within(parts.transaction_coordinator.shutdown(), 5, "stopping the transaction coordinator", log)
             if parts.transaction_verifier is not None:
                 await within(parts.transaction_verifier.close(), 5, "closing the transaction verifier", log)

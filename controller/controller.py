@@ -137,14 +137,15 @@ WatchEvent = (ControllerChange | BrokerChange | TopicChange | PartitionModificat
               | ZkReassignment | AutoRebalance)
 Event = WatchEvent | Stop | SessionLost | BrokerRequest[Any] | BrokerResponse
 
-_answer_now: contextvars.ContextVar[Callable[[Any], object] | None] = contextvars.ContextVar("answer_now", default=None)
-"""While a broker's request is decided: answers it at once (`_execute`, once its writes are in)."""
 EVENT_ORDER: tuple[WatchEvent, ...] = (
     ControllerChange(), BrokerChange(), TopicChange(), PartitionModification(), TopicDeletion(), LogDirEvent(),
     ZkReassignment(), AutoRebalance(),
 )
 """Coalesced watch events are handled in this order (Kafka's: the controller first, then brokers,
 topics, deletions)."""
+
+_answer_now: contextvars.ContextVar[Callable[[Any], object] | None] = contextvars.ContextVar("answer_now", default=None)
+"""While a broker's request is decided: answers it at once (`_execute`, once its writes are in)."""
 
 
 class Deposed(Exception):

@@ -66,7 +66,7 @@ class Decisions:
     state_writes: list[StateWrite] = field(default_factory=list)
     batch: RequestBatch | None = None
     """The requests to send, built when `requests` is first read: the controller builds them off
-    its event loop once the state writes are in (for 18,000 partitions that takes 0.4-0.8 s)."""
+    its event loop once the state writes are in (18,000 partitions' took 0.56 s in a quiet process)."""
     zk_deletes: list[str] = field(default_factory=list)
     final_requests: list[Request] = field(default_factory=list)
     live_brokers: dict[int, BrokerInfo] | None = None
@@ -96,10 +96,6 @@ class Decisions:
     def requests(self) -> list[Request]:
         """Sent once the state writes succeeded (built from `batch` at the first read)."""
         return self.build_requests()
-
-    @requests.setter
-    def requests(self, requests: list[Request]) -> None:
-        self._requests = requests
 
     def build_requests(self) -> list[Request]:
         """`requests`, built now if not yet (the controller does it on a thread of its own)."""

@@ -174,10 +174,8 @@ class LogManager:
         if clean:
             marker.unlink()
             fsync_path(log_dir)
-        self._note_moved()
-        for checkpoints in (self._recovery_points, self._start_offsets):
-            for d, ticket, offsets in checkpoints.to_write([log_dir], force=True):
-                checkpoints.write(d, ticket, offsets)  # an error takes the directory offline (startup)
+        self.checkpoint_recovery_points(log_dir, force=True)
+        self.checkpoint_log_start_offsets(log_dir, force=True)
 
     @property
     def online_dirs(self) -> list[Path]:

@@ -12,16 +12,20 @@ alerts apply unchanged: `kafka.server:type=BrokerTopicMetrics,name=MessagesInPer
 without PerSec, with `_total`; Prometheus takes the rate), a gauge keeps its lower-cased name.
 """
 
+from __future__ import annotations
+
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder, generate_latest
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ class Family:
         if self.type == "counter" and not self.name.endswith("_total"):
             raise ValueError(f"counter {self.name} must be named ..._total")
 
-    def add(self, value: float, labels: Labels = (), suffix: str = "") -> "Family":
+    def add(self, value: float, labels: Labels = (), suffix: str = "") -> Family:
         self.samples.append((suffix, labels, value))
         return self
 
@@ -63,7 +67,7 @@ class _Collected:
     """Collectors as prometheus-client calls them; one that raises is logged and left out, so a
     broken collector cannot take the endpoint down."""
 
-    def __init__(self, collectors: list["Collector"]) -> None:
+    def __init__(self, collectors: list[Collector]) -> None:
         self.collectors = collectors
 
     def collect(self) -> Iterator[Metric]:
@@ -176,6 +180,8 @@ class MetricsServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
+        from aiohttp import web  # here: a third of a second of start-up that a process without metrics skips
+
         app = web.Application(client_max_size=MAX_REQUEST_HEAD)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
@@ -202,13 +208,19 @@ class MetricsServer:
             await runner.cleanup()
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         body, content_type = self.registry.exposition(request.headers.get("Accept", ""))
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _healthz(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         return web.json_response({"status": "alive"})
 
     async def _readyz(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         if self.readiness is None:  # nothing to wait for: ready once alive
             return web.json_response({"status": "alive"})
         try:

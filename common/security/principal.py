@@ -9,12 +9,10 @@ here.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Protocol
-
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 USER_TYPE = "User"
 ANONYMOUS_NAME = "ANONYMOUS"
@@ -170,12 +168,15 @@ def subject_rfc2253(der: bytes) -> str:
     """A certificate's subject as Java's X500Principal.getName() prints it (RFC 2253): the most
     specific RDN first, keywords for CN, C, L, ST, O, OU, STREET, DC, UID, other attributes as
     `OID=#` + the hex of their DER value."""
+    from cryptography import x509  # here, not at import: most processes never see a certificate
+
     cert = x509.load_der_x509_certificate(der)
+    keyword_oids = _keyword_oids()
     rdns = []
     for rdn in reversed(list(cert.subject.rdns)):
         parts = []
         for attr in rdn:
-            if attr.oid in _KEYWORD_OIDS:
+            if attr.oid in keyword_oids:
                 parts.append(attr.rfc4514_string())
             else:
                 parts.append(f"{attr.oid.dotted_string}=#{_der_value(attr).hex()}")
@@ -205,8 +206,13 @@ def _der_value(attr: object) -> bytes:
     return bytes([tag]) + length + body
 
 
-_KEYWORD_OIDS = frozenset({
-    NameOID.COMMON_NAME, NameOID.COUNTRY_NAME, NameOID.LOCALITY_NAME, NameOID.STATE_OR_PROVINCE_NAME,
-    NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME, NameOID.STREET_ADDRESS,
-    NameOID.DOMAIN_COMPONENT, NameOID.USER_ID,
-})
+@functools.cache
+def _keyword_oids() -> frozenset[object]:
+    """The attributes X500Principal names by keyword."""
+    from cryptography.x509.oid import NameOID
+
+    return frozenset({
+        NameOID.COMMON_NAME, NameOID.COUNTRY_NAME, NameOID.LOCALITY_NAME, NameOID.STATE_OR_PROVINCE_NAME,
+        NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME, NameOID.STREET_ADDRESS,
+        NameOID.DOMAIN_COMPONENT, NameOID.USER_ID,
+    })

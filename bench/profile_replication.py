@@ -30,6 +30,21 @@ from throughput import write_records
 SIZE = 100
 
 
+PROFILED_BROKER = """
+import cProfile, sys
+from odradek.broker import server
+out, sys.argv = sys.argv[1], ["odradek"] + sys.argv[2:]
+server.exit_after_clean_shutdown = lambda code: None  # its os._exit would skip the stats file
+profile = cProfile.Profile()
+try:
+    profile.runcall(server.main)
+finally:
+    profile.dump_stats(out)
+"""
+"""`python -c PROFILED_BROKER STATS_FILE broker ARGS...`: a broker under cProfile that writes its
+stats file when it stops."""
+
+
 def profile_brokers(out_dir: Path):
     """Makes LocalCluster start `odradek broker` under cProfile, one stats file per broker."""
     from odradek.dev import cluster
@@ -40,7 +55,8 @@ def profile_brokers(out_dir: Path):
         args = plain_argv(self)
         if self.role != "broker":
             return args
-        return [args[0], "-m", "cProfile", "-o", str(out_dir / f"{self.name}.prof")] + args[1:]
+        at = args.index("broker")  # [python, -m, odradek.cli, broker, ...]
+        return [args[0], "-c", PROFILED_BROKER, str(out_dir / f"{self.name}.prof")] + args[at + 1:]
 
     cluster.ManagedProcess.argv = argv
 
@@ -190,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the --rate run")
     parser.add_argument("--cprofile", action="store_true",
                         help="--rate: the brokers under cProfile (call counts) instead of py-spy")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (the stats files)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="odradek-bench-prof-"))
     try:
@@ -198,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             throughput_profile(args, work)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print("work folder kept:", work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -72,8 +72,8 @@ lint: setup
 unit: setup
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest tests/ -m unit -q $(PYTEST_ARGS)
 
-# Bytecode written here too: every broker, controller and operator the tests start (a thousand
-# or so) would otherwise compile the project's modules afresh, a third of a second each.
+# Bytecode written here too: every broker, controller and operator the tests start would
+# otherwise compile the project's modules afresh (a third of a second of CPU each here).
 test: setup
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest tests/ -ra --durations=25 $(PYTEST_ARGS)
 

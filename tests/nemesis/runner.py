@@ -281,6 +281,7 @@ def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, r
     finally:
         for p in producers:
             p.stop(flush_timeout=1)
+            p.close()
         if reader is not None:
             reader.stop()
         nc.close(save_disks=not result.ok)

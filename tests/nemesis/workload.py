@@ -78,7 +78,7 @@ class StreamProducer:
         }
         if debug_log is not None:  # librdkafka's own account of what it did, for a failing run
             conf.update({"debug": "broker,topic,msg,eos", "logger": _file_logger(stream.topic, debug_log)})
-        self.producer = Producer(conf)
+        self.producer: Producer | None = Producer(conf)
         self.stats = ProducerStats()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -104,18 +104,19 @@ class StreamProducer:
 
     def _run(self) -> None:
         started = time.monotonic()
-        s = self.stream
+        s, producer = self.stream, self.producer
+        assert producer is not None, "started after close()"
         while not self._stop.is_set():
             due = int((time.monotonic() - started) * self.rate) + 1
             while self.stats.sent < due and not self._stop.is_set():
                 i = self.stats.sent
                 try:
-                    self.producer.produce(s.topic, value=s.value(i), key=b"%d" % i, partition=i % s.partitions,
-                                          on_delivery=self._report(i))
+                    producer.produce(s.topic, value=s.value(i), key=b"%d" % i, partition=i % s.partitions,
+                                     on_delivery=self._report(i))
                     self.stats.sent += 1
                 except BufferError:
                     break
-            self.producer.poll(0.02)
+            producer.poll(0.02)
 
     def acked_count(self) -> int:
         with self._lock:
@@ -137,7 +138,15 @@ class StreamProducer:
         returns how many records are still without one."""
         self._stop.set()
         self._thread.join(10)
-        return self.producer.flush(flush_timeout)
+        return 0 if self.producer is None else self.producer.flush(flush_timeout)
+
+    def close(self) -> None:
+        """Let the client go now: its error callback and this object hold each other, so without
+        this librdkafka's threads would go on reconnecting to the torn-down cluster (log lines in
+        later tests' output, CPU) until a garbage collection."""
+        self._stop.set()
+        self._thread.join(10)
+        self.producer = None
 
 
 def _file_logger(name: str, path: Path) -> logging.Logger:

@@ -20,6 +20,7 @@ import odradek.pipeline
 
 from .kafka_helpers import (
     admin,
+    ask,
     confluent_consume,
     confluent_produce,
     create_topic,
@@ -309,6 +310,16 @@ def test_available_now_with_max_offsets_per_trigger(spark, shared_cluster, tmp_p
     assert got == sorted((d.partition, d.offset) for d in delivered)
 
 
+def _partition_count(port: int, topic: str) -> int:
+    """How many partitions the broker on `port` lists for `topic` in its Metadata answer."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    (answer,) = ask(port, [MetadataRequest(topics=(MetadataRequestTopic(name=topic, topic_id=None),),
+                                           allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False)])
+    return sum(len(t.partitions) for t in answer.topics if t.name == topic)
+
+
 def test_new_partitions_are_read_and_lag_is_reported(spark, shared_cluster, tmp_path):
     topic = f"spark-np-{uuid.uuid4().hex[:8]}"
     create_topic(shared_cluster.bootstrap, topic, 1)
@@ -331,7 +342,11 @@ def test_new_partitions_are_read_and_lag_is_reported(spark, shared_cluster, tmp_
 
         client = admin(shared_cluster.bootstrap)
         client.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
-        _wait(lambda: len(client.list_topics(topic, timeout=5).topics[topic].partitions) == 3, "3 partitions", 30)
+        # every broker, not just the one answering the admin client: the producer below asks
+        # whichever it likes, and one the controller's UpdateMetadata has not reached yet would
+        # still give it one partition
+        _wait(lambda: all(_partition_count(port, topic) == 3 for port in shared_cluster.broker_ports),
+              "3 partitions in every broker's metadata", 30)
         delivered += confluent_produce(shared_cluster.bootstrap, topic, make_records(300, "np2"))
         assert {d.partition for d in delivered} == {0, 1, 2}
         want = sorted((d.partition, d.offset) for d in delivered)

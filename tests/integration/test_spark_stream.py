@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
 import odradek.pipeline
 
@@ -312,8 +313,6 @@ def test_available_now_with_max_offsets_per_trigger(spark, shared_cluster, tmp_p
 
 def _partition_count(port: int, topic: str) -> int:
     """How many partitions the broker on `port` lists for `topic` in its Metadata answer."""
-    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-
     (answer,) = ask(port, [MetadataRequest(topics=(MetadataRequestTopic(name=topic, topic_id=None),),
                                            allow_auto_topic_creation=False,
                                            include_topic_authorized_operations=False)])

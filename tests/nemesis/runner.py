@@ -280,8 +280,7 @@ def run_once(run: int, seed: int, schedule: list[Scheduled], workdir: Path, *, r
         result.problems.append(f"run aborted: {e!r}")
     finally:
         for p in producers:
-            p.stop(flush_timeout=1)
-            p.close()
+            p.close(flush_timeout=1)
         if reader is not None:
             reader.stop()
         nc.close(save_disks=not result.ok)

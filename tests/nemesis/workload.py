@@ -140,13 +140,13 @@ class StreamProducer:
         self._thread.join(10)
         return 0 if self.producer is None else self.producer.flush(flush_timeout)
 
-    def close(self) -> None:
-        """Let the client go now: its error callback and this object hold each other, so without
-        this librdkafka's threads would go on reconnecting to the torn-down cluster (log lines in
-        later tests' output, CPU) until a garbage collection."""
-        self._stop.set()
-        self._thread.join(10)
+    def close(self, flush_timeout: float = 1.0) -> int:
+        """`stop`, then let the client go: its error callback and this object hold each other, so
+        without this librdkafka's threads would go on reconnecting to the torn-down cluster (log
+        lines in later tests' output, CPU) until a garbage collection."""
+        left = self.stop(flush_timeout)
         self.producer = None
+        return left
 
 
 def _file_logger(name: str, path: Path) -> logging.Logger:

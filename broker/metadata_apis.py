@@ -41,6 +41,7 @@ from .auth_helper import NOT_REQUESTED, ResourceType, authorized_operations
 from .authorizer.acl import AclOperation
 from .authorizer.authorizer import ALLOW_ALL, Authorizer, authorize_cluster, authorized_names
 from .dynamic_config import DynamicBrokerConfig
+from .error_response import error_response
 from .log.config import LogConfig
 from .metadata_cache import MetadataCache, StaleControllerEpochError, broker_endpoint
 from .quota.controller_mutation_quota import THROTTLING_QUOTA_EXCEEDED_MESSAGE, MutationQuota
@@ -50,6 +51,15 @@ from .zk_client import BrokerZkClient, base64_to_uuid
 log = logging.getLogger(__name__)
 
 ENDPOINT_TYPE_BROKER = 1
+
+
+def topic_ids_unusable(version: int, topics: Any) -> bool:
+    """Kafka refuses a Metadata v10/v11 request (INVALID_REQUEST) naming a topic by id or without a
+    name: those versions carry the fields, but only v12 gives them a meaning (and their answer
+    cannot hold a null name)."""
+    if not 10 <= version < 12:
+        return False
+    return any(t.name is None or t.topic_id not in (None, ZERO_UUID) for t in topics)
 
 
 def throttled_topic() -> ApiError:
@@ -203,12 +213,14 @@ class MetadataApis:
 
     # --- Metadata (3) --------------------------------------------------------------------------
 
-    async def handle_metadata(self, context: RequestContext, request: Any) -> Body:
+    async def handle_metadata(self, context: RequestContext, request: Any) -> Body | Any:
         version = int(request.__version__)
         mod = wire.response_module(ApiKey.METADATA, version)
         cache = self.metadata_cache
         requested = request.topics
         all_topics = requested is None or (version == 0 and not requested)
+        if not all_topics and topic_ids_unusable(version, requested):
+            return error_response(request, ErrorCode.invalid_request)
         allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
         auth = self.authorizer
         want_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))

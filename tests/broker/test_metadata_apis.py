@@ -320,6 +320,22 @@ def test_metadata_by_topic_id(zk_connect):
     run(zk_connect, scenario)
 
 
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_v10_v11_refuse_topic_ids_and_null_names(zk_connect, version):
+    """Kafka: v10 and v11 carry a topic id and a nullable name, but naming a topic by id (or not at
+    all) is an invalid request; their answer has no null name, so the name comes back empty."""
+    async def scenario(h: Harness):
+        some_id = uuid.uuid4()
+        for name, topic_id, answered in ((None, some_id, ""), (None, None, ""), ("a", some_id, "a")):
+            asked = (nested(3, version, "MetadataRequestTopic", name=name, topic_id=topic_id),)
+            response = await h.call(request(3, version, topics=asked, allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False,
+                                            include_cluster_authorized_operations=False))
+            assert [(t.name, t.error_code) for t in response.topics] == [(answered, ErrorCode.invalid_request)]
+
+    run(zk_connect, scenario)
+
+
 def test_metadata_creates_the_offsets_topic_with_its_own_settings(zk_connect):
     """Asking Metadata for __consumer_offsets creates it as the group coordinator would
     (offsets.topic.num.partitions, compacted), never with num.partitions."""

@@ -92,6 +92,8 @@ _A = typing.TypeVar("_A")
 _TopicResults = tuple[str, list[tuple[int, FetchResult]]]
 """A Fetch response's topic: (name, [(partition index, result)])."""
 
+ZERO_UUID = uuid.UUID(int=0)
+
 UNKNOWN_TOPIC_ID_PREFIX = "\0unknown-topic-id:"
 """The name Fetch v13+ gives a topic id no topic has (no topic name holds a NUL)."""
 
@@ -514,7 +516,7 @@ class KafkaApis:
         say). v4–v6 have no session fields: they are sessionless, as (session 0, FINAL epoch) is."""
         version = context.api_version
         replica_id = int(request.replica_state.replica_id if version >= 15 else request.replica_id)
-        by_id: dict[uuid.UUID, str] = {}
+        by_id: dict[uuid.UUID | None, str] = {}
         if version >= fetch_codec.TOPIC_IDS_VERSION:
             by_id = await self._topic_names(
                 {t.topic_id for t in request.topics} | {t.topic_id for t in request.forgotten_topics_data})
@@ -630,18 +632,18 @@ class KafkaApis:
             endpoints=endpoints,
         )
 
-    async def _topic_names(self, ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+    async def _topic_names(self, ids: set[uuid.UUID | None]) -> dict[uuid.UUID | None, str]:
         """Fetch v13+: topic id → name. An id no topic has now gets a name no topic can have
         (it holds a NUL), so its partitions are read as unknown and answered UNKNOWN_TOPIC_ID."""
         names = self._names_by_id
-        if any(i not in names for i in ids) and self.metadata_apis is not None:
+        if any(i is not None and i not in names for i in ids) and self.metadata_apis is not None:
             names = await self.metadata_apis.topic_names_by_id()
             self._names_by_id = names
         out = {}
         for topic_id in ids:
-            name = names.get(topic_id)
+            name = names.get(topic_id) if topic_id is not None else None  # kio reads the zero id as None
             if name is None or not self.replica_manager.metadata_cache.contains(name):
-                name = f"{UNKNOWN_TOPIC_ID_PREFIX}{topic_id}"
+                name = f"{UNKNOWN_TOPIC_ID_PREFIX}{topic_id or ZERO_UUID}"
             out[topic_id] = name
         return out
 

@@ -5,10 +5,12 @@ ReplicaManager that records what it was asked to read (no I/O)."""
 import asyncio
 import datetime
 import random
+import uuid
 from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v11.request import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
+from kio.schema.fetch.v13 import request as v13
 from kio.serial import entity_reader
 from kio.static.primitive import i32, i32Timedelta, i64
 
@@ -505,3 +507,26 @@ def test_consumer_sessions_and_refused_followers_read_the_whole_session():
     assert ctx.infos == []
     ctx.visit_all()
     assert ctx.session_watch is None and len(ctx.infos) == 2
+
+
+def test_handle_fetch_by_zero_or_unknown_topic_id_answers_unknown_topic_id():
+    """Fetch v13+: kio reads the zero topic id as None; it, like any id no topic has, is answered
+    UNKNOWN_TOPIC_ID with the id echoed (Kafka's answer), not a handler failure."""
+    class Unknown(dict):
+        def __missing__(self, key):
+            return result(error=ErrorCode.unknown_topic_or_partition)
+
+    apis, _rm = apis_with(Unknown())
+    stranger = uuid.uuid4()
+    topics = tuple(v13.FetchTopic(topic_id=t, partitions=(v13.FetchPartition(
+        partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1024)),)) for t in (uuid.UUID(int=0), stranger))
+    request = v13.FetchRequest(
+        replica_id=i32(-1), max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=i32(1), session_id=i32(0),
+        session_epoch=i32(FINAL_EPOCH), topics=topics, forgotten_topics_data=(), rack_id="")
+    frame = wire.encode_request(request, 1, "test")
+    _, decoded, _ = wire.decode_request(frame[4:])
+    assert decoded.topics[0].topic_id is None
+    body = asyncio.run(apis.handle_fetch(RequestContext(SimpleNamespace(request_api_version=13)), decoded))
+    response, _ = entity_reader(wire.response_schema(1, 13))(b"".join(body.chunks), 0)
+    answers = {t.topic_id: [p.error_code for p in t.partitions] for t in response.responses}
+    assert answers == {None: [ErrorCode.unknown_topic_id], stranger: [ErrorCode.unknown_topic_id]}

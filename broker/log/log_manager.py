@@ -46,6 +46,17 @@ class DuplicateLogError(KafkaStorageError):
 
 
 _DELETE_DIR = re.compile(r"^(?P<name>.+-\d+)\.(?P<uuid>[0-9a-f]{32})-delete$")
+MAX_DIR_NAME = 255
+"""The longest file name (bytes) the file systems Kafka runs on allow."""
+
+
+def delete_dir_name(topic: str, partition: int, unique_id: str) -> str:
+    """Kafka's logDeleteDirName: `<topic>-<p>.<uuid>-delete`, the topic cut short so the name
+    fits MAX_DIR_NAME (a legal 249-character topic's `<topic>-<p>` fits, with the suffix not)."""
+    suffix = f"-{partition}.{unique_id}-delete"
+    return topic[:max(0, MAX_DIR_NAME - len(suffix))] + suffix
+
+
 _MAX_TICK_MS = 1000
 SHUTDOWN_THREADS = 64
 """Threads flushing and closing the logs at shutdown without syncfs: their fsyncs overlap, and
@@ -404,7 +415,8 @@ class LogManager:
         return partition_log
 
     def delete_log(self, topic: str, partition: int) -> None:
-        """Rename the directory to `<topic>-<p>.<uuid>-delete` now; close and remove it later.
+        """Rename the directory to `<topic>-<p>.<uuid>-delete` (delete_dir_name) now; close and
+        remove it later.
 
         Fetches in flight keep their file regions readable until file.delete.delay.ms passes.
         """
@@ -416,7 +428,7 @@ class LogManager:
         partition_log.closed = True  # no more appends or reads through the API
         self._recovery_points.set(log_dir, key, None)
         self._start_offsets.set(log_dir, key, None)
-        target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}-delete"
+        target = log_dir / delete_dir_name(topic, partition, uuid.uuid4().hex)
         try:
             partition_log.dir.rename(target)
             fsync_path(log_dir)

@@ -103,6 +103,25 @@ def test_delete_log_renames_then_background_removes(tmp_path):
     manager.shutdown()
 
 
+def test_delete_log_of_a_topic_with_the_longest_legal_name(tmp_path):
+    """A 249-character topic (Kafka's limit) has a 251-character directory; its `.<uuid>-delete`
+    name is cut to 255 as Kafka's logDeleteDirName does, else the rename fails and the deleted
+    topic's data stays, to be loaded again at restart."""
+    topic = "t" * 249
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+    append(manager.get_or_create_log(topic, 0, LogConfig()), 1)
+    manager.delete_log(topic, 0)
+    (doomed,) = tmp_path.glob("*-delete")
+    assert len(doomed.name) == 255 and doomed.name.startswith("t" * 200) and doomed.name.endswith("-delete")
+    assert not (tmp_path / f"{topic}-0").exists()
+    manager.shutdown()
+    manager = LogManager([tmp_path], broker_config())
+    manager.startup()
+    assert manager.get_log(topic, 0) is None and not doomed.exists()
+    manager.shutdown()
+
+
 def test_leftover_delete_dirs_are_removed_after_restart(tmp_path):
     leftover = tmp_path / ("old-0." + "ab" * 16 + "-delete")
     leftover.mkdir()

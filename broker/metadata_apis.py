@@ -182,8 +182,10 @@ class MetadataApis:
         return self._cluster_id
 
     async def topic_ids(self, topics: list[str]) -> dict[str, uuid.UUID]:
-        """topic → topic id from its assignment znode (zero UUID when it has none), memoised."""
-        missing = [t for t in topics if t not in self._topic_ids]
+        """topic → topic id from its assignment znode (zero UUID when it has none), memoised. A
+        name no topic may have (a request's: "", ".", "a/b") has the zero UUID, unasked: it is no
+        znode name, and one such lookup would fail those of the whole batch."""
+        missing = [t for t in topics if t not in self._topic_ids and topic_name_error(t) is None]
         if missing:
             try:
                 found = await self.zk.get_topic_ids(missing)

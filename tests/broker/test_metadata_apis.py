@@ -573,6 +573,27 @@ def test_delete_topics_every_version(zk_connect, version):
     run(zk_connect, scenario)
 
 
+def test_delete_topics_by_illegal_names_keeps_the_other_topics_ids(zk_connect):
+    """DeleteTopics v6 answers each topic's id: names no topic may have ("", ".", "a/b") are
+    unknown topics, not ZooKeeper paths to read (one failed read lost every id of the request)."""
+    async def scenario(h: Harness):
+        await h.update_metadata({})
+        controller = asyncio.create_task(h.controller_creates("gone"))
+        await h.call(create_request(4, [creatable(4, "gone", 1, 1)]))
+        await controller
+        data, _ = await asyncio.to_thread(h.raw.get, zk_data.topic_path("gone"))
+        tid = base64_to_uuid(zk_data.decode_topic_assignment(data).topic_id)
+        names = ("gone", "", ".", "a/b", "..")
+        topics = tuple(nested(20, 6, "DeleteTopicState", name=n, topic_id=None) for n in names)
+        controller = asyncio.create_task(h.controller_deletes("gone"))
+        response = await h.call(request(20, 6, topics=topics, timeout=ms(10_000)))
+        await controller
+        assert [(r.name, r.topic_id, r.error_code) for r in response.responses] == [
+            ("gone", tid, ErrorCode.none)] + [(n, None, ErrorCode.unknown_topic_or_partition) for n in names[1:]]
+
+    run(zk_connect, scenario)
+
+
 def test_delete_topics_timeout(zk_connect):
     async def scenario(h: Harness):
         await h.update_metadata({"stuck": [h._state(0, (0,), 0)]})

@@ -33,6 +33,12 @@ from kio.static.protocol import Entity
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+MAX_DURATION_MS = (2**63 - 1) // 1000
+"""The longest duration (timedelta_i64, in ms, either sign) kio reads: its microseconds must fit an
+int64. Kafka reads any int64 (292,000 years here or 292 million there: "forever" to every API that
+has such a field)."""
 
 FIXED_SIZES = {
     "bool": 1, "int8": 1, "uint8": 1,
@@ -48,6 +54,14 @@ class MalformedMessage(ValueError):
     """A length, count or marker that the frame cannot hold: the frame is refused undecoded."""
 
 
+class DurationOutOfRange(MalformedMessage):
+    """A well-formed duration kio cannot read (beyond MAX_DURATION_MS): `readable` clamps it."""
+
+    def __init__(self, pos: int):
+        super().__init__(f"duration at byte {pos} beyond what kio reads")
+        self.pos = pos
+
+
 Step = tuple[Any, ...]
 """A plan step: a tuple whose first item says what to read (the opcodes below)."""
 Plan = tuple[Step, ...]
@@ -61,6 +75,7 @@ _CSTR = 3  # (_CSTR, nullable): uvarint length+1 + bytes (compact string/bytes/r
 _ARRAY = 4  # (_ARRAY, compact, element_plan, element_min_size, fixed_element_size or 0)
 _NULLABLE = 5  # (_NULLABLE, plan): int8 marker (-1 null, 1 present) then the struct
 _TAGS = 6  # (_TAGS, {tag: plan}): a tagged-field section
+_DURATION = 7  # (_DURATION,): a timedelta_i64, 8 bytes kio reads only up to MAX_DURATION_MS
 
 
 def _read_uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
@@ -86,6 +101,8 @@ def _string_step(kafka_type: str, flexible: bool, nullable: bool) -> Step:
 
 
 def _primitive_step(kafka_type: str, flexible: bool, nullable: bool) -> Step:
+    if kafka_type == "timedelta_i64":
+        return (_DURATION,)
     size = FIXED_SIZES.get(kafka_type)
     if size is not None:
         return (_SKIP, size)
@@ -128,6 +145,8 @@ def _min_size(plan: Iterable[Step]) -> int:
             size += 4
         elif op == _ARRAY:
             size += 1 if step[1] else 4
+        elif op == _DURATION:
+            size += 8
         else:  # _CSTR, _NULLABLE, _TAGS: at least one byte
             size += 1
     return size
@@ -212,6 +231,12 @@ def walk(plan: Plan, buf: Buffer, pos: int, end: int) -> int:
             if marker != 1:
                 raise MalformedMessage(f"nullable struct marker {marker}")
             pos = walk(step[1], buf, pos, end)
+        elif op == _DURATION:
+            if pos + 8 > end:
+                raise MalformedMessage("field runs past the end of the frame")
+            if abs(_I64.unpack_from(buf, pos)[0]) > MAX_DURATION_MS:
+                raise DurationOutOfRange(pos)
+            pos += 8
     return pos
 
 
@@ -264,3 +289,28 @@ def _walk_tags(known: dict[int, Plan], buf: Buffer, pos: int, end: int) -> int:
 def check(cls: type, buf: Buffer, pos: int = 0, end: int | None = None) -> int:
     """Checks one `cls` value at `buf[pos:]`; returns where it ends. Raises MalformedMessage."""
     return walk(entity_plan(cls), buf, pos, len(buf) if end is None else end)
+
+
+MAX_CLAMPED = 4
+"""Durations `readable` clamps in one value (no message has more than one)."""
+
+
+def readable(cls: type, buf: bytes | memoryview, pos: int = 0) -> bytes | memoryview:
+    """`check`, with a duration kio cannot read clamped to MAX_DURATION_MS (same sign) in a copy
+    instead of refused: a well-formed request is answered, as Kafka answers it, not dropped with
+    its connection. Returns the buffer to decode (`buf` itself when nothing was clamped)."""
+    try:
+        check(cls, buf, pos)
+        return buf
+    except DurationOutOfRange as e:
+        at = e.pos
+    copy = bytearray(buf)
+    for _ in range(MAX_CLAMPED):
+        (ms,) = _I64.unpack_from(copy, at)
+        _I64.pack_into(copy, at, MAX_DURATION_MS if ms > 0 else -MAX_DURATION_MS)
+        try:
+            check(cls, copy, pos)
+            return bytes(copy)
+        except DurationOutOfRange as e:
+            at = e.pos
+    raise MalformedMessage(f"more than {MAX_CLAMPED} durations beyond what kio reads")

@@ -89,13 +89,13 @@ def decode_request(frame: bytes | memoryview) -> tuple[Any, Any, Any]:
 
     Raises KeyError for an unknown (api_key, version) and ValueError for a malformed body. Every
     length is checked against the frame before kio reads it (message_bounds: kio's reader aborts
-    the process on a huge claimed array length).
+    the process on a huge claimed array length), and a duration beyond what kio reads is clamped.
     """
     api_key, version, _ = peek_api(frame)
     schema = request_schema(api_key, version)
     flexible = _payload_class(schema).__flexible__
     header_schema = RequestHeaderV2 if flexible else RequestHeaderV1
-    message_bounds.check(schema, frame, message_bounds.check(header_schema, frame))
+    frame = message_bounds.readable(schema, frame, message_bounds.check(header_schema, frame))
     try:
         header: RequestHeaderV1 | RequestHeaderV2
         header, offset = _read_header_v2(frame, 0) if flexible else read_request_header_v1(frame, 0)

@@ -7,7 +7,10 @@ child process (an abort there fails the test instead of killing pytest), and to 
 a real controller process, which must survive and keep serving.
 """
 
+import dataclasses
+import datetime
 import random
+import struct
 import subprocess
 import sys
 import textwrap
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 from kio.serial import entity_reader
 
-from odradek.common import message_bounds
+from odradek.common import message_bounds, wire
 from odradek.common.config import parse_listeners
 
 from .hostile import (
@@ -54,6 +57,25 @@ def test_every_huge_count_is_refused():
                 message_bounds.check(cls, encode_body(cls, huge_at=k))
             refused += 1
     assert refused > 500
+
+
+@pytest.mark.parametrize("ms", [2**63 - 1, -(2**63), (2**63 - 1) // 1000 + 1])
+@pytest.mark.parametrize(("api_key", "version", "field"), [
+    (8, 2, "retention_time"), (8, 4, "retention_time"), (38, 3, "max_lifetime"), (39, 2, "renew_period"),
+    (40, 2, "expiry_time_period")])
+def test_durations_beyond_what_kio_reads_are_clamped_not_refused(api_key, version, field, ms):
+    """Kafka reads any int64 duration (a structured fuzz run sent Long.MAX_VALUE max_lifetime_ms);
+    kio's reader overflows past MAX_DURATION_MS, which closed the connection as if the frame were
+    malformed. The duration is clamped, keeping its sign, and the request decodes."""
+    cls = wire.request_schema(api_key, version)
+    marker = datetime.timedelta(milliseconds=0x5EED5EED5EED)
+    value = dataclasses.replace(entity_reader(cls)(encode_body(cls), 0)[0], **{field: marker})
+    frame = bytearray(wire.encode_request(value, 7, "t"))
+    struct.pack_into(">q", frame, frame.index(struct.pack(">q", 0x5EED5EED5EED)), ms)
+    _, decoded, _ = wire.decode_request(bytes(frame[4:]))
+    clamped = message_bounds.MAX_DURATION_MS if ms > 0 else -message_bounds.MAX_DURATION_MS
+    assert getattr(decoded, field) == datetime.timedelta(milliseconds=clamped)
+    assert dataclasses.replace(decoded, **{field: marker}) == value
 
 
 @pytest.mark.integration  # decodes in a child process, so an abort would not take pytest down

@@ -593,11 +593,14 @@ class GroupCoordinator:
 
     async def _remove_offsets(self, group: GroupMetadata, keys: list[tuple[str, int]]) -> ErrorCode:
         """Tombstones for the group's offsets of `keys` (Kafka's cleanupGroupMetadata); an Empty
-        group left without offsets is deleted with them (its own tombstone). Returns the append's code."""
+        group left without offsets is deleted with them (its own tombstone). Returns the append's
+        code; nothing to tombstone is nothing to append (Kafka's cleanupGroupMetadata): NONE."""
         entries = [(records.offset_key(group.group_id, t, p), None) for t, p in keys]
         drop_group = group.state == GroupState.EMPTY and not set(group.offsets) - set(keys)
         if drop_group:
             entries.append((records.group_key(group.group_id), None))
+        if not entries:
+            return ErrorCode.none
         code = await self.manager.append(group.group_id, entries)
         if code == ErrorCode.none and self.manager.groups.get(group.group_id) is group:
             for k in keys:

@@ -105,8 +105,13 @@ def read_user_configs_blocking(calls: Any, users: Iterable[str] | None) -> dict[
             users = [scram.desanitize(n) for n in calls.get_children(USERS_PATH)]
         except NoNodeError:
             return {}
-    pending = [(user, calls.zk.get_async(user_path(user))) for user in users]
     out: dict[str, tuple[dict[str, str], int] | None] = {}
+    pending = []
+    for user in users:
+        try:
+            pending.append((user, calls.zk.get_async(user_path(user))))
+        except ValueError:  # "." or "..": sanitized as Kafka does, no znode can have that name
+            out[user] = None
     for user, result in pending:
         try:
             data, stat = calls.wait(result)

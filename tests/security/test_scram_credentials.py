@@ -2,7 +2,11 @@
 (Kafka's ZkAdminManager) over an in-memory store."""
 
 import asyncio
+import json
+from types import SimpleNamespace
 
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.paths import normpath
 from kio.schema.alter_user_scram_credentials.v0.request import (
     AlterUserScramCredentialsRequest,
     ScramCredentialDeletion,
@@ -13,7 +17,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.static.primitive import i8, i16, i32
 
-from odradek.broker.security.credential_cache import CredentialCache, user_entity_path
+from odradek.broker.security.credential_cache import (
+    CredentialCache,
+    read_user_configs_blocking,
+    user_entity_path,
+    user_path,
+)
 from odradek.broker.security.scram_apis import ScramApis
 from odradek.broker.zk_client import ConfigChangedError
 from odradek.common.api_key import ApiKey
@@ -120,6 +129,41 @@ def test_delete_and_describe_errors():
     assert got == {"carol": ErrorCode.resource_not_found, "": ErrorCode.resource_not_found,
                    "dup": ErrorCode.duplicate_resource}
     assert describe(a, None) == []
+
+
+class PathCheckingCalls:
+    """The kazoo calls read_user_configs_blocking makes, with kazoo's own path check (it refuses a
+    "." or ".." component before anything is sent) and one stored user."""
+
+    def __init__(self, user: str, config: dict[str, str]):
+        self.zk, self.stored = self, {user_path(user): json.dumps({"version": 1, "config": config}).encode()}
+
+    def get_async(self, path):
+        normpath(path)
+        return path
+
+    def wait(self, path):
+        if path not in self.stored:
+            raise NoNodeError(path)
+        return self.stored[path], SimpleNamespace(version=3)
+
+
+def test_a_user_no_znode_can_name_is_not_found_and_the_others_are_answered():
+    """Kafka's Sanitizer leaves "." and ".." as they are, which are no znode names: a request naming
+    them beside real users answers those users, not the whole request, with an error."""
+    credential = scram.credential_to_string(SHA512.credential_from_password("pw", 4096))
+    calls = PathCheckingCalls("alice", {SHA512.name: credential})
+    a = ScramApis(None)
+
+    async def read(users):
+        return read_user_configs_blocking(calls, users)
+
+    a._read = read
+    assert describe(a, [".", "alice", ".."]) == [
+        (".", ErrorCode.resource_not_found, ()),
+        ("alice", ErrorCode.none, ((SHA512.type, 4096),)),
+        ("..", ErrorCode.resource_not_found, ()),
+    ]
 
 
 def test_cache_ignores_malformed_and_other_keys():

@@ -9,7 +9,7 @@ Claims created later from the old template (a scale-up) are expanded on the next
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 _SUFFIXES: dict[str, int | Decimal] = {
@@ -30,7 +30,7 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise ValueError(f"ambiguous quantity: {text!r}")
     try:
         return Decimal(number) * Decimal(_SUFFIXES[suffix or ""])
-    except InvalidOperation as e:
+    except ArithmeticError as e:  # InvalidOperation ("1.2.3"), Overflow ("1e99999999")
         raise ValueError(f"not a Kubernetes quantity: {text!r}") from e
 
 

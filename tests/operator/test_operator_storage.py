@@ -23,6 +23,20 @@ def test_quantities():
             parse_quantity(bad)
 
 
+def test_a_quantity_beyond_decimal_range_is_malformed_not_a_crash():
+    """decimal.Overflow is an ArithmeticError, not a ValueError: it escaped parse_spec (a ZooKeeper
+    memory limit of 1e99999999) and every reconcile pass, with no condition."""
+    from pydantic import ValidationError
+
+    from odradek.operator.models import parse_spec
+
+    for text in ("1e99999999", "1e999999999999999999Ki", "1.2.3"):
+        with pytest.raises(ValueError):
+            parse_quantity(text)
+    with pytest.raises(ValidationError):
+        parse_spec({"zookeeper": {"resources": {"limits": {"memory": "1e99999999"}}}})
+
+
 TEMPLATE = claim("data", "10Gi")
 CLAIMS = [claim(f"data-demo-broker-{i}", "10Gi", "standard") for i in range(3)]
 

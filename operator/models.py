@@ -5,10 +5,12 @@ working three-broker cluster with two controllers and a three-node ZooKeeper ens
 """
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from odradek.operator.storage import parse_quantity
 
 GROUP = "odradek.io"
 VERSION = "v1alpha1"
@@ -57,15 +59,36 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
+QUANTITY = (r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+            r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+"""A Kubernetes resource quantity (the pattern of Kubernetes' own schemas): the API server refuses
+anything else in a claim or a container's resources, so the CRD refuses it first."""
+Quantity = Annotated[str, Field(pattern=QUANTITY)]
+
+
 class Storage(_Model):
-    size: str = Field("10Gi", description="PersistentVolumeClaim size per pod.")
+    size: Quantity = Field("10Gi", description="PersistentVolumeClaim size per pod.")
     storage_class: str | None = Field(None, description="StorageClass name; the default class if unset.")
     delete_claim: bool = Field(False, description="Delete the claims when the cluster is deleted.")
 
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, size: str) -> str:
+        if parse_quantity(size) <= 0:
+            raise ValueError(f"a volume's size must be greater than zero: {size}")
+        return size
+
 
 class Resources(_Model):
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _not_negative(cls, values: dict[str, str]) -> dict[str, str]:
+        if negative := sorted(k for k, v in values.items() if parse_quantity(v) < 0):
+            raise ValueError(f"resource quantities cannot be negative: {', '.join(negative)}")
+        return values
 
 
 class Toleration(_Model):
@@ -140,8 +163,17 @@ class RebalanceSpec(_Model):
                     "completes; 0 = unthrottled.")
 
 
+MAX_BROKERS = 1000
+"""More brokers than Kafka clusters run (the largest reported hold a few hundred). Each pass renders
+per-broker objects and certificates, so an unbounded count hung the operator."""
+MAX_ZOOKEEPER = 255
+"""ZooKeeper's server ids (myid) run from 1 to 255; the operator renders a member per id."""
+MAX_INT32 = 2**31 - 1
+"""Kubernetes' replica counts are int32: the API server refuses more."""
+
+
 class BrokersSpec(_Model):
-    replicas: int = Field(3, ge=1, description="Broker count; broker id = StatefulSet ordinal.")
+    replicas: int = Field(3, ge=1, le=MAX_BROKERS, description="Broker count; broker id = StatefulSet ordinal.")
     storage: Storage = Field(default_factory=Storage)
     resources: Resources = Field(default_factory=lambda: _resources("500m", "1Gi", "2Gi"))
     pod: PodSettings = Field(default_factory=PodSettings)
@@ -164,7 +196,7 @@ class BrokersSpec(_Model):
 
 
 class ControllerSpec(_Model):
-    replicas: int = Field(2, ge=1, description="Controller candidates; one is active.")
+    replicas: int = Field(2, ge=1, le=MAX_INT32, description="Controller candidates; one is active.")
     resources: Resources = Field(default_factory=lambda: _resources("100m", "256Mi", "512Mi"))
     pod: PodSettings = Field(default_factory=PodSettings)
 
@@ -195,7 +227,7 @@ class ZooKeeperSpec(_Model):
     connect: str | None = Field(
         None, description="host:port[,...][/chroot] of an existing ensemble; unset = operator-managed."
     )
-    replicas: int = Field(3, ge=1, description="Ensemble size when operator-managed.")
+    replicas: int = Field(3, ge=1, le=MAX_ZOOKEEPER, description="Ensemble size when operator-managed.")
     storage: Storage = Field(default_factory=lambda: Storage(size="1Gi"))
     image: str = DEFAULT_ZOOKEEPER_IMAGE
     resources: Resources = Field(default_factory=lambda: _resources("100m", "512Mi", "1Gi"))
@@ -209,8 +241,6 @@ class ZooKeeperSpec(_Model):
 
     def memory_limit(self) -> int | None:
         """The container's memory limit (else its request) in bytes, if any."""
-        from odradek.operator.storage import parse_quantity
-
         text = self.resources.limits.get("memory") or self.resources.requests.get("memory")
         return None if text is None else int(parse_quantity(text))
 
@@ -317,11 +347,17 @@ class Authorization(_Model):
         return users
 
 
+MAX_VALIDITY_DAYS = 36_500
+"""A century: the CA (5×) still ends long before X.509's last date (9999-12-31); an unbounded
+count overflowed the date arithmetic of every pass."""
+
+
 class CertificateAuthority(_Model):
     generate_certificate_authority: bool = Field(
         True, description="false: the user supplies the CA in Secrets <cluster>-<ca> (ca.crt, ca.key) and "
                           "<cluster>-<ca>-cert (ca.crt).")
-    validity_days: int = Field(365, ge=2, description="Validity of the certificates it issues (the CA: 5×).")
+    validity_days: int = Field(365, ge=2, le=MAX_VALIDITY_DAYS,
+                               description="Validity of the certificates it issues (the CA: 5×).")
     renewal_days: int = Field(30, ge=1, description="Certificates are renewed this many days before they expire.")
 
     @model_validator(mode="after")

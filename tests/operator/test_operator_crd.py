@@ -102,3 +102,36 @@ def test_crd_is_structural_with_status_and_printer_columns():
 def test_committed_crd_is_up_to_date(path):
     assert path.read_text() == crd.render(), (
         f"{path} is stale: run `python -m odradek.operator.crd`")
+
+
+@pytest.mark.parametrize("bad", [
+    {"brokers": {"storage": {"size": "1Xi"}}},
+    {"zookeeper": {"storage": {"size": ""}}},
+    {"brokers": {"resources": {"limits": {"memory": "2 GB"}}}},
+    {"zookeeper": {"replicas": 2**31 - 1}},
+    {"brokers": {"replicas": 2**31 - 1}},
+    {"controller": {"replicas": 2**31}},
+    {"clusterCa": {"validityDays": 2**62}},
+], ids=["storage-size", "zookeeper-storage-size", "resources", "zookeeper-replicas", "broker-replicas",
+        "controller-replicas", "validity-days"])
+def test_the_crd_refuses_what_would_crash_or_hang_a_pass(bad):
+    """Found by the property test: a size that is no quantity reached plan_resize (ValueError on an
+    existing cluster's pass), a replica count of 2^31-1 rendered a ZooKeeper member or a broker
+    certificate per replica (a hung operator), a validity of 2^62 days overflowed the dates."""
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"spec": bad}, crd_schema())
+    with pytest.raises(ValidationError):
+        parse_spec(bad)
+
+
+@pytest.mark.parametrize("bad", [
+    {"brokers": {"storage": {"size": "0"}}},
+    {"brokers": {"storage": {"size": "-10Gi"}}},
+    {"controller": {"resources": {"requests": {"cpu": "-1"}}}},
+])
+def test_sizes_and_resources_kubernetes_refuses_are_invalid_specs(bad):
+    """The API server refuses a claim of no size and a negative resource: an invalid spec, not an
+    apply failing half-way through a pass."""
+    with pytest.raises(ValidationError) as info:
+        parse_spec(bad)
+    assert "zero" in spec_error_message(info.value) or "negative" in spec_error_message(info.value)

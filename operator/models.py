@@ -172,6 +172,10 @@ MAX_INT32 = 2**31 - 1
 """Kubernetes' replica counts are int32: the API server refuses more."""
 
 
+CONFIG_KEY = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""Kafka's config names: dotted words (listener-prefixed ones carry the listener's name)."""
+
+
 class BrokersSpec(_Model):
     replicas: int = Field(3, ge=1, le=MAX_BROKERS, description="Broker count; broker id = StatefulSet ordinal.")
     storage: Storage = Field(default_factory=Storage)
@@ -189,6 +193,13 @@ class BrokersSpec(_Model):
     @field_validator("config")
     @classmethod
     def _no_owned_keys(cls, config: dict[str, Any]) -> dict[str, Any]:
+        # server.properties is one `key=value` per line, read by splitting lines and trimming the
+        # key: whitespace around a key, or a line break in a value, would set a key of its own
+        # (an owned one, past the check below, or one nobody configured).
+        if bad := sorted(repr(k) for k in config if not re.match(CONFIG_KEY, k)):
+            raise ValueError(f"not a Kafka config key: {', '.join(bad)}")
+        if broken := sorted(k for k, v in config.items() if len(f"-{v}-".splitlines()) != 1):
+            raise ValueError(f"config values cannot hold line breaks: {', '.join(broken)}")
         owned = sorted(OPERATOR_OWNED_KEYS & set(config))
         if owned:
             raise ValueError(f"keys set by the operator cannot be configured: {', '.join(owned)}")

@@ -135,3 +135,21 @@ def test_sizes_and_resources_kubernetes_refuses_are_invalid_specs(bad):
     with pytest.raises(ValidationError) as info:
         parse_spec(bad)
     assert "zero" in spec_error_message(info.value) or "negative" in spec_error_message(info.value)
+
+
+@pytest.mark.parametrize("config", [
+    {"log.dirs\t": "/tmp"}, {"listeners ": "PLAINTEXT://evil:1"}, {" zookeeper.connect": "evil:2181"},
+    {"num.partitions": "3\nlog.dirs=/tmp"}, {"num.partitions": "3\rlisteners=PLAINTEXT://evil:1"},
+    {"x.y": "a\u2028zookeeper.connect=evil:2181"}, {"": "x"}, {"a=b": "c"},
+], ids=["tab", "trailing-space", "leading-space", "newline", "carriage-return", "line-separator", "empty", "equals"])
+def test_broker_config_cannot_reach_the_keys_the_operator_owns(config):
+    """The brokers read server.properties line by line, trimming keys (common/config.parse_properties):
+    `log.dirs<TAB>` or a line break in a value set an owned key past the check on its name."""
+    with pytest.raises(ValidationError) as info:
+        parse_spec({"brokers": {"config": config}})
+    assert spec_error_message(info.value).startswith("spec.brokers.config")
+
+
+def test_listener_prefixed_and_numeric_broker_config_still_pass():
+    parse_spec({"brokers": {"config": {"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": "x", "num.io.threads": 8,
+                                       "log.retention.hours": 168, "auto.create.topics.enable": False}}})

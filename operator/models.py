@@ -172,6 +172,15 @@ MAX_INT32 = 2**31 - 1
 """Kubernetes' replica counts are int32: the API server refuses more."""
 
 
+def _breaks_line(text: str) -> bool:
+    """Whether `text` would be more than one line of a properties file (str.splitlines' breaks)."""
+    return len(f"-{text}-".splitlines()) != 1
+
+
+ZOOKEEPER_CONNECT = r"[A-Za-z0-9.:\[\]_-]+(,[A-Za-z0-9.:\[\]_-]+)*(/[^\s]*)?"
+"""ZooKeeper's connect string: hosts with optional ports (IPv6 in brackets), then a chroot path;
+no whitespace (it is a line of server.properties)."""
+
 CONFIG_KEY = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """Kafka's config names: dotted words (listener-prefixed ones carry the listener's name)."""
 
@@ -196,9 +205,9 @@ class BrokersSpec(_Model):
         # server.properties is one `key=value` per line, read by splitting lines and trimming the
         # key: whitespace around a key, or a line break in a value, would set a key of its own
         # (an owned one, past the check below, or one nobody configured).
-        if bad := sorted(repr(k) for k in config if not re.match(CONFIG_KEY, k)):
+        if bad := sorted(repr(k) for k in config if not re.fullmatch(CONFIG_KEY, k)):
             raise ValueError(f"not a Kafka config key: {', '.join(bad)}")
-        if broken := sorted(k for k, v in config.items() if len(f"-{v}-".splitlines()) != 1):
+        if broken := sorted(k for k, v in config.items() if _breaks_line(str(v))):
             raise ValueError(f"config values cannot hold line breaks: {', '.join(broken)}")
         owned = sorted(OPERATOR_OWNED_KEYS & set(config))
         if owned:
@@ -352,7 +361,8 @@ class Authorization(_Model):
     @field_validator("super_users")
     @classmethod
     def _principals(cls, users: list[str]) -> list[str]:
-        bad = [u for u in users if not u.startswith("User:") or ";" in u or len(u) <= 5]
+        # one line of server.properties holds them all: a line break would set keys of its own
+        bad = [u for u in users if not u.startswith("User:") or ";" in u or len(u) <= 5 or _breaks_line(u)]
         if bad:
             raise ValueError(f"super users are principals like User:name: {', '.join(bad)}")
         return users
@@ -420,6 +430,8 @@ class KafkaClusterSpec(_Model):
         connect = self.zookeeper.connect
         if connect is not None and not connect.strip():
             raise ValueError("zookeeper.connect must not be empty; omit it for a managed ensemble")
+        if connect is not None and not re.fullmatch(ZOOKEEPER_CONNECT, connect):
+            raise ValueError(f"zookeeper.connect {connect!r} is not host:port[,host:port...][/chroot]")
         return self
 
 

@@ -153,3 +153,21 @@ def test_broker_config_cannot_reach_the_keys_the_operator_owns(config):
 def test_listener_prefixed_and_numeric_broker_config_still_pass():
     parse_spec({"brokers": {"config": {"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": "x", "num.io.threads": 8,
                                        "log.retention.hours": 168, "auto.create.topics.enable": False}}})
+
+
+@pytest.mark.parametrize("spec", [
+    {"zookeeper": {"connect": "zk:2181\nsuper.users=User:me"}},
+    {"zookeeper": {"connect": "zk:2181/odradek\rauthorizer.class.name="}},
+    {"authorization": {"superUsers": ["User:me\nauthorizer.class.name="]}},
+    {"brokers": {"config": {"log.dirs\n": "x"}}},
+], ids=["connect-newline", "connect-return", "super-user", "key-newline"])
+def test_no_field_written_into_server_properties_can_add_a_line(spec):
+    """zookeeper.connect sorts last in server.properties and super.users carries the spec's users:
+    a line break in either set any key, e.g. an empty authorizer.class.name (no ACLs at all)."""
+    with pytest.raises(ValidationError):
+        parse_spec(spec)
+
+
+def test_zookeeper_connect_forms_kafka_takes():
+    for connect in ("zk:2181", "zk-0.zk:2181,zk-1.zk:2181/odradek", "10.0.0.1:2181/a/b", "[::1]:2181,zk/x"):
+        parse_spec({"zookeeper": {"connect": connect}})

@@ -16,9 +16,10 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from odradek.common.config import BrokerConfig
+from odradek.common.config import LISTENER_PREFIX, BrokerConfig
 from odradek.common.dynamic_broker_keys import is_live, is_live_per_broker
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
+from odradek.common.topic_config import config_text
 from odradek.operator.kafka_admin import KafkaAdmin
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,21 @@ class DynamicChange:
     @property
     def empty(self) -> bool:
         return not self.set and not self.delete
+
+
+def startup_problem(properties: Mapping[str, object]) -> str | None:
+    """Why a broker would refuse to start with the rendered `properties` (the ConfigException it
+    prints before it exits, e.g. "Invalid value abc for configuration num.partitions: Not a number
+    of type INT"), or None. A broker ignores keys it does not know: so does this. Refused as an
+    invalid spec, as Strimzi refuses an invalid config parameter, instead of rolling the brokers
+    one by one into a crash loop."""
+    known = BrokerConfig.config_keys()
+    text = {k: config_text(v) for k, v in properties.items() if k in known or k.startswith(LISTENER_PREFIX)}
+    try:
+        BrokerConfig.from_properties({"broker.id": "0", **text})  # broker.id: per pod, on the command line
+    except ValueError as e:  # ConfigException
+        return str(e)
+    return None
 
 
 def default_text(name: str) -> str | None:

@@ -19,7 +19,7 @@ from odradek.common.clock import Clock, now_ms
 from odradek.common.security.channel import PLAINTEXT, ClientSecurity
 from odradek.operator import builders, certificates, cluster_security, rebalance
 from odradek.operator.apply import apply, prune
-from odradek.operator.broker_config import apply_dynamic_defaults
+from odradek.operator.broker_config import apply_dynamic_defaults, startup_problem
 from odradek.operator.cluster_access import cached_access, cluster_access
 from odradek.operator.cluster_access import forget as forget_access
 from odradek.operator.data_movement import MovementStep, Progress, move_data
@@ -384,6 +384,8 @@ async def reconcile(client: KubeClient, body: dict[str, Any], view_source: ViewS
         return Observation(generation, invalid=spec_error_message(e))
     if spec.image is None:
         spec = spec.model_copy(update={"image": operator_image()})
+    if (problem := startup_problem(cluster_security.broker_properties(body, spec))) is not None:
+        return Observation(generation, invalid=f"spec.brokers.config: {problem}")
     namespace, name = meta["namespace"], meta["name"]
     orchestrator = KubernetesBrokerOrchestrator(client, namespace, name)
 

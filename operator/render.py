@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from odradek.operator import cluster_security
+from odradek.operator.broker_config import startup_problem
 from odradek.operator.models import KIND, parse_spec, spec_error_message
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"  # the API server assigns the real one
@@ -38,6 +39,8 @@ def render_objects(documents: list[Any], image: str) -> list[dict[str, Any]]:
                              f"{spec_error_message(e)}") from None
         if spec.image is None:
             spec = spec.model_copy(update={"image": image})
+        if (problem := startup_problem(cluster_security.broker_properties(body, spec))) is not None:
+            raise ValueError(f"KafkaCluster {body['metadata']['namespace']}/{meta['name']}: spec.brokers.config: {problem}")
         out += cluster_security.desired_objects(body, spec)
     return out
 

@@ -1,6 +1,8 @@
 """Live broker keys out of the pods' hash and into the dynamic defaults (Strimzi's
 KafkaBrokerConfigurationDiff): what rolls and what is sent through IncrementalAlterConfigs."""
 
+import pytest
+
 from odradek.operator import builders
 from odradek.operator.broker_config import DynamicChange, diff
 from odradek.operator.models import parse_spec
@@ -42,3 +44,29 @@ def test_diff_sets_what_differs_resets_what_the_spec_dropped_and_leaves_the_rest
         DynamicChange({"message.max.bytes": "1048588"}, ("log.retention.ms",))
     # not a key the broker applies live (set by hand with kafka-configs): not the operator's
     assert diff({}, {"num.io.threads": "16", "made.up": "x"}).empty
+
+
+def test_a_value_the_brokers_refuse_at_start_is_refused_before_any_roll():
+    """A broker exits at start on a ConfigException: `num.partitions: abc` rolled broker 0 into a
+    crash loop and stopped the roll there. Now an invalid spec (Strimzi's InvalidConfigParameter)."""
+    from odradek.operator import cluster_security
+    from odradek.operator.broker_config import startup_problem
+    from odradek.operator.render import render_objects
+
+    for config, key in (({"num.partitions": "abc"}, "num.partitions"), ({"log.segment.bytes": 1}, "log.segment.bytes"),
+                        ({"min.insync.replicas": 0}, "min.insync.replicas"),
+                        ({"log.cleanup.policy": "bogus"}, "log.cleanup.policy"),
+                        ({"auto.create.topics.enable": "maybe"}, "auto.create.topics.enable")):
+        problem = startup_problem(cluster_security.broker_properties(*body(config)))
+        assert problem is not None and key in problem, config
+        doc = {"kind": "KafkaCluster", "metadata": {"name": "demo"}, "spec": body(config)[0]["spec"]}
+        with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+            render_objects([doc], "odradek:test")
+    for spec in ({"brokers": {"config": {"num.partitions": 6, "made.up.key": "x", "auto.create.topics.enable": False,
+                                         "listener.name.plain.made.up": "y"}}},
+                 {"authorization": {"superUsers": ["User:ops"]},
+                  "listeners": [{"name": "tls", "port": 9093, "tls": True, "authentication": {"type": "tls"}},
+                                {"name": "scram", "port": 9094, "type": "nodeport",
+                                 "authentication": {"type": "scram-sha-512"}}]}):
+        b = {"metadata": {"name": "demo", "namespace": "kafka", "uid": "u"}, "spec": spec}
+        assert startup_problem(cluster_security.broker_properties(b, parse_spec(spec))) is None, spec

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from odradek.common.config import BrokerConfig, parse_properties
 from odradek.common.topic_config import TOPIC_CONFIGS
 from odradek.operator import builders, certificates, cluster_security, crd, status, topic_reconciler, user_reconciler
+from odradek.operator.broker_config import startup_problem
 from odradek.operator.models import OPERATOR_OWNED_KEYS, parse_spec, spec_error_message
 from odradek.operator.reconciler import zookeeper_switch
 from odradek.operator.storage import plan_resize
@@ -233,6 +234,9 @@ def kafka_cluster_pass(body: dict[str, Any]) -> None:
         _check_conditions(status.conditions(status.Observation(1, invalid=message)))
         return
     spec = spec.model_copy(update={"image": spec.image or "odradek:fuzz"})
+    if (problem := startup_problem(cluster_security.broker_properties(body, spec))) is not None:
+        _check_conditions(status.conditions(status.Observation(1, invalid=problem)))
+        return  # the reconciler stops here too: nothing is rendered
     name = body["metadata"]["name"]
     for broker_replicas in (None, 1):
         objects = cluster_security.desired_objects(body, spec, broker_replicas=broker_replicas, addresses={})

@@ -160,7 +160,7 @@ async def test_a_broker_stuck_on_a_broken_config_is_restarted_once_the_spec_is_f
 
     old = template_hash()
     mark = len(list(env.server))
-    await env.api.patch_spec({"brokers": {"config": {"num.io.threads": "many"}}})
+    await env.api.patch_spec({"brokers": {"config": {"num.io.threads": 7}}})  # the kubelet's broken hash
     broken = await wait_for(lambda: (h := template_hash()) != old and h, 20, "the broken template")
     env.kubelet.broken.add(broken)
     await wait_for(lambda: pod_hash(0) == broken, 20, "broker 0 restarted into the broken config")

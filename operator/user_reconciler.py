@@ -91,12 +91,26 @@ def resource_from_body(body: dict[str, Any]) -> UserResource:
         spec, invalid = parse_user_spec(raw_spec), None
     except ValidationError as e:
         spec, invalid = None, spec_problem(e)
+    if spec is not None and (own := own_secret_as_password(spec, meta["name"])) is not None:
+        spec, invalid = None, ("InvalidSpec", own)
     cluster_ref = spec.cluster_ref if spec is not None else raw_spec.get("clusterRef")
     return UserResource(
         namespace=meta["namespace"], name=meta["name"], uid=meta.get("uid"), generation=meta.get("generation"),
         cluster_ref=cluster_ref if isinstance(cluster_ref, str) else None, spec=spec, invalid=invalid,
         deleting=bool(meta.get("deletionTimestamp")), has_finalizer=FINALIZER in (meta.get("finalizers") or ()),
         managed_username=status.get("username"), previous_conditions=tuple(status.get("conditions") or ()))
+
+
+def own_secret_as_password(spec: KafkaUserSpec, name: str) -> str | None:
+    """Why a password taken from the user's own Secret (named after the resource, written by the
+    operator) is refused: each pass would read back what the last one wrote, and from its
+    sasl.jaas.config key a new, longer password every pass (clients locked out, the Secret
+    growing until the API server refuses it)."""
+    password = spec.authentication.password if spec.authentication is not None else None
+    if password is None or password.value_from.secret_key_ref.name != name:
+        return None
+    return (f"spec.authentication.password.valueFrom.secretKeyRef.name: {name!r} is the Secret the operator "
+            "writes for this user; name another Secret")
 
 
 # --- 1. the gate ----------------------------------------------------------------------------------

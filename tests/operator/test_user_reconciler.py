@@ -177,3 +177,17 @@ def test_user_crd_is_structural_with_short_name_and_columns():
 @pytest.mark.parametrize("path", [crd.USER_CRD_PATH, crd.CHART_USER_CRD_PATH], ids=["crds", "chart"])
 def test_committed_user_crd_is_up_to_date(path):
     assert path.read_text() == crd.render(crd.user_crd), f"{path} is stale: run `python -m odradek.operator.crd`"
+
+
+def test_a_password_from_the_users_own_secret_is_an_invalid_spec():
+    """The operator writes Secret <name> (password, sasl.jaas.config): taking the password from its
+    sasl.jaas.config key made every pass upsert a new, longer password."""
+    for key in ("sasl.jaas.config", "password"):
+        r = scram_user(authentication={"type": "scram-sha-512", "password": {
+            "valueFrom": {"secretKeyRef": {"name": "alice", "key": key}}}})
+        g = gate(r, Cluster.PRESENT)
+        assert g.step is Step.STATUS and g.outcome.phase is Phase.STALLED and g.outcome.reason == "InvalidSpec"
+        assert "secretKeyRef" in g.outcome.message
+    other = scram_user(authentication={"type": "scram-sha-512", "password": {
+        "valueFrom": {"secretKeyRef": {"name": "alice-password", "key": "password"}}}})
+    assert gate(other, Cluster.PRESENT).step is Step.OBSERVE

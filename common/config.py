@@ -68,7 +68,11 @@ class _KafkaKeys(BaseModel):
         try:
             return cls.model_validate(props)
         except ValidationError as e:
-            raise _config_exception(e) from None
+            error = _config_exception(e)
+            definition = known.get(error.name)
+            if definition is not None and definition.type == ConfigType.PASSWORD:
+                error = ConfigException(error.name, "[hidden]")  # Kafka's Password.toString: no secret in a message
+            raise error from None
 
     @model_validator(mode="before")
     @classmethod

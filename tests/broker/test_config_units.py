@@ -69,6 +69,14 @@ def test_broker_config_is_validated_as_kafka_validates_it(props, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_refused_password_value_is_hidden():
+    """Kafka prints a Password as [hidden]: a broker's start-up error, and the operator's condition
+    built from it, never hold the secret."""
+    with pytest.raises(ConfigException) as e:
+        BrokerConfig.from_properties({**BASE, "ssl.keystore.password": ["s3cret-value"]})
+    assert str(e.value) == "Invalid value [hidden] for configuration ssl.keystore.password"
+
+
 def test_missing_required_key_is_one_line():
     with pytest.raises(ConfigException, match=r'Missing required configuration "zookeeper\.connect"'):
         BrokerConfig.from_properties({"broker.id": "0"})

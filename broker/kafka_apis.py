@@ -40,7 +40,7 @@ from odradek.broker.log.errors import LogError
 from odradek.broker.log.legacy_records import down_convert, up_convert
 from odradek.broker.log.local_log import FileRegion
 from odradek.broker.log.producer_state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
-from odradek.broker.metadata_apis import MetadataApis
+from odradek.broker.metadata_apis import ZERO_UUID, MetadataApis
 from odradek.broker.metadata_cache import broker_endpoint
 from odradek.broker.producer_id_manager import ProducerIdBlockUnavailableError, ZkProducerIdManager
 from odradek.broker.quota.quota_managers import QuotaManagers
@@ -91,8 +91,6 @@ _Q = typing.TypeVar("_Q")
 _A = typing.TypeVar("_A")
 _TopicResults = tuple[str, list[tuple[int, FetchResult]]]
 """A Fetch response's topic: (name, [(partition index, result)])."""
-
-ZERO_UUID = uuid.UUID(int=0)
 
 UNKNOWN_TOPIC_ID_PREFIX = "\0unknown-topic-id:"
 """The name Fetch v13+ gives a topic id no topic has (no topic name holds a NUL)."""
